@@ -1,0 +1,78 @@
+//! Text rendering of an inspect report.
+
+use std::io::{self, Write};
+
+use crate::formats::human_bytes;
+use crate::ops::inspect::InspectReport;
+
+pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
+    writeln!(out, "file          {} ({})", r.file, human_bytes(r.file_size as f64))?;
+    writeln!(
+        out,
+        "format        {} v{}, {}-endian, alignment {}, data at byte {}",
+        r.format,
+        r.version,
+        match r.endian {
+            crate::model::Endian::Little => "little",
+            crate::model::Endian::Big => "big",
+        },
+        r.alignment,
+        r.data_offset
+    )?;
+    writeln!(out, "architecture  {}", r.architecture.as_deref().unwrap_or("(none)"))?;
+    if let Some(ft) = &r.file_type {
+        writeln!(out, "file type     {} (id {})", ft.description.unwrap_or("unknown"), ft.id)?;
+    }
+    writeln!(
+        out,
+        "tensors       {} tensors, {} elements, {}, {:.2} bits per weight",
+        r.tensor_count,
+        r.element_count,
+        human_bytes(r.tensor_bytes as f64),
+        r.bits_per_weight
+    )?;
+    if r.legacy_blocks_repacked {
+        writeln!(out, "note          pre-GGJTv3 blocks are repacked on read (scales narrowed to f16)")?;
+    }
+
+    writeln!(out, "\nmetadata ({} keys)", r.metadata.len())?;
+    let key_width = r.metadata.iter().map(|m| m.key.len()).max().unwrap_or(0);
+    for m in &r.metadata {
+        let ty = match (m.element_type, m.len) {
+            (Some(el), Some(len)) => format!("arr[{el}; {len}]"),
+            _ => m.value_type.to_owned(),
+        };
+        let mut value = m.value.to_string();
+        if m.truncated {
+            value.truncate(value.len() - 1);
+            value.push_str(", ...]");
+        }
+        writeln!(out, "  {:key_width$}  {ty:14}  {value}", m.key)?;
+    }
+
+    writeln!(out, "\ntypes")?;
+    for t in &r.types {
+        writeln!(
+            out,
+            "  {:8} {:5} tensors  {:>12} elements  {:>10}",
+            t.ggml_type,
+            t.tensors,
+            t.elements,
+            human_bytes(t.bytes as f64)
+        )?;
+    }
+
+    if let Some(tensors) = &r.tensors {
+        let name_width = tensors.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+        writeln!(out, "\n  {:name_width$}  {:8}  {:24}  {:>12}  {:>12}", "name", "type", "shape", "offset", "bytes")?;
+        for t in tensors {
+            let shape = format!("{:?}", t.shape);
+            writeln!(
+                out,
+                "  {:name_width$}  {:8}  {:24}  {:>12}  {:>12}",
+                t.name, t.ggml_type, shape, t.offset, t.bytes
+            )?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,80 @@
+//! Format detection by magic bytes, never by file extension.
+
+use std::path::Path;
+
+use super::error::{ErrorKind, FormatError, HexBytes, Result};
+use super::ggml_legacy::LegacyVariant;
+use super::source::{OpenOptions, Source};
+
+/// What the first bytes of a file say it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DetectedFormat {
+    Gguf,
+    GgmlLegacy(LegacyVariant),
+    SafeTensors,
+    /// A zip archive: what `torch.save` writes.
+    PyTorchZip,
+}
+
+impl DetectedFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            DetectedFormat::Gguf => "GGUF",
+            DetectedFormat::GgmlLegacy(variant) => variant.name(),
+            DetectedFormat::SafeTensors => "SafeTensors",
+            DetectedFormat::PyTorchZip => "PyTorch zip",
+        }
+    }
+}
+
+/// Detects the format of `head`, the first (up to 16) bytes of a file of
+/// `file_len` bytes.
+pub fn detect_bytes(head: &[u8], file_len: u64) -> Option<DetectedFormat> {
+    if head.starts_with(&super::gguf::MAGIC) {
+        return Some(DetectedFormat::Gguf);
+    }
+    if head.starts_with(b"PK\x03\x04") {
+        return Some(DetectedFormat::PyTorchZip);
+    }
+    let word = |range: std::ops::Range<usize>| head.get(range);
+    if let Some(magic) = word(0..4) {
+        let magic = u32::from_le_bytes([magic[0], magic[1], magic[2], magic[3]]);
+        if let Some(variant) = LegacyVariant::from_magic(magic) {
+            return Some(DetectedFormat::GgmlLegacy(variant));
+        }
+    }
+    // SafeTensors: a little-endian u64 header length, then a JSON object.
+    if let (Some(len), Some(b'{')) = (word(0..8), head.get(8)) {
+        let header_len = u64::from_le_bytes(len.try_into().ok()?);
+        if header_len >= 2 && header_len <= file_len.saturating_sub(8) {
+            return Some(DetectedFormat::SafeTensors);
+        }
+    }
+    None
+}
+
+/// Detects the format of the file at `path`.
+pub fn detect(path: &Path) -> Result<DetectedFormat> {
+    let source = Source::open(path, OpenOptions { use_mmap: false })?;
+    let head = source.read_range(0, source.len().min(16))?;
+    detect_bytes(&head, source.len())
+        .ok_or_else(|| FormatError::at(path, 0, ErrorKind::UnknownFormat { first_bytes: HexBytes(head.to_vec()) }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn magics() {
+        assert_eq!(detect_bytes(b"GGUF\x03\0\0\0", 100), Some(DetectedFormat::Gguf));
+        assert_eq!(detect_bytes(b"tjgg\x03\0\0\0", 100), Some(DetectedFormat::GgmlLegacy(LegacyVariant::Ggjt)));
+        assert_eq!(detect_bytes(b"fmgg\x01\0\0\0", 100), Some(DetectedFormat::GgmlLegacy(LegacyVariant::Ggmf)));
+        assert_eq!(detect_bytes(b"lmgg\0\0\0\0", 100), Some(DetectedFormat::GgmlLegacy(LegacyVariant::Ggml)));
+        assert_eq!(detect_bytes(b"PK\x03\x04rest", 100), Some(DetectedFormat::PyTorchZip));
+        assert_eq!(detect_bytes(b"\x10\0\0\0\0\0\0\0{\"a\":1}", 100), Some(DetectedFormat::SafeTensors));
+        assert_eq!(detect_bytes(b"\xff\xff\xff\xff\xff\xff\xff\xff{", 100), None);
+        assert_eq!(detect_bytes(b"hello world", 100), None);
+        assert_eq!(detect_bytes(b"", 0), None);
+    }
+}

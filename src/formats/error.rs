@@ -1,0 +1,103 @@
+//! The one error type for reading and writing model files.
+//!
+//! Every error names the file; errors about content also name the byte offset
+//! where the reader found the problem and what it expected there.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::types::GgmlType;
+
+/// An error while reading or writing a model file.
+#[derive(Debug, thiserror::Error)]
+#[error("{}{}: {kind}", path.display(), offset.map(|o| format!(": at byte {o}")).unwrap_or_default())]
+pub struct FormatError {
+    pub path: PathBuf,
+    /// Byte offset of the problem in the file, where one applies.
+    pub offset: Option<u64>,
+    pub kind: ErrorKind,
+}
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ErrorKind {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error(
+        "unknown file format: the first bytes are {first_bytes} (expected GGUF, GGML/GGMF/GGJT, SafeTensors or a .pt zip)"
+    )]
+    UnknownFormat { first_bytes: HexBytes },
+    #[error("{format} files are not supported yet")]
+    UnsupportedFormat { format: &'static str },
+    #[error("unsupported {format} version {version} (supported: {supported})")]
+    UnsupportedVersion { format: &'static str, version: u32, supported: &'static str },
+    #[error("file ends early: {what} needs {needed} bytes, {available} left")]
+    Truncated { what: String, needed: u64, available: u64 },
+    #[error("{what} claims {count} entries, but only {available} bytes remain (each needs at least {min_each})")]
+    CountTooLarge { what: String, count: u64, min_each: u64, available: u64 },
+    #[error("{what} is not valid UTF-8")]
+    InvalidUtf8 { what: String },
+    #[error("unknown metadata value type {id} for {what}")]
+    UnknownValueType { id: u32, what: String },
+    #[error("invalid bool value {value} for {what} (expected 0 or 1)")]
+    InvalidBool { value: u8, what: String },
+    #[error("duplicate metadata key `{key}`")]
+    DuplicateKey { key: String },
+    #[error("metadata key `{key}` has type {found}, expected {expected}")]
+    WrongValueType { key: String, expected: &'static str, found: String },
+    #[error("general.alignment is {alignment}; it must be a non-zero power of two")]
+    BadAlignment { alignment: u64 },
+    #[error("tensor `{tensor}` has unknown type id {id}")]
+    UnknownTensorType { tensor: String, id: u32 },
+    #[error("tensor `{tensor}` has type {name} (id {id}), which ggml has removed")]
+    RemovedTensorType { tensor: String, id: u32, name: &'static str },
+    #[error("tensor `{tensor}` has {n_dims} dimensions (expected 1 to {max})")]
+    BadDimensionCount { tensor: String, n_dims: u64, max: u64 },
+    #[error("tensor `{tensor}` shape {shape:?} has more elements than fit in 63 bits")]
+    ElementCountOverflow { tensor: String, shape: Vec<u64> },
+    #[error("tensor `{tensor}` rows of {row} elements are not a multiple of the {ty} block size {block}")]
+    RowNotBlockMultiple { tensor: String, row: u64, ty: GgmlType, block: u64 },
+    #[error("duplicate tensor name `{tensor}`")]
+    DuplicateTensor { tensor: String },
+    #[error("tensor `{tensor}` data offset {offset} is not a multiple of the alignment {alignment}")]
+    MisalignedTensor { tensor: String, offset: u64, alignment: u64 },
+    #[error("tensor `{tensor}` data [{start}, {end}) lies outside the file ({file_len} bytes)")]
+    TensorOutOfBounds { tensor: String, start: u64, end: u64, file_len: u64 },
+    #[error("tensor `{tensor}` data overlaps tensor `{other}`")]
+    TensorOverlap { tensor: String, other: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl FormatError {
+    pub fn new(path: &Path, offset: Option<u64>, kind: ErrorKind) -> FormatError {
+        FormatError { path: path.to_owned(), offset, kind }
+    }
+
+    pub fn at(path: &Path, offset: u64, kind: ErrorKind) -> FormatError {
+        FormatError::new(path, Some(offset), kind)
+    }
+
+    pub fn io(path: &Path, error: io::Error) -> FormatError {
+        FormatError::new(path, None, ErrorKind::Io(error))
+    }
+}
+
+/// Bytes shown as hex and, where printable, as text: `47 47 55 46 ("GGUF")`.
+#[derive(Debug, Clone)]
+pub struct HexBytes(pub Vec<u8>);
+
+impl fmt::Display for HexBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("(empty file)");
+        }
+        let hex: Vec<String> = self.0.iter().map(|b| format!("{b:02x}")).collect();
+        let text: String =
+            self.0.iter().map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '.' }).collect();
+        write!(f, "{} (\"{text}\")", hex.join(" "))
+    }
+}
+
+pub type Result<T, E = FormatError> = std::result::Result<T, E>;

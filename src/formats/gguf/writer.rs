@@ -1,0 +1,193 @@
+//! GGUF version 3 writer: deterministic, metadata and tensors in the order
+//! given, every tensor padded to `general.alignment` with zeros (as llama.cpp
+//! and gguf-py do, so reading their files and writing them back gives the
+//! same bytes).
+
+use std::io::{self, Write};
+
+use crate::model::{Array, Endian, Metadata, TensorInfo, Value};
+
+use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, WRITE_VERSION, align_up};
+
+/// Where every byte of the output goes, known before any tensor is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GgufLayout {
+    pub alignment: u64,
+    /// Header bytes (magic through tensor infos), before padding.
+    pub header_len: u64,
+    /// Absolute offset of the data section.
+    pub data_offset: u64,
+    /// Each tensor's offset relative to the data section.
+    pub tensor_offsets: Vec<u64>,
+    pub file_len: u64,
+}
+
+/// Supplies tensor bytes in the tensors' current ggml layout.
+pub trait TensorDataSource {
+    fn write_tensor(&mut self, tensor_idx: usize, out: &mut dyn Write) -> io::Result<()>;
+}
+
+/// Writes a complete GGUF v3 file and returns its layout.
+pub fn write_gguf(
+    out: &mut dyn Write,
+    endian: Endian,
+    metadata: &Metadata,
+    tensors: &[TensorInfo],
+    data: &mut dyn TensorDataSource,
+) -> io::Result<GgufLayout> {
+    let alignment = alignment_of(metadata)?;
+    let mut tensor_offsets = Vec::with_capacity(tensors.len());
+    let mut next = 0u64;
+    for tensor in tensors {
+        tensor_offsets.push(next);
+        next = align_up(next + tensor.n_bytes(), alignment);
+    }
+
+    let mut header = Encoder { buf: Vec::new(), endian };
+    header.buf.extend_from_slice(&MAGIC);
+    header.u32(WRITE_VERSION);
+    header.u64(tensors.len() as u64);
+    header.u64(metadata.len() as u64);
+    for (key, value) in metadata.iter() {
+        header.string(key.as_bytes());
+        header.u32(value.value_type().id());
+        header.value(value);
+    }
+    for (tensor, &offset) in tensors.iter().zip(&tensor_offsets) {
+        header.string(tensor.name.as_bytes());
+        header.u32(tensor.dims.len() as u32);
+        for &d in &tensor.dims {
+            header.u64(d);
+        }
+        header.u32(tensor.ggml_type.id());
+        header.u64(offset);
+    }
+    let header_len = header.buf.len() as u64;
+    let data_offset = align_up(header_len, alignment);
+    out.write_all(&header.buf)?;
+    write_zeros(out, data_offset - header_len)?;
+
+    for (tensor_idx, tensor) in tensors.iter().enumerate() {
+        let mut counted = CountingWriter { inner: &mut *out, count: 0 };
+        data.write_tensor(tensor_idx, &mut counted)?;
+        let written = counted.count;
+        if written != tensor.n_bytes() {
+            return Err(io::Error::other(format!(
+                "tensor `{}`: wrote {written} bytes, expected {}",
+                tensor.name,
+                tensor.n_bytes()
+            )));
+        }
+        write_zeros(out, align_up(written, alignment) - written)?;
+    }
+    Ok(GgufLayout { alignment, header_len, data_offset, tensor_offsets, file_len: data_offset + next })
+}
+
+fn alignment_of(metadata: &Metadata) -> io::Result<u64> {
+    let alignment = match metadata.get(ALIGNMENT_KEY) {
+        None => DEFAULT_ALIGNMENT,
+        Some(Value::U32(a)) if a.is_power_of_two() => u64::from(*a),
+        Some(other) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{ALIGNMENT_KEY} must be a u32 power of two, found {other:?}"),
+            ));
+        }
+    };
+    Ok(alignment)
+}
+
+fn write_zeros(out: &mut dyn Write, n: u64) -> io::Result<()> {
+    const ZEROS: [u8; 256] = [0; 256];
+    let mut left = n;
+    while left > 0 {
+        let chunk = left.min(ZEROS.len() as u64) as usize;
+        out.write_all(&ZEROS[..chunk])?;
+        left -= chunk as u64;
+    }
+    Ok(())
+}
+
+struct CountingWriter<'a> {
+    inner: &'a mut dyn Write,
+    count: u64,
+}
+
+impl Write for CountingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.count += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Serialises header fields in the file's byte order.
+struct Encoder {
+    buf: Vec<u8>,
+    endian: Endian,
+}
+
+macro_rules! encode_num {
+    ($($name:ident: $ty:ty),* $(,)?) => {$(
+        fn $name(&mut self, v: $ty) {
+            match self.endian {
+                Endian::Little => self.buf.extend_from_slice(&v.to_le_bytes()),
+                Endian::Big => self.buf.extend_from_slice(&v.to_be_bytes()),
+            }
+        }
+    )*};
+}
+
+impl Encoder {
+    encode_num! {
+        u8: u8, i8: i8, u16: u16, i16: i16, u32: u32, i32: i32,
+        u64: u64, i64: i64, f32: f32, f64: f64,
+    }
+
+    fn string(&mut self, bytes: &[u8]) {
+        self.u64(bytes.len() as u64);
+        self.buf.extend_from_slice(bytes);
+    }
+
+    fn value(&mut self, value: &Value) {
+        match value {
+            Value::U8(v) => self.u8(*v),
+            Value::I8(v) => self.i8(*v),
+            Value::U16(v) => self.u16(*v),
+            Value::I16(v) => self.i16(*v),
+            Value::U32(v) => self.u32(*v),
+            Value::I32(v) => self.i32(*v),
+            Value::F32(v) => self.f32(*v),
+            Value::Bool(v) => self.u8(u8::from(*v)),
+            Value::String(s) => self.string(s.as_bytes()),
+            Value::Array(a) => self.array(a),
+            Value::U64(v) => self.u64(*v),
+            Value::I64(v) => self.i64(*v),
+            Value::F64(v) => self.f64(*v),
+        }
+    }
+
+    fn array(&mut self, array: &Array) {
+        self.u32(array.element_type().id());
+        self.u64(array.len() as u64);
+        match array {
+            Array::U8(v) => self.buf.extend_from_slice(v),
+            Array::I8(v) => v.iter().for_each(|&x| self.i8(x)),
+            Array::U16(v) => v.iter().for_each(|&x| self.u16(x)),
+            Array::I16(v) => v.iter().for_each(|&x| self.i16(x)),
+            Array::U32(v) => v.iter().for_each(|&x| self.u32(x)),
+            Array::I32(v) => v.iter().for_each(|&x| self.i32(x)),
+            Array::F32(v) => v.iter().for_each(|&x| self.f32(x)),
+            Array::Bool(v) => v.iter().for_each(|&x| self.u8(u8::from(x))),
+            Array::String(v) => v.iter().for_each(|s| self.string(s.as_bytes())),
+            Array::Array(v) => v.iter().for_each(|a| self.array(a)),
+            Array::U64(v) => v.iter().for_each(|&x| self.u64(x)),
+            Array::I64(v) => v.iter().for_each(|&x| self.i64(x)),
+            Array::F64(v) => v.iter().for_each(|&x| self.f64(x)),
+        }
+    }
+}

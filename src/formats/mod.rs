@@ -1,0 +1,150 @@
+//! Model containers: detection by magic bytes, GGUF read/write, legacy GGML
+//! read, and the open file ([`ModelFile`]) that ties a parsed header to the
+//! bytes behind it.
+//!
+//! This module owns every byte layout of a container; it never decodes a
+//! quantized block (that is the codecs' job), except for repacking legacy
+//! block layouts into current ones.
+
+mod bytes;
+mod detect;
+mod error;
+pub mod ggml_legacy;
+pub mod gguf;
+mod output;
+mod source;
+
+use std::borrow::Cow;
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::Instant;
+
+pub use detect::{DetectedFormat, detect, detect_bytes};
+pub use error::{ErrorKind, FormatError, HexBytes, Result};
+pub use ggml_legacy::{LegacyBlockLayout, LegacyVariant};
+pub use gguf::TensorDataSource;
+pub use output::AtomicOutput;
+pub use source::{AccessMode, LoadReport, OpenOptions, Source, human_bytes};
+
+use crate::model::{Endian, Metadata, StoredLayout, TensorInfo};
+use crate::types::{GgmlType, RemovedGgmlType};
+use bytes::ByteReader;
+
+/// The container a model was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerFormat {
+    Gguf { version: u32 },
+    Legacy { variant: LegacyVariant, version: u32 },
+}
+
+impl ContainerFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            ContainerFormat::Gguf { .. } => "GGUF",
+            ContainerFormat::Legacy { variant, .. } => variant.name(),
+        }
+    }
+
+    pub fn version(self) -> u32 {
+        match self {
+            ContainerFormat::Gguf { version } | ContainerFormat::Legacy { version, .. } => version,
+        }
+    }
+}
+
+impl std::fmt::Display for ContainerFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} v{}", self.name(), self.version())
+    }
+}
+
+/// An open model file: its parsed header and access to its tensor bytes.
+#[derive(Debug)]
+pub struct ModelFile {
+    pub format: ContainerFormat,
+    pub endian: Endian,
+    /// `general.alignment` (GGUF), or the alignment a GGUF written from this
+    /// model gets.
+    pub alignment: u64,
+    pub metadata: Metadata,
+    pub tensors: Vec<TensorInfo>,
+    /// Absolute offset of the data section (the first tensor for legacy files).
+    pub data_offset: u64,
+    pub load: LoadReport,
+    source: Source,
+}
+
+impl ModelFile {
+    /// Opens and parses any supported container, found by its magic bytes.
+    pub fn open(path: &Path, options: OpenOptions) -> Result<ModelFile> {
+        let started = Instant::now();
+        let source = Source::open(path, options)?;
+        let head = source.read_range(0, source.len().min(16))?;
+        let detected = detect_bytes(&head, source.len()).ok_or_else(|| {
+            FormatError::at(path, 0, ErrorKind::UnknownFormat { first_bytes: HexBytes(head.to_vec()) })
+        })?;
+        let mut reader = ByteReader::new(source.reader()?, path, source.len());
+        let (format, endian, alignment, metadata, tensors, data_offset) = match detected {
+            DetectedFormat::Gguf => {
+                let h = gguf::read_header(&mut reader)?;
+                let format = ContainerFormat::Gguf { version: h.version };
+                (format, h.endian, h.alignment, h.metadata, h.tensors, h.data_offset)
+            }
+            DetectedFormat::GgmlLegacy(_) => {
+                let m = ggml_legacy::read(&mut reader)?;
+                let format = ContainerFormat::Legacy { variant: m.variant, version: m.version };
+                (format, Endian::Little, gguf::DEFAULT_ALIGNMENT, m.metadata, m.tensors, m.header_len)
+            }
+            DetectedFormat::SafeTensors | DetectedFormat::PyTorchZip => {
+                return Err(FormatError::new(path, None, ErrorKind::UnsupportedFormat { format: detected.name() }));
+            }
+        };
+        let bytes_parsed = reader.pos().min(data_offset);
+        drop(reader);
+        let load = LoadReport {
+            mode: source.mode(),
+            mmap_fallback: source.mmap_fallback().map(str::to_owned),
+            bytes_parsed,
+            duration: started.elapsed(),
+        };
+        Ok(ModelFile { format, endian, alignment, metadata, tensors, data_offset, load, source })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.source.path()
+    }
+
+    pub fn file_len(&self) -> u64 {
+        self.source.len()
+    }
+
+    /// A tensor's bytes in ggml's current layout for its type.
+    pub fn tensor_data(&self, tensor: &TensorInfo) -> Result<Cow<'_, [u8]>> {
+        let stored = self.source.read_range(tensor.file_offset, tensor.stored_len)?;
+        Ok(match tensor.layout {
+            StoredLayout::Native => stored,
+            StoredLayout::LegacyBlocks(layout) => Cow::Owned(layout.repack(tensor.ggml_type, &stored)),
+        })
+    }
+
+    /// Copies a tensor's bytes (in the current layout) to `out`.
+    pub fn copy_tensor_data(&self, tensor: &TensorInfo, out: &mut dyn Write) -> io::Result<()> {
+        match tensor.layout {
+            StoredLayout::Native => self.source.copy_range(tensor.file_offset, tensor.stored_len, out),
+            StoredLayout::LegacyBlocks(_) => out.write_all(&self.tensor_data(tensor).map_err(io::Error::other)?),
+        }
+    }
+
+    /// True when some tensor's bytes change on read (pre-GGJTv3 blocks).
+    pub fn has_legacy_blocks(&self) -> bool {
+        self.tensors.iter().any(|t| matches!(t.layout, StoredLayout::LegacyBlocks(_)))
+    }
+}
+
+/// Resolves an on-disk tensor type id, naming types ggml has removed.
+pub(crate) fn resolve_tensor_type(id: u32, tensor: &str) -> Result<GgmlType, ErrorKind> {
+    GgmlType::from_id(id).ok_or_else(|| match RemovedGgmlType::from_id(id) {
+        Some(removed) => ErrorKind::RemovedTensorType { tensor: tensor.into(), id, name: removed.name },
+        None => ErrorKind::UnknownTensorType { tensor: tensor.into(), id },
+    })
+}

@@ -1,0 +1,38 @@
+//! Output files that appear whole or not at all.
+//!
+//! Bytes go to a temporary file beside the destination, which is renamed into
+//! place only on [`AtomicOutput::commit`]; an error or a kill leaves no
+//! partial file under the destination name.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use tempfile::NamedTempFile;
+
+pub struct AtomicOutput {
+    destination: PathBuf,
+    writer: BufWriter<NamedTempFile>,
+}
+
+impl AtomicOutput {
+    pub fn create(destination: &Path) -> io::Result<AtomicOutput> {
+        let dir = match destination.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let temp = tempfile::Builder::new().prefix(".quantforge-").suffix(".tmp").tempfile_in(dir)?;
+        Ok(AtomicOutput { destination: destination.to_owned(), writer: BufWriter::with_capacity(1 << 20, temp) })
+    }
+
+    pub fn writer(&mut self) -> &mut dyn Write {
+        &mut self.writer
+    }
+
+    /// Flushes, syncs and renames the file into place.
+    pub fn commit(self) -> io::Result<File> {
+        let temp = self.writer.into_inner().map_err(io::IntoInnerError::into_error)?;
+        temp.as_file().sync_all()?;
+        temp.persist(&self.destination).map_err(|e| e.error)
+    }
+}

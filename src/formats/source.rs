@@ -1,0 +1,198 @@
+//! Access to a model file's bytes: memory-mapped when possible, plain
+//! positioned reads otherwise.
+//!
+//! Mapping is negotiated, not assumed (seed 002): a failed `mmap` falls back to
+//! reads and the [`LoadReport`] says so, so a slow load can be told apart from
+//! a slow disk.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use memmap2::Mmap;
+
+use super::error::{FormatError, Result};
+
+/// How the bytes of a file are reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessMode {
+    Mmap,
+    Read,
+}
+
+/// Whether to try memory mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenOptions {
+    pub use_mmap: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> OpenOptions {
+        OpenOptions { use_mmap: true }
+    }
+}
+
+/// What loading a file cost: seed 002's start-up metrics.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LoadReport {
+    pub mode: AccessMode,
+    /// Why mapping was not used, when it was asked for and failed.
+    pub mmap_fallback: Option<String>,
+    /// Bytes parsed to build the model (headers, not tensor data).
+    pub bytes_parsed: u64,
+    #[serde(serialize_with = "serialize_secs")]
+    pub duration: Duration,
+}
+
+fn serialize_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+impl LoadReport {
+    pub fn bytes_per_second(&self) -> f64 {
+        self.bytes_parsed as f64 / self.duration.as_secs_f64().max(1e-9)
+    }
+}
+
+impl fmt::Display for LoadReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mode = match self.mode {
+            AccessMode::Mmap => "mmap",
+            AccessMode::Read => "read",
+        };
+        write!(
+            f,
+            "{mode}, {} parsed in {:.1} ms ({}/s)",
+            human_bytes(self.bytes_parsed as f64),
+            self.duration.as_secs_f64() * 1e3,
+            human_bytes(self.bytes_per_second()),
+        )?;
+        if let Some(reason) = &self.mmap_fallback {
+            write!(f, "; mmap failed, fell back to reads: {reason}")?;
+        }
+        Ok(())
+    }
+}
+
+/// `1.5 MiB`, `253.1 MiB`, `12 B`.
+pub fn human_bytes(n: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{value:.0} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+}
+
+/// An open model file.
+#[derive(Debug)]
+pub struct Source {
+    path: PathBuf,
+    file: File,
+    len: u64,
+    mmap: Option<Mmap>,
+    mmap_fallback: Option<String>,
+}
+
+impl Source {
+    pub fn open(path: &Path, options: OpenOptions) -> Result<Source> {
+        let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
+        let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
+        let (mmap, mmap_fallback) = if options.use_mmap && len > 0 {
+            // SAFETY: the map is read-only; a file truncated under us by another
+            // process is outside what any mmap-based loader can defend against,
+            // as in llama.cpp. `--no-mmap` avoids the map entirely.
+            match unsafe { Mmap::map(&file) } {
+                Ok(map) => (Some(map), None),
+                Err(e) => (None, Some(e.to_string())),
+            }
+        } else {
+            (None, None)
+        };
+        Ok(Source { path: path.to_owned(), file, len, mmap, mmap_fallback })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn mode(&self) -> AccessMode {
+        if self.mmap.is_some() { AccessMode::Mmap } else { AccessMode::Read }
+    }
+
+    pub fn mmap_fallback(&self) -> Option<&str> {
+        self.mmap_fallback.as_deref()
+    }
+
+    /// A sequential reader over the whole file, for parsing headers.
+    pub fn reader(&self) -> Result<Box<dyn Read + '_>> {
+        match &self.mmap {
+            Some(map) => Ok(Box::new(&map[..])),
+            None => {
+                let mut file = &self.file;
+                file.seek(SeekFrom::Start(0)).map_err(|e| FormatError::io(&self.path, e))?;
+                Ok(Box::new(BufReader::with_capacity(1 << 16, file)))
+            }
+        }
+    }
+
+    /// The bytes `[offset, offset + len)`, borrowed from the map when there
+    /// is one. The caller has checked the range against [`Source::len`].
+    pub fn read_range(&self, offset: u64, len: u64) -> Result<Cow<'_, [u8]>> {
+        let end = offset.checked_add(len).filter(|&end| end <= self.len);
+        let Some(end) = end else {
+            return Err(FormatError::at(
+                &self.path,
+                offset,
+                super::ErrorKind::Truncated {
+                    what: "tensor data".into(),
+                    needed: len,
+                    available: self.len.saturating_sub(offset),
+                },
+            ));
+        };
+        match &self.mmap {
+            Some(map) => Ok(Cow::Borrowed(&map[offset as usize..end as usize])),
+            None => {
+                let mut buf = vec![0u8; len as usize];
+                self.file.read_exact_at(&mut buf, offset).map_err(|e| FormatError::io(&self.path, e))?;
+                Ok(Cow::Owned(buf))
+            }
+        }
+    }
+
+    /// Copies `[offset, offset + len)` to `out` without holding more than a
+    /// small buffer when the file is not mapped.
+    pub fn copy_range(&self, offset: u64, len: u64, out: &mut dyn Write) -> io::Result<()> {
+        match &self.mmap {
+            Some(_) => {
+                let bytes = self.read_range(offset, len).map_err(io::Error::other)?;
+                out.write_all(&bytes)
+            }
+            None => {
+                let mut file = &self.file;
+                file.seek(SeekFrom::Start(offset))?;
+                let copied = io::copy(&mut file.take(len), out)?;
+                if copied != len {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while copying"));
+                }
+                Ok(())
+            }
+        }
+    }
+}

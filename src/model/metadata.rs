@@ -1,0 +1,365 @@
+//! Typed key/value metadata, as GGUF defines it.
+//!
+//! Values keep the exact type and bytes they were read with, so writing a model
+//! back gives the bytes it came from. Strings are byte strings: GGUF does not
+//! promise UTF-8 in values, and a tokenizer vocabulary may hold partial bytes.
+
+use std::fmt;
+
+/// The GGUF value type ids. The numbers are the on-disk ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ValueType {
+    U8 = 0,
+    I8 = 1,
+    U16 = 2,
+    I16 = 3,
+    U32 = 4,
+    I32 = 5,
+    F32 = 6,
+    Bool = 7,
+    String = 8,
+    Array = 9,
+    U64 = 10,
+    I64 = 11,
+    F64 = 12,
+}
+
+impl ValueType {
+    pub const ALL: [ValueType; 13] = [
+        ValueType::U8,
+        ValueType::I8,
+        ValueType::U16,
+        ValueType::I16,
+        ValueType::U32,
+        ValueType::I32,
+        ValueType::F32,
+        ValueType::Bool,
+        ValueType::String,
+        ValueType::Array,
+        ValueType::U64,
+        ValueType::I64,
+        ValueType::F64,
+    ];
+
+    pub fn from_id(id: u32) -> Option<ValueType> {
+        ValueType::ALL.iter().copied().find(|t| *t as u32 == id)
+    }
+
+    pub fn id(self) -> u32 {
+        self as u32
+    }
+
+    /// The name used on the command line (`--set KEY=TYPE:VALUE`) and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueType::U8 => "u8",
+            ValueType::I8 => "i8",
+            ValueType::U16 => "u16",
+            ValueType::I16 => "i16",
+            ValueType::U32 => "u32",
+            ValueType::I32 => "i32",
+            ValueType::F32 => "f32",
+            ValueType::Bool => "bool",
+            ValueType::String => "str",
+            ValueType::Array => "arr",
+            ValueType::U64 => "u64",
+            ValueType::I64 => "i64",
+            ValueType::F64 => "f64",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<ValueType> {
+        ValueType::ALL.iter().copied().find(|t| t.name() == name)
+    }
+
+    /// Bytes one value of a fixed-size type takes; `None` for strings and arrays.
+    pub fn fixed_size(self) -> Option<u64> {
+        match self {
+            ValueType::U8 | ValueType::I8 | ValueType::Bool => Some(1),
+            ValueType::U16 | ValueType::I16 => Some(2),
+            ValueType::U32 | ValueType::I32 | ValueType::F32 => Some(4),
+            ValueType::U64 | ValueType::I64 | ValueType::F64 => Some(8),
+            ValueType::String | ValueType::Array => None,
+        }
+    }
+}
+
+impl fmt::Display for ValueType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A GGUF string: bytes, usually but not necessarily UTF-8.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct GgufString(Vec<u8>);
+
+impl GgufString {
+    pub fn from_bytes(bytes: Vec<u8>) -> GgufString {
+        GgufString(bytes)
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.0).ok()
+    }
+
+    pub fn to_string_lossy(&self) -> String {
+        String::from_utf8_lossy(&self.0).into_owned()
+    }
+}
+
+impl From<&str> for GgufString {
+    fn from(s: &str) -> GgufString {
+        GgufString(s.as_bytes().to_vec())
+    }
+}
+
+impl From<String> for GgufString {
+    fn from(s: String) -> GgufString {
+        GgufString(s.into_bytes())
+    }
+}
+
+impl fmt::Debug for GgufString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&String::from_utf8_lossy(&self.0), f)
+    }
+}
+
+impl fmt::Display for GgufString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&String::from_utf8_lossy(&self.0))
+    }
+}
+
+/// One metadata value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    Bool(bool),
+    String(GgufString),
+    Array(Array),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+}
+
+/// A homogeneous array; arrays of arrays hold inner arrays of any element type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Array {
+    U8(Vec<u8>),
+    I8(Vec<i8>),
+    U16(Vec<u16>),
+    I16(Vec<i16>),
+    U32(Vec<u32>),
+    I32(Vec<i32>),
+    F32(Vec<f32>),
+    Bool(Vec<bool>),
+    String(Vec<GgufString>),
+    Array(Vec<Array>),
+    U64(Vec<u64>),
+    I64(Vec<i64>),
+    F64(Vec<f64>),
+}
+
+impl Value {
+    pub fn value_type(&self) -> ValueType {
+        match self {
+            Value::U8(_) => ValueType::U8,
+            Value::I8(_) => ValueType::I8,
+            Value::U16(_) => ValueType::U16,
+            Value::I16(_) => ValueType::I16,
+            Value::U32(_) => ValueType::U32,
+            Value::I32(_) => ValueType::I32,
+            Value::F32(_) => ValueType::F32,
+            Value::Bool(_) => ValueType::Bool,
+            Value::String(_) => ValueType::String,
+            Value::Array(_) => ValueType::Array,
+            Value::U64(_) => ValueType::U64,
+            Value::I64(_) => ValueType::I64,
+            Value::F64(_) => ValueType::F64,
+        }
+    }
+
+    pub fn string(s: &str) -> Value {
+        Value::String(GgufString::from(s))
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => s.as_str(),
+            _ => None,
+        }
+    }
+
+    /// The value as an unsigned integer, for any integer type holding a
+    /// non-negative number.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::U8(v) => Some(u64::from(v)),
+            Value::U16(v) => Some(u64::from(v)),
+            Value::U32(v) => Some(u64::from(v)),
+            Value::U64(v) => Some(v),
+            Value::I8(v) => u64::try_from(v).ok(),
+            Value::I16(v) => u64::try_from(v).ok(),
+            Value::I32(v) => u64::try_from(v).ok(),
+            Value::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// Parses the `VALUE` of a command-line `KEY=TYPE:VALUE`.
+    pub fn parse(value_type: ValueType, text: &str) -> Result<Value, String> {
+        fn num<T: std::str::FromStr>(text: &str, ty: ValueType) -> Result<T, String> {
+            text.trim().parse().map_err(|_| format!("`{text}` is not a valid {ty} value"))
+        }
+        let ty = value_type;
+        Ok(match ty {
+            ValueType::U8 => Value::U8(num(text, ty)?),
+            ValueType::I8 => Value::I8(num(text, ty)?),
+            ValueType::U16 => Value::U16(num(text, ty)?),
+            ValueType::I16 => Value::I16(num(text, ty)?),
+            ValueType::U32 => Value::U32(num(text, ty)?),
+            ValueType::I32 => Value::I32(num(text, ty)?),
+            ValueType::U64 => Value::U64(num(text, ty)?),
+            ValueType::I64 => Value::I64(num(text, ty)?),
+            ValueType::F32 => Value::F32(num(text, ty)?),
+            ValueType::F64 => Value::F64(num(text, ty)?),
+            ValueType::Bool => match text.trim() {
+                "true" | "1" => Value::Bool(true),
+                "false" | "0" => Value::Bool(false),
+                _ => return Err(format!("`{text}` is not a bool (use true or false)")),
+            },
+            ValueType::String => Value::string(text),
+            ValueType::Array => return Err("arrays cannot be set from the command line".into()),
+        })
+    }
+}
+
+impl Array {
+    pub fn element_type(&self) -> ValueType {
+        match self {
+            Array::U8(_) => ValueType::U8,
+            Array::I8(_) => ValueType::I8,
+            Array::U16(_) => ValueType::U16,
+            Array::I16(_) => ValueType::I16,
+            Array::U32(_) => ValueType::U32,
+            Array::I32(_) => ValueType::I32,
+            Array::F32(_) => ValueType::F32,
+            Array::Bool(_) => ValueType::Bool,
+            Array::String(_) => ValueType::String,
+            Array::Array(_) => ValueType::Array,
+            Array::U64(_) => ValueType::U64,
+            Array::I64(_) => ValueType::I64,
+            Array::F64(_) => ValueType::F64,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Array::U8(v) => v.len(),
+            Array::I8(v) => v.len(),
+            Array::U16(v) => v.len(),
+            Array::I16(v) => v.len(),
+            Array::U32(v) => v.len(),
+            Array::I32(v) => v.len(),
+            Array::F32(v) => v.len(),
+            Array::Bool(v) => v.len(),
+            Array::String(v) => v.len(),
+            Array::Array(v) => v.len(),
+            Array::U64(v) => v.len(),
+            Array::I64(v) => v.len(),
+            Array::F64(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element `idx` as a scalar value (arrays of arrays give `Value::Array`).
+    pub fn get(&self, idx: usize) -> Option<Value> {
+        Some(match self {
+            Array::U8(v) => Value::U8(*v.get(idx)?),
+            Array::I8(v) => Value::I8(*v.get(idx)?),
+            Array::U16(v) => Value::U16(*v.get(idx)?),
+            Array::I16(v) => Value::I16(*v.get(idx)?),
+            Array::U32(v) => Value::U32(*v.get(idx)?),
+            Array::I32(v) => Value::I32(*v.get(idx)?),
+            Array::F32(v) => Value::F32(*v.get(idx)?),
+            Array::Bool(v) => Value::Bool(*v.get(idx)?),
+            Array::String(v) => Value::String(v.get(idx)?.clone()),
+            Array::Array(v) => Value::Array(v.get(idx)?.clone()),
+            Array::U64(v) => Value::U64(*v.get(idx)?),
+            Array::I64(v) => Value::I64(*v.get(idx)?),
+            Array::F64(v) => Value::F64(*v.get(idx)?),
+        })
+    }
+}
+
+/// Ordered metadata with unique keys. Order is kept because it is part of the
+/// bytes of a GGUF file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Metadata {
+    entries: Vec<(String, Value)>,
+}
+
+impl Metadata {
+    pub fn new() -> Metadata {
+        Metadata::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Replaces the value of an existing key in place, or appends a new key.
+    pub fn set(&mut self, key: &str, value: Value) {
+        match self.entries.iter_mut().find(|(k, _)| k == key) {
+            Some(entry) => entry.1 = value,
+            None => self.entries.push((key.to_owned(), value)),
+        }
+    }
+
+    /// Builds metadata from entries whose keys the caller has checked to be
+    /// unique (the readers do, with a hash set, so a file with many keys is
+    /// not quadratic to load).
+    pub fn from_unique_entries(entries: Vec<(String, Value)>) -> Metadata {
+        Metadata { entries }
+    }
+
+    pub fn remove(&mut self, key: &str) -> Option<Value> {
+        let idx = self.entries.iter().position(|(k, _)| k == key)?;
+        Some(self.entries.remove(idx).1)
+    }
+
+    pub fn get_str(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(Value::as_str)
+    }
+}

@@ -1,0 +1,11 @@
+//! The in-memory model: ordered metadata plus tensor descriptors.
+//!
+//! Pure data, no I/O. Every container format reads into these types and the
+//! GGUF writer writes from them, so a GGJT file and a GGUF file look the same
+//! to everything downstream.
+
+mod metadata;
+mod tensor;
+
+pub use metadata::{Array, GgufString, Metadata, Value, ValueType};
+pub use tensor::{Endian, StoredLayout, TensorInfo, element_count, tensor_bytes};

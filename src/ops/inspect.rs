@@ -1,0 +1,204 @@
+//! `inspect`: a summary of a model file built from its header alone.
+//!
+//! The report is a plain serialisable value; its JSON form is a stable,
+//! documented interface (`docs/INSPECT_JSON.md`). Bump [`SCHEMA_VERSION`]
+//! when a field changes meaning or disappears.
+
+use serde::Serialize;
+use serde_json::{Value as Json, json};
+
+use crate::formats::{LoadReport, ModelFile};
+use crate::model::{Array, TensorInfo, Value};
+use crate::types::{FileType, GgmlType};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Arrays longer than this are summarised by their length and first entries.
+pub const ARRAY_PREVIEW: usize = 8;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InspectReport {
+    pub schema: u32,
+    pub file: String,
+    pub file_size: u64,
+    pub format: &'static str,
+    pub version: u32,
+    pub endian: crate::model::Endian,
+    pub alignment: u64,
+    pub data_offset: u64,
+    pub architecture: Option<String>,
+    pub file_type: Option<FileTypeReport>,
+    pub load: LoadReport,
+    /// True when pre-GGJTv3 blocks are repacked (scales narrowed to f16) on read.
+    pub legacy_blocks_repacked: bool,
+    pub metadata: Vec<MetadataEntry>,
+    pub tensor_count: usize,
+    pub element_count: u64,
+    pub tensor_bytes: u64,
+    pub bits_per_weight: f64,
+    pub types: Vec<TypeTotals>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensors: Option<Vec<TensorRow>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FileTypeReport {
+    pub id: u32,
+    pub name: Option<&'static str>,
+    pub description: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MetadataEntry {
+    pub key: String,
+    /// `u8` … `f64`, `bool`, `str`, or `arr`.
+    #[serde(rename = "type")]
+    pub value_type: &'static str,
+    /// For arrays: the element type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub element_type: Option<&'static str>,
+    /// For arrays: the number of elements.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub len: Option<usize>,
+    /// The value; for arrays the first [`ARRAY_PREVIEW`] elements (or all,
+    /// when `truncated` is false).
+    pub value: Json,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TypeTotals {
+    #[serde(rename = "type")]
+    pub ggml_type: &'static str,
+    pub tensors: usize,
+    pub elements: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TensorRow {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub ggml_type: &'static str,
+    /// ggml order: the row length first.
+    pub shape: Vec<u64>,
+    /// Absolute byte offset of the tensor's data in the file.
+    pub offset: u64,
+    /// Bytes in the current ggml layout.
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InspectOptions {
+    pub tensors: bool,
+}
+
+pub fn inspect(model: &ModelFile, options: InspectOptions) -> InspectReport {
+    let element_count: u64 = model.tensors.iter().map(TensorInfo::n_elements).sum();
+    let tensor_bytes: u64 = model.tensors.iter().map(TensorInfo::n_bytes).sum();
+    let file_type = model.metadata.get("general.file_type").and_then(Value::as_u64).map(|id| {
+        let known = u32::try_from(id).ok().and_then(FileType::from_id);
+        FileTypeReport {
+            id: u32::try_from(id).unwrap_or(u32::MAX),
+            name: known.map(FileType::name),
+            description: known.map(FileType::description),
+        }
+    });
+    InspectReport {
+        schema: SCHEMA_VERSION,
+        file: model.path().display().to_string(),
+        file_size: model.file_len(),
+        format: model.format.name(),
+        version: model.format.version(),
+        endian: model.endian,
+        alignment: model.alignment,
+        data_offset: model.data_offset,
+        architecture: model.metadata.get_str("general.architecture").map(str::to_owned),
+        file_type,
+        load: model.load.clone(),
+        legacy_blocks_repacked: model.has_legacy_blocks(),
+        metadata: model.metadata.iter().map(|(k, v)| metadata_entry(k, v)).collect(),
+        tensor_count: model.tensors.len(),
+        element_count,
+        tensor_bytes,
+        bits_per_weight: if element_count == 0 { 0.0 } else { tensor_bytes as f64 * 8.0 / element_count as f64 },
+        types: type_totals(&model.tensors),
+        tensors: options.tensors.then(|| model.tensors.iter().map(tensor_row).collect()),
+    }
+}
+
+fn type_totals(tensors: &[TensorInfo]) -> Vec<TypeTotals> {
+    GgmlType::all()
+        .filter_map(|ty| {
+            let of_type = tensors.iter().filter(|t| t.ggml_type == ty);
+            let (n, elements, bytes) =
+                of_type.fold((0, 0, 0), |(n, e, b), t| (n + 1, e + t.n_elements(), b + t.n_bytes()));
+            (n > 0).then_some(TypeTotals { ggml_type: ty.name(), tensors: n, elements, bytes })
+        })
+        .collect()
+}
+
+fn tensor_row(t: &TensorInfo) -> TensorRow {
+    TensorRow {
+        name: t.name.clone(),
+        ggml_type: t.ggml_type.name(),
+        shape: t.dims.clone(),
+        offset: t.file_offset,
+        bytes: t.n_bytes(),
+    }
+}
+
+fn metadata_entry(key: &str, value: &Value) -> MetadataEntry {
+    let mut entry = MetadataEntry {
+        key: key.to_owned(),
+        value_type: value.value_type().name(),
+        element_type: None,
+        len: None,
+        value: Json::Null,
+        truncated: false,
+    };
+    match value {
+        Value::Array(array) => {
+            entry.element_type = Some(array.element_type().name());
+            entry.len = Some(array.len());
+            entry.truncated = array.len() > ARRAY_PREVIEW;
+            entry.value = array_preview(array);
+        }
+        scalar => entry.value = scalar_json(scalar),
+    }
+    entry
+}
+
+fn array_preview(array: &Array) -> Json {
+    let shown = array.len().min(ARRAY_PREVIEW);
+    Json::Array((0..shown).filter_map(|i| array.get(i)).map(|v| scalar_json(&v)).collect())
+}
+
+/// JSON for one value. Non-finite floats, which JSON cannot hold, become the
+/// strings `"NaN"`, `"inf"` and `"-inf"`.
+pub fn scalar_json(value: &Value) -> Json {
+    fn float(x: f64) -> Json {
+        if x.is_finite() { json!(x) } else { Json::String(x.to_string()) }
+    }
+    match value {
+        Value::U8(v) => json!(v),
+        Value::I8(v) => json!(v),
+        Value::U16(v) => json!(v),
+        Value::I16(v) => json!(v),
+        Value::U32(v) => json!(v),
+        Value::I32(v) => json!(v),
+        Value::U64(v) => json!(v),
+        Value::I64(v) => json!(v),
+        // Through the shortest decimal that reads back as the same f32, so
+        // 1e-6 prints as 1e-6 rather than 9.999999974752427e-7.
+        Value::F32(v) => float(v.to_string().parse().unwrap_or(f64::NAN)),
+        Value::F64(v) => float(*v),
+        Value::Bool(v) => json!(v),
+        Value::String(s) => Json::String(s.to_string_lossy()),
+        Value::Array(a) => {
+            let all: Vec<Json> = (0..a.len()).filter_map(|i| a.get(i)).map(|v| scalar_json(&v)).collect();
+            Json::Array(all)
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! Operations behind the commands: each takes parsed inputs and returns a
+//! result or a report; none parses arguments or prints.
+
+pub mod edit;
+pub mod inspect;
