@@ -10,4 +10,5 @@ pub mod cli;
 pub mod formats;
 pub mod model;
 pub mod ops;
+pub mod synth;
 pub mod types;

@@ -31,7 +31,10 @@ impl AtomicOutput {
 
     /// Flushes, syncs and renames the file into place.
     pub fn commit(self) -> io::Result<File> {
+        use std::os::unix::fs::PermissionsExt;
         let temp = self.writer.into_inner().map_err(io::IntoInnerError::into_error)?;
+        // Temporary files are created private; a model file is not a secret.
+        temp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
         temp.as_file().sync_all()?;
         temp.persist(&self.destination).map_err(|e| e.error)
     }

@@ -1,0 +1,163 @@
+//! Helpers shared by the integration tests: a raw GGUF/GGML byte builder that
+//! can write malformed files on purpose, and access to the built binary.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn tiny_model() -> PathBuf {
+    repo().join("tests/data/tiny-llama.gguf")
+}
+
+/// The real Gemma model, or `None` (with a message) when it was not fetched.
+pub fn gemma() -> Option<PathBuf> {
+    let path = repo().join("models/gemma-3-270m-q4_k_m.gguf");
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!("skipped: {} is absent; run scripts/fetch-models.sh", path.display());
+        None
+    }
+}
+
+pub fn quantforge(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quantforge")).args(args).output().expect("the binary runs")
+}
+
+/// Python with gguf-py importable, or `None` (with a message). CI installs
+/// it, so the differential tests run there; a developer without it is told.
+pub fn python_with_gguf() -> Option<String> {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&python).args(["-c", "import gguf, numpy"]).output().is_ok_and(|o| o.status.success());
+    if ok {
+        Some(python)
+    } else {
+        assert!(std::env::var_os("CI").is_none(), "CI must install gguf-py (pip install gguf numpy)");
+        eprintln!("skipped: `{python} -c 'import gguf'` failed; pip install gguf numpy");
+        None
+    }
+}
+
+pub fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).expect("write temp file");
+    path
+}
+
+/// Raw GGUF bytes, little-endian, with every field under the test's control.
+#[derive(Clone)]
+pub struct RawGguf {
+    pub version: u32,
+    pub big_endian: bool,
+    /// Overrides for the counts in the header.
+    pub n_tensors: Option<u64>,
+    pub n_kv: Option<u64>,
+    pub kvs: Vec<Vec<u8>>,
+    pub tensors: Vec<Vec<u8>>,
+    pub alignment: u64,
+    pub data: Vec<u8>,
+}
+
+impl Default for RawGguf {
+    fn default() -> RawGguf {
+        RawGguf {
+            version: 3,
+            big_endian: false,
+            n_tensors: None,
+            n_kv: None,
+            kvs: Vec::new(),
+            tensors: Vec::new(),
+            alignment: 32,
+            data: Vec::new(),
+        }
+    }
+}
+
+impl RawGguf {
+    fn wide(&self) -> bool {
+        self.version != 1
+    }
+
+    pub fn u32(&self, v: u32) -> Vec<u8> {
+        if self.big_endian { v.to_be_bytes().to_vec() } else { v.to_le_bytes().to_vec() }
+    }
+
+    pub fn u64(&self, v: u64) -> Vec<u8> {
+        if self.big_endian { v.to_be_bytes().to_vec() } else { v.to_le_bytes().to_vec() }
+    }
+
+    /// A count or length: u32 in version 1, u64 after.
+    pub fn len(&self, v: u64) -> Vec<u8> {
+        if self.wide() { self.u64(v) } else { self.u32(v as u32) }
+    }
+
+    pub fn string(&self, s: &[u8]) -> Vec<u8> {
+        let mut out = self.len(s.len() as u64);
+        out.extend_from_slice(s);
+        out
+    }
+
+    /// A metadata entry with a raw type id and raw value bytes.
+    pub fn kv_raw(&mut self, key: &[u8], type_id: u32, value: Vec<u8>) -> &mut RawGguf {
+        let mut entry = self.string(key);
+        entry.extend(self.u32(type_id));
+        entry.extend(value);
+        self.kvs.push(entry);
+        self
+    }
+
+    pub fn kv_u32(&mut self, key: &str, v: u32) -> &mut RawGguf {
+        let value = self.u32(v);
+        self.kv_raw(key.as_bytes(), 4, value)
+    }
+
+    pub fn kv_str(&mut self, key: &str, v: &str) -> &mut RawGguf {
+        let value = self.string(v.as_bytes());
+        self.kv_raw(key.as_bytes(), 8, value)
+    }
+
+    pub fn tensor(&mut self, name: &[u8], dims: &[u64], type_id: u32, offset: u64) -> &mut RawGguf {
+        let mut info = self.string(name);
+        info.extend(self.u32(dims.len() as u32));
+        for &d in dims {
+            info.extend(self.len(d));
+        }
+        info.extend(self.u32(type_id));
+        info.extend(self.u64(offset));
+        self.tensors.push(info);
+        self
+    }
+
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut out = b"GGUF".to_vec();
+        out.extend(self.u32(self.version));
+        out.extend(self.len(self.n_tensors.unwrap_or(self.tensors.len() as u64)));
+        out.extend(self.len(self.n_kv.unwrap_or(self.kvs.len() as u64)));
+        for kv in &self.kvs {
+            out.extend(kv);
+        }
+        for t in &self.tensors {
+            out.extend(t);
+        }
+        while out.len() as u64 % self.alignment != 0 {
+            out.push(0);
+        }
+        out.extend(&self.data);
+        out
+    }
+}
+
+/// A small valid file: two keys, an F32 tensor and a Q8_0 tensor.
+pub fn valid_gguf() -> RawGguf {
+    let mut g = RawGguf::default();
+    g.kv_str("general.architecture", "llama").kv_u32("general.alignment", 32);
+    g.tensor(b"a.weight", &[4, 2], 0, 0).tensor(b"b.weight", &[32, 1], 8, 32);
+    g.data = (0..32u8).chain(0..34).chain([0; 30]).collect();
+    g
+}

@@ -1,0 +1,115 @@
+//! Differential tests against gguf-py: files written by `GGUFWriter`
+//! (`gguf_py/make_fixtures.py`) read the same through our reader as through
+//! `GGUFReader` (`gguf_py/dump.py`), and our round trip gives back their
+//! bytes. Skipped, with a message, where gguf-py is not installed; CI
+//! installs it.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use quantforge::formats::{ModelFile, OpenOptions};
+use quantforge::model::{Array, Value};
+use quantforge::ops::edit::{Edits, edit_file};
+use serde_json::{Value as Json, json};
+
+fn run_python(python: &str, script: &str, arg: &Path) -> String {
+    let output = Command::new(python)
+        .arg(common::repo().join("tests/gguf_py").join(script))
+        .arg(arg)
+        .output()
+        .expect("python runs");
+    assert!(output.status.success(), "{script} failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).expect("utf-8 output")
+}
+
+/// Our value in the shape `dump.py` prints: f32 widened exactly to f64, as
+/// numpy's `tolist()` does.
+fn value_json(value: &Value) -> Json {
+    match value {
+        Value::F32(v) => json!(f64::from(*v)),
+        Value::Array(a) => Json::Array((0..a.len()).filter_map(|i| a.get(i)).map(|v| value_json(&v)).collect()),
+        other => quantforge::ops::inspect::scalar_json(other),
+    }
+}
+
+fn our_view(model: &ModelFile) -> Json {
+    let metadata: Vec<Json> = model
+        .metadata
+        .iter()
+        .map(|(key, value)| {
+            let mut entry = json!({ "key": key, "type": value.value_type().name() });
+            match value {
+                Value::Array(Array::Array(_)) => entry["element_type"] = json!("arr"),
+                Value::Array(a) => {
+                    entry["element_type"] = json!(a.element_type().name());
+                    entry["value"] = value_json(value);
+                }
+                scalar => entry["value"] = value_json(scalar),
+            }
+            entry
+        })
+        .collect();
+    let tensors: Vec<Json> = model
+        .tensors
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "type": t.ggml_type.id(),
+                "shape": t.dims,
+                "offset": t.file_offset,
+                "bytes": t.n_bytes(),
+            })
+        })
+        .collect();
+    json!({
+        "endian": model.endian,
+        "alignment": model.alignment,
+        "data_offset": model.data_offset,
+        "metadata": metadata,
+        "tensors": tensors,
+    })
+}
+
+fn check_file(python: &str, path: &Path) {
+    let theirs: Json = serde_json::from_str(&run_python(python, "dump.py", path)).expect("dump.py prints JSON");
+    for use_mmap in [true, false] {
+        let model = ModelFile::open(path, OpenOptions { use_mmap }).expect("gguf-py's file loads");
+        assert_eq!(our_view(&model), theirs, "{} (mmap: {use_mmap})", path.display());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("copy.gguf");
+    edit_file(path, &copy, &Edits::default(), OpenOptions::default()).unwrap();
+    assert!(std::fs::read(path).unwrap() == std::fs::read(&copy).unwrap(), "round trip of {} differs", path.display());
+}
+
+#[test]
+fn files_written_by_gguf_py_read_the_same_and_round_trip() {
+    let Some(python) = common::python_with_gguf() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    run_python(&python, "make_fixtures.py", dir.path());
+    let mut n_files = 0;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        check_file(&python, &entry.unwrap().path());
+        n_files += 1;
+    }
+    assert_eq!(n_files, 4);
+}
+
+#[test]
+fn gguf_py_reads_what_we_write() {
+    let Some(python) = common::python_with_gguf() else { return };
+    let tiny = common::tiny_model();
+    let theirs: Json = serde_json::from_str(&run_python(&python, "dump.py", &tiny)).unwrap();
+    let model = ModelFile::open(&tiny, OpenOptions::default()).unwrap();
+    assert_eq!(our_view(&model), theirs);
+}
+
+#[test]
+fn real_gemma_reads_the_same() {
+    let Some(python) = common::python_with_gguf() else { return };
+    let Some(gemma) = common::gemma() else { return };
+    check_file(&python, &gemma);
+}
