@@ -113,3 +113,50 @@ fn real_gemma_reads_the_same() {
     let Some(gemma) = common::gemma() else { return };
     check_file(&python, &gemma);
 }
+
+/// `inspect --json --tensors` on the real model agrees with gguf-py on every
+/// key (name, type, scalar value, array length and leading entries) and every
+/// tensor (name, type, shape, offset, size).
+#[test]
+fn inspect_json_agrees_with_gguf_py_on_gemma() {
+    let Some(python) = common::python_with_gguf() else { return };
+    let Some(gemma) = common::gemma() else { return };
+    let theirs: Json = serde_json::from_str(&run_python(&python, "dump.py", &gemma)).unwrap();
+    let output = common::quantforge(&["inspect".as_ref(), gemma.as_os_str(), "--json".as_ref(), "--tensors".as_ref()]);
+    assert!(output.status.success());
+    let ours: Json = serde_json::from_slice(&output.stdout).unwrap();
+
+    let their_keys = theirs["metadata"].as_array().unwrap();
+    let our_keys = ours["metadata"].as_array().unwrap();
+    assert_eq!(our_keys.len(), their_keys.len());
+    for (o, t) in our_keys.iter().zip(their_keys) {
+        assert_eq!((&o["key"], &o["type"]), (&t["key"], &t["type"]));
+        match t["value"].as_array() {
+            Some(values) => {
+                assert_eq!(o["len"].as_u64(), Some(values.len() as u64), "{}", t["key"]);
+                let shown = o["value"].as_array().unwrap();
+                for (a, b) in shown.iter().zip(values) {
+                    match (a.as_f64(), b.as_f64()) {
+                        (Some(x), Some(y)) if t["element_type"] == "f32" => assert_eq!(x as f32, y as f32),
+                        _ => assert_eq!(a, b, "{}", t["key"]),
+                    }
+                }
+            }
+            None if t["type"] == "f32" => {
+                assert_eq!(o["value"].as_f64().unwrap() as f32, t["value"].as_f64().unwrap() as f32)
+            }
+            None => assert_eq!(o["value"], t["value"], "{}", t["key"]),
+        }
+    }
+
+    let their_tensors = theirs["tensors"].as_array().unwrap();
+    let our_tensors = ours["tensors"].as_array().unwrap();
+    assert_eq!(our_tensors.len(), their_tensors.len());
+    for (o, t) in our_tensors.iter().zip(their_tensors) {
+        let type_id = quantforge::types::GgmlType::from_name(o["type"].as_str().unwrap()).unwrap().id();
+        assert_eq!(
+            (&o["name"], json!(type_id), &o["shape"], &o["offset"], &o["bytes"]),
+            (&t["name"], t["type"].clone(), &t["shape"], &t["offset"], &t["bytes"])
+        );
+    }
+}

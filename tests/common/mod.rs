@@ -161,3 +161,68 @@ pub fn valid_gguf() -> RawGguf {
     g.data = (0..32u8).chain(0..34).chain([0; 30]).collect();
     g
 }
+
+/// One tensor of a legacy file: name, dims (ggml order), type id, stored bytes.
+pub struct LegacyTensor {
+    pub name: String,
+    pub dims: Vec<u32>,
+    pub type_id: u32,
+    pub data: Vec<u8>,
+}
+
+/// A legacy GGML-family file: `magic` is the on-disk bytes (`lmgg`, `fmgg`,
+/// `tjgg`).
+pub struct LegacyFile {
+    pub magic: [u8; 4],
+    pub version: u32,
+    /// n_vocab, n_embd, n_mult, n_head, n_layer, n_rot, ftype.
+    pub hparams: [u32; 7],
+    pub vocab: Vec<(Vec<u8>, f32)>,
+    pub tensors: Vec<LegacyTensor>,
+}
+
+impl LegacyFile {
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut out = self.magic.to_vec();
+        if &self.magic != b"lmgg" {
+            out.extend(self.version.to_le_bytes());
+        }
+        for v in self.hparams {
+            out.extend(v.to_le_bytes());
+        }
+        for (text, score) in &self.vocab {
+            out.extend((text.len() as u32).to_le_bytes());
+            out.extend(text);
+            if &self.magic != b"lmgg" {
+                out.extend(score.to_le_bytes());
+            }
+        }
+        for t in &self.tensors {
+            out.extend((t.dims.len() as u32).to_le_bytes());
+            out.extend((t.name.len() as u32).to_le_bytes());
+            out.extend(t.type_id.to_le_bytes());
+            for d in &t.dims {
+                out.extend(d.to_le_bytes());
+            }
+            out.extend(t.name.as_bytes());
+            if &self.magic == b"tjgg" {
+                while out.len() % 32 != 0 {
+                    out.push(0);
+                }
+            }
+            out.extend(&t.data);
+        }
+        out
+    }
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn noise(seed: u64, n: usize) -> Vec<u8> {
+    let mut state = seed;
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 56) as u8
+        })
+        .collect()
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Fetches the reference implementations the differential tests compare
+# against, outside the repository (nothing fetched is ever committed):
+#
+#   $QUANTFORGE_REFS/llama.cpp             llama.cpp source, from the llama-cpp-python
+#                                          0.3.36 sdist (convert scripts, gguf-py, ggml)
+#   $QUANTFORGE_REFS/llama.cpp/build/bin   llama-quantize, llama-gguf-split (with --build)
+#
+# QUANTFORGE_REFS defaults to ~/.cache/quantforge/refs. Safe to rerun: what is
+# there is kept. Tests find the references through the same variable and skip
+# (outside CI) when they are absent.
+set -euo pipefail
+refs=${QUANTFORGE_REFS:-$HOME/.cache/quantforge/refs}
+version=0.3.36
+python=${PYTHON:-python3}
+build=false
+[ "${1:-}" = "--build" ] && build=true
+
+mkdir -p "$refs"
+src=$refs/llama.cpp
+if [ ! -f "$src/.complete-$version" ]; then
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    # Only llama-cpp-python itself must come as source; its build tools may be wheels.
+    "$python" -m pip download --quiet --no-deps --no-binary llama-cpp-python \
+        "llama-cpp-python==$version" -d "$work"
+    tar -xzf "$work/llama_cpp_python-$version.tar.gz" -C "$work"
+    rm -rf "$src"
+    mv "$work/llama_cpp_python-$version/vendor/llama.cpp" "$src"
+    touch "$src/.complete-$version"
+    echo "fetched llama.cpp (llama-cpp-python $version) into $src"
+else
+    echo "have $src"
+fi
+
+if $build; then
+    bin=$src/build/bin
+    if [ -x "$bin/llama-quantize" ] && [ -x "$bin/llama-gguf-split" ]; then
+        echo "have $bin/llama-quantize and llama-gguf-split"
+    else
+        command -v cmake >/dev/null || { apt-get update -qq && apt-get install -y -qq cmake; }
+        cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release \
+            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF \
+            -DLLAMA_CURL=OFF -DGGML_NATIVE=ON >/dev/null
+        cmake --build "$src/build" --target llama-quantize llama-gguf-split -j "$(nproc)" >/dev/null
+        echo "built $bin/llama-quantize and llama-gguf-split"
+    fi
+fi

@@ -1,0 +1,217 @@
+//! The command line end to end: inspect (text, JSON, tensor table, both
+//! access modes) and edit (edits, round trip, refusals), on the tiny model
+//! shipped in the repo.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use expect_test::expect;
+use quantforge::formats::{AtomicOutput, ModelFile, OpenOptions, gguf};
+use quantforge::model::{Endian, Value};
+use quantforge::synth::{self, LlamaConfig};
+use serde_json::Value as Json;
+
+fn run(args: &[&OsStr]) -> (String, String) {
+    let output = common::quantforge(args);
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "quantforge {args:?} failed: {stderr}");
+    (stdout, stderr)
+}
+
+fn inspect_json(path: &Path, extra: &[&str]) -> Json {
+    let mut args: Vec<&OsStr> = vec!["inspect".as_ref(), path.as_os_str(), "--json".as_ref()];
+    args.extend(extra.iter().map(OsStr::new));
+    serde_json::from_str(&run(&args).0).expect("inspect --json prints JSON")
+}
+
+#[test]
+fn tiny_model_is_reproducible() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    let mut model = synth::llama(&LlamaConfig::tiny());
+    let (metadata, tensors) = (model.metadata.clone(), model.tensors.clone());
+    let mut out = AtomicOutput::create(&path).unwrap();
+    gguf::write_gguf(out.writer(), Endian::Little, &metadata, &tensors, &mut model).unwrap();
+    out.commit().unwrap();
+    assert!(
+        std::fs::read(&path).unwrap() == std::fs::read(common::tiny_model()).unwrap(),
+        "tests/data/tiny-llama.gguf differs from what `cargo run --example make-tiny-model` writes"
+    );
+}
+
+#[test]
+fn inspect_text_summary() {
+    let (stdout, stderr) = run(&["inspect".as_ref(), common::tiny_model().as_os_str()]);
+    assert!(stderr.contains(": mmap, "), "{stderr}");
+    let body: String = stdout.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    expect![[r#"
+        format        GGUF v3, little-endian, alignment 32, data at byte 13920
+        architecture  llama
+        file type     F16 (id 1)
+        tensors       21 tensors, 1443072 elements, 2.8 MiB, 16.01 bits per weight
+
+        metadata (21 keys)
+          general.architecture                    str             "llama"
+          general.name                            str             "quantforge tiny llama"
+          general.file_type                       u32             1
+          llama.vocab_size                        u32             512
+          llama.context_length                    u32             256
+          llama.embedding_length                  u32             256
+          llama.block_count                       u32             2
+          llama.feed_forward_length               u32             512
+          llama.rope.dimension_count              u32             64
+          llama.rope.freq_base                    f32             10000.0
+          llama.attention.head_count              u32             4
+          llama.attention.head_count_kv           u32             2
+          llama.attention.layer_norm_rms_epsilon  f32             0.00001
+          tokenizer.ggml.model                    str             "llama"
+          tokenizer.ggml.tokens                   arr[str; 512]   ["<unk>","<s>","</s>","<0x00>","<0x01>","<0x02>","<0x03>","<0x04>", ...]
+          tokenizer.ggml.scores                   arr[f32; 512]   [0.0,-1.0,-2.0,-3.0,-4.0,-5.0,-6.0,-7.0, ...]
+          tokenizer.ggml.token_type               arr[i32; 512]   [2,3,3,6,6,6,6,6, ...]
+          tokenizer.ggml.bos_token_id             u32             1
+          tokenizer.ggml.eos_token_id             u32             2
+          tokenizer.ggml.unknown_token_id         u32             0
+          general.quantization_version            u32             2
+
+        types
+          F32          5 tensors          1280 elements     5.0 KiB
+          F16         16 tensors       1441792 elements     2.8 MiB
+    "#]]
+    .assert_eq(&body);
+}
+
+#[test]
+fn inspect_json_fields() {
+    let tiny = common::tiny_model();
+    let report = inspect_json(&tiny, &["--tensors"]);
+    assert_eq!(report["schema"], 1);
+    assert_eq!(report["format"], "GGUF");
+    assert_eq!(report["version"], 3);
+    assert_eq!(report["endian"], "little");
+    assert_eq!(report["alignment"], 32);
+    assert_eq!(report["architecture"], "llama");
+    assert_eq!(report["file_type"]["name"], "F16");
+    assert_eq!(report["load"]["mode"], "mmap");
+    assert_eq!(report["tensor_count"], 21);
+    assert_eq!(report["element_count"], 1443072);
+    let tokens = report["metadata"].as_array().unwrap().iter().find(|m| m["key"] == "tokenizer.ggml.tokens").unwrap();
+    assert_eq!(tokens["type"], "arr");
+    assert_eq!(tokens["element_type"], "str");
+    assert_eq!(tokens["len"], 512);
+    assert_eq!(tokens["truncated"], true);
+    assert_eq!(tokens["value"].as_array().unwrap().len(), 8);
+    let tensors = report["tensors"].as_array().unwrap();
+    assert_eq!(tensors.len(), 21);
+    assert_eq!(tensors[0]["name"], "token_embd.weight");
+    assert_eq!(tensors[0]["shape"], serde_json::json!([256, 512]));
+    assert_eq!(tensors[0]["offset"], report["data_offset"]);
+    assert_eq!(tensors[0]["bytes"], 256 * 512 * 2);
+    let bytes_by_type: u64 = report["types"].as_array().unwrap().iter().map(|t| t["bytes"].as_u64().unwrap()).sum();
+    assert_eq!(Some(bytes_by_type), report["tensor_bytes"].as_u64());
+
+    let without_mmap = inspect_json(&tiny, &["--no-mmap"]);
+    assert_eq!(without_mmap["load"]["mode"], "read");
+    assert!(without_mmap.get("tensors").is_none());
+}
+
+#[test]
+fn inspect_reads_headers_only() {
+    // A sparse file whose single tensor claims 64 GiB: inspect must not read it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.gguf");
+    let mut g = common::RawGguf::default();
+    g.kv_str("general.architecture", "llama");
+    g.tensor(b"huge.weight", &[1 << 16, 1 << 18], 0, 0);
+    std::fs::write(&path, g.bytes()).unwrap();
+    let file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    file.set_len(g.bytes().len() as u64 + (1 << 36)).unwrap();
+    let report = inspect_json(&path, &["--no-mmap"]);
+    assert_eq!(report["tensor_bytes"], 1u64 << 36);
+    assert!(report["load"]["bytes_parsed"].as_u64().unwrap() < 4096);
+}
+
+#[test]
+fn edit_without_changes_is_the_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("copy.gguf");
+    let tiny = common::tiny_model();
+    for mmap_flag in [None, Some("--no-mmap")] {
+        let mut args: Vec<&OsStr> = vec!["edit".as_ref(), tiny.as_os_str(), out.as_os_str()];
+        args.extend(mmap_flag.map(OsStr::new));
+        run(&args);
+        assert!(std::fs::read(&out).unwrap() == std::fs::read(common::tiny_model()).unwrap());
+    }
+}
+
+#[test]
+fn edit_sets_deletes_and_renames() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("edited.gguf");
+    let tiny = common::tiny_model();
+    let args = [
+        "edit",
+        tiny.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--set",
+        "general.name=str:renamed",
+        "--set",
+        "llama.context_length=u32:4096",
+        "--set",
+        "test.flag=bool:true",
+        "--set",
+        "test.ratio=f64:0.25",
+        "--delete",
+        "tokenizer.ggml.scores",
+        "--rename-tensor",
+        "output.weight=lm_head.weight",
+    ];
+    run(&args.map(OsStr::new));
+    let model = ModelFile::open(&out, OpenOptions::default()).unwrap();
+    let m = &model.metadata;
+    assert_eq!(m.get_str("general.name"), Some("renamed"));
+    assert_eq!(m.get("llama.context_length"), Some(&Value::U32(4096)));
+    assert_eq!(m.get("test.flag"), Some(&Value::Bool(true)));
+    assert_eq!(m.get("test.ratio"), Some(&Value::F64(0.25)));
+    assert!(!m.contains_key("tokenizer.ggml.scores"));
+    // Set keeps an existing key's position; new keys go last.
+    let keys: Vec<&str> = m.iter().map(|(k, _)| k).collect();
+    assert_eq!(keys[1], "general.name");
+    assert_eq!(keys[keys.len() - 2..], ["test.flag", "test.ratio"]);
+    assert_eq!(model.tensors.last().unwrap().name, "lm_head.weight");
+
+    let original = ModelFile::open(&common::tiny_model(), OpenOptions::default()).unwrap();
+    for (a, b) in original.tensors.iter().zip(&model.tensors) {
+        assert_eq!(original.tensor_data(a).unwrap(), model.tensor_data(b).unwrap());
+    }
+}
+
+#[test]
+fn edit_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("copy.gguf");
+    std::fs::copy(common::tiny_model(), &copy).unwrap();
+    let out = dir.path().join("out.gguf");
+    let cases: [(&[&str], &str); 6] = [
+        (&[copy.to_str().unwrap()], "refusing to overwrite the input"),
+        (&[out.to_str().unwrap(), "--delete", "no.such.key"], "no such metadata key"),
+        (&[out.to_str().unwrap(), "--rename-tensor", "nope=x"], "cannot rename `nope`: no such tensor"),
+        (
+            &[out.to_str().unwrap(), "--rename-tensor", "output.weight=token_embd.weight"],
+            "a tensor of that name exists",
+        ),
+        (&[out.to_str().unwrap(), "--set", "general.alignment=u32:48"], "must be a u32 power of two"),
+        (&[out.to_str().unwrap(), "--set", "x=u8:300"], "`300` is not a valid u8 value"),
+    ];
+    for (tail, message) in cases {
+        let mut args: Vec<&OsStr> = vec!["edit".as_ref(), copy.as_os_str()];
+        args.extend(tail.iter().map(OsStr::new));
+        let output = common::quantforge(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{tail:?} should fail");
+        assert!(stderr.contains(message), "{tail:?}: {stderr}");
+        assert!(!out.exists());
+    }
+}
