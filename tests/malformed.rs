@@ -259,6 +259,20 @@ fn legacy_headers() {
 }
 
 #[test]
+fn fuzzer_findings_load_without_panicking() {
+    // A GGJT header whose n_embd overflowed the feed-forward width formula
+    // (found by fuzz/parse_model); it has no tensors, so it loads.
+    let crash: &[u8] = &[
+        b't', b'j', b'g', b'g', 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0,
+        0, 0, 0, 0,
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::write_temp(dir.path(), "crash.bin", crash);
+    let model = ModelFile::open(&path, OpenOptions::default()).unwrap();
+    assert_eq!(model.metadata.get("llama.feed_forward_length").and_then(|v| v.as_u64()), Some(u64::from(u32::MAX)));
+}
+
+#[test]
 fn cli_reports_errors_without_panicking_and_leaves_no_output() {
     let dir = tempfile::tempdir().unwrap();
     let mut g = valid_gguf();

@@ -394,9 +394,11 @@ fn build_metadata(
 }
 
 /// LLaMA's feed-forward width from `n_mult`, for files without layer 0's FFN.
+/// Computed in u64: a hostile header's `n_embd` must not overflow it.
 fn llama_n_ff(n_embd: u32, n_mult: u32) -> u32 {
-    let n_mult = n_mult.max(1);
-    (2 * (4 * n_embd) / 3).div_ceil(n_mult) * n_mult
+    let n_mult = u64::from(n_mult.max(1));
+    let n_ff = (2 * (4 * u64::from(n_embd)) / 3).div_ceil(n_mult) * n_mult;
+    u32::try_from(n_ff).unwrap_or(u32::MAX)
 }
 
 /// llama.cpp token types.
