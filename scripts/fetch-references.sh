@@ -4,7 +4,8 @@
 #
 #   $QUANTFORGE_REFS/llama.cpp             llama.cpp source, from the llama-cpp-python
 #                                          0.3.36 sdist (convert scripts, gguf-py, ggml)
-#   $QUANTFORGE_REFS/llama.cpp/build/bin   llama-quantize, llama-gguf-split (with --build)
+#   $QUANTFORGE_REFS/llama.cpp/build/bin   llama-quantize, llama-gguf-split and libggml-base
+#                                          (with --build; ~5 min on 2 cores)
 #
 # QUANTFORGE_REFS defaults to ~/.cache/quantforge/refs. Safe to rerun: what is
 # there is kept. Tests find the references through the same variable and skip
@@ -39,10 +40,17 @@ if $build; then
         echo "have $bin/llama-quantize and llama-gguf-split"
     else
         command -v cmake >/dev/null || { apt-get update -qq && apt-get install -y -qq cmake; }
+        # The reference semantics: ggml's C evaluated as written, no fused
+        # multiply-add contraction (llama.cpp issue #25353), no -march=native.
         cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release \
             -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF \
-            -DLLAMA_CURL=OFF -DGGML_NATIVE=ON >/dev/null
-        cmake --build "$src/build" --target llama-quantize llama-gguf-split -j "$(nproc)" >/dev/null
+            -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF \
+            -DCMAKE_C_FLAGS=-ffp-contract=off -DCMAKE_CXX_FLAGS=-ffp-contract=off >/dev/null
+        # One retry: a parallel make has been seen to fail once and then succeed.
+        for target in llama-quantize llama-gguf-split; do
+            cmake --build "$src/build" --target "$target" -j "$(nproc)" >/dev/null ||
+                cmake --build "$src/build" --target "$target" -j 1 >/dev/null
+        done
         echo "built $bin/llama-quantize and llama-gguf-split"
     fi
 fi

@@ -7,8 +7,10 @@
 //! binary on top.
 
 pub mod cli;
+pub mod codecs;
 pub mod formats;
 pub mod model;
 pub mod ops;
+pub mod quant;
 pub mod synth;
 pub mod types;

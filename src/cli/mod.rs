@@ -3,7 +3,9 @@
 //! The only module that knows about clap and about stdout/stderr. Data goes to
 //! stdout, logs to stderr; a closed pipe ends the program quietly.
 
+mod diff;
 mod inspect;
+mod quantize;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -15,6 +17,9 @@ use clap::{Parser, Subcommand};
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::ops::edit::{self, Edits};
 use crate::ops::inspect::InspectOptions;
+use crate::ops::quantize::{KvOverride, QuantizeOptions};
+use crate::quant::mixture::{self, MixtureOptions, TensorTypeOverride};
+use crate::types::{FileType, GgmlType};
 
 #[derive(Debug, Parser)]
 #[command(name = "quantforge", version, about = "A build system for model weights")]
@@ -57,6 +62,90 @@ enum Command {
         #[command(flatten)]
         load: LoadArgs,
     },
+    /// Quantize a model: `quantize [FLAGS] IN OUT TYPE [NTHREADS]`, byte-identical to llama-quantize.
+    Quantize(Box<QuantizeArgs>),
+    /// Decode every tensor to f32, f16 or bf16 (1-D tensors stay f32, as in converted models).
+    Dequantize {
+        input: PathBuf,
+        output: PathBuf,
+        #[arg(long = "type", default_value = "f16", value_parser = ["f32", "f16", "bf16"])]
+        ty: String,
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+    /// Compare two models tensor by tensor: MAE, RMSE, max abs error, cosine similarity.
+    Diff {
+        a: PathBuf,
+        b: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `quantforge quantize`: llama-quantize's flags and positional order, so an
+/// existing command line works unchanged.
+#[derive(Debug, clap::Args)]
+struct QuantizeArgs {
+    /// Allow requantizing tensors that are already quantized.
+    #[arg(long)]
+    allow_requantize: bool,
+    /// Leave output.weight un(re)quantized.
+    #[arg(long)]
+    leave_output_tensor: bool,
+    /// Quantize every tensor to the same type: no k-quant mixture.
+    #[arg(long)]
+    pure: bool,
+    /// Importance matrix (llama.cpp's .dat or GGUF format).
+    #[arg(long, value_name = "FILE")]
+    imatrix: Option<PathBuf>,
+    /// Use the importance matrix only for these tensors (repeatable).
+    #[arg(long = "include-weights", value_name = "TENSOR", conflicts_with = "exclude_weights")]
+    include_weights: Vec<String>,
+    /// Do not use the importance matrix for these tensors (repeatable).
+    #[arg(long = "exclude-weights", value_name = "TENSOR")]
+    exclude_weights: Vec<String>,
+    /// Type for output.weight.
+    #[arg(long, value_name = "TYPE", value_parser = parse_ggml_type)]
+    output_tensor_type: Option<GgmlType>,
+    /// Type for the token embeddings.
+    #[arg(long, value_name = "TYPE", value_parser = parse_ggml_type)]
+    token_embedding_type: Option<GgmlType>,
+    /// Quantize tensors whose name matches PATTERN (a regex) to TYPE (repeatable).
+    #[arg(long = "tensor-type", value_name = "PATTERN=TYPE", value_parser = TensorTypeOverride::parse)]
+    tensor_type: Vec<TensorTypeOverride>,
+    /// Override a metadata key in the output: KEY=TYPE:VALUE, TYPE one of int, float, bool, str.
+    #[arg(long = "override-kv", value_name = "KEY=TYPE:VALUE", value_parser = KvOverride::parse)]
+    override_kv: Vec<KvOverride>,
+    /// Print the per-tensor plan and the output size; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Worker threads (default: all cores); the positional NTHREADS also sets it.
+    #[arg(long)]
+    threads: Option<usize>,
+    input: PathBuf,
+    output: PathBuf,
+    /// A preset (Q4_K_M, Q8_0, …) or its llama ftype number.
+    #[arg(value_name = "TYPE")]
+    preset: String,
+    #[arg(value_name = "NTHREADS")]
+    nthreads: Option<usize>,
+}
+
+fn parse_ggml_type(text: &str) -> Result<GgmlType, String> {
+    GgmlType::from_name(text).ok_or_else(|| {
+        let names: Vec<&str> = GgmlType::all().map(GgmlType::name).collect();
+        format!("unknown ggml type `{text}` (valid: {})", names.join(", "))
+    })
+}
+
+/// A preset by name or llama ftype number, as llama-quantize accepts it.
+fn parse_preset(text: &str) -> anyhow::Result<FileType> {
+    let by_number = text.parse::<u32>().ok().and_then(FileType::from_id);
+    by_number.or_else(|| FileType::from_name(text)).filter(|f| mixture::default_type(*f).is_some()).ok_or_else(|| {
+        let names: Vec<&str> =
+            FileType::all().filter(|f| mixture::default_type(*f).is_some()).map(FileType::name).collect();
+        anyhow::anyhow!("unknown quantization type `{text}`\nhint: valid types are {}", names.join(", "))
+    })
 }
 
 #[derive(Debug, clap::Args)]
@@ -115,6 +204,44 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 human_bytes(summary.bytes_written as f64)
             );
         }
+        Command::Quantize(args) => quantize::run(*args)?,
+        Command::Dequantize { input, output, ty, threads } => {
+            let ftype = FileType::from_name(&ty)
+                .filter(|_| ty != "f32")
+                .unwrap_or_else(|| FileType::from_id(0).expect("ALL_F32 is in the table"));
+            let options = dequantize_options(ftype, threads);
+            let report = crate::ops::quantize::quantize_file(&input, &output, &options)
+                .with_context(|| format!("cannot dequantize {}", input.display()))?;
+            eprintln!("wrote {}: {}", output.display(), human_bytes(report.bytes_written as f64));
+        }
+        Command::Diff { a, b, json } => {
+            let report = crate::ops::diff::diff_files(&a, &b)?;
+            let mut out = io::stdout().lock();
+            if json {
+                serde_json::to_writer_pretty(&mut out, &report)?;
+                writeln!(out)?;
+            } else {
+                diff::print_text(&mut out, &report)?;
+            }
+            out.flush()?;
+        }
     }
     Ok(())
+}
+
+/// Dequantizing is quantizing to a float preset with requantization allowed.
+fn dequantize_options(ftype: FileType, threads: Option<usize>) -> QuantizeOptions {
+    QuantizeOptions {
+        mixture: MixtureOptions::new(ftype),
+        allow_requantize: true,
+        imatrix: None,
+        include_weights: Vec::new(),
+        exclude_weights: Vec::new(),
+        override_kv: Vec::new(),
+        threads: threads.unwrap_or_else(default_threads),
+    }
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }

@@ -347,6 +347,13 @@ impl Metadata {
         }
     }
 
+    /// Removes `key` if present and appends it with `value`: gguf's
+    /// `gguf_set_val_*`, which is how llama.cpp's tools order their output keys.
+    pub fn set_last(&mut self, key: &str, value: Value) {
+        self.remove(key);
+        self.entries.push((key.to_owned(), value));
+    }
+
     /// Builds metadata from entries whose keys the caller has checked to be
     /// unique (the readers do, with a hash set, so a file with many keys is
     /// not quadratic to load).

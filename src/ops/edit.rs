@@ -123,7 +123,8 @@ impl TensorDataSource for CopyFrom<'_> {
     }
 }
 
-fn refuse_same_file(input: &Path, output: &Path) -> Result<(), EditError> {
+/// Refuses an output that is the input file (same device and inode).
+pub(crate) fn refuse_same_file(input: &Path, output: &Path) -> Result<(), EditError> {
     use std::os::unix::fs::MetadataExt;
     let same = match (fs::metadata(input), fs::metadata(output)) {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),

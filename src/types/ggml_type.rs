@@ -139,7 +139,7 @@ impl GgmlType {
         TABLE.iter().find(|g| g.name.eq_ignore_ascii_case(name)).map(|g| g.ty)
     }
 
-    pub fn id(self) -> u32 {
+    pub const fn id(self) -> u32 {
         self as u32
     }
 
@@ -149,12 +149,12 @@ impl GgmlType {
     }
 
     /// Elements per block.
-    pub fn block_size(self) -> u64 {
+    pub const fn block_size(self) -> u64 {
         self.geometry().block_size
     }
 
     /// Bytes per block.
-    pub fn type_size(self) -> u64 {
+    pub const fn type_size(self) -> u64 {
         self.geometry().type_size
     }
 
@@ -177,8 +177,16 @@ impl GgmlType {
         (n_elements / self.block_size()).checked_mul(self.type_size())
     }
 
-    fn geometry(self) -> &'static Geometry {
-        TABLE.iter().find(|g| g.ty == self).expect("TABLE holds every variant (tested below)")
+    /// Const so block structs can assert their size against the table.
+    const fn geometry(self) -> &'static Geometry {
+        let mut idx = 0;
+        while idx < TABLE.len() {
+            if TABLE[idx].ty as u32 == self as u32 {
+                return &TABLE[idx];
+            }
+            idx += 1;
+        }
+        panic!("TABLE holds every variant (tested below)")
     }
 }
 

@@ -226,3 +226,50 @@ pub fn noise(seed: u64, n: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// One golden file of `tests/data/golden` (layout in tests/ggml_ref/ggml_ref.py):
+/// input rows, optional importance, ggml's encoded bytes and decoded values.
+pub struct Golden {
+    pub ty: quantforge::types::GgmlType,
+    pub n_per_row: usize,
+    pub rows: Vec<f32>,
+    pub importance: Option<Vec<f32>>,
+    pub encoded: Vec<u8>,
+    pub decoded: Vec<f32>,
+}
+
+pub fn read_golden(path: &Path) -> Golden {
+    let data = std::fs::read(path).expect("golden file");
+    assert_eq!(&data[..4], b"QFGV", "{}", path.display());
+    let word = |i: usize| u32::from_le_bytes(data[4 + 4 * i..8 + 4 * i].try_into().unwrap()) as usize;
+    assert_eq!(word(0), 1, "golden version");
+    let ty = quantforge::types::GgmlType::from_id(word(1) as u32).expect("known type");
+    let (n_rows, n_per_row, has_importance) = (word(2), word(3), word(4) != 0);
+    let floats = |bytes: &[u8]| -> Vec<f32> {
+        bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    };
+    let n = n_rows * n_per_row;
+    let mut at = 24;
+    let rows = floats(&data[at..at + 4 * n]);
+    at += 4 * n;
+    let importance = has_importance.then(|| {
+        let v = floats(&data[at..at + 4 * n_per_row]);
+        at += 4 * n_per_row;
+        v
+    });
+    let encoded_len = data.len() - at - 4 * n;
+    let encoded = data[at..at + encoded_len].to_vec();
+    let decoded = floats(&data[at + encoded_len..]);
+    Golden { ty, n_per_row, rows, importance, encoded, decoded }
+}
+
+/// Every golden file, sorted by name.
+pub fn golden_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("tests/data/golden"))
+        .expect("tests/data/golden")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "qfgv"))
+        .collect();
+    files.sort();
+    files
+}

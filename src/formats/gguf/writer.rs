@@ -43,28 +43,10 @@ pub fn write_gguf(
         next = align_up(next + tensor.n_bytes(), alignment);
     }
 
-    let mut header = Encoder { buf: Vec::new(), endian };
-    header.buf.extend_from_slice(&MAGIC);
-    header.u32(WRITE_VERSION);
-    header.u64(tensors.len() as u64);
-    header.u64(metadata.len() as u64);
-    for (key, value) in metadata.iter() {
-        header.string(key.as_bytes());
-        header.u32(value.value_type().id());
-        header.value(value);
-    }
-    for (tensor, &offset) in tensors.iter().zip(&tensor_offsets) {
-        header.string(tensor.name.as_bytes());
-        header.u32(tensor.dims.len() as u32);
-        for &d in &tensor.dims {
-            header.u64(d);
-        }
-        header.u32(tensor.ggml_type.id());
-        header.u64(offset);
-    }
-    let header_len = header.buf.len() as u64;
+    let header = encode_header(endian, metadata, tensors.iter().zip(&tensor_offsets));
+    let header_len = header.len() as u64;
     let data_offset = align_up(header_len, alignment);
-    out.write_all(&header.buf)?;
+    out.write_all(&header)?;
     write_zeros(out, data_offset - header_len)?;
 
     for (tensor_idx, tensor) in tensors.iter().enumerate() {
@@ -81,6 +63,39 @@ pub fn write_gguf(
         write_zeros(out, align_up(written, alignment) - written)?;
     }
     Ok(GgufLayout { alignment, header_len, data_offset, tensor_offsets, file_len: data_offset + next })
+}
+
+/// Bytes of the header (magic through tensor infos, before padding) that
+/// [`write_gguf`] writes for this metadata and these tensors.
+pub fn header_len<'a>(metadata: &Metadata, tensors: impl Iterator<Item = &'a TensorInfo> + Clone) -> u64 {
+    encode_header(Endian::Little, metadata, tensors.map(|t| (t, &0))).len() as u64
+}
+
+fn encode_header<'a>(
+    endian: Endian,
+    metadata: &Metadata,
+    tensors: impl Iterator<Item = (&'a TensorInfo, &'a u64)> + Clone,
+) -> Vec<u8> {
+    let mut header = Encoder { buf: Vec::new(), endian };
+    header.buf.extend_from_slice(&MAGIC);
+    header.u32(WRITE_VERSION);
+    header.u64(tensors.clone().count() as u64);
+    header.u64(metadata.len() as u64);
+    for (key, value) in metadata.iter() {
+        header.string(key.as_bytes());
+        header.u32(value.value_type().id());
+        header.value(value);
+    }
+    for (tensor, &offset) in tensors {
+        header.string(tensor.name.as_bytes());
+        header.u32(tensor.dims.len() as u32);
+        for &d in &tensor.dims {
+            header.u64(d);
+        }
+        header.u32(tensor.ggml_type.id());
+        header.u64(offset);
+    }
+    header.buf
 }
 
 fn alignment_of(metadata: &Metadata) -> io::Result<u64> {

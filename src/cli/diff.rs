@@ -1,0 +1,35 @@
+//! Text rendering of a diff report.
+
+use std::io::{self, Write};
+
+use crate::ops::diff::DiffReport;
+
+pub fn print_text(out: &mut dyn Write, r: &DiffReport) -> io::Result<()> {
+    let width = r.tensors.iter().map(|t| t.name.len()).max().unwrap_or(6).max(6);
+    writeln!(
+        out,
+        "{:width$}  {:>7} {:>7}  {:>12} {:>12} {:>12} {:>10}",
+        "tensor", "A", "B", "MAE", "RMSE", "max", "cosine"
+    )?;
+    for t in &r.tensors {
+        let s = &t.stats;
+        writeln!(
+            out,
+            "{:width$}  {:>7} {:>7}  {:>12.4e} {:>12.4e} {:>12.4e} {:>10.6}",
+            t.name, t.type_a, t.type_b, s.mae, s.rmse, s.max_abs_error, s.cosine
+        )?;
+    }
+    let s = &r.total;
+    writeln!(
+        out,
+        "{:width$}  {:>7} {:>7}  {:>12.4e} {:>12.4e} {:>12.4e} {:>10.6}",
+        "total", "", "", s.mae, s.rmse, s.max_abs_error, s.cosine
+    )?;
+    for name in &r.only_in_a {
+        writeln!(out, "only in A: {name}")?;
+    }
+    for name in &r.only_in_b {
+        writeln!(out, "only in B: {name}")?;
+    }
+    Ok(())
+}

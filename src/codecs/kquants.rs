@@ -1,0 +1,632 @@
+//! K-quants: 256-element super-blocks of 16- or 32-element groups, each
+//! group with its own quantized scale (and minimum): Q2_K, Q3_K, Q4_K, Q5_K,
+//! Q6_K, and Q8_K (the 8-bit intermediate ggml uses for dot products).
+//!
+//! Without importance weights each type runs ggml's `quantize_row_*_ref`;
+//! with them, ggml's `quantize_row_*_impl`, a different search (weights
+//! derived from the importance and the row's variance, scales themselves
+//! quantized by a weighted search), not just a weighted error.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::scalar::{F16, nearest_int};
+use super::search::{
+    GROUP_MAX_EPS, MinSearch, QxWeighting, make_q3_quants, make_qkx_quants, make_qp_quants, make_qx_quants,
+};
+use crate::types::GgmlType;
+
+const QK_K: usize = GgmlType::Q4_K.block_size() as usize;
+
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ2K {
+    scales: [u8; QK_K / 16],
+    qs: [u8; QK_K / 4],
+    d: F16,
+    dmin: F16,
+}
+const _: () = assert!(size_of::<BlockQ2K>() as u64 == GgmlType::Q2_K.type_size());
+
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ3K {
+    hmask: [u8; QK_K / 8],
+    qs: [u8; QK_K / 4],
+    scales: [u8; 12],
+    d: F16,
+}
+const _: () = assert!(size_of::<BlockQ3K>() as u64 == GgmlType::Q3_K.type_size());
+
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ4K {
+    d: F16,
+    dmin: F16,
+    scales: [u8; 12],
+    qs: [u8; QK_K / 2],
+}
+const _: () = assert!(size_of::<BlockQ4K>() as u64 == GgmlType::Q4_K.type_size());
+
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ5K {
+    d: F16,
+    dmin: F16,
+    scales: [u8; 12],
+    qh: [u8; QK_K / 8],
+    qs: [u8; QK_K / 2],
+}
+const _: () = assert!(size_of::<BlockQ5K>() as u64 == GgmlType::Q5_K.type_size());
+
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ6K {
+    ql: [u8; QK_K / 2],
+    qh: [u8; QK_K / 4],
+    scales: [i8; QK_K / 16],
+    d: F16,
+}
+const _: () = assert!(size_of::<BlockQ6K>() as u64 == GgmlType::Q6_K.type_size());
+
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ8K {
+    d: [u8; 4],
+    qs: [i8; QK_K],
+    bsums: [[u8; 2]; QK_K / 16],
+}
+const _: () = assert!(size_of::<BlockQ8K>() as u64 == GgmlType::Q8_K.type_size());
+
+// ---------------------------------------------------------------- decoding
+
+pub fn dequantize_q2_k(blocks: &[BlockQ2K], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        let (d, min) = (b.d.to_f32(), b.dmin.to_f32());
+        let mut group = 0;
+        for (half, q) in b.qs.chunks_exact(32).enumerate() {
+            for shift in 0..4 {
+                for part in 0..2 {
+                    let sc = b.scales[group];
+                    group += 1;
+                    let dl = d * f32::from(sc & 0xf);
+                    let ml = min * f32::from(sc >> 4);
+                    let start = half * 128 + shift * 32 + part * 16;
+                    for l in 0..16 {
+                        let level = (q[l + part * 16] >> (2 * shift)) & 3;
+                        y[start + l] = dl * f32::from(level) - ml;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The sixteen 6-bit Q3_K group scales, unpacked and centred.
+fn q3_k_scales(packed: &[u8; 12]) -> [i8; 16] {
+    let mut scales = [0i8; 16];
+    for (j, s) in scales.iter_mut().enumerate() {
+        let low = if j < 8 { packed[j] & 0xf } else { packed[j - 8] >> 4 };
+        let high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+        *s = (low | (high << 4)) as i8 - 32;
+    }
+    scales
+}
+
+pub fn dequantize_q3_k(blocks: &[BlockQ3K], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        let d_all = b.d.to_f32();
+        let scales = q3_k_scales(&b.scales);
+        let mut group = 0;
+        let mut mask = 1u8;
+        for (half, q) in b.qs.chunks_exact(32).enumerate() {
+            for shift in 0..4 {
+                for part in 0..2 {
+                    let dl = d_all * f32::from(scales[group]);
+                    group += 1;
+                    let start = half * 128 + shift * 32 + part * 16;
+                    for l in 0..16 {
+                        let low = ((q[l + part * 16] >> (2 * shift)) & 3) as i8;
+                        let high = if b.hmask[l + part * 16] & mask != 0 { 0 } else { 4 };
+                        y[start + l] = dl * f32::from(low - high);
+                    }
+                }
+                mask <<= 1;
+            }
+        }
+    }
+}
+
+/// Scale and minimum of group `j` of a Q4_K/Q5_K block (ggml's `get_scale_min_k4`).
+fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+pub fn dequantize_q4_k(blocks: &[BlockQ4K], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        let (d, min) = (b.d.to_f32(), b.dmin.to_f32());
+        for (pair, (q, y)) in b.qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
+            let (sc1, m1) = scale_min_k4(2 * pair, &b.scales);
+            let (sc2, m2) = scale_min_k4(2 * pair + 1, &b.scales);
+            let (d1, m1) = (d * f32::from(sc1), min * f32::from(m1));
+            let (d2, m2) = (d * f32::from(sc2), min * f32::from(m2));
+            for l in 0..32 {
+                y[l] = d1 * f32::from(q[l] & 0xf) - m1;
+                y[l + 32] = d2 * f32::from(q[l] >> 4) - m2;
+            }
+        }
+    }
+}
+
+pub fn dequantize_q5_k(blocks: &[BlockQ5K], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        let (d, min) = (b.d.to_f32(), b.dmin.to_f32());
+        for (pair, (ql, y)) in b.qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
+            let (sc1, m1) = scale_min_k4(2 * pair, &b.scales);
+            let (sc2, m2) = scale_min_k4(2 * pair + 1, &b.scales);
+            let (d1, m1) = (d * f32::from(sc1), min * f32::from(m1));
+            let (d2, m2) = (d * f32::from(sc2), min * f32::from(m2));
+            let (u1, u2) = (1u8 << (2 * pair), 2u8 << (2 * pair));
+            for l in 0..32 {
+                let h1 = if b.qh[l] & u1 != 0 { 16 } else { 0 };
+                let h2 = if b.qh[l] & u2 != 0 { 16 } else { 0 };
+                y[l] = d1 * f32::from((ql[l] & 0xf) + h1) - m1;
+                y[l + 32] = d2 * f32::from((ql[l] >> 4) + h2) - m2;
+            }
+        }
+    }
+}
+
+pub fn dequantize_q6_k(blocks: &[BlockQ6K], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        let d = b.d.to_f32();
+        for half in 0..2 {
+            let ql = &b.ql[half * 64..][..64];
+            let qh = &b.qh[half * 32..][..32];
+            let sc = &b.scales[half * 8..][..8];
+            let y = &mut y[half * 128..][..128];
+            for l in 0..32 {
+                let is = l / 16;
+                let q1 = ((ql[l] & 0xf) | ((qh[l] & 3) << 4)) as i8 - 32;
+                let q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+                let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+                let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+                y[l] = d * f32::from(sc[is]) * f32::from(q1);
+                y[l + 32] = d * f32::from(sc[is + 2]) * f32::from(q2);
+                y[l + 64] = d * f32::from(sc[is + 4]) * f32::from(q3);
+                y[l + 96] = d * f32::from(sc[is + 6]) * f32::from(q4);
+            }
+        }
+    }
+}
+
+pub fn dequantize_q8_k(blocks: &[BlockQ8K], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        let d = f32::from_le_bytes(b.d);
+        for (q, v) in b.qs.iter().zip(y) {
+            *v = d * f32::from(*q);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- shared encoding steps
+
+/// Packs 2-bit levels: byte `l` of each 32-byte quarter holds levels
+/// `l`, `l+32`, `l+64`, `l+96` of its 128-element half.
+fn pack_2bit(levels: &[u8; QK_K], qs: &mut [u8; QK_K / 4]) {
+    for (half, q) in qs.chunks_exact_mut(32).enumerate() {
+        let l0 = half * 128;
+        for (l, byte) in q.iter_mut().enumerate() {
+            let at = |k: usize| levels[l0 + l + 32 * k];
+            *byte = at(0) | (at(1) << 2) | (at(2) << 4) | (at(3) << 6);
+        }
+    }
+}
+
+/// Stores 8 six-bit scales and minimums in Q4_K/Q5_K's 12-byte layout.
+fn pack_scales_k4(ls: &[u8; 8], lm: &[u8; 8], scales: &mut [u8; 12]) {
+    for j in 0..8 {
+        if j < 4 {
+            scales[j] = ls[j];
+            scales[j + 4] = lm[j];
+        } else {
+            scales[j + 4] = (ls[j] & 0xf) | ((lm[j] & 0xf) << 4);
+            scales[j - 4] |= (ls[j] >> 4) << 6;
+            scales[j] |= (lm[j] >> 4) << 6;
+        }
+    }
+}
+
+/// Requantizes every 32-element group with the block's final (f16-rounded)
+/// scales and minimums, as both ggml paths do after choosing them.
+fn requantize_k4(x: &[f32], d: F16, dmin: F16, scales: &[u8; 12], nmax: i32, levels: &mut [u8; QK_K]) {
+    for j in 0..QK_K / 32 {
+        let (sc, m) = scale_min_k4(j, scales);
+        let dj = d.to_f32() * f32::from(sc);
+        if dj == 0.0 {
+            continue;
+        }
+        let dm = dmin.to_f32() * f32::from(m);
+        for ii in 0..32 {
+            levels[32 * j + ii] = nearest_int((x[32 * j + ii] + dm) / dj).clamp(0, nmax) as u8;
+        }
+    }
+}
+
+/// `sqrt(sum(x²) / 32)` plus |x|: the reference weights of Q4_K/Q5_K groups.
+fn rms_plus_abs(x: &[f32], weights: &mut [f32; 32]) {
+    let sum_x2 = x.iter().fold(0.0f32, |s, v| s + v * v);
+    let av_x = (sum_x2 / 32.0).sqrt();
+    for (w, v) in weights.iter_mut().zip(x) {
+        *w = av_x + v.abs();
+    }
+}
+
+/// The importance-path weights of one group: `qw · sqrt(σ² + x²)`.
+fn importance_weights(x: &[f32], qw: &[f32], sigma2: f32, weights: &mut [f32]) {
+    for ((w, &v), &q) in weights.iter_mut().zip(x).zip(qw) {
+        *w = q * (sigma2 + v * v).sqrt();
+    }
+}
+
+fn sum_of_squares(x: &[f32]) -> f32 {
+    x.iter().fold(0.0f32, |s, v| s + v * v)
+}
+
+fn sum(x: &[f32]) -> f32 {
+    x.iter().fold(0.0f32, |s, v| s + v)
+}
+
+const QKX3_SEARCH: MinSearch = MinSearch { rmin: -0.9, rdelta: 0.05, nstep: 36, use_mad: false };
+
+// ---------------------------------------------------------------- Q2_K
+
+pub fn quantize_q2_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ2K]) {
+    let mut levels = [0u8; QK_K];
+    let mut aux = [0u8; 16];
+    let mut weights = [0.0f32; 16];
+    let (mut scales, mut mins) = ([0.0f32; 16], [0.0f32; 16]);
+    for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
+        let (dm, mm) = match importance {
+            None => {
+                let search = MinSearch { rmin: -0.5, rdelta: 0.1, nstep: 15, use_mad: true };
+                for j in 0..16 {
+                    let xj = &x[16 * j..][..16];
+                    for (w, v) in weights.iter_mut().zip(xj) {
+                        *w = v.abs();
+                    }
+                    (scales[j], mins[j]) =
+                        make_qkx_quants(3, xj, Some(&weights), &mut levels[16 * j..][..16], &mut aux, search, false);
+                }
+                let max_scale = scales.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
+                let max_min = mins.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
+                if max_scale > 0.0 {
+                    let iscale = 15.0 / max_scale;
+                    for (packed, &scale) in b.scales.iter_mut().zip(&scales) {
+                        *packed = nearest_int(iscale * scale) as u8;
+                    }
+                    b.d = F16::from_f32(max_scale / 15.0);
+                } else {
+                    b.scales = [0; 16];
+                    b.d = F16::from_f32(0.0);
+                }
+                if max_min > 0.0 {
+                    let iscale = 15.0 / max_min;
+                    for (packed, &min) in b.scales.iter_mut().zip(&mins) {
+                        *packed |= (nearest_int(iscale * min) << 4) as u8;
+                    }
+                    b.dmin = F16::from_f32(max_min / 15.0);
+                } else {
+                    b.dmin = F16::from_f32(0.0);
+                }
+                (b.d.to_f32(), b.dmin.to_f32())
+            }
+            Some(qw) => {
+                let qw = &qw[ib * QK_K..][..QK_K];
+                let sigma2 = sum_of_squares(x) / QK_K as f32;
+                let mut group_weight = [0.0f32; 16];
+                for j in 0..16 {
+                    let xj = &x[16 * j..][..16];
+                    importance_weights(xj, &qw[16 * j..][..16], sigma2, &mut weights);
+                    group_weight[j] = sum(&weights);
+                    (scales[j], mins[j]) = make_qkx_quants(
+                        3,
+                        xj,
+                        Some(&weights),
+                        &mut levels[16 * j..][..16],
+                        &mut aux,
+                        QKX3_SEARCH,
+                        true,
+                    );
+                }
+                let (mut ls, mut lm) = ([0u8; 16], [0u8; 16]);
+                let dm = make_qp_quants(15, &scales, &mut ls, &group_weight);
+                let mm = make_qp_quants(15, &mins, &mut lm, &group_weight);
+                b.d = F16::from_f32(dm);
+                b.dmin = F16::from_f32(mm);
+                for j in 0..16 {
+                    b.scales[j] = ls[j] | (lm[j] << 4);
+                }
+                (b.d.to_f32(), b.dmin.to_f32())
+            }
+        };
+        for j in 0..16 {
+            let d = dm * f32::from(b.scales[j] & 0xf);
+            if d == 0.0 {
+                continue;
+            }
+            let m = mm * f32::from(b.scales[j] >> 4);
+            for ii in 0..16 {
+                levels[16 * j + ii] = nearest_int((x[16 * j + ii] + m) / d).clamp(0, 3) as u8;
+            }
+        }
+        pack_2bit(&levels, &mut b.qs);
+    }
+}
+
+// ---------------------------------------------------------------- Q3_K
+
+/// Stores sixteen 6-bit (already offset) scales in Q3_K's 12-byte layout.
+fn pack_scales_q3(levels: impl Fn(usize) -> i32, scales: &mut [u8; 12]) {
+    *scales = [0; 12];
+    for j in 0..16 {
+        let l = levels(j);
+        if j < 8 {
+            scales[j] = (l & 0xf) as u8;
+        } else {
+            scales[j - 8] |= ((l & 0xf) << 4) as u8;
+        }
+        scales[j % 4 + 8] |= ((l >> 4) << (2 * (j / 4))) as u8;
+    }
+}
+
+pub fn quantize_q3_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ3K]) {
+    let mut levels = [0i8; QK_K];
+    let mut scales = [0.0f32; 16];
+    for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
+        match importance {
+            None => {
+                let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
+                for j in 0..16 {
+                    scales[j] = make_q3_quants(4, &x[16 * j..][..16], &mut levels[16 * j..][..16], true);
+                    if scales[j].abs() > amax {
+                        amax = scales[j].abs();
+                        max_scale = scales[j];
+                    }
+                }
+                if max_scale != 0.0 {
+                    let iscale = -32.0 / max_scale;
+                    let level = |j: usize| i32::from(nearest_int(iscale * scales[j]) as i8).clamp(-32, 31) + 32;
+                    pack_scales_q3(level, &mut b.scales);
+                    b.d = F16::from_f32(1.0 / iscale);
+                } else {
+                    b.scales = [0; 12];
+                    b.d = F16::from_f32(0.0);
+                }
+            }
+            Some(qw) => {
+                let qw = &qw[ib * QK_K..][..QK_K];
+                let sigma2 = 2.0 * sum_of_squares(x) / QK_K as f32;
+                let mut weights = [0.0f32; 16];
+                let mut group_weight = [0.0f32; 16];
+                for j in 0..16 {
+                    let xj = &x[16 * j..][..16];
+                    importance_weights(xj, &qw[16 * j..][..16], sigma2, &mut weights);
+                    group_weight[j] = sum(&weights);
+                    scales[j] =
+                        make_qx_quants(4, xj, &mut levels[16 * j..][..16], QxWeighting::Squared, Some(&weights));
+                }
+                let mut ls = [0i8; 16];
+                let d_block = make_qx_quants(32, &scales, &mut ls, QxWeighting::Squared, Some(&group_weight));
+                pack_scales_q3(|j| i32::from(ls[j]), &mut b.scales);
+                b.d = F16::from_f32(d_block);
+            }
+        }
+        let group_scales = q3_k_scales(&b.scales);
+        for j in 0..16 {
+            let d = b.d.to_f32() * f32::from(group_scales[j]);
+            if d == 0.0 {
+                continue;
+            }
+            for ii in 0..16 {
+                levels[16 * j + ii] = (nearest_int(x[16 * j + ii] / d).clamp(-4, 3) + 4) as i8;
+            }
+        }
+        b.hmask = [0; QK_K / 8];
+        let mut unsigned = [0u8; QK_K];
+        for (j, (&l, u)) in levels.iter().zip(unsigned.iter_mut()).enumerate() {
+            let mut l = l as u8;
+            if l > 3 {
+                b.hmask[j % 32] |= 1 << (j / 32);
+                l -= 4;
+            }
+            *u = l;
+        }
+        pack_2bit(&unsigned, &mut b.qs);
+    }
+}
+
+// ---------------------------------------------------------------- Q4_K and Q5_K
+
+/// The scale search of Q4_K (`nmax` 15) and Q5_K (`nmax` 31); fills `levels`,
+/// the block's scales, `d` and `dmin`.
+fn choose_scales_k4(
+    x: &[f32],
+    qw: Option<&[f32]>,
+    nmax: i32,
+    reference_search: MinSearch,
+    levels: &mut [u8; QK_K],
+    scales_out: &mut [u8; 12],
+) -> (F16, F16) {
+    let mut aux = [0u8; 32];
+    let mut weights = [0.0f32; 32];
+    let (mut scales, mut mins) = ([0.0f32; 8], [0.0f32; 8]);
+    let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
+    match qw {
+        None => {
+            for j in 0..8 {
+                let xj = &x[32 * j..][..32];
+                rms_plus_abs(xj, &mut weights);
+                (scales[j], mins[j]) = make_qkx_quants(
+                    nmax,
+                    xj,
+                    Some(&weights),
+                    &mut levels[32 * j..][..32],
+                    &mut aux,
+                    reference_search,
+                    false,
+                );
+            }
+            let max_scale = scales.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
+            let max_min = mins.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
+            let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+            let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+            for j in 0..8 {
+                ls[j] = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+                lm[j] = (nearest_int(inv_min * mins[j]) as u8).min(63);
+            }
+            pack_scales_k4(&ls, &lm, scales_out);
+            (F16::from_f32(max_scale / 63.0), F16::from_f32(max_min / 63.0))
+        }
+        Some(qw) => {
+            let sigma2 = 2.0 * sum_of_squares(x) / QK_K as f32;
+            let mut group_weight = [0.0f32; 8];
+            for j in 0..8 {
+                let xj = &x[32 * j..][..32];
+                importance_weights(xj, &qw[32 * j..][..32], sigma2, &mut weights);
+                group_weight[j] = sum(&weights);
+                (scales[j], mins[j]) =
+                    make_qkx_quants(nmax, xj, Some(&weights), &mut levels[32 * j..][..32], &mut aux, QKX3_SEARCH, true);
+            }
+            let d_block = make_qp_quants(63, &scales, &mut ls, &group_weight);
+            let m_block = make_qp_quants(63, &mins, &mut lm, &group_weight);
+            for j in 0..8 {
+                ls[j] = ls[j].min(63);
+                lm[j] = lm[j].min(63);
+            }
+            pack_scales_k4(&ls, &lm, scales_out);
+            (F16::from_f32(d_block), F16::from_f32(m_block))
+        }
+    }
+}
+
+pub fn quantize_q4_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ4K]) {
+    let mut levels = [0u8; QK_K];
+    let search = MinSearch { rmin: -1.0, rdelta: 0.1, nstep: 20, use_mad: false };
+    for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
+        let qw = importance.map(|w| &w[ib * QK_K..][..QK_K]);
+        (b.d, b.dmin) = choose_scales_k4(x, qw, 15, search, &mut levels, &mut b.scales);
+        requantize_k4(x, b.d, b.dmin, &b.scales, 15, &mut levels);
+        for (half, q) in b.qs.chunks_exact_mut(32).enumerate() {
+            for (l, byte) in q.iter_mut().enumerate() {
+                *byte = levels[64 * half + l] | (levels[64 * half + l + 32] << 4);
+            }
+        }
+    }
+}
+
+pub fn quantize_q5_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ5K]) {
+    let mut levels = [0u8; QK_K];
+    let search = MinSearch { rmin: -0.5, rdelta: 0.1, nstep: 15, use_mad: false };
+    for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
+        let qw = importance.map(|w| &w[ib * QK_K..][..QK_K]);
+        (b.d, b.dmin) = choose_scales_k4(x, qw, 31, search, &mut levels, &mut b.scales);
+        requantize_k4(x, b.d, b.dmin, &b.scales, 31, &mut levels);
+        b.qh = [0; QK_K / 8];
+        for (pair, ql) in b.qs.chunks_exact_mut(32).enumerate() {
+            let (m1, m2) = (1u8 << (2 * pair), 2u8 << (2 * pair));
+            for (j, byte) in ql.iter_mut().enumerate() {
+                let mut l1 = levels[64 * pair + j];
+                if l1 > 15 {
+                    l1 -= 16;
+                    b.qh[j] |= m1;
+                }
+                let mut l2 = levels[64 * pair + j + 32];
+                if l2 > 15 {
+                    l2 -= 16;
+                    b.qh[j] |= m2;
+                }
+                *byte = l1 | (l2 << 4);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- Q6_K
+
+pub fn quantize_q6_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ6K]) {
+    let mut levels = [0i8; QK_K];
+    let mut scales = [0.0f32; 16];
+    for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
+        let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
+        for j in 0..16 {
+            // The importance path passes the raw importance as weights.
+            let qw = importance.map(|w| &w[ib * QK_K + 16 * j..][..16]);
+            let scale = make_qx_quants(32, &x[16 * j..][..16], &mut levels[16 * j..][..16], QxWeighting::Squared, qw);
+            scales[j] = scale;
+            if scale.abs() > max_abs_scale {
+                max_abs_scale = scale.abs();
+                max_scale = scale;
+            }
+        }
+        if max_abs_scale < GROUP_MAX_EPS {
+            *b = BlockQ6K::zeroed();
+            continue;
+        }
+        let iscale = -128.0 / max_scale;
+        b.d = F16::from_f32(1.0 / iscale);
+        for (packed, &scale) in b.scales.iter_mut().zip(&scales) {
+            *packed = nearest_int(iscale * scale).min(127) as i8;
+        }
+        for j in 0..16 {
+            let d = b.d.to_f32() * f32::from(b.scales[j]);
+            if d == 0.0 {
+                continue;
+            }
+            for ii in 0..16 {
+                levels[16 * j + ii] = (nearest_int(x[16 * j + ii] / d).clamp(-32, 31) + 32) as i8;
+            }
+        }
+        let levels: &[u8; QK_K] = bytemuck::cast_ref(&levels);
+        for half in 0..2 {
+            let l0 = 128 * half;
+            for l in 0..32 {
+                let at = |k: usize| levels[l0 + l + 32 * k];
+                b.ql[64 * half + l] = (at(0) & 0xf) | ((at(2) & 0xf) << 4);
+                b.ql[64 * half + l + 32] = (at(1) & 0xf) | ((at(3) & 0xf) << 4);
+                b.qh[32 * half + l] = (at(0) >> 4) | ((at(1) >> 4) << 2) | ((at(2) >> 4) << 4) | ((at(3) >> 4) << 6);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- Q8_K
+
+pub fn quantize_q8_k(src: &[f32], blocks: &mut [BlockQ8K]) {
+    for (x, b) in src.chunks_exact(QK_K).zip(blocks) {
+        let (mut max, mut amax) = (0.0f32, 0.0f32);
+        for &v in x {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        if amax == 0.0 {
+            *b = BlockQ8K::zeroed();
+            continue;
+        }
+        // ggml uses -127 rather than -128 so its IQ2_XXS dot products stay simple.
+        let iscale = -127.0 / max;
+        for (q, &v) in b.qs.iter_mut().zip(x) {
+            *q = nearest_int(iscale * v).min(127) as i8;
+        }
+        for (sum, group) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
+            let total: i32 = group.iter().map(|&q| i32::from(q)).sum();
+            *sum = (total as i16).to_le_bytes();
+        }
+        b.d = (1.0 / iscale).to_le_bytes();
+    }
+}

@@ -1,0 +1,329 @@
+//! The 32-element block types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (and Q8_1,
+//! decode only). Without importance weights they quantize with ggml's
+//! `quantize_row_*_ref`; with them, with ggml's weighted searches.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::scalar::{F16, c_float_to_i8, c_float_to_int};
+use super::search::{MinSearch, QxWeighting, make_qkx_quants, make_qx_quants};
+use crate::types::GgmlType;
+
+const QK: usize = GgmlType::Q4_0.block_size() as usize;
+
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ4_0 {
+    d: F16,
+    qs: [u8; QK / 2],
+}
+const _: () = assert!(size_of::<BlockQ4_0>() as u64 == GgmlType::Q4_0.type_size());
+
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ4_1 {
+    d: F16,
+    m: F16,
+    qs: [u8; QK / 2],
+}
+const _: () = assert!(size_of::<BlockQ4_1>() as u64 == GgmlType::Q4_1.type_size());
+
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ5_0 {
+    d: F16,
+    qh: [u8; 4],
+    qs: [u8; QK / 2],
+}
+const _: () = assert!(size_of::<BlockQ5_0>() as u64 == GgmlType::Q5_0.type_size());
+
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ5_1 {
+    d: F16,
+    m: F16,
+    qh: [u8; 4],
+    qs: [u8; QK / 2],
+}
+const _: () = assert!(size_of::<BlockQ5_1>() as u64 == GgmlType::Q5_1.type_size());
+
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ8_0 {
+    d: F16,
+    qs: [i8; QK],
+}
+const _: () = assert!(size_of::<BlockQ8_0>() as u64 == GgmlType::Q8_0.type_size());
+
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ8_1 {
+    d: F16,
+    s: F16,
+    qs: [i8; QK],
+}
+const _: () = assert!(size_of::<BlockQ8_1>() as u64 == GgmlType::Q8_1.type_size());
+
+pub fn dequantize_q4_0(blocks: &[BlockQ4_0], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let d = b.d.to_f32();
+        for (j, &q) in b.qs.iter().enumerate() {
+            y[j] = (i32::from(q & 0xf) - 8) as f32 * d;
+            y[j + QK / 2] = (i32::from(q >> 4) - 8) as f32 * d;
+        }
+    }
+}
+
+pub fn dequantize_q4_1(blocks: &[BlockQ4_1], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let (d, m) = (b.d.to_f32(), b.m.to_f32());
+        for (j, &q) in b.qs.iter().enumerate() {
+            y[j] = f32::from(q & 0xf) * d + m;
+            y[j + QK / 2] = f32::from(q >> 4) * d + m;
+        }
+    }
+}
+
+/// The fifth bits of a Q5 block: bit `j` belongs to element `j`.
+fn high_bit(qh: [u8; 4], j: usize) -> u8 {
+    (((u32::from_le_bytes(qh) >> j) & 1) << 4) as u8
+}
+
+pub fn dequantize_q5_0(blocks: &[BlockQ5_0], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let d = b.d.to_f32();
+        for (j, &q) in b.qs.iter().enumerate() {
+            let x0 = i32::from((q & 0xf) | high_bit(b.qh, j)) - 16;
+            let x1 = i32::from((q >> 4) | high_bit(b.qh, j + QK / 2)) - 16;
+            y[j] = x0 as f32 * d;
+            y[j + QK / 2] = x1 as f32 * d;
+        }
+    }
+}
+
+pub fn dequantize_q5_1(blocks: &[BlockQ5_1], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let (d, m) = (b.d.to_f32(), b.m.to_f32());
+        for (j, &q) in b.qs.iter().enumerate() {
+            let x0 = (q & 0xf) | high_bit(b.qh, j);
+            let x1 = (q >> 4) | high_bit(b.qh, j + QK / 2);
+            y[j] = f32::from(x0) * d + m;
+            y[j + QK / 2] = f32::from(x1) * d + m;
+        }
+    }
+}
+
+pub fn dequantize_q8_0(blocks: &[BlockQ8_0], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let d = b.d.to_f32();
+        for (q, v) in b.qs.iter().zip(y) {
+            *v = f32::from(*q) * d;
+        }
+    }
+}
+
+pub fn dequantize_q8_1(blocks: &[BlockQ8_1], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let d = b.d.to_f32();
+        for (q, v) in b.qs.iter().zip(y) {
+            *v = f32::from(*q) * d;
+        }
+    }
+}
+
+/// The value of largest magnitude (the first of equals), as ggml finds it.
+fn signed_absmax(x: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    max
+}
+
+fn min_max(x: &[f32]) -> (f32, f32) {
+    let (mut min, mut max) = (f32::MAX, -f32::MAX);
+    for &v in x {
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+    }
+    (min, max)
+}
+
+fn inverse(d: f32) -> f32 {
+    if d != 0.0 { 1.0 / d } else { 0.0 }
+}
+
+/// `MIN(limit, (int8_t)v)` with ggml's signed comparison and x86 cast.
+fn clamp_high(v: f32, limit: i32) -> u8 {
+    i32::from(c_float_to_i8(v)).min(limit) as u8
+}
+
+/// The per-element importance: `qw[j] · sqrt(σ² + x[j]²)`, σ² over the row.
+fn importance_weights(row: &[f32], qw: &[f32]) -> impl Fn(usize, &mut [f32; QK]) {
+    let sum_x2 = row.iter().fold(0.0f32, |s, v| s + v * v);
+    let sigma2 = sum_x2 / row.len() as f32;
+    move |block: usize, weight: &mut [f32; QK]| {
+        let xb = &row[block * QK..][..QK];
+        let wb = &qw[block * QK..][..QK];
+        for j in 0..QK {
+            weight[j] = wb[j] * (sigma2 + xb[j] * xb[j]).sqrt();
+        }
+    }
+}
+
+/// Packs levels `l[j]` and `l[j + 16]` into the low and high nibbles.
+fn pack_nibbles(levels: &[u8; QK], qs: &mut [u8; QK / 2]) {
+    for j in 0..QK / 2 {
+        qs[j] = (levels[j] & 0xf) | ((levels[j + QK / 2] & 0xf) << 4);
+    }
+}
+
+/// The fifth bits of 5-bit levels, element `j` at bit `j`.
+fn pack_high_bits(levels: &[u8; QK]) -> [u8; 4] {
+    let mut qh = 0u32;
+    for (j, &l) in levels.iter().enumerate() {
+        qh |= u32::from((l & 0x10) >> 4) << j;
+    }
+    qh.to_le_bytes()
+}
+
+pub fn quantize_q4_0(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ4_0]) {
+    if let Some(qw) = importance {
+        let weights = importance_weights(src, qw);
+        let mut weight = [0.0f32; QK];
+        let mut levels = [0i8; QK];
+        for (ib, (x, b)) in src.chunks_exact(QK).zip(blocks).enumerate() {
+            weights(ib, &mut weight);
+            let d = make_qx_quants(8, x, &mut levels, QxWeighting::Squared, Some(&weight));
+            b.d = F16::from_f32(d);
+            pack_nibbles(&bytemuck::cast(levels), &mut b.qs);
+        }
+        return;
+    }
+    for (x, b) in src.chunks_exact(QK).zip(blocks) {
+        let d = signed_absmax(x) / -8.0;
+        let id = inverse(d);
+        b.d = F16::from_f32(d);
+        let mut levels = [0u8; QK];
+        for (l, &v) in levels.iter_mut().zip(x) {
+            *l = clamp_high(v * id + 8.5, 15);
+        }
+        pack_nibbles_raw(&levels, &mut b.qs);
+    }
+}
+
+/// Like [`pack_nibbles`] but with ggml's `xi0 | xi1 << 4` on unmasked
+/// bytes: a level of 255 (a negative cast) sets every bit.
+fn pack_nibbles_raw(levels: &[u8; QK], qs: &mut [u8; QK / 2]) {
+    for j in 0..QK / 2 {
+        qs[j] = levels[j] | (levels[j + QK / 2] << 4);
+    }
+}
+
+const QKX3_SEARCH: MinSearch = MinSearch { rmin: -0.9, rdelta: 0.05, nstep: 36, use_mad: false };
+
+pub fn quantize_q4_1(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ4_1]) {
+    if let Some(qw) = importance {
+        let weights = importance_weights(src, qw);
+        let mut weight = [0.0f32; QK];
+        let (mut levels, mut aux) = ([0u8; QK], [0u8; QK]);
+        for (ib, (x, b)) in src.chunks_exact(QK).zip(blocks).enumerate() {
+            weights(ib, &mut weight);
+            let (d, min) = make_qkx_quants(15, x, Some(&weight), &mut levels, &mut aux, QKX3_SEARCH, true);
+            b.d = F16::from_f32(d);
+            b.m = F16::from_f32(-min);
+            pack_nibbles_raw(&levels, &mut b.qs);
+        }
+        return;
+    }
+    for (x, b) in src.chunks_exact(QK).zip(blocks) {
+        let (min, max) = min_max(x);
+        let d = (max - min) / 15.0;
+        let id = inverse(d);
+        b.d = F16::from_f32(d);
+        b.m = F16::from_f32(min);
+        let mut levels = [0u8; QK];
+        for (l, &v) in levels.iter_mut().zip(x) {
+            *l = clamp_high((v - min) * id + 0.5, 15);
+        }
+        pack_nibbles_raw(&levels, &mut b.qs);
+    }
+}
+
+pub fn quantize_q5_0(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ5_0]) {
+    if let Some(qw) = importance {
+        let weights = importance_weights(src, qw);
+        let mut weight = [0.0f32; QK];
+        let mut levels = [0i8; QK];
+        for (ib, (x, b)) in src.chunks_exact(QK).zip(blocks).enumerate() {
+            weights(ib, &mut weight);
+            let d = make_qx_quants(16, x, &mut levels, QxWeighting::Squared, Some(&weight));
+            b.d = F16::from_f32(d);
+            let levels: [u8; QK] = bytemuck::cast(levels);
+            pack_nibbles(&levels, &mut b.qs);
+            b.qh = pack_high_bits(&levels);
+        }
+        return;
+    }
+    for (x, b) in src.chunks_exact(QK).zip(blocks) {
+        let d = signed_absmax(x) / -16.0;
+        let id = inverse(d);
+        b.d = F16::from_f32(d);
+        let mut levels = [0u8; QK];
+        for (l, &v) in levels.iter_mut().zip(x) {
+            *l = clamp_high(v * id + 16.5, 31);
+        }
+        pack_nibbles(&levels, &mut b.qs);
+        b.qh = pack_high_bits(&levels);
+    }
+}
+
+pub fn quantize_q5_1(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ5_1]) {
+    if let Some(qw) = importance {
+        let weights = importance_weights(src, qw);
+        let mut weight = [0.0f32; QK];
+        let (mut levels, mut aux) = ([0u8; QK], [0u8; QK]);
+        for (ib, (x, b)) in src.chunks_exact(QK).zip(blocks).enumerate() {
+            weights(ib, &mut weight);
+            let (d, min) = make_qkx_quants(31, x, Some(&weight), &mut levels, &mut aux, QKX3_SEARCH, true);
+            b.d = F16::from_f32(d);
+            b.m = F16::from_f32(-min);
+            pack_nibbles(&levels, &mut b.qs);
+            b.qh = pack_high_bits(&levels);
+        }
+        return;
+    }
+    for (x, b) in src.chunks_exact(QK).zip(blocks) {
+        let (min, max) = min_max(x);
+        let d = (max - min) / 31.0;
+        let id = inverse(d);
+        b.d = F16::from_f32(d);
+        b.m = F16::from_f32(min);
+        let mut levels = [0u8; QK];
+        for (l, &v) in levels.iter_mut().zip(x) {
+            // ggml: (uint8_t)(x + 0.5f), no upper clamp.
+            *l = c_float_to_int((v - min) * id + 0.5) as u8;
+        }
+        pack_nibbles(&levels, &mut b.qs);
+        b.qh = pack_high_bits(&levels);
+    }
+}
+
+pub fn quantize_q8_0(src: &[f32], blocks: &mut [BlockQ8_0]) {
+    for (x, b) in src.chunks_exact(QK).zip(blocks) {
+        // ggml's MAX(a, b) is `a > b ? a : b`, which f32::max is not for NaN.
+        let amax = x.iter().fold(0.0f32, |m, v| if m > v.abs() { m } else { v.abs() });
+        let d = amax / 127.0;
+        let id = inverse(d);
+        b.d = F16::from_f32(d);
+        for (q, &v) in b.qs.iter_mut().zip(x) {
+            *q = c_float_to_i8((v * id).round());
+        }
+    }
+}

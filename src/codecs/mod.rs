@@ -1,0 +1,151 @@
+//! Codecs: every ggml type decoded to f32, and the quantizers encoded
+//! byte-identically to ggml's reference implementations.
+//!
+//! One file per block family; blocks are `#[repr(C)]` structs of alignment 1
+//! whose sizes are asserted against the type table at compile time, cast from
+//! bytes with bytemuck. The scalar code here is the definition of the bytes:
+//! it follows ggml's C operation by operation, without fused multiply-add
+//! (Rust never contracts `a*b + c`), rounding with [`scalar::nearest_int`].
+//!
+//! Invariants: no I/O; rows only (callers split tensors into rows); a row's
+//! output depends on that row (and its importance weights) alone.
+
+mod float;
+mod fp4;
+mod iq4;
+mod iq_grid;
+mod iq_tables;
+mod kquants;
+mod legacy;
+pub mod scalar;
+mod search;
+mod ternary;
+
+use crate::types::GgmlType;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    #[error("cannot {op} {ty}: not supported")]
+    Unsupported { ty: GgmlType, op: &'static str },
+    #[error("a row of {n_elements} elements is not a whole number of {ty} blocks ({block} elements)")]
+    PartialBlock { ty: GgmlType, n_elements: usize, block: u64 },
+    #[error("{ty}: {what} holds {got} bytes or values, expected {expected}")]
+    Length { ty: GgmlType, what: &'static str, got: usize, expected: usize },
+}
+
+/// Bytes of `n_elements` of `ty`, checking the row is whole blocks.
+fn encoded_len(ty: GgmlType, n_elements: usize) -> Result<usize, CodecError> {
+    ty.row_size(n_elements as u64).map(|n| n as usize).ok_or(CodecError::PartialBlock {
+        ty,
+        n_elements,
+        block: ty.block_size(),
+    })
+}
+
+fn check_len(ty: GgmlType, what: &'static str, got: usize, expected: usize) -> Result<(), CodecError> {
+    if got == expected { Ok(()) } else { Err(CodecError::Length { ty, what, got, expected }) }
+}
+
+/// Types [`dequantize_row`] decodes.
+pub fn can_dequantize(ty: GgmlType) -> bool {
+    !matches!(ty, GgmlType::I8 | GgmlType::I16 | GgmlType::I32 | GgmlType::I64 | GgmlType::Q1_0 | GgmlType::Q2_0)
+}
+
+/// Types [`quantize_row`] encodes.
+pub fn can_quantize(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(
+        ty,
+        F32 | F16
+            | BF16
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | Q2_K
+            | Q3_K
+            | Q4_K
+            | Q5_K
+            | Q6_K
+            | Q8_K
+            | IQ4_NL
+            | IQ4_XS
+            | TQ1_0
+            | TQ2_0
+            | MXFP4
+    )
+}
+
+/// Decodes one row (or any whole number of blocks) of `ty` into `dst`.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), CodecError> {
+    check_len(ty, "the encoded row", src.len(), encoded_len(ty, dst.len())?)?;
+    use GgmlType::*;
+    match ty {
+        F32 => float::decode_f32(src, dst),
+        F16 => float::decode_f16(src, dst),
+        BF16 => float::decode_bf16(src, dst),
+        F64 => float::decode_f64(src, dst),
+        Q4_0 => legacy::dequantize_q4_0(bytemuck::cast_slice(src), dst),
+        Q4_1 => legacy::dequantize_q4_1(bytemuck::cast_slice(src), dst),
+        Q5_0 => legacy::dequantize_q5_0(bytemuck::cast_slice(src), dst),
+        Q5_1 => legacy::dequantize_q5_1(bytemuck::cast_slice(src), dst),
+        Q8_0 => legacy::dequantize_q8_0(bytemuck::cast_slice(src), dst),
+        Q8_1 => legacy::dequantize_q8_1(bytemuck::cast_slice(src), dst),
+        Q2_K => kquants::dequantize_q2_k(bytemuck::cast_slice(src), dst),
+        Q3_K => kquants::dequantize_q3_k(bytemuck::cast_slice(src), dst),
+        Q4_K => kquants::dequantize_q4_k(bytemuck::cast_slice(src), dst),
+        Q5_K => kquants::dequantize_q5_k(bytemuck::cast_slice(src), dst),
+        Q6_K => kquants::dequantize_q6_k(bytemuck::cast_slice(src), dst),
+        Q8_K => kquants::dequantize_q8_k(bytemuck::cast_slice(src), dst),
+        MXFP4 => fp4::dequantize_mxfp4(bytemuck::cast_slice(src), dst),
+        NVFP4 => fp4::dequantize_nvfp4(bytemuck::cast_slice(src), dst),
+        IQ4_NL => iq4::dequantize_iq4_nl(src, dst),
+        IQ4_XS => iq4::dequantize_iq4_xs(src, dst),
+        TQ1_0 => ternary::dequantize_tq1_0(src, dst),
+        TQ2_0 => ternary::dequantize_tq2_0(src, dst),
+        IQ2_XXS => iq_grid::dequantize_iq2_xxs(src, dst),
+        IQ2_XS => iq_grid::dequantize_iq2_xs(src, dst),
+        IQ2_S => iq_grid::dequantize_iq2_s(src, dst),
+        IQ3_XXS => iq_grid::dequantize_iq3_xxs(src, dst),
+        IQ3_S => iq_grid::dequantize_iq3_s(src, dst),
+        IQ1_S => iq_grid::dequantize_iq1_s(src, dst),
+        IQ1_M => iq_grid::dequantize_iq1_m(src, dst),
+        _ => return Err(CodecError::Unsupported { ty, op: "dequantize" }),
+    }
+    Ok(())
+}
+
+/// Encodes one row of `src` as `ty` into `dst`, as ggml's `quantize_chunk`
+/// does for a row: with `importance` (one weight per column, from an
+/// importance matrix) the types that support it run their weighted search.
+pub fn quantize_row(ty: GgmlType, src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) -> Result<(), CodecError> {
+    check_len(ty, "the output row", dst.len(), encoded_len(ty, src.len())?)?;
+    if let Some(weights) = importance {
+        check_len(ty, "the importance row", weights.len(), src.len())?;
+    }
+    use GgmlType::*;
+    match ty {
+        F32 => float::encode_f32(src, dst),
+        F16 => float::encode_f16(src, dst),
+        BF16 => float::encode_bf16(src, dst),
+        Q4_0 => legacy::quantize_q4_0(src, importance, bytemuck::cast_slice_mut(dst)),
+        Q4_1 => legacy::quantize_q4_1(src, importance, bytemuck::cast_slice_mut(dst)),
+        Q5_0 => legacy::quantize_q5_0(src, importance, bytemuck::cast_slice_mut(dst)),
+        Q5_1 => legacy::quantize_q5_1(src, importance, bytemuck::cast_slice_mut(dst)),
+        Q8_0 => legacy::quantize_q8_0(src, bytemuck::cast_slice_mut(dst)),
+        Q2_K => kquants::quantize_q2_k(src, importance, bytemuck::cast_slice_mut(dst)),
+        Q3_K => kquants::quantize_q3_k(src, importance, bytemuck::cast_slice_mut(dst)),
+        Q4_K => kquants::quantize_q4_k(src, importance, bytemuck::cast_slice_mut(dst)),
+        Q5_K => kquants::quantize_q5_k(src, importance, bytemuck::cast_slice_mut(dst)),
+        Q6_K => kquants::quantize_q6_k(src, importance, bytemuck::cast_slice_mut(dst)),
+        Q8_K => kquants::quantize_q8_k(src, bytemuck::cast_slice_mut(dst)),
+        MXFP4 => fp4::quantize_mxfp4(src, bytemuck::cast_slice_mut(dst)),
+        IQ4_NL => iq4::quantize_iq4_nl(src, importance, dst),
+        IQ4_XS => iq4::quantize_iq4_xs(src, importance, dst),
+        TQ1_0 => ternary::quantize_tq1_0(src, dst),
+        TQ2_0 => ternary::quantize_tq2_0(src, dst),
+        _ => return Err(CodecError::Unsupported { ty, op: "quantize to" }),
+    }
+    Ok(())
+}

@@ -1,0 +1,311 @@
+//! The scale searches shared by the legacy and K-quant quantizers: for a
+//! group of values, find a scale (and for the `_1`/`K` types a minimum) and
+//! the integer levels that minimise a weighted error.
+//!
+//! Each function is ggml's search of the same name, evaluated in the same
+//! order: sums accumulate left to right in f32, integer levels are converted
+//! to f32 where ggml's C converts them, and rounding is [`nearest_int`].
+
+use super::scalar::nearest_int;
+
+/// Groups whose largest magnitude is below this are all zero.
+pub const GROUP_MAX_EPS: f32 = 1e-15;
+
+/// How `make_qx_quants` weights each value when no importance is given.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum QxWeighting {
+    /// Round once to the scale that maps the largest magnitude to `-nmax`.
+    None,
+    /// Search scales, weighting each value by its square (ggml's `rmse_type = 1`).
+    Squared,
+}
+
+/// Symmetric levels in `[0, 2·nmax)` (stored with an offset of `nmax`);
+/// returns the scale. With [`QxWeighting::Squared`], `weights`, when given,
+/// replace the squared weighting.
+pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8], weighting: QxWeighting, weights: Option<&[f32]>) -> f32 {
+    let (mut max, mut amax) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        levels.fill(0);
+        return 0.0;
+    }
+    let clamp = |l: i32| l.clamp(-nmax, nmax - 1);
+    let mut iscale = -(nmax as f32) / max;
+    if weighting == QxWeighting::None {
+        for (l, &v) in levels.iter_mut().zip(x) {
+            *l = (nmax + clamp(nearest_int(iscale * v))) as i8;
+        }
+        return 1.0 / iscale;
+    }
+    let weight = |i: usize| match weights {
+        Some(w) => w[i],
+        None => x[i] * x[i],
+    };
+    let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
+    for (i, &v) in x.iter().enumerate() {
+        let l = clamp(nearest_int(iscale * v));
+        levels[i] = (l + nmax) as i8;
+        let w = weight(i);
+        sumlx += w * v * l as f32;
+        suml2 += w * l as f32 * l as f32;
+    }
+    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
+    let mut best = scale * sumlx;
+    for is in -9..=9 {
+        if is == 0 {
+            continue;
+        }
+        iscale = -(nmax as f32 + 0.1 * is as f32) / max;
+        sumlx = 0.0;
+        suml2 = 0.0;
+        for (i, &v) in x.iter().enumerate() {
+            let l = clamp(nearest_int(iscale * v));
+            let w = weight(i);
+            sumlx += w * v * l as f32;
+            suml2 += w * l as f32 * l as f32;
+        }
+        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
+            for (l, &v) in levels.iter_mut().zip(x) {
+                *l = (nmax + clamp(nearest_int(iscale * v))) as i8;
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    scale
+}
+
+/// Q3_K's symmetric search with coordinate descent (`make_q3_quants`).
+pub fn make_q3_quants(nmax: i32, x: &[f32], levels: &mut [i8], do_rmse: bool) -> f32 {
+    let (mut max, mut amax) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        levels.fill(0);
+        return 0.0;
+    }
+    let clamp = |l: i32| l.clamp(-nmax, nmax - 1);
+    let iscale = -(nmax as f32) / max;
+    if !do_rmse {
+        for (l, &v) in levels.iter_mut().zip(x) {
+            *l = (clamp(nearest_int(iscale * v)) + nmax) as i8;
+        }
+        return 1.0 / iscale;
+    }
+    let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
+    for (l, &v) in levels.iter_mut().zip(x) {
+        let q = clamp(nearest_int(iscale * v));
+        *l = q as i8;
+        let w = v * v;
+        sumlx += w * v * q as f32;
+        suml2 += w * q as f32 * q as f32;
+    }
+    for _ in 0..5 {
+        let mut n_changed = 0;
+        for (i, &v) in x.iter().enumerate() {
+            let w = v * v;
+            let li = f32::from(levels[i]);
+            let mut slx = sumlx - w * v * li;
+            if slx > 0.0 {
+                let mut sl2 = suml2 - w * li * li;
+                let new_l = clamp(nearest_int(v * sl2 / slx));
+                if new_l != i32::from(levels[i]) {
+                    slx += w * v * new_l as f32;
+                    sl2 += w * new_l as f32 * new_l as f32;
+                    if sl2 > 0.0 && slx * slx * suml2 > sumlx * sumlx * sl2 {
+                        levels[i] = new_l as i8;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed += 1;
+                    }
+                }
+            }
+        }
+        if n_changed == 0 {
+            break;
+        }
+    }
+    for l in levels.iter_mut() {
+        *l += nmax as i8;
+    }
+    if suml2 > 0.0 { sumlx / suml2 } else { 0.0 }
+}
+
+/// Parameters of the asymmetric (scale and minimum) searches.
+#[derive(Clone, Copy)]
+pub struct MinSearch {
+    pub rmin: f32,
+    pub rdelta: f32,
+    pub nstep: i32,
+    /// Minimise absolute rather than squared error.
+    pub use_mad: bool,
+}
+
+/// Asymmetric levels in `[0, nmax]`; returns `(scale, -min)` (`make_qkx2_quants`
+/// with `weights` given, `make_qkx3_quants` otherwise falling back to x²).
+/// `qkx3` selects ggml's `make_qkx3_quants` (which differs in its degenerate-
+/// group test) over `make_qkx2_quants`.
+pub fn make_qkx_quants(
+    nmax: i32,
+    x: &[f32],
+    weights: Option<&[f32]>,
+    levels: &mut [u8],
+    aux: &mut [u8],
+    search: MinSearch,
+    qkx3: bool,
+) -> (f32, f32) {
+    let weight = |i: usize| match weights {
+        Some(w) => w[i],
+        None => x[i] * x[i],
+    };
+    let (mut min, mut max) = (x[0], x[0]);
+    let mut sum_w = weight(0);
+    let mut sum_x = sum_w * x[0];
+    for (i, &v) in x.iter().enumerate().skip(1) {
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+        let w = weight(i);
+        sum_w += w;
+        sum_x += w * v;
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    let degenerate = if qkx3 { max <= min } else { max == min };
+    if degenerate {
+        levels.fill(0);
+        return (0.0, -min);
+    }
+    let error = |diff: f32| if search.use_mad { diff.abs() } else { diff * diff };
+    let mut iscale = nmax as f32 / (max - min);
+    let mut scale = 1.0 / iscale;
+    let mut best_error = 0.0f32;
+    for (i, &v) in x.iter().enumerate() {
+        let l = nearest_int(iscale * (v - min)).clamp(0, nmax);
+        levels[i] = l as u8;
+        let diff = scale * f32::from(levels[i]) + min - v;
+        best_error += weight(i) * error(diff);
+    }
+    if search.nstep < 1 {
+        return (scale, -min);
+    }
+    for is in 0..=search.nstep {
+        iscale = (search.rmin + search.rdelta * is as f32 + nmax as f32) / (max - min);
+        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
+        for (i, &v) in x.iter().enumerate() {
+            let l = nearest_int(iscale * (v - min)).clamp(0, nmax);
+            aux[i] = l as u8;
+            let w = weight(i);
+            let lf = l as f32;
+            sum_l += w * lf;
+            sum_l2 += w * lf * lf;
+            sum_xl += w * lf * v;
+        }
+        let det = sum_w * sum_l2 - sum_l * sum_l;
+        if det > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let mut cur_error = 0.0f32;
+            for (i, &v) in x.iter().enumerate() {
+                let diff = this_scale * f32::from(aux[i]) + this_min - v;
+                cur_error += weight(i) * error(diff);
+            }
+            if cur_error < best_error {
+                levels[..x.len()].copy_from_slice(&aux[..x.len()]);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    (scale, -min)
+}
+
+/// Quantizes positive scales to `[0, nmax]` levels under importance `weights`
+/// (`make_qp_quants`); returns the scale of the levels.
+pub fn make_qp_quants(nmax: i32, x: &[f32], levels: &mut [u8], weights: &[f32]) -> f32 {
+    let max = x.iter().fold(0.0f32, |m, &v| if m > v { m } else { v });
+    if max < GROUP_MAX_EPS {
+        levels.fill(0);
+        return 0.0;
+    }
+    let mut iscale = nmax as f32 / max;
+    for (l, &v) in levels.iter_mut().zip(x) {
+        *l = nearest_int(iscale * v) as u8;
+    }
+    let scale = 1.0 / iscale;
+    let mut best_mse = 0.0f32;
+    for (i, &v) in x.iter().enumerate() {
+        let diff = v - scale * f32::from(levels[i]);
+        best_mse += weights[i] * diff * diff;
+    }
+    for is in -4..=4 {
+        if is == 0 {
+            continue;
+        }
+        let iscale_is = (0.1 * is as f32 + nmax as f32) / max;
+        let scale_is = 1.0 / iscale_is;
+        let mut mse = 0.0f32;
+        for (i, &v) in x.iter().enumerate() {
+            let l = nearest_int(iscale_is * v).min(nmax);
+            let diff = v - scale_is * l as f32;
+            mse += weights[i] * diff * diff;
+        }
+        if mse < best_mse {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
+    for (i, &v) in x.iter().enumerate() {
+        let l = nearest_int(iscale * v).min(nmax);
+        levels[i] = l as u8;
+        let w = weights[i];
+        sumlx += w * v * l as f32;
+        suml2 += w * l as f32 * l as f32;
+    }
+    for _ in 0..5 {
+        let mut n_changed = 0;
+        for (i, &v) in x.iter().enumerate() {
+            let w = weights[i];
+            let li = f32::from(levels[i]);
+            let mut slx = sumlx - w * v * li;
+            let mut sl2 = suml2 - w * li * li;
+            if slx > 0.0 && sl2 > 0.0 {
+                let new_l = nearest_int(v * sl2 / slx).min(nmax);
+                if new_l != i32::from(levels[i]) {
+                    slx += w * v * new_l as f32;
+                    sl2 += w * new_l as f32 * new_l as f32;
+                    if slx * slx * suml2 > sumlx * sumlx * sl2 {
+                        levels[i] = new_l as u8;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed += 1;
+                    }
+                }
+            }
+        }
+        if n_changed == 0 {
+            break;
+        }
+    }
+    if suml2 > 0.0 { sumlx / suml2 } else { 0.0 }
+}

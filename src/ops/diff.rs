@@ -1,0 +1,156 @@
+//! `diff`: how far apart two models' tensors are, whatever their types.
+//!
+//! Both sides are decoded to f32 row by row and compared in f64: mean
+//! absolute error, root-mean-square error, largest absolute error and cosine
+//! similarity per tensor, plus totals over all compared elements.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::codecs::{self, CodecError};
+use crate::formats::{FormatError, ModelFile, OpenOptions};
+use crate::model::TensorInfo;
+use crate::types::GgmlType;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error("tensor `{tensor}`: shapes differ ({a:?} vs {b:?})")]
+    ShapeMismatch { tensor: String, a: Vec<u64>, b: Vec<u64> },
+    #[error("tensor `{tensor}`: {source}")]
+    Codec { tensor: String, source: CodecError },
+    #[error("the models share no tensor names")]
+    NothingInCommon,
+}
+
+/// Running sums for one comparison, in f64.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sums {
+    n: u64,
+    abs: f64,
+    sq: f64,
+    max_abs: f64,
+    dot: f64,
+    norm_a: f64,
+    norm_b: f64,
+}
+
+impl Sums {
+    fn add_row(&mut self, a: &[f32], b: &[f32]) {
+        for (&x, &y) in a.iter().zip(b) {
+            let (x, y) = (f64::from(x), f64::from(y));
+            let e = (x - y).abs();
+            self.abs += e;
+            self.sq += e * e;
+            self.max_abs = self.max_abs.max(e);
+            self.dot += x * y;
+            self.norm_a += x * x;
+            self.norm_b += y * y;
+        }
+        self.n += a.len() as u64;
+    }
+
+    fn merge(&mut self, other: &Sums) {
+        self.n += other.n;
+        self.abs += other.abs;
+        self.sq += other.sq;
+        self.max_abs = self.max_abs.max(other.max_abs);
+        self.dot += other.dot;
+        self.norm_a += other.norm_a;
+        self.norm_b += other.norm_b;
+    }
+
+    fn stats(&self) -> Stats {
+        let n = self.n.max(1) as f64;
+        let norms = (self.norm_a * self.norm_b).sqrt();
+        Stats {
+            elements: self.n,
+            mae: self.abs / n,
+            rmse: (self.sq / n).sqrt(),
+            max_abs_error: self.max_abs,
+            // Two all-zero tensors are the same direction.
+            cosine: if norms > 0.0 {
+                self.dot / norms
+            } else if self.norm_a == self.norm_b {
+                1.0
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Stats {
+    pub elements: u64,
+    pub mae: f64,
+    pub rmse: f64,
+    pub max_abs_error: f64,
+    pub cosine: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TensorDiff {
+    pub name: String,
+    pub type_a: &'static str,
+    pub type_b: &'static str,
+    #[serde(flatten)]
+    pub stats: Stats,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DiffReport {
+    pub tensors: Vec<TensorDiff>,
+    /// Tensor names only in A, and only in B.
+    pub only_in_a: Vec<String>,
+    pub only_in_b: Vec<String>,
+    pub total: Stats,
+}
+
+/// Compares every tensor name `a` and `b` share, in `a`'s order.
+pub fn diff_files(a: &Path, b: &Path) -> Result<DiffReport, DiffError> {
+    let (a, b) = (ModelFile::open(a, OpenOptions::default())?, ModelFile::open(b, OpenOptions::default())?);
+    let find = |m: &ModelFile, name: &str| m.tensors.iter().position(|t| t.name == name);
+    let mut total = Sums::default();
+    let mut tensors = Vec::new();
+    for ta in &a.tensors {
+        let Some(ib) = find(&b, &ta.name) else { continue };
+        let tb = &b.tensors[ib];
+        if ta.dims != tb.dims {
+            return Err(DiffError::ShapeMismatch { tensor: ta.name.clone(), a: ta.dims.clone(), b: tb.dims.clone() });
+        }
+        let sums = compare(&a, ta, &b, tb)?;
+        total.merge(&sums);
+        tensors.push(TensorDiff {
+            name: ta.name.clone(),
+            type_a: ta.ggml_type.name(),
+            type_b: tb.ggml_type.name(),
+            stats: sums.stats(),
+        });
+    }
+    if tensors.is_empty() {
+        return Err(DiffError::NothingInCommon);
+    }
+    let only = |x: &ModelFile, y: &ModelFile| -> Vec<String> {
+        x.tensors.iter().filter(|t| find(y, &t.name).is_none()).map(|t| t.name.clone()).collect()
+    };
+    Ok(DiffReport { only_in_a: only(&a, &b), only_in_b: only(&b, &a), tensors, total: total.stats() })
+}
+
+fn compare(a: &ModelFile, ta: &TensorInfo, b: &ModelFile, tb: &TensorInfo) -> Result<Sums, DiffError> {
+    let codec_err = |source| DiffError::Codec { tensor: ta.name.clone(), source };
+    let n_per_row = ta.dims[0] as usize;
+    let (da, db) = (a.tensor_data(ta)?, b.tensor_data(tb)?);
+    let row_size = |t: GgmlType| t.row_size(n_per_row as u64).unwrap_or(0) as usize;
+    let (ra, rb) = (row_size(ta.ggml_type), row_size(tb.ggml_type));
+    let (mut xa, mut xb) = (vec![0f32; n_per_row], vec![0f32; n_per_row]);
+    let mut sums = Sums::default();
+    for (row_a, row_b) in da.chunks_exact(ra.max(1)).zip(db.chunks_exact(rb.max(1))) {
+        codecs::dequantize_row(ta.ggml_type, row_a, &mut xa).map_err(codec_err)?;
+        codecs::dequantize_row(tb.ggml_type, row_b, &mut xb).map_err(codec_err)?;
+        sums.add_row(&xa, &xb);
+    }
+    Ok(sums)
+}

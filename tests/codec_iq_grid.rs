@@ -1,0 +1,133 @@
+//! The IQ grid decoders (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S,
+//! IQ1_M) against ggml, bit for bit: golden vectors that ggml's own
+//! `dequantize_row_*` decoded (`tests/ggml_ref/iq_goldens.py golden`), and
+//! fresh random blocks decoded by gguf-py where it is installed.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use quantforge::codecs::dequantize_row;
+use quantforge::types::GgmlType;
+
+const TYPES: [GgmlType; 7] = [
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
+];
+
+fn decode(ty: GgmlType, encoded: &[u8], n_elements: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; n_elements];
+    dequantize_row(ty, encoded, &mut out).unwrap_or_else(|e| panic!("{ty}: {e}"));
+    out
+}
+
+/// Asserts equal bit patterns, naming the first element that differs.
+fn assert_same_bits(ty: GgmlType, what: &str, ours: &[f32], theirs: &[f32]) {
+    assert_eq!(ours.len(), theirs.len(), "{ty} {what}: lengths");
+    let block = ty.block_size() as usize;
+    if let Some(i) = ours.iter().zip(theirs).position(|(a, b)| a.to_bits() != b.to_bits()) {
+        panic!(
+            "{ty} {what}: element {i} (block {}, index {}): ours {:e} ({:#010x}), theirs {:e} ({:#010x})",
+            i / block,
+            i % block,
+            ours[i],
+            ours[i].to_bits(),
+            theirs[i],
+            theirs[i].to_bits()
+        );
+    }
+}
+
+fn u32_at(data: &[u8], offset: usize) -> u32 {
+    u32::from_le_bytes(data[offset..offset + 4].try_into().expect("four bytes"))
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("four bytes"))).collect()
+}
+
+/// A `.qfgd` file: `QFGD`, u32 version 1, u32 type id, u32 n_elements, the
+/// encoded blocks, then ggml's decoded f32 values.
+fn read_golden(path: &Path) -> (GgmlType, Vec<u8>, Vec<f32>) {
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&data[..4], b"QFGD", "{}", path.display());
+    assert_eq!(u32_at(&data, 4), 1, "{}: version", path.display());
+    let ty = GgmlType::from_id(u32_at(&data, 8)).expect("a known type id");
+    let n = u32_at(&data, 12) as usize;
+    let encoded_len = ty.row_size(n as u64).expect("whole blocks") as usize;
+    assert_eq!(data.len(), 16 + encoded_len + 4 * n, "{}: length", path.display());
+    let (encoded, decoded) = data[16..].split_at(encoded_len);
+    (ty, encoded.to_vec(), f32s(decoded))
+}
+
+#[test]
+fn golden_vectors_decode_bit_for_bit() {
+    for ty in TYPES {
+        let path = common::repo().join(format!("tests/data/golden/{}.decode.qfgd", ty.name()));
+        let (file_ty, encoded, expected) = read_golden(&path);
+        assert_eq!(file_ty, ty, "{}", path.display());
+        assert!(expected.len() >= 8 * ty.block_size() as usize, "{ty}: too few golden blocks");
+        assert_same_bits(ty, "golden", &decode(ty, &encoded, expected.len()), &expected);
+    }
+}
+
+/// Random bytes are valid blocks of these types; only the f16 block scale is
+/// set, to a finite value (zero, subnormal, tiny to largest), so both
+/// decoders compute with numbers rather than NaN payloads.
+fn random_blocks(ty: GgmlType, n_blocks: usize, seed: u64) -> Vec<u8> {
+    let type_size = ty.type_size() as usize;
+    let mut data = common::noise(seed, n_blocks * type_size);
+    let scales = common::noise(seed ^ 0x5eed, 2 * n_blocks);
+    for (i, block) in data.chunks_exact_mut(type_size).enumerate() {
+        let mut bits = u16::from_le_bytes([scales[2 * i], scales[2 * i + 1]]);
+        if bits & 0x7c00 == 0x7c00 {
+            bits &= !0x4000; // an infinity or NaN exponent: clear its top bit
+        }
+        match i {
+            0 => bits = 0,
+            1 => bits = 0x8000,
+            2 => bits = 0x7bff, // 65504
+            _ => {}
+        }
+        if ty == GgmlType::IQ1_M {
+            // The scale is the top nibbles of the block's last four u16.
+            let base = type_size - ty.block_size() as usize / 32;
+            for k in 0..4 {
+                let byte = &mut block[base + 2 * k + 1];
+                *byte = (*byte & 0x0f) | ((((bits >> (4 * k)) & 0xf) as u8) << 4);
+            }
+        } else {
+            block[..2].copy_from_slice(&bits.to_le_bytes());
+        }
+    }
+    data
+}
+
+#[test]
+fn random_blocks_decode_as_gguf_py_does() {
+    let Some(python) = common::python_with_gguf() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (seed, ty) in TYPES.into_iter().enumerate() {
+        let n_blocks = 64;
+        let encoded = random_blocks(ty, n_blocks, 0x1000 + seed as u64);
+        let input = common::write_temp(dir.path(), &format!("{}.blocks", ty.name()), &encoded);
+        let output = dir.path().join(format!("{}.f32", ty.name()));
+        let run = Command::new(&python)
+            .arg(common::repo().join("tests/ggml_ref/iq_goldens.py"))
+            .arg("gguf-py")
+            .arg(ty.id().to_string())
+            .args([&input, &output])
+            .output()
+            .expect("python runs");
+        assert!(run.status.success(), "iq_goldens.py gguf-py {ty}: {}", String::from_utf8_lossy(&run.stderr));
+        let theirs = f32s(&std::fs::read(&output).expect("gguf-py's output"));
+        let n = n_blocks * ty.block_size() as usize;
+        assert_same_bits(ty, "vs gguf-py", &decode(ty, &encoded, n), &theirs);
+    }
+}

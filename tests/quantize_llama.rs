@@ -1,0 +1,126 @@
+//! The headline: `quantforge quantize` writes the same bytes as
+//! llama-quantize (the reference build from scripts/fetch-references.sh
+//! --build) for every preset, with and without an importance matrix, and
+//! with its flags. Skipped, with a message, where the reference build is
+//! absent; CI builds it.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const PRESETS: &[&str] = &[
+    "Q2_K",
+    "Q2_K_S",
+    "Q3_K_S",
+    "Q3_K_M",
+    "Q3_K_L",
+    "Q4_K_S",
+    "Q4_K_M",
+    "Q5_K_S",
+    "Q5_K_M",
+    "Q6_K",
+    "Q8_0",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "IQ4_NL",
+    "IQ4_XS",
+    "TQ1_0",
+    "TQ2_0",
+    "MXFP4_MOE",
+    "F16",
+    "BF16",
+    "F32",
+];
+
+fn llama_quantize() -> Option<PathBuf> {
+    let refs = std::env::var_os("QUANTFORGE_REFS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/quantforge/refs")))?;
+    let bin = refs.join("llama.cpp/build/bin/llama-quantize");
+    if bin.exists() {
+        return Some(bin);
+    }
+    assert!(std::env::var_os("CI").is_none(), "CI must run scripts/fetch-references.sh --build");
+    eprintln!("skipped: {} is absent; run scripts/fetch-references.sh --build", bin.display());
+    None
+}
+
+/// Runs both tools with `flags` on `input` for `preset`; returns a
+/// description of the difference, if any.
+fn compare(llama: &Path, dir: &Path, input: &Path, preset: &str, flags: &[&str]) -> Option<String> {
+    let ours = dir.join("ours.gguf");
+    let theirs = dir.join("theirs.gguf");
+    let _ = std::fs::remove_file(&ours);
+    let _ = std::fs::remove_file(&theirs);
+    let mut args: Vec<&OsStr> = flags.iter().map(OsStr::new).collect();
+    args.extend([input.as_os_str(), theirs.as_os_str(), OsStr::new(preset), OsStr::new("2")]);
+    let reference = Command::new(llama).args(&args).output().unwrap();
+    args[flags.len() + 1] = ours.as_os_str();
+    let mut cli: Vec<&OsStr> = vec![OsStr::new("quantize")];
+    cli.extend(args);
+    let output = common::quantforge(&cli);
+    if !reference.status.success() {
+        // llama-quantize refuses (e.g. Q2_K_S without an imatrix): so must we.
+        let theirs = String::from_utf8_lossy(&reference.stderr);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return match (output.status.success(), theirs.contains("requires an imatrix")) {
+            (false, true) if stderr.contains("needs an importance matrix") => None,
+            _ => Some(format!("{preset} {flags:?}: llama-quantize failed ({theirs}), quantforge said: {stderr}")),
+        };
+    }
+    if !output.status.success() {
+        return Some(format!("{preset} {flags:?}: quantforge failed: {}", String::from_utf8_lossy(&output.stderr)));
+    }
+    let (a, b) = (std::fs::read(&ours).unwrap(), std::fs::read(&theirs).unwrap());
+    if a == b {
+        return None;
+    }
+    let first = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+    Some(format!("{preset} {flags:?}: files differ from byte {first} (sizes {} and {})", a.len(), b.len()))
+}
+
+fn check_all(input: &Path, presets: &[&str], flag_sets: &[&[&str]]) {
+    let Some(llama) = llama_quantize() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for flags in flag_sets {
+        for preset in presets {
+            failures.extend(compare(&llama, dir.path(), input, preset, flags));
+        }
+    }
+    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+}
+
+fn imatrix(format: &str) -> String {
+    common::repo().join(format!("tests/data/imatrix/tiny-llama.imatrix.{format}")).display().to_string()
+}
+
+#[test]
+fn tiny_model_every_preset() {
+    check_all(&common::tiny_model(), PRESETS, &[&[]]);
+}
+
+#[test]
+fn tiny_model_every_preset_with_imatrix() {
+    let (gguf, dat) = (imatrix("gguf"), imatrix("dat"));
+    check_all(&common::tiny_model(), PRESETS, &[&["--imatrix", &gguf], &["--imatrix", &dat]]);
+}
+
+#[test]
+fn tiny_model_flags() {
+    let gguf = imatrix("gguf");
+    let flag_sets: &[&[&str]] = &[
+        &["--pure"],
+        &["--leave-output-tensor"],
+        &["--output-tensor-type", "q8_0", "--token-embedding-type", "q4_k"],
+        &["--tensor-type", "attn_v=q8_0", "--tensor-type", "ffn_down=q5_k"],
+        &["--override-kv", "general.name=str:renamed", "--override-kv", "llama.context_length=int:-4096"],
+        &["--imatrix", &gguf, "--include-weights", "attn"],
+        &["--imatrix", &gguf, "--exclude-weights", "ffn_down"],
+    ];
+    check_all(&common::tiny_model(), &["Q4_K_M", "Q3_K_S", "IQ4_XS"], flag_sets);
+}
