@@ -1,7 +1,8 @@
-//! Writes the tiny model shipped in the repo:
-//! `cargo run --example make-tiny-model -- tests/data/tiny-llama.gguf`.
-//! The test `tiny_model_is_reproducible` checks the committed file equals
-//! what this writes.
+//! Writes synthetic llama-shaped models:
+//! `cargo run --example make-tiny-model -- [PATH] [--wide]`.
+//! Without `--wide` it writes the tiny model shipped in the repo (the test
+//! `tiny_model_is_reproducible` checks the committed file equals it); with
+//! `--wide`, the 4096-wide benchmark model of docs/PERFORMANCE.md.
 
 use std::path::PathBuf;
 
@@ -10,8 +11,12 @@ use quantforge::model::Endian;
 use quantforge::synth::{self, LlamaConfig};
 
 fn main() -> anyhow::Result<()> {
-    let path: PathBuf = std::env::args_os().nth(1).map_or_else(|| "tests/data/tiny-llama.gguf".into(), PathBuf::from);
-    let mut model = synth::llama(&LlamaConfig::tiny());
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let wide = args.iter().any(|a| a == "--wide");
+    let path: PathBuf =
+        args.iter().find(|a| !a.starts_with("--")).map_or_else(|| "tests/data/tiny-llama.gguf".into(), PathBuf::from);
+    let config = if wide { LlamaConfig::wide() } else { LlamaConfig::tiny() };
+    let mut model = synth::llama(&config);
     let (metadata, tensors) = (model.metadata.clone(), model.tensors.clone());
     let mut out = AtomicOutput::create(&path)?;
     let layout = gguf::write_gguf(out.writer(), Endian::Little, &metadata, &tensors, &mut model)?;

@@ -46,6 +46,25 @@ impl LlamaConfig {
     }
 }
 
+impl LlamaConfig {
+    /// A K-quant-bound benchmark model: LLaMA-7B-wide (4096 × 11008) rows,
+    /// every row a multiple of 256, two layers and a 32000-token vocabulary,
+    /// ~670M parameters (~1.3 GB in F16).
+    pub fn wide() -> LlamaConfig {
+        LlamaConfig {
+            name: "quantforge synthetic 4096-wide llama".into(),
+            n_vocab: 32000,
+            n_embd: 4096,
+            n_ff: 11008,
+            n_layer: 2,
+            n_head: 32,
+            n_head_kv: 8,
+            weight_type: GgmlType::F16,
+            seed: 0x4096,
+        }
+    }
+}
+
 /// A synthetic model: metadata, tensor descriptors and a generator of the
 /// tensors' bytes.
 pub struct SynthModel {

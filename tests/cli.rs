@@ -215,3 +215,54 @@ fn edit_refusals() {
         assert!(!out.exists());
     }
 }
+
+fn quantize_fails(args: &[&OsStr], message: &str) {
+    let mut cli = vec![OsStr::new("quantize")];
+    cli.extend_from_slice(args);
+    let output = common::quantforge(&cli);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{args:?} should fail");
+    assert!(stderr.contains(message), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn quantize_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = common::tiny_model();
+    let (q4, out) = (dir.path().join("q4.gguf"), dir.path().join("out.gguf"));
+    quantize_fails(&[tiny.as_os_str(), out.as_os_str(), "Q9_Z".as_ref()], "valid types are Q4_0, Q4_1");
+    let output = common::quantforge(&["quantize".as_ref(), tiny.as_os_str(), q4.as_os_str(), "Q4_K_M".as_ref()]);
+    assert!(output.status.success());
+    quantize_fails(&[q4.as_os_str(), out.as_os_str(), "Q8_0".as_ref()], "requantizing from type Q4_K is disabled");
+    quantize_fails(&[tiny.as_os_str(), out.as_os_str(), "Q2_K_S".as_ref()], "needs an importance matrix");
+    quantize_fails(&[tiny.as_os_str(), tiny.as_os_str(), "Q8_0".as_ref()], "refusing to overwrite the input");
+
+    // A weight that is NaN: llama-quantize refuses to write it, and so do we.
+    let mut g = common::RawGguf::default();
+    g.kv_str("general.architecture", "llama").kv_u32("llama.block_count", 1);
+    g.tensor(b"blk.0.ffn_up.weight", &[32, 2], 0, 0);
+    g.data = (0..64).flat_map(|i| if i == 37 { f32::NAN } else { i as f32 / 64.0 }.to_le_bytes()).collect();
+    let nan = common::write_temp(dir.path(), "nan.gguf", &g.bytes());
+    quantize_fails(&[nan.as_os_str(), out.as_os_str(), "Q8_0".as_ref()], "`blk.0.ffn_up.weight` row 1 holds NaN");
+    assert!(!out.exists());
+}
+
+#[test]
+fn diff_reports_per_tensor_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = common::tiny_model();
+    let q8 = dir.path().join("q8.gguf");
+    run(&["quantize".as_ref(), tiny.as_os_str(), q8.as_os_str(), "Q8_0".as_ref()]);
+    let (stdout, _) = run(&["diff".as_ref(), tiny.as_os_str(), q8.as_os_str(), "--json".as_ref()]);
+    let report: Json = serde_json::from_str(&stdout).unwrap();
+    let tensors = report["tensors"].as_array().unwrap();
+    assert_eq!(tensors.len(), 21);
+    let norm = tensors.iter().find(|t| t["name"] == "output_norm.weight").unwrap();
+    assert_eq!((norm["mae"].as_f64(), norm["cosine"].as_f64()), (Some(0.0), Some(1.0)));
+    let q = tensors.iter().find(|t| t["name"] == "blk.0.attn_q.weight").unwrap();
+    assert_eq!(q["type_b"], "Q8_0");
+    let (rmse, cosine) = (q["rmse"].as_f64().unwrap(), q["cosine"].as_f64().unwrap());
+    assert!(rmse > 0.0 && rmse < 1e-3 && cosine > 0.9999, "{q}");
+    assert_eq!(report["total"]["elements"], 1443072);
+}

@@ -709,15 +709,7 @@ fn every_truncation_of_a_gguf_imatrix_fails_cleanly() {
 // llama-quantize itself, when the reference build is there.
 
 fn llama_quantize() -> Option<PathBuf> {
-    let refs = std::env::var_os("QUANTFORGE_REFS")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/quantforge/refs")))?;
-    let bin = refs.join("llama.cpp/build/bin/llama-quantize");
-    if bin.exists() {
-        return Some(bin);
-    }
-    eprintln!("skipped: {} is absent; run scripts/fetch-references.sh --build", bin.display());
-    None
+    common::reference("build/bin/llama-quantize")
 }
 
 /// llama-quantize accepts both real files, and writes the same

@@ -177,16 +177,7 @@ fn old_block_layouts_are_repacked() {
 
 fn converter() -> Option<(String, PathBuf)> {
     let python = common::python_with_gguf()?;
-    let refs = std::env::var_os("QUANTFORGE_REFS")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/quantforge/refs")))?;
-    let script = refs.join("llama.cpp/convert_llama_ggml_to_gguf.py");
-    if script.exists() {
-        return Some((python, script));
-    }
-    assert!(std::env::var_os("CI").is_none(), "CI must run scripts/fetch-references.sh");
-    eprintln!("skipped: {} is absent; run scripts/fetch-references.sh", script.display());
-    None
+    Some((python, common::reference("convert_llama_ggml_to_gguf.py")?))
 }
 
 /// Converts with llama.cpp's script and checks our conversion has the same

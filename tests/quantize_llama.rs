@@ -37,16 +37,7 @@ const PRESETS: &[&str] = &[
 ];
 
 fn llama_quantize() -> Option<PathBuf> {
-    let refs = std::env::var_os("QUANTFORGE_REFS")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/quantforge/refs")))?;
-    let bin = refs.join("llama.cpp/build/bin/llama-quantize");
-    if bin.exists() {
-        return Some(bin);
-    }
-    assert!(std::env::var_os("CI").is_none(), "CI must run scripts/fetch-references.sh --build");
-    eprintln!("skipped: {} is absent; run scripts/fetch-references.sh --build", bin.display());
-    None
+    common::reference("build/bin/llama-quantize")
 }
 
 /// Runs both tools with `flags` on `input` for `preset`; returns a
@@ -123,4 +114,33 @@ fn tiny_model_flags() {
         &["--imatrix", &gguf, "--exclude-weights", "ffn_down"],
     ];
     check_all(&common::tiny_model(), &["Q4_K_M", "Q3_K_S", "IQ4_XS"], flag_sets);
+}
+
+/// Gemma 3 270M: its F16 version made by our `dequantize` equals
+/// llama-quantize's own conversion, and a few presets from it (with and
+/// without a real importance matrix) are byte-identical. Every preset from
+/// F16, BF16 and F32 is checked by scripts/verify-gemma.sh.
+#[test]
+fn gemma_presets() {
+    let (Some(llama), Some(gemma)) = (llama_quantize(), common::gemma()) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let f16 = dir.path().join("gemma-f16.gguf");
+    let output = common::quantforge(&["dequantize".as_ref(), gemma.as_os_str(), f16.as_os_str()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let reference = dir.path().join("reference-f16.gguf");
+    let status = Command::new(&llama)
+        .args(["--allow-requantize".as_ref(), gemma.as_os_str(), reference.as_os_str(), "F16".as_ref()])
+        .output()
+        .unwrap()
+        .status;
+    assert!(status.success());
+    assert!(std::fs::read(&f16).unwrap() == std::fs::read(&reference).unwrap(), "F16 versions differ");
+    std::fs::remove_file(&reference).unwrap();
+
+    let imatrix = common::repo().join("tests/data/imatrix/gemma-3-270m.imatrix.gguf").display().to_string();
+    let mut failures = Vec::new();
+    for (preset, flags) in [("Q4_K_M", vec![]), ("Q8_0", vec![]), ("Q4_K_M", vec!["--imatrix", imatrix.as_str()])] {
+        failures.extend(compare(&llama, dir.path(), &f16, preset, &flags));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -12,6 +12,7 @@ use bytemuck::{Pod, Zeroable};
 use super::scalar::{F16, nearest_int};
 use super::search::{
     GROUP_MAX_EPS, MinSearch, QxWeighting, make_q3_quants, make_qkx_quants, make_qp_quants, make_qx_quants,
+    signed_absmax_and_magnitude,
 };
 use crate::types::GgmlType;
 
@@ -607,13 +608,7 @@ pub fn quantize_q6_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [Bloc
 
 pub fn quantize_q8_k(src: &[f32], blocks: &mut [BlockQ8K]) {
     for (x, b) in src.chunks_exact(QK_K).zip(blocks) {
-        let (mut max, mut amax) = (0.0f32, 0.0f32);
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let (max, amax) = signed_absmax_and_magnitude(x);
         if amax == 0.0 {
             *b = BlockQ8K::zeroed();
             continue;

@@ -5,7 +5,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::scalar::{F16, c_float_to_i8, c_float_to_int};
-use super::search::{MinSearch, QxWeighting, make_qkx_quants, make_qx_quants};
+use super::search::{MinSearch, QxWeighting, make_qkx_quants, make_qx_quants, signed_absmax};
 use crate::types::GgmlType;
 
 const QK: usize = GgmlType::Q4_0.block_size() as usize;
@@ -130,18 +130,6 @@ pub fn dequantize_q8_1(blocks: &[BlockQ8_1], out: &mut [f32]) {
     }
 }
 
-/// The value of largest magnitude (the first of equals), as ggml finds it.
-fn signed_absmax(x: &[f32]) -> f32 {
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        if amax < v.abs() {
-            amax = v.abs();
-            max = v;
-        }
-    }
-    max
-}
-
 fn min_max(x: &[f32]) -> (f32, f32) {
     let (mut min, mut max) = (f32::MAX, -f32::MAX);
     for &v in x {
@@ -164,20 +152,74 @@ fn clamp_high(v: f32, limit: i32) -> u8 {
     i32::from(c_float_to_i8(v)).min(limit) as u8
 }
 
-/// The per-element importance: `qw[j] · sqrt(σ² + x[j]²)`, σ² over the row.
-fn importance_weights(row: &[f32], qw: &[f32]) -> impl Fn(usize, &mut [f32; QK]) {
-    let sum_x2 = row.iter().fold(0.0f32, |s, v| s + v * v);
-    let sigma2 = sum_x2 / row.len() as f32;
-    move |block: usize, weight: &mut [f32; QK]| {
-        let xb = &row[block * QK..][..QK];
-        let wb = &qw[block * QK..][..QK];
-        for j in 0..QK {
-            weight[j] = wb[j] * (sigma2 + xb[j] * xb[j]).sqrt();
-        }
+/// Runs `encode` on every block with its importance weights, if any:
+/// `qw[j] · sqrt(σ² + x[j]²)`, σ² the mean square of the whole row (ggml's
+/// `quantize_row_*_impl`).
+fn for_each_block<B>(
+    src: &[f32],
+    importance: Option<&[f32]>,
+    blocks: &mut [B],
+    mut encode: impl FnMut(&[f32], Option<&[f32; QK]>, &mut B),
+) {
+    let sigma2 = src.iter().fold(0.0f32, |s, v| s + v * v) / src.len() as f32;
+    let mut weight = [0.0f32; QK];
+    for (ib, (x, b)) in src.chunks_exact(QK).zip(blocks).enumerate() {
+        let weight = importance.map(|qw| {
+            for (j, w) in weight.iter_mut().enumerate() {
+                *w = qw[ib * QK + j] * (sigma2 + x[j] * x[j]).sqrt();
+            }
+            &weight
+        });
+        encode(x, weight, b);
     }
 }
 
-/// Packs levels `l[j]` and `l[j + 16]` into the low and high nibbles.
+/// Q4_0/Q5_0 levels in `[0, 2·nmax)` and their scale: the weighted search
+/// with importance, else the largest magnitude mapped to `-nmax`.
+fn symmetric_levels(x: &[f32], weight: Option<&[f32; QK]>, nmax: i32) -> (f32, [u8; QK]) {
+    if let Some(weight) = weight {
+        let mut levels = [0i8; QK];
+        let d = make_qx_quants(nmax, x, &mut levels, QxWeighting::Squared, Some(weight));
+        return (d, bytemuck::cast(levels));
+    }
+    let d = signed_absmax(x) / -(nmax as f32);
+    let id = inverse(d);
+    let mut levels = [0u8; QK];
+    for (l, &v) in levels.iter_mut().zip(x) {
+        *l = clamp_high(v * id + (nmax as f32 + 0.5), 2 * nmax - 1);
+    }
+    (d, levels)
+}
+
+/// Q4_1/Q5_1 levels in `[0, nmax]` with scale and minimum: the weighted
+/// search with importance, else min to max in `nmax` steps, each level made
+/// by `level` from its scaled offset.
+fn offset_levels(x: &[f32], weight: Option<&[f32; QK]>, nmax: i32, level: impl Fn(f32) -> u8) -> (f32, f32, [u8; QK]) {
+    let mut levels = [0u8; QK];
+    if let Some(weight) = weight {
+        let mut aux = [0u8; QK];
+        let (d, neg_min) = make_qkx_quants(nmax, x, Some(weight), &mut levels, &mut aux, QKX3_SEARCH, true);
+        return (d, -neg_min, levels);
+    }
+    let (min, max) = min_max(x);
+    let d = (max - min) / nmax as f32;
+    let id = inverse(d);
+    for (l, &v) in levels.iter_mut().zip(x) {
+        *l = level((v - min) * id + 0.5);
+    }
+    (d, min, levels)
+}
+
+/// Packs levels `l[j]` and `l[j + 16]` into the low and high nibbles, with
+/// ggml's `xi0 | xi1 << 4` on unmasked bytes: a level of 255 (a negative
+/// cast in the reference path) sets every bit.
+fn pack_nibbles_raw(levels: &[u8; QK], qs: &mut [u8; QK / 2]) {
+    for j in 0..QK / 2 {
+        qs[j] = levels[j] | (levels[j + QK / 2] << 4);
+    }
+}
+
+/// Packs the low nibbles of 5-bit levels.
 fn pack_nibbles(levels: &[u8; QK], qs: &mut [u8; QK / 2]) {
     for j in 0..QK / 2 {
         qs[j] = (levels[j] & 0xf) | ((levels[j + QK / 2] & 0xf) << 4);
@@ -193,126 +235,43 @@ fn pack_high_bits(levels: &[u8; QK]) -> [u8; 4] {
     qh.to_le_bytes()
 }
 
-pub fn quantize_q4_0(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ4_0]) {
-    if let Some(qw) = importance {
-        let weights = importance_weights(src, qw);
-        let mut weight = [0.0f32; QK];
-        let mut levels = [0i8; QK];
-        for (ib, (x, b)) in src.chunks_exact(QK).zip(blocks).enumerate() {
-            weights(ib, &mut weight);
-            let d = make_qx_quants(8, x, &mut levels, QxWeighting::Squared, Some(&weight));
-            b.d = F16::from_f32(d);
-            pack_nibbles(&bytemuck::cast(levels), &mut b.qs);
-        }
-        return;
-    }
-    for (x, b) in src.chunks_exact(QK).zip(blocks) {
-        let d = signed_absmax(x) / -8.0;
-        let id = inverse(d);
-        b.d = F16::from_f32(d);
-        let mut levels = [0u8; QK];
-        for (l, &v) in levels.iter_mut().zip(x) {
-            *l = clamp_high(v * id + 8.5, 15);
-        }
-        pack_nibbles_raw(&levels, &mut b.qs);
-    }
-}
-
-/// Like [`pack_nibbles`] but with ggml's `xi0 | xi1 << 4` on unmasked
-/// bytes: a level of 255 (a negative cast) sets every bit.
-fn pack_nibbles_raw(levels: &[u8; QK], qs: &mut [u8; QK / 2]) {
-    for j in 0..QK / 2 {
-        qs[j] = levels[j] | (levels[j + QK / 2] << 4);
-    }
-}
-
 const QKX3_SEARCH: MinSearch = MinSearch { rmin: -0.9, rdelta: 0.05, nstep: 36, use_mad: false };
 
+pub fn quantize_q4_0(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ4_0]) {
+    for_each_block(src, importance, blocks, |x, weight, b| {
+        let (d, levels) = symmetric_levels(x, weight, 8);
+        b.d = F16::from_f32(d);
+        pack_nibbles_raw(&levels, &mut b.qs);
+    });
+}
+
 pub fn quantize_q4_1(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ4_1]) {
-    if let Some(qw) = importance {
-        let weights = importance_weights(src, qw);
-        let mut weight = [0.0f32; QK];
-        let (mut levels, mut aux) = ([0u8; QK], [0u8; QK]);
-        for (ib, (x, b)) in src.chunks_exact(QK).zip(blocks).enumerate() {
-            weights(ib, &mut weight);
-            let (d, min) = make_qkx_quants(15, x, Some(&weight), &mut levels, &mut aux, QKX3_SEARCH, true);
-            b.d = F16::from_f32(d);
-            b.m = F16::from_f32(-min);
-            pack_nibbles_raw(&levels, &mut b.qs);
-        }
-        return;
-    }
-    for (x, b) in src.chunks_exact(QK).zip(blocks) {
-        let (min, max) = min_max(x);
-        let d = (max - min) / 15.0;
-        let id = inverse(d);
+    for_each_block(src, importance, blocks, |x, weight, b| {
+        let (d, min, levels) = offset_levels(x, weight, 15, |v| clamp_high(v, 15));
         b.d = F16::from_f32(d);
         b.m = F16::from_f32(min);
-        let mut levels = [0u8; QK];
-        for (l, &v) in levels.iter_mut().zip(x) {
-            *l = clamp_high((v - min) * id + 0.5, 15);
-        }
         pack_nibbles_raw(&levels, &mut b.qs);
-    }
+    });
 }
 
 pub fn quantize_q5_0(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ5_0]) {
-    if let Some(qw) = importance {
-        let weights = importance_weights(src, qw);
-        let mut weight = [0.0f32; QK];
-        let mut levels = [0i8; QK];
-        for (ib, (x, b)) in src.chunks_exact(QK).zip(blocks).enumerate() {
-            weights(ib, &mut weight);
-            let d = make_qx_quants(16, x, &mut levels, QxWeighting::Squared, Some(&weight));
-            b.d = F16::from_f32(d);
-            let levels: [u8; QK] = bytemuck::cast(levels);
-            pack_nibbles(&levels, &mut b.qs);
-            b.qh = pack_high_bits(&levels);
-        }
-        return;
-    }
-    for (x, b) in src.chunks_exact(QK).zip(blocks) {
-        let d = signed_absmax(x) / -16.0;
-        let id = inverse(d);
+    for_each_block(src, importance, blocks, |x, weight, b| {
+        let (d, levels) = symmetric_levels(x, weight, 16);
         b.d = F16::from_f32(d);
-        let mut levels = [0u8; QK];
-        for (l, &v) in levels.iter_mut().zip(x) {
-            *l = clamp_high(v * id + 16.5, 31);
-        }
         pack_nibbles(&levels, &mut b.qs);
         b.qh = pack_high_bits(&levels);
-    }
+    });
 }
 
 pub fn quantize_q5_1(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ5_1]) {
-    if let Some(qw) = importance {
-        let weights = importance_weights(src, qw);
-        let mut weight = [0.0f32; QK];
-        let (mut levels, mut aux) = ([0u8; QK], [0u8; QK]);
-        for (ib, (x, b)) in src.chunks_exact(QK).zip(blocks).enumerate() {
-            weights(ib, &mut weight);
-            let (d, min) = make_qkx_quants(31, x, Some(&weight), &mut levels, &mut aux, QKX3_SEARCH, true);
-            b.d = F16::from_f32(d);
-            b.m = F16::from_f32(-min);
-            pack_nibbles(&levels, &mut b.qs);
-            b.qh = pack_high_bits(&levels);
-        }
-        return;
-    }
-    for (x, b) in src.chunks_exact(QK).zip(blocks) {
-        let (min, max) = min_max(x);
-        let d = (max - min) / 31.0;
-        let id = inverse(d);
+    // ggml's reference path: (uint8_t)(x + 0.5f), no upper clamp.
+    for_each_block(src, importance, blocks, |x, weight, b| {
+        let (d, min, levels) = offset_levels(x, weight, 31, |v| c_float_to_int(v) as u8);
         b.d = F16::from_f32(d);
         b.m = F16::from_f32(min);
-        let mut levels = [0u8; QK];
-        for (l, &v) in levels.iter_mut().zip(x) {
-            // ggml: (uint8_t)(x + 0.5f), no upper clamp.
-            *l = c_float_to_int((v - min) * id + 0.5) as u8;
-        }
         pack_nibbles(&levels, &mut b.qs);
         b.qh = pack_high_bits(&levels);
-    }
+    });
 }
 
 pub fn quantize_q8_0(src: &[f32], blocks: &mut [BlockQ8_0]) {

@@ -11,6 +11,24 @@ use super::scalar::nearest_int;
 /// Groups whose largest magnitude is below this are all zero.
 pub const GROUP_MAX_EPS: f32 = 1e-15;
 
+/// The value of largest magnitude (the first of equals) and that magnitude,
+/// found as ggml finds it.
+pub fn signed_absmax_and_magnitude(x: &[f32]) -> (f32, f32) {
+    let (mut max, mut amax) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    (max, amax)
+}
+
+/// The value of largest magnitude (the first of equals).
+pub fn signed_absmax(x: &[f32]) -> f32 {
+    signed_absmax_and_magnitude(x).0
+}
+
 /// How `make_qx_quants` weights each value when no importance is given.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum QxWeighting {
@@ -24,13 +42,7 @@ pub enum QxWeighting {
 /// returns the scale. With [`QxWeighting::Squared`], `weights`, when given,
 /// replace the squared weighting.
 pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8], weighting: QxWeighting, weights: Option<&[f32]>) -> f32 {
-    let (mut max, mut amax) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (max, amax) = signed_absmax_and_magnitude(x);
     if amax < GROUP_MAX_EPS {
         levels.fill(0);
         return 0.0;
@@ -83,13 +95,7 @@ pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8], weighting: QxWeig
 
 /// Q3_K's symmetric search with coordinate descent (`make_q3_quants`).
 pub fn make_q3_quants(nmax: i32, x: &[f32], levels: &mut [i8], do_rmse: bool) -> f32 {
-    let (mut max, mut amax) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (max, amax) = signed_absmax_and_magnitude(x);
     if amax < GROUP_MAX_EPS {
         levels.fill(0);
         return 0.0;

@@ -135,6 +135,15 @@ impl ModelFile {
         }
     }
 
+    /// Drops the resident pages of `[offset, offset + len)` of a tensor's
+    /// stored bytes once they are consumed (see [`Source::release_range`]).
+    pub fn release_tensor_range(&self, tensor: &TensorInfo, offset: u64, len: u64) {
+        if tensor.layout != StoredLayout::Native {
+            return;
+        }
+        self.source.release_range(tensor.file_offset + offset, len.min(tensor.stored_len.saturating_sub(offset)));
+    }
+
     /// True when some tensor's bytes change on read (pre-GGJTv3 blocks).
     pub fn has_legacy_blocks(&self) -> bool {
         self.tensors.iter().any(|t| matches!(t.layout, StoredLayout::LegacyBlocks(_)))

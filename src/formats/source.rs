@@ -176,6 +176,25 @@ impl Source {
         }
     }
 
+    /// Tells the kernel the mapped pages of `[offset, offset + len)` will not
+    /// be read again, so they leave this process's resident memory: a
+    /// streaming pass over a model then stays near one slab, not the whole
+    /// file. Without a map, nothing is resident to release.
+    pub fn release_range(&self, offset: u64, len: u64) {
+        let Some(map) = &self.mmap else { return };
+        let end = offset.saturating_add(len).min(self.len);
+        if end <= offset {
+            return;
+        }
+        // SAFETY: the map is a read-only view of a file we never write, so
+        // dropping its pages changes no byte a live borrow can see: the next
+        // access faults the same bytes back in from the file. The advice is
+        // a hint; failing costs memory, never correctness.
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset as usize, (end - offset) as usize)
+        };
+    }
+
     /// Copies `[offset, offset + len)` to `out` without holding more than a
     /// small buffer when the file is not mapped.
     pub fn copy_range(&self, offset: u64, len: u64, out: &mut dyn Write) -> io::Result<()> {

@@ -290,7 +290,9 @@ impl TensorDataSource for Converter<'_> {
         let planned = &self.plan.tensors[idx];
         let input = &self.model.tensors[planned.input_idx];
         if !planned.converts() {
-            return self.model.copy_tensor_data(input, out);
+            self.model.copy_tensor_data(input, out)?;
+            self.model.release_tensor_range(input, 0, input.stored_len);
+            return Ok(());
         }
         match convert_tensor(self.model, planned, input, self.importance[idx], self.pool, out) {
             Ok(()) => Ok(()),
@@ -350,6 +352,7 @@ fn convert_tensor(
             )
         })?;
         out.write_all(dst).map_err(ConvertError::Io)?;
+        model.release_tensor_range(input, (first * row_in) as u64, (rows * row_in) as u64);
     }
     Ok(())
 }

@@ -273,3 +273,18 @@ pub fn golden_files() -> Vec<PathBuf> {
     files.sort();
     files
 }
+
+/// A file of the reference llama.cpp (scripts/fetch-references.sh), by its
+/// path inside the llama.cpp tree, or `None` with a message; CI must have it.
+pub fn reference(path_in_llama_cpp: &str) -> Option<PathBuf> {
+    let refs = std::env::var_os("QUANTFORGE_REFS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/quantforge/refs")))?;
+    let path = refs.join("llama.cpp").join(path_in_llama_cpp);
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(std::env::var_os("CI").is_none(), "CI must run scripts/fetch-references.sh --build");
+    eprintln!("skipped: {} is absent; run scripts/fetch-references.sh --build", path.display());
+    None
+}
