@@ -20,7 +20,8 @@ echo "|---|---|---|---|---|---|---|"
 for preset in "${presets[@]}"; do
     "$ours" quantize "$input" "$work/q.gguf" "$preset" 2>/dev/null
     "$ours" diff "$input" "$work/q.gguf" --json > "$work/diff.json"
-    bpw=$("$ours" inspect "$work/q.gguf" --json 2>/dev/null | python3 -c 'import json,sys; print(f"{json.load(sys.stdin)[\"bits_per_weight\"]:.2f}")')
+    bpw=$("$ours" inspect "$work/q.gguf" --json 2>/dev/null |
+        python3 -c 'import json, sys; print("%.2f" % json.load(sys.stdin)["bits_per_weight"])')
     python3 - "$preset" "$(stat -c %s "$work/q.gguf")" "$bpw" "$work/diff.json" <<'PY'
 import json, sys
 preset, size, bpw, path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]

@@ -138,12 +138,13 @@ fn parse_ggml_type(text: &str) -> Result<GgmlType, String> {
     })
 }
 
-/// A preset by name or llama ftype number, as llama-quantize accepts it.
+/// A preset by name or llama ftype number, as llama-quantize accepts it,
+/// among those whose main type quantforge can encode.
 fn parse_preset(text: &str) -> anyhow::Result<FileType> {
+    let supported = |f: &FileType| mixture::default_type(*f).is_some_and(crate::codecs::can_quantize);
     let by_number = text.parse::<u32>().ok().and_then(FileType::from_id);
-    by_number.or_else(|| FileType::from_name(text)).filter(|f| mixture::default_type(*f).is_some()).ok_or_else(|| {
-        let names: Vec<&str> =
-            FileType::all().filter(|f| mixture::default_type(*f).is_some()).map(FileType::name).collect();
+    by_number.or_else(|| FileType::from_name(text)).filter(supported).ok_or_else(|| {
+        let names: Vec<&str> = FileType::all().filter(supported).map(FileType::name).collect();
         anyhow::anyhow!("unknown quantization type `{text}`\nhint: valid types are {}", names.join(", "))
     })
 }

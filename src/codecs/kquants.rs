@@ -287,7 +287,6 @@ const QKX3_SEARCH: MinSearch = MinSearch { rmin: -0.9, rdelta: 0.05, nstep: 36, 
 
 pub fn quantize_q2_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ2K]) {
     let mut levels = [0u8; QK_K];
-    let mut aux = [0u8; 16];
     let mut weights = [0.0f32; 16];
     let (mut scales, mut mins) = ([0.0f32; 16], [0.0f32; 16]);
     for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
@@ -299,8 +298,7 @@ pub fn quantize_q2_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [Bloc
                     for (w, v) in weights.iter_mut().zip(xj) {
                         *w = v.abs();
                     }
-                    (scales[j], mins[j]) =
-                        make_qkx_quants(3, xj, Some(&weights), &mut levels[16 * j..][..16], &mut aux, search, false);
+                    (scales[j], mins[j]) = make_qkx_quants(3, xj, &weights, &mut levels[16 * j..][..16], search, false);
                 }
                 let max_scale = scales.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
                 let max_min = mins.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
@@ -333,15 +331,8 @@ pub fn quantize_q2_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [Bloc
                     let xj = &x[16 * j..][..16];
                     importance_weights(xj, &qw[16 * j..][..16], sigma2, &mut weights);
                     group_weight[j] = sum(&weights);
-                    (scales[j], mins[j]) = make_qkx_quants(
-                        3,
-                        xj,
-                        Some(&weights),
-                        &mut levels[16 * j..][..16],
-                        &mut aux,
-                        QKX3_SEARCH,
-                        true,
-                    );
+                    (scales[j], mins[j]) =
+                        make_qkx_quants(3, xj, &weights, &mut levels[16 * j..][..16], QKX3_SEARCH, true);
                 }
                 let (mut ls, mut lm) = ([0u8; 16], [0u8; 16]);
                 let dm = make_qp_quants(15, &scales, &mut ls, &group_weight);
@@ -462,7 +453,6 @@ fn choose_scales_k4(
     levels: &mut [u8; QK_K],
     scales_out: &mut [u8; 12],
 ) -> (F16, F16) {
-    let mut aux = [0u8; 32];
     let mut weights = [0.0f32; 32];
     let (mut scales, mut mins) = ([0.0f32; 8], [0.0f32; 8]);
     let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
@@ -471,15 +461,8 @@ fn choose_scales_k4(
             for j in 0..8 {
                 let xj = &x[32 * j..][..32];
                 rms_plus_abs(xj, &mut weights);
-                (scales[j], mins[j]) = make_qkx_quants(
-                    nmax,
-                    xj,
-                    Some(&weights),
-                    &mut levels[32 * j..][..32],
-                    &mut aux,
-                    reference_search,
-                    false,
-                );
+                (scales[j], mins[j]) =
+                    make_qkx_quants(nmax, xj, &weights, &mut levels[32 * j..][..32], reference_search, false);
             }
             let max_scale = scales.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
             let max_min = mins.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
@@ -500,7 +483,7 @@ fn choose_scales_k4(
                 importance_weights(xj, &qw[32 * j..][..32], sigma2, &mut weights);
                 group_weight[j] = sum(&weights);
                 (scales[j], mins[j]) =
-                    make_qkx_quants(nmax, xj, Some(&weights), &mut levels[32 * j..][..32], &mut aux, QKX3_SEARCH, true);
+                    make_qkx_quants(nmax, xj, &weights, &mut levels[32 * j..][..32], QKX3_SEARCH, true);
             }
             let d_block = make_qp_quants(63, &scales, &mut ls, &group_weight);
             let m_block = make_qp_quants(63, &mins, &mut lm, &group_weight);

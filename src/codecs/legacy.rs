@@ -197,8 +197,7 @@ fn symmetric_levels(x: &[f32], weight: Option<&[f32; QK]>, nmax: i32) -> (f32, [
 fn offset_levels(x: &[f32], weight: Option<&[f32; QK]>, nmax: i32, level: impl Fn(f32) -> u8) -> (f32, f32, [u8; QK]) {
     let mut levels = [0u8; QK];
     if let Some(weight) = weight {
-        let mut aux = [0u8; QK];
-        let (d, neg_min) = make_qkx_quants(nmax, x, Some(weight), &mut levels, &mut aux, QKX3_SEARCH, true);
+        let (d, neg_min) = make_qkx_quants(nmax, x, weight, &mut levels, QKX3_SEARCH, true);
         return (d, -neg_min, levels);
     }
     let (min, max) = min_max(x);

@@ -38,10 +38,15 @@ pub enum QxWeighting {
     Squared,
 }
 
+/// The largest group any search sees (Q4_K/Q5_K groups, legacy blocks).
+const MAX_GROUP: usize = 32;
+
 /// Symmetric levels in `[0, 2·nmax)` (stored with an offset of `nmax`);
 /// returns the scale. With [`QxWeighting::Squared`], `weights`, when given,
 /// replace the squared weighting.
 pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8], weighting: QxWeighting, weights: Option<&[f32]>) -> f32 {
+    let n = x.len();
+    let levels = &mut levels[..n];
     let (max, amax) = signed_absmax_and_magnitude(x);
     if amax < GROUP_MAX_EPS {
         levels.fill(0);
@@ -55,18 +60,36 @@ pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8], weighting: QxWeig
         }
         return 1.0 / iscale;
     }
-    let weight = |i: usize| match weights {
-        Some(w) => w[i],
-        None => x[i] * x[i],
-    };
-    let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
-    for (i, &v) in x.iter().enumerate() {
-        let l = clamp(nearest_int(iscale * v));
-        levels[i] = (l + nmax) as i8;
-        let w = weight(i);
-        sumlx += w * v * l as f32;
-        suml2 += w * l as f32 * l as f32;
+    // Resolved once: the same f32 products ggml recomputes in every pass.
+    let mut w = [0.0f32; MAX_GROUP];
+    let w = &mut w[..n];
+    match weights {
+        Some(given) => w.copy_from_slice(&given[..n]),
+        None => w.iter_mut().zip(x).for_each(|(w, &v)| *w = v * v),
     }
+    // Levels of one trial scale, computed apart from the (ordered) sums so
+    // the rounding vectorizes.
+    let mut trial = [0i32; MAX_GROUP];
+    let trial = &mut trial[..n];
+    let sums = |trial: &[i32]| {
+        let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
+        for ((&l, &wi), &v) in trial.iter().zip(&*w).zip(x) {
+            let lf = l as f32;
+            sumlx += wi * v * lf;
+            suml2 += wi * lf * lf;
+        }
+        (sumlx, suml2)
+    };
+    let round_all = |iscale: f32, trial: &mut [i32]| {
+        for (l, &v) in trial.iter_mut().zip(x) {
+            *l = clamp(nearest_int(iscale * v));
+        }
+    };
+    round_all(iscale, trial);
+    for (out, &l) in levels.iter_mut().zip(&*trial) {
+        *out = (l + nmax) as i8;
+    }
+    let (sumlx, suml2) = sums(trial);
     let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
     let mut best = scale * sumlx;
     for is in -9..=9 {
@@ -74,17 +97,11 @@ pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8], weighting: QxWeig
             continue;
         }
         iscale = -(nmax as f32 + 0.1 * is as f32) / max;
-        sumlx = 0.0;
-        suml2 = 0.0;
-        for (i, &v) in x.iter().enumerate() {
-            let l = clamp(nearest_int(iscale * v));
-            let w = weight(i);
-            sumlx += w * v * l as f32;
-            suml2 += w * l as f32 * l as f32;
-        }
+        round_all(iscale, trial);
+        let (sumlx, suml2) = sums(trial);
         if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            for (l, &v) in levels.iter_mut().zip(x) {
-                *l = (nmax + clamp(nearest_int(iscale * v))) as i8;
+            for (out, &l) in levels.iter_mut().zip(&*trial) {
+                *out = (l + nmax) as i8;
             }
             scale = sumlx / suml2;
             best = scale * sumlx;
@@ -157,36 +174,31 @@ pub struct MinSearch {
     pub use_mad: bool,
 }
 
-/// Asymmetric levels in `[0, nmax]`; returns `(scale, -min)` (`make_qkx2_quants`
-/// with `weights` given, `make_qkx3_quants` otherwise falling back to x²).
-/// `qkx3` selects ggml's `make_qkx3_quants` (which differs in its degenerate-
-/// group test) over `make_qkx2_quants`.
+/// Asymmetric levels in `[0, nmax]` under `weights`; returns
+/// `(scale, -min)`. `qkx3` selects ggml's `make_qkx3_quants` (which differs
+/// in its degenerate-group test) over `make_qkx2_quants`.
 pub fn make_qkx_quants(
     nmax: i32,
     x: &[f32],
-    weights: Option<&[f32]>,
+    weights: &[f32],
     levels: &mut [u8],
-    aux: &mut [u8],
     search: MinSearch,
     qkx3: bool,
 ) -> (f32, f32) {
-    let weight = |i: usize| match weights {
-        Some(w) => w[i],
-        None => x[i] * x[i],
-    };
+    let n = x.len();
+    let (w, levels) = (&weights[..n], &mut levels[..n]);
     let (mut min, mut max) = (x[0], x[0]);
-    let mut sum_w = weight(0);
+    let mut sum_w = w[0];
     let mut sum_x = sum_w * x[0];
-    for (i, &v) in x.iter().enumerate().skip(1) {
+    for (&v, &wi) in x.iter().zip(w).skip(1) {
         if v < min {
             min = v;
         }
         if v > max {
             max = v;
         }
-        let w = weight(i);
-        sum_w += w;
-        sum_x += w * v;
+        sum_w += wi;
+        sum_x += wi * v;
     }
     if min > 0.0 {
         min = 0.0;
@@ -200,26 +212,28 @@ pub fn make_qkx_quants(
     let mut iscale = nmax as f32 / (max - min);
     let mut scale = 1.0 / iscale;
     let mut best_error = 0.0f32;
-    for (i, &v) in x.iter().enumerate() {
-        let l = nearest_int(iscale * (v - min)).clamp(0, nmax);
-        levels[i] = l as u8;
-        let diff = scale * f32::from(levels[i]) + min - v;
-        best_error += weight(i) * error(diff);
+    for ((l, &v), &wi) in levels.iter_mut().zip(x).zip(w) {
+        *l = nearest_int(iscale * (v - min)).clamp(0, nmax) as u8;
+        let diff = scale * f32::from(*l) + min - v;
+        best_error += wi * error(diff);
     }
     if search.nstep < 1 {
         return (scale, -min);
     }
+    let mut aux = [0u8; MAX_GROUP];
+    let aux = &mut aux[..n];
     for is in 0..=search.nstep {
         iscale = (search.rmin + search.rdelta * is as f32 + nmax as f32) / (max - min);
+        // Rounding apart from the (ordered) sums, so it vectorizes.
+        for (a, &v) in aux.iter_mut().zip(x) {
+            *a = nearest_int(iscale * (v - min)).clamp(0, nmax) as u8;
+        }
         let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
-        for (i, &v) in x.iter().enumerate() {
-            let l = nearest_int(iscale * (v - min)).clamp(0, nmax);
-            aux[i] = l as u8;
-            let w = weight(i);
-            let lf = l as f32;
-            sum_l += w * lf;
-            sum_l2 += w * lf * lf;
-            sum_xl += w * lf * v;
+        for ((&a, &wi), &v) in aux.iter().zip(w).zip(x) {
+            let lf = f32::from(a);
+            sum_l += wi * lf;
+            sum_l2 += wi * lf * lf;
+            sum_xl += wi * lf * v;
         }
         let det = sum_w * sum_l2 - sum_l * sum_l;
         if det > 0.0 {
@@ -229,13 +243,15 @@ pub fn make_qkx_quants(
                 this_min = 0.0;
                 this_scale = sum_xl / sum_l2;
             }
-            let mut cur_error = 0.0f32;
-            for (i, &v) in x.iter().enumerate() {
-                let diff = this_scale * f32::from(aux[i]) + this_min - v;
-                cur_error += weight(i) * error(diff);
-            }
+            let diffs = aux.iter().zip(x).map(|(&a, &v)| this_scale * f32::from(a) + this_min - v);
+            // The error kind is chosen outside the loop, so each loop is branch-free.
+            let cur_error = if search.use_mad {
+                diffs.zip(w).fold(0.0f32, |e, (d, &wi)| e + wi * d.abs())
+            } else {
+                diffs.zip(w).fold(0.0f32, |e, (d, &wi)| e + wi * (d * d))
+            };
             if cur_error < best_error {
-                levels[..x.len()].copy_from_slice(&aux[..x.len()]);
+                levels.copy_from_slice(aux);
                 best_error = cur_error;
                 scale = this_scale;
                 min = this_min;
