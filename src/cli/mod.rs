@@ -207,9 +207,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Quantize(args) => quantize::run(*args)?,
         Command::Dequantize { input, output, ty, threads } => {
-            let ftype = FileType::from_name(&ty)
-                .filter(|_| ty != "f32")
-                .unwrap_or_else(|| FileType::from_id(0).expect("ALL_F32 is in the table"));
+            // clap allows only f32, f16 and bf16, each a FileType name.
+            let ftype = FileType::from_name(&ty).with_context(|| format!("unknown float type `{ty}`"))?;
             let options = dequantize_options(ftype, threads);
             let report = crate::ops::quantize::quantize_file(&input, &output, &options)
                 .with_context(|| format!("cannot dequantize {}", input.display()))?;

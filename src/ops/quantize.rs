@@ -7,7 +7,6 @@
 //! slab of f32 per worker rather than the whole tensor (llama-quantize holds
 //! whole tensors), and the output appears only when complete.
 
-use std::cmp::Ordering;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -133,29 +132,6 @@ impl QuantizePlan {
     }
 }
 
-/// The layer llama.cpp's loader sorts a tensor under: the number after
-/// `blk.` (as C's `sscanf("blk.%d.")` reads it), or -1.
-fn llama_layer(name: &str) -> i64 {
-    let Some(rest) = name.strip_prefix("blk.") else { return -1 };
-    let rest = rest.trim_start();
-    let (sign, digits) = match rest.as_bytes().first() {
-        Some(b'-') => (-1, &rest[1..]),
-        Some(b'+') => (1, &rest[1..]),
-        _ => (1, rest),
-    };
-    let end = digits.bytes().position(|b| !b.is_ascii_digit()).unwrap_or(digits.len());
-    if end == 0 {
-        return -1;
-    }
-    digits[..end].parse::<i64>().map_or(-1, |n| sign * n)
-}
-
-/// llama.cpp's `weight_name_comparer`: by layer, then by name. llama-quantize
-/// writes tensors in this order, not the input's.
-pub fn llama_weight_order(a: &str, b: &str) -> Ordering {
-    llama_layer(a).cmp(&llama_layer(b)).then_with(|| a.cmp(b))
-}
-
 /// Plans a quantization of `model`: pure, no I/O.
 pub fn plan(
     model: &ModelFile,
@@ -181,9 +157,7 @@ pub fn plan(
         imatrix.apply_output_metadata(&mut metadata);
     }
 
-    let mut order: Vec<usize> = (0..model.tensors.len()).collect();
-    order.sort_by(|&a, &b| llama_weight_order(&model.tensors[a].name, &model.tensors[b].name));
-
+    let order = mixture::visiting_order(&model.tensors, mixture_options.keep_split);
     let mut tensors = Vec::with_capacity(order.len());
     let mut offset = 0u64;
     for input_idx in order {

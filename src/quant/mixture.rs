@@ -354,9 +354,10 @@ fn layer_of(name: &str) -> Option<i64> {
     i32::try_from(value).ok().map(i64::from)
 }
 
-/// The order llama-quantize visits tensors in: by layer (names without one
-/// first) then by name, or with `--keep-split` by where the data lies.
-fn visiting_order(tensors: &[TensorInfo], keep_split: bool) -> Vec<usize> {
+/// The order llama-quantize visits tensors in, and writes them in: by layer
+/// (names without one first) then by name, or with `--keep-split` by where
+/// the data lies.
+pub fn visiting_order(tensors: &[TensorInfo], keep_split: bool) -> Vec<usize> {
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     if keep_split {
         order.sort_by_key(|&i| tensors[i].file_offset);
