@@ -80,6 +80,32 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Split a GGUF model into OUT_PREFIX-00001-of-0000N.gguf shards, byte-identical to llama-gguf-split.
+    Split {
+        input: PathBuf,
+        out_prefix: PathBuf,
+        /// Most bytes of tensor data per shard: a number and M (10^6) or G (10^9), e.g. 100M, 2G.
+        #[arg(long, value_name = "N(M|G)", value_parser = crate::ops::split::parse_max_size,
+              conflicts_with = "max_tensors", required_unless_present = "max_tensors")]
+        max_size: Option<u64>,
+        /// Most tensors per shard.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        max_tensors: Option<u64>,
+        /// The first shard holds the metadata only, no tensors.
+        #[arg(long)]
+        no_tensor_first_split: bool,
+        /// Print the shards that would be written; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Merge the shards of a split (given any one of them) into one GGUF file.
+    Merge {
+        shard: PathBuf,
+        output: PathBuf,
+        /// Keep the split.* keys (split.count = 0), as llama-gguf-split --merge does.
+        #[arg(long)]
+        keep_split_keys: bool,
+    },
 }
 
 /// `quantforge quantize`: llama-quantize's flags and positional order, so an
@@ -224,6 +250,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 diff::print_text(&mut out, &report)?;
             }
             out.flush()?;
+        }
+        Command::Split { input, out_prefix, max_size, max_tensors, no_tensor_first_split, dry_run } => {
+            use crate::ops::split::{self, SplitLimit, SplitOptions};
+            let limit = match (max_size, max_tensors) {
+                (Some(bytes), _) => SplitLimit::MaxSize(bytes),
+                (None, Some(n)) => SplitLimit::MaxTensors(usize::try_from(n).unwrap_or(usize::MAX)),
+                (None, None) => anyhow::bail!("give --max-size or --max-tensors"),
+            };
+            let options = SplitOptions { limit, no_tensor_first_split };
+            let shards = split::split_file(&input, &out_prefix, options, dry_run)
+                .with_context(|| format!("cannot split {}", input.display()))?;
+            let mut out = io::stdout().lock();
+            for shard in &shards {
+                let verb = if dry_run { "would write" } else { "wrote" };
+                let size = human_bytes(shard.bytes as f64);
+                writeln!(out, "{verb} {}: {} tensors, {size}", shard.path.display(), shard.n_tensors)?;
+            }
+            out.flush()?;
+        }
+        Command::Merge { shard, output, keep_split_keys } => {
+            let summary = crate::ops::split::merge_files(&shard, &output, keep_split_keys)
+                .with_context(|| format!("cannot merge the split of {}", shard.display()))?;
+            eprintln!(
+                "wrote {}: {} shards, {} tensors, {}",
+                output.display(),
+                summary.n_shards,
+                summary.n_tensors,
+                human_bytes(summary.bytes_written as f64)
+            );
         }
     }
     Ok(())

@@ -5,3 +5,4 @@ pub mod diff;
 pub mod edit;
 pub mod inspect;
 pub mod quantize;
+pub mod split;

@@ -1,0 +1,238 @@
+//! `split` and `merge` end to end: shards byte-identical to llama-gguf-split
+//! for the same options, merges that give back the original file (or
+//! llama-gguf-split `--merge`'s output with `--keep-split-keys`), and clear
+//! errors for missing, duplicated, foreign, truncated and misnamed shards.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use quantforge::formats::{ModelFile, OpenOptions};
+use quantforge::ops::split::{self, SplitError, SplitLimit, SplitOptions};
+
+fn run_ok(args: &[&OsStr]) -> String {
+    let output = common::quantforge(args);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "quantforge {args:?} failed: {stderr}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn run_err(args: &[&OsStr]) -> String {
+    let output = common::quantforge(args);
+    assert!(!output.status.success(), "quantforge {args:?} should fail");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The shard files of `prefix`, in name order.
+fn shards(prefix: &Path) -> Vec<PathBuf> {
+    let dir = prefix.parent().unwrap();
+    let stem = format!("{}-", prefix.file_name().unwrap().to_str().unwrap());
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(&stem))
+        .collect();
+    files.sort();
+    files
+}
+
+fn assert_same_file(a: &Path, b: &Path) {
+    let (x, y) = (fs::read(a).unwrap(), fs::read(b).unwrap());
+    assert!(x == y, "{} and {} differ ({} and {} bytes)", a.display(), b.display(), x.len(), y.len());
+}
+
+/// Splits `model` with llama-gguf-split and with quantforge (`ours` are our
+/// flags for llama's `theirs`), compares every shard byte for byte, then
+/// checks both kinds of merge. Returns the number of shards.
+fn compare_with_reference(reference: &Path, model: &Path, theirs: &[&str], ours: &[&str]) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let ref_prefix = dir.path().join("ref");
+    let our_prefix = dir.path().join("ours");
+
+    let status = Command::new(reference)
+        .arg("--split")
+        .args(theirs)
+        .arg(model)
+        .arg(&ref_prefix)
+        .output()
+        .expect("llama-gguf-split runs");
+    assert!(status.status.success(), "llama-gguf-split {theirs:?}: {}", String::from_utf8_lossy(&status.stderr));
+
+    let mut args: Vec<&OsStr> = vec!["split".as_ref(), model.as_os_str(), our_prefix.as_os_str()];
+    args.extend(ours.iter().map(OsStr::new));
+    run_ok(&args);
+
+    let (theirs_files, ours_files) = (shards(&ref_prefix), shards(&our_prefix));
+    assert_eq!(theirs_files.len(), ours_files.len(), "shard count for {ours:?}");
+    assert!(theirs_files.len() > 1, "{ours:?} should split the model");
+    for (t, o) in theirs_files.iter().zip(&ours_files) {
+        assert_eq!(
+            t.file_name().unwrap().to_str().unwrap().strip_prefix("ref"),
+            o.file_name().unwrap().to_str().unwrap().strip_prefix("ours")
+        );
+        assert_same_file(t, o);
+    }
+
+    // Merging from any shard, ours or theirs, gives back the original.
+    let last = ours_files.last().unwrap();
+    let merged = dir.path().join("merged.gguf");
+    run_ok(&["merge".as_ref(), last.as_os_str(), merged.as_os_str()]);
+    assert_same_file(&merged, model);
+    let merged_theirs = dir.path().join("merged-theirs.gguf");
+    run_ok(&["merge".as_ref(), theirs_files[0].as_os_str(), merged_theirs.as_os_str()]);
+    assert_same_file(&merged_theirs, model);
+
+    // With --keep-split-keys: llama-gguf-split --merge's bytes.
+    let ref_merged = dir.path().join("ref-merged.gguf");
+    let status = Command::new(reference).arg("--merge").arg(&theirs_files[0]).arg(&ref_merged).output().unwrap();
+    assert!(status.status.success(), "llama-gguf-split --merge: {}", String::from_utf8_lossy(&status.stderr));
+    let kept = dir.path().join("kept.gguf");
+    run_ok(&["merge".as_ref(), ours_files[1].as_os_str(), kept.as_os_str(), "--keep-split-keys".as_ref()]);
+    assert_same_file(&kept, &ref_merged);
+    ours_files.len()
+}
+
+#[test]
+fn tiny_model_matches_llama_gguf_split() {
+    let Some(reference) = common::reference("build/bin/llama-gguf-split") else { return };
+    let model = common::tiny_model();
+    let cases: [(&[&str], &[&str], usize); 4] = [
+        (&["--split-max-tensors", "8"], &["--max-tensors", "8"], 3),
+        (&["--split-max-size", "1M"], &["--max-size", "1M"], 4),
+        (
+            &["--split-max-tensors", "8", "--no-tensor-first-split"],
+            &["--max-tensors", "8", "--no-tensor-first-split"],
+            4,
+        ),
+        (&["--split-max-size", "1M", "--no-tensor-first-split"], &["--max-size", "1M", "--no-tensor-first-split"], 5),
+    ];
+    for (theirs, ours, n_shards) in cases {
+        assert_eq!(compare_with_reference(&reference, &model, theirs, ours), n_shards, "{ours:?}");
+    }
+}
+
+#[test]
+fn gemma_matches_llama_gguf_split() {
+    let Some(reference) = common::reference("build/bin/llama-gguf-split") else { return };
+    let Some(model) = common::gemma() else { return };
+    compare_with_reference(&reference, &model, &["--split-max-size", "100M"], &["--max-size", "100M"]);
+    compare_with_reference(&reference, &model, &["--split-max-tensors", "32"], &["--max-tensors", "32"]);
+}
+
+#[test]
+fn dry_run_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("plan");
+    let model = common::tiny_model();
+    let stdout = run_ok(&[
+        "split".as_ref(),
+        model.as_os_str(),
+        prefix.as_os_str(),
+        "--max-tensors".as_ref(),
+        "8".as_ref(),
+        "--dry-run".as_ref(),
+    ]);
+    assert_eq!(stdout.lines().count(), 3, "{stdout}");
+    assert!(stdout.contains("plan-00003-of-00003.gguf: 5 tensors"), "{stdout}");
+    assert!(shards(&prefix).is_empty());
+}
+
+#[test]
+fn plan_keys_and_limits() {
+    let model = ModelFile::open(&common::tiny_model(), OpenOptions::default()).unwrap();
+    let options = SplitOptions { limit: SplitLimit::MaxTensors(8), no_tensor_first_split: true };
+    let plans = split::plan_split(&model.metadata, &model.tensors, options).unwrap();
+    let sizes: Vec<usize> = plans.iter().map(|p| p.tensors.len()).collect();
+    assert_eq!(sizes, [0, 8, 8, 5]);
+    // The first shard carries the model's metadata, the others only split keys.
+    assert_eq!(plans[0].metadata.len(), model.metadata.len() + 3);
+    let keys: Vec<&str> = plans[2].metadata.iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, [split::SPLIT_NO, split::SPLIT_TENSORS_COUNT, split::SPLIT_COUNT]);
+
+    // A tensor is never cut: a limit below one tensor leaves a shard empty.
+    let tiny_limit = SplitOptions { limit: SplitLimit::MaxSize(1), no_tensor_first_split: false };
+    let err = split::plan_split(&model.metadata, &model.tensors, tiny_limit).unwrap_err();
+    assert!(matches!(err, SplitError::EmptyShard { shard: 1 }), "{err}");
+
+    assert_eq!(split::parse_max_size("100M"), Ok(100_000_000));
+    assert_eq!(split::parse_max_size("2G"), Ok(2_000_000_000));
+    for bad in ["", "100", "0M", "-1G", "1.5G", "100K"] {
+        assert!(split::parse_max_size(bad).is_err(), "{bad}");
+    }
+    assert_eq!(split::parse_shard_path(Path::new("a/b-00002-of-00003.gguf")), Some((PathBuf::from("a/b"), 1, 3)));
+    assert_eq!(split::parse_shard_path(Path::new("b-00004-of-00003.gguf")), None);
+    assert_eq!(split::parse_shard_path(Path::new("b.gguf")), None);
+}
+
+/// A split of the tiny model into three shards of 8, 8 and 5 tensors.
+fn split_tiny(dir: &Path, name: &str, max_tensors: &str) -> Vec<PathBuf> {
+    let prefix = dir.join(name);
+    let model = common::tiny_model();
+    run_ok(&["split".as_ref(), model.as_os_str(), prefix.as_os_str(), "--max-tensors".as_ref(), max_tensors.as_ref()]);
+    shards(&prefix)
+}
+
+fn merge_err(shard: &Path, dir: &Path) -> String {
+    let out = dir.join("merged.gguf");
+    let stderr = run_err(&["merge".as_ref(), shard.as_os_str(), out.as_os_str()]);
+    assert!(!out.exists(), "a failed merge must not leave {}", out.display());
+    stderr
+}
+
+#[test]
+fn merge_rejects_bad_sets() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+
+    let set = split_tiny(d, "missing", "8");
+    fs::remove_file(&set[1]).unwrap();
+    let err = merge_err(&set[0], d);
+    assert!(err.contains("missing-00002-of-00003.gguf: shard 2 of 3 is missing"), "{err}");
+
+    let set = split_tiny(d, "dup", "8");
+    fs::copy(&set[0], &set[1]).unwrap();
+    let err = merge_err(&set[2], d);
+    assert!(err.contains("dup-00002-of-00003.gguf: `split.no` should be 1, found 0"), "{err}");
+
+    // Shard 2 of a split with 10 tensors a shard: same count, same model,
+    // but its tensors overlap shard 3's.
+    let set = split_tiny(d, "foreign", "8");
+    let other = split_tiny(d, "other", "10");
+    assert_eq!(other.len(), 3);
+    fs::copy(&other[1], &set[1]).unwrap();
+    let err = merge_err(&set[0], d);
+    assert!(err.contains("foreign-00003-of-00003.gguf: tensor `"), "{err}");
+    assert!(err.contains("is also in") && err.contains("foreign-00002-of-00003.gguf"), "{err}");
+
+    // Not a shard at all under a shard's name.
+    let set = split_tiny(d, "plain", "8");
+    fs::copy(common::tiny_model(), &set[2]).unwrap();
+    let err = merge_err(&set[0], d);
+    assert!(err.contains("plain-00003-of-00003.gguf: not a shard: metadata key `split.no` is missing"), "{err}");
+
+    let set = split_tiny(d, "cut", "8");
+    let bytes = fs::read(&set[2]).unwrap();
+    fs::write(&set[2], &bytes[..bytes.len() - 100]).unwrap();
+    let err = merge_err(&set[0], d);
+    assert!(err.contains("cut-00003-of-00003.gguf"), "{err}");
+
+    let err = merge_err(&common::tiny_model(), d);
+    assert!(err.contains("not a shard name"), "{err}");
+}
+
+#[test]
+fn split_requires_one_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("x");
+    let model = common::tiny_model();
+    run_err(&["split".as_ref(), model.as_os_str(), prefix.as_os_str()]);
+    let err =
+        run_err(&["split".as_ref(), model.as_os_str(), prefix.as_os_str(), "--max-size".as_ref(), "10K".as_ref()]);
+    assert!(err.contains("supported units are M"), "{err}");
+    let err = run_err(&["split".as_ref(), model.as_os_str(), prefix.as_os_str(), "--max-size".as_ref(), "1k".as_ref()]);
+    assert!(err.contains("M (megabytes)"), "{err}");
+    assert!(shards(&prefix).is_empty());
+}
