@@ -10,7 +10,7 @@ use std::io::{self, Write};
 use half::f16;
 
 use crate::formats::TensorDataSource;
-use crate::model::{Array, GgufString, Metadata, StoredLayout, TensorInfo, Value};
+use crate::model::{Array, GgufString, Metadata, TensorInfo, Value};
 use crate::types::{FileType, GgmlType};
 
 /// Shape of a synthetic LLaMA model.
@@ -121,10 +121,7 @@ pub fn llama(config: &LlamaConfig) -> SynthModel {
         .into_iter()
         .map(|(name, dims)| {
             let ggml_type = if dims.len() == 1 { GgmlType::F32 } else { c.weight_type };
-            let mut t =
-                TensorInfo { name, dims, ggml_type, file_offset: 0, stored_len: 0, layout: StoredLayout::Native };
-            t.stored_len = t.n_bytes();
-            t
+            TensorInfo::new(name, dims, ggml_type)
         })
         .collect();
     SynthModel { metadata: m, tensors, seed: c.seed }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use common::{LegacyFile, LegacyTensor, RawGguf, repo, tiny_model, write_temp};
 use quantforge::formats::{ModelFile, OpenOptions};
-use quantforge::model::{StoredLayout, TensorInfo, Value};
+use quantforge::model::{TensorInfo, Value};
 use quantforge::quant::imatrix::{ImatrixError, ImatrixErrorKind, ImatrixFormat, ImportanceMatrix};
 use quantforge::types::GgmlType;
 
@@ -175,14 +175,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 fn tensor(name: &str, dims: &[u64]) -> TensorInfo {
-    TensorInfo {
-        name: name.into(),
-        dims: dims.to_vec(),
-        ggml_type: GgmlType::F16,
-        file_offset: 0,
-        stored_len: 0,
-        layout: StoredLayout::Native,
-    }
+    TensorInfo::new(name, dims.to_vec(), GgmlType::F16)
 }
 
 fn load_bytes(dir: &Path, name: &str, bytes: &[u8]) -> Result<ImportanceMatrix, ImatrixError> {

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use quantforge::model::{Array, Metadata, StoredLayout, TensorInfo, Value, tensor_bytes};
+use quantforge::model::{Array, Metadata, TensorInfo, Value};
 use quantforge::quant::mixture::{MixtureOptions, TensorChoice, TensorTypeOverride, choose_types};
 use quantforge::types::{FileType, GgmlType};
 use serde_json::Value as Json;
@@ -100,16 +100,9 @@ fn load(path: &PathBuf) -> Golden {
         let name = t[0].as_str().unwrap().to_owned();
         let dims: Vec<u64> = t[1].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
         let ggml_type = ggml_type(t[2].as_str().unwrap());
-        let stored_len = tensor_bytes(ggml_type, &dims).unwrap();
-        tensors.push(TensorInfo {
-            name,
-            dims,
-            ggml_type,
-            file_offset: offset,
-            stored_len,
-            layout: StoredLayout::Native,
-        });
-        offset += stored_len;
+        let tensor = TensorInfo { file_offset: offset, ..TensorInfo::new(name, dims, ggml_type) };
+        offset += tensor.stored_len;
+        tensors.push(tensor);
     }
     let legend = json["legend"]
         .as_object()

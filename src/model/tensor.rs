@@ -36,6 +36,12 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
+    /// A tensor not yet placed in a file: offset 0, current ggml layout.
+    pub fn new(name: impl Into<String>, dims: Vec<u64>, ggml_type: GgmlType) -> TensorInfo {
+        let stored_len = tensor_bytes(ggml_type, &dims).unwrap_or(0);
+        TensorInfo { name: name.into(), dims, ggml_type, file_offset: 0, stored_len, layout: StoredLayout::Native }
+    }
+
     pub fn n_elements(&self) -> u64 {
         // Readers reject shapes whose product overflows.
         element_count(&self.dims).unwrap_or(u64::MAX)

@@ -642,17 +642,9 @@ fn load_gguf(path: &Path) -> Result<ImportanceMatrix> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::StoredLayout;
 
     fn tensor(name: &str, dims: &[u64]) -> TensorInfo {
-        TensorInfo {
-            name: name.into(),
-            dims: dims.to_vec(),
-            ggml_type: GgmlType::F16,
-            file_offset: 0,
-            stored_len: 0,
-            layout: StoredLayout::Native,
-        }
+        TensorInfo::new(name, dims.to_vec(), GgmlType::F16)
     }
 
     fn imatrix(entries: &[(&str, Vec<f32>)]) -> ImportanceMatrix {

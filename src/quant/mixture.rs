@@ -915,21 +915,13 @@ impl Mixer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::StoredLayout;
 
     fn ftype(name: &str) -> FileType {
         FileType::from_name(name).unwrap()
     }
 
     fn tensor(name: &str, dims: &[u64], offset: u64) -> TensorInfo {
-        TensorInfo {
-            name: name.into(),
-            dims: dims.to_vec(),
-            ggml_type: GgmlType::F16,
-            file_offset: offset,
-            stored_len: 0,
-            layout: StoredLayout::Native,
-        }
+        TensorInfo { file_offset: offset, ..TensorInfo::new(name, dims.to_vec(), GgmlType::F16) }
     }
 
     fn llama(layers: u32, experts: u32) -> Metadata {
