@@ -23,7 +23,7 @@ pub use detect::{DetectedFormat, detect, detect_bytes};
 pub use error::{ErrorKind, FormatError, HexBytes, Result};
 pub use ggml_legacy::{LegacyBlockLayout, LegacyVariant};
 pub use gguf::TensorDataSource;
-pub use output::AtomicOutput;
+pub use output::{AtomicOutput, same_file};
 pub use source::{AccessMode, LoadReport, OpenOptions, Source, human_bytes};
 
 use crate::model::{Endian, Metadata, StoredLayout, TensorInfo};
@@ -131,6 +131,15 @@ impl ModelFile {
     pub fn copy_tensor_data(&self, tensor: &TensorInfo, out: &mut dyn Write) -> io::Result<()> {
         match tensor.layout {
             StoredLayout::Native => self.source.copy_range(tensor.file_offset, tensor.stored_len, out),
+            StoredLayout::LegacyBlocks(_) => out.write_all(&self.tensor_data(tensor).map_err(io::Error::other)?),
+        }
+    }
+
+    /// Copies a tensor's bytes (in the current layout) to the file `out`,
+    /// file to file in the kernel when its stored layout is current.
+    pub fn copy_tensor_data_to_file(&self, tensor: &TensorInfo, out: &mut std::fs::File) -> io::Result<()> {
+        match tensor.layout {
+            StoredLayout::Native => self.source.copy_range_to_file(tensor.file_offset, tensor.stored_len, out),
             StoredLayout::LegacyBlocks(_) => out.write_all(&self.tensor_data(tensor).map_err(io::Error::other)?),
         }
     }

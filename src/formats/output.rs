@@ -10,6 +10,16 @@ use std::path::{Path, PathBuf};
 
 use tempfile::NamedTempFile;
 
+/// True when both paths name one existing file (same device and inode), so
+/// writing the second would destroy the first.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 pub struct AtomicOutput {
     destination: PathBuf,
     writer: BufWriter<NamedTempFile>,
@@ -27,6 +37,14 @@ impl AtomicOutput {
 
     pub fn writer(&mut self) -> &mut dyn Write {
         &mut self.writer
+    }
+
+    /// The file itself, with everything written so far flushed, for copies
+    /// the kernel can do file to file (`std::io::copy` uses copy_file_range).
+    /// Write through [`AtomicOutput::writer`] again only after this borrow ends.
+    pub fn file(&mut self) -> io::Result<&mut File> {
+        self.writer.flush()?;
+        Ok(self.writer.get_mut().as_file_mut())
     }
 
     /// Flushes, syncs and renames the file into place.

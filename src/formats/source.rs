@@ -195,6 +195,19 @@ impl Source {
         };
     }
 
+    /// Copies `[offset, offset + len)` into the file `out`, in the kernel
+    /// (copy_file_range) where the file systems allow: no bytes through user
+    /// space, no pages of the input left resident.
+    pub fn copy_range_to_file(&self, offset: u64, len: u64, out: &mut File) -> io::Result<()> {
+        let mut file = &self.file;
+        file.seek(SeekFrom::Start(offset))?;
+        let copied = io::copy(&mut file.take(len), out)?;
+        if copied != len {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while copying"));
+        }
+        Ok(())
+    }
+
     /// Copies `[offset, offset + len)` to `out` without holding more than a
     /// small buffer when the file is not mapped.
     pub fn copy_range(&self, offset: u64, len: u64, out: &mut dyn Write) -> io::Result<()> {

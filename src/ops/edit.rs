@@ -4,11 +4,10 @@
 //! input's round trip: byte-identical for any file llama.cpp or gguf-py wrote.
 
 use std::collections::HashSet;
-use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use crate::formats::{AtomicOutput, FormatError, ModelFile, OpenOptions, TensorDataSource, gguf};
+use crate::formats::{AtomicOutput, FormatError, ModelFile, OpenOptions, TensorDataSource, gguf, same_file};
 use crate::model::{Metadata, TensorInfo, Value, ValueType};
 
 /// The edits, applied in this order: deletions, then settings, then renames.
@@ -98,7 +97,9 @@ pub struct EditSummary {
 /// Reads `input`, applies `edits` and writes `output` as GGUF v3 in the
 /// input's byte order. The output appears only when complete.
 pub fn edit_file(input: &Path, output: &Path, edits: &Edits, open: OpenOptions) -> Result<EditSummary, EditError> {
-    refuse_same_file(input, output)?;
+    if same_file(input, output) {
+        return Err(EditError::OutputIsInput { input: input.to_owned(), output: output.to_owned() });
+    }
     let model = ModelFile::open(input, open)?;
     let mut metadata = model.metadata.clone();
     let mut tensors = model.tensors.clone();
@@ -121,17 +122,4 @@ impl TensorDataSource for CopyFrom<'_> {
     fn write_tensor(&mut self, tensor_idx: usize, out: &mut dyn Write) -> io::Result<()> {
         self.model.copy_tensor_data(&self.model.tensors[tensor_idx], out)
     }
-}
-
-/// Refuses an output that is the input file (same device and inode).
-pub(crate) fn refuse_same_file(input: &Path, output: &Path) -> Result<(), EditError> {
-    use std::os::unix::fs::MetadataExt;
-    let same = match (fs::metadata(input), fs::metadata(output)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        _ => false,
-    };
-    if same {
-        return Err(EditError::OutputIsInput { input: input.to_owned(), output: output.to_owned() });
-    }
-    Ok(())
 }

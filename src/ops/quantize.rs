@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 
 use crate::codecs::{self, CodecError};
-use crate::formats::{AtomicOutput, FormatError, ModelFile, OpenOptions, TensorDataSource, gguf};
+use crate::formats::{AtomicOutput, FormatError, ModelFile, OpenOptions, TensorDataSource, gguf, same_file};
 use crate::model::{Metadata, TensorInfo, Value, tensor_bytes};
 use crate::quant::imatrix::{ImatrixError, ImportanceMatrix};
 use crate::quant::mixture::{self, MixtureError, MixtureOptions};
@@ -202,8 +202,9 @@ pub struct QuantizeReport {
 
 /// Reads `input`, quantizes it as `options` say and writes `output`.
 pub fn quantize_file(input: &Path, output: &Path, options: &QuantizeOptions) -> Result<QuantizeReport, QuantizeError> {
-    super::edit::refuse_same_file(input, output)
-        .map_err(|_| QuantizeError::OutputIsInput { input: input.to_owned(), output: output.to_owned() })?;
+    if same_file(input, output) {
+        return Err(QuantizeError::OutputIsInput { input: input.to_owned(), output: output.to_owned() });
+    }
     let model = ModelFile::open(input, OpenOptions::default())?;
     if model.endian == crate::model::Endian::Big {
         return Err(QuantizeError::BigEndian);

@@ -11,12 +11,12 @@
 //! never cut across shards.
 
 use std::ffi::OsString;
-use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::formats::{AtomicOutput, FormatError, ModelFile, OpenOptions, TensorDataSource, gguf};
-use crate::model::{Metadata, TensorInfo, Value};
+use crate::formats::gguf::GgufLayout;
+use crate::formats::{AtomicOutput, FormatError, ModelFile, OpenOptions, gguf, same_file};
+use crate::model::{Endian, Metadata, TensorInfo, Value};
 
 /// `split.no`: the shard's 0-based index (u16).
 pub const SPLIT_NO: &str = "split.no";
@@ -213,7 +213,7 @@ pub fn split_file(
         let path = shard_path(out_prefix, no, count);
         let tensors: Vec<TensorInfo> = plan.tensors.iter().map(|&i| model.tensors[i].clone()).collect();
         if dry_run {
-            let bytes = planned_len(&plan.metadata, &tensors)
+            let bytes = gguf::file_len(&plan.metadata, &tensors)
                 .map_err(|source| SplitError::Write { path: path.clone(), source })?;
             summaries.push(ShardSummary { path, n_tensors: tensors.len(), bytes });
             continue;
@@ -221,9 +221,9 @@ pub fn split_file(
         refuse_same_file(input, &path)?;
         let write_err = |source| SplitError::Write { path: path.clone(), source };
         let mut out = AtomicOutput::create(&path).map_err(write_err)?;
-        let mut data = CopyTensors { sources: &[&model], index: plan.tensors.iter().map(|&i| (0, i)).collect() };
-        let layout =
-            gguf::write_gguf(out.writer(), model.endian, &plan.metadata, &tensors, &mut data).map_err(write_err)?;
+        let sources: Vec<(&ModelFile, &TensorInfo)> =
+            plan.tensors.iter().map(|&i| (&model, &model.tensors[i])).collect();
+        let layout = write_copied(&mut out, model.endian, &plan.metadata, &sources).map_err(write_err)?;
         summaries.push(ShardSummary { path: path.clone(), n_tensors: tensors.len(), bytes: layout.file_len });
         outputs.push((path, out));
     }
@@ -235,44 +235,26 @@ pub fn split_file(
     Ok(summaries)
 }
 
-/// The file length [`gguf::write_gguf`] would produce, without writing.
-fn planned_len(metadata: &Metadata, tensors: &[TensorInfo]) -> io::Result<u64> {
-    let alignment = match metadata.get(gguf::ALIGNMENT_KEY) {
-        None => gguf::DEFAULT_ALIGNMENT,
-        Some(Value::U32(a)) if a.is_power_of_two() => u64::from(*a),
-        Some(other) => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} must be a u32 power of two, found {other:?}", gguf::ALIGNMENT_KEY),
-            ));
-        }
-    };
-    let header = gguf::align_up(gguf::header_len(metadata, tensors.iter()), alignment);
-    Ok(tensors.iter().fold(header, |len, t| len + gguf::align_up(t.n_bytes(), alignment)))
-}
-
-/// Tensor bytes copied from one of several open files.
-struct CopyTensors<'a> {
-    sources: &'a [&'a ModelFile],
-    /// For each output tensor: (source file, tensor index in it).
-    index: Vec<(usize, usize)>,
-}
-
-impl TensorDataSource for CopyTensors<'_> {
-    fn write_tensor(&mut self, tensor_idx: usize, out: &mut dyn Write) -> io::Result<()> {
-        let &(file, idx) = self.index.get(tensor_idx).ok_or_else(|| io::Error::other("tensor index out of range"))?;
-        let model = self.sources[file];
-        model.copy_tensor_data(&model.tensors[idx], out)
+/// Writes a GGUF whose tensors are copied from their source files, file to
+/// file in the kernel.
+fn write_copied(
+    out: &mut AtomicOutput,
+    endian: Endian,
+    metadata: &Metadata,
+    tensors: &[(&ModelFile, &TensorInfo)],
+) -> io::Result<GgufLayout> {
+    let infos: Vec<TensorInfo> = tensors.iter().map(|(_, t)| (*t).clone()).collect();
+    let layout = gguf::write_header(out.writer(), endian, metadata, &infos)?;
+    let file = out.file()?;
+    for (model, tensor) in tensors {
+        model.copy_tensor_data_to_file(tensor, file)?;
+        gguf::write_padding(file, tensor.n_bytes(), layout.alignment)?;
     }
+    Ok(layout)
 }
 
 fn refuse_same_file(input: &Path, output: &Path) -> Result<(), SplitError> {
-    use std::os::unix::fs::MetadataExt;
-    let same = match (fs::metadata(input), fs::metadata(output)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        _ => false,
-    };
-    if same {
+    if same_file(input, output) {
         return Err(SplitError::OutputIsInput { input: input.to_owned(), output: output.to_owned() });
     }
     Ok(())
@@ -311,20 +293,14 @@ pub fn merge_files(any_shard: &Path, output: &Path, keep_split_keys: bool) -> Re
             metadata.remove(key);
         }
     }
-    let mut tensors = Vec::new();
-    let mut index = Vec::new();
-    for (file, shard) in shards.iter().enumerate() {
-        tensors.extend(shard.tensors.iter().cloned());
-        index.extend((0..shard.tensors.len()).map(|i| (file, i)));
-    }
+    let sources: Vec<(&ModelFile, &TensorInfo)> =
+        shards.iter().flat_map(|shard| shard.tensors.iter().map(move |t| (shard, t))).collect();
 
     let write_err = |source| SplitError::Write { path: output.to_owned(), source };
     let mut out = AtomicOutput::create(output).map_err(write_err)?;
-    let sources: Vec<&ModelFile> = shards.iter().collect();
-    let mut data = CopyTensors { sources: &sources, index };
-    let layout = gguf::write_gguf(out.writer(), first.endian, &metadata, &tensors, &mut data).map_err(write_err)?;
+    let layout = write_copied(&mut out, first.endian, &metadata, &sources).map_err(write_err)?;
     out.commit().map_err(write_err)?;
-    Ok(MergeSummary { n_shards: shards.len(), n_tensors: tensors.len(), bytes_written: layout.file_len })
+    Ok(MergeSummary { n_shards: shards.len(), n_tensors: sources.len(), bytes_written: layout.file_len })
 }
 
 /// Opens shards 1..=count of `prefix` and checks their `split.*` keys, byte

@@ -9,7 +9,7 @@ mod reader;
 mod writer;
 
 pub use reader::{GgufHeader, read_header};
-pub use writer::{GgufLayout, TensorDataSource, header_len, write_gguf};
+pub use writer::{GgufLayout, TensorDataSource, file_len, header_len, write_gguf, write_header, write_padding};
 
 /// The file magic, as bytes on disk.
 pub const MAGIC: [u8; 4] = *b"GGUF";

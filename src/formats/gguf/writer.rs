@@ -35,20 +35,7 @@ pub fn write_gguf(
     tensors: &[TensorInfo],
     data: &mut dyn TensorDataSource,
 ) -> io::Result<GgufLayout> {
-    let alignment = alignment_of(metadata)?;
-    let mut tensor_offsets = Vec::with_capacity(tensors.len());
-    let mut next = 0u64;
-    for tensor in tensors {
-        tensor_offsets.push(next);
-        next = align_up(next + tensor.n_bytes(), alignment);
-    }
-
-    let header = encode_header(endian, metadata, tensors.iter().zip(&tensor_offsets));
-    let header_len = header.len() as u64;
-    let data_offset = align_up(header_len, alignment);
-    out.write_all(&header)?;
-    write_zeros(out, data_offset - header_len)?;
-
+    let layout = write_header(out, endian, metadata, tensors)?;
     for (tensor_idx, tensor) in tensors.iter().enumerate() {
         let mut counted = CountingWriter { inner: &mut *out, count: 0 };
         data.write_tensor(tensor_idx, &mut counted)?;
@@ -60,9 +47,47 @@ pub fn write_gguf(
                 tensor.n_bytes()
             )));
         }
-        write_zeros(out, align_up(written, alignment) - written)?;
+        write_padding(out, written, layout.alignment)?;
     }
+    Ok(layout)
+}
+
+/// Writes the header and the padding before the data section, and returns
+/// the layout: the caller then writes each tensor's bytes in order, each
+/// followed by [`write_padding`]. For callers that move tensor bytes without
+/// a `Write` in between (copy_file_range); everyone else uses [`write_gguf`].
+pub fn write_header(
+    out: &mut dyn Write,
+    endian: Endian,
+    metadata: &Metadata,
+    tensors: &[TensorInfo],
+) -> io::Result<GgufLayout> {
+    let alignment = alignment_of(metadata)?;
+    let mut tensor_offsets = Vec::with_capacity(tensors.len());
+    let mut next = 0u64;
+    for tensor in tensors {
+        tensor_offsets.push(next);
+        next = align_up(next + tensor.n_bytes(), alignment);
+    }
+    let header = encode_header(endian, metadata, tensors.iter().zip(&tensor_offsets));
+    let header_len = header.len() as u64;
+    let data_offset = align_up(header_len, alignment);
+    out.write_all(&header)?;
+    write_zeros(out, data_offset - header_len)?;
     Ok(GgufLayout { alignment, header_len, data_offset, tensor_offsets, file_len: data_offset + next })
+}
+
+/// The length of the file [`write_gguf`] writes for this metadata and these
+/// tensors, without writing it.
+pub fn file_len(metadata: &Metadata, tensors: &[TensorInfo]) -> io::Result<u64> {
+    let alignment = alignment_of(metadata)?;
+    let header = align_up(header_len(metadata, tensors.iter()), alignment);
+    Ok(tensors.iter().fold(header, |len, t| len + align_up(t.n_bytes(), alignment)))
+}
+
+/// The zeros after a tensor of `written` bytes.
+pub fn write_padding(out: &mut dyn Write, written: u64, alignment: u64) -> io::Result<()> {
+    write_zeros(out, align_up(written, alignment) - written)
 }
 
 /// Bytes of the header (magic through tensor infos, before padding) that
