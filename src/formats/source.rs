@@ -199,6 +199,12 @@ impl Source {
     /// (copy_file_range) where the file systems allow: no bytes through user
     /// space, no pages of the input left resident.
     pub fn copy_range_to_file(&self, offset: u64, len: u64, out: &mut File) -> io::Result<()> {
+        self.copy_from_file(offset, len, out)
+    }
+
+    /// `io::copy` from the file itself; generic so a `File` writer keeps
+    /// std's copy_file_range specialisation.
+    fn copy_from_file<W: Write + ?Sized>(&self, offset: u64, len: u64, out: &mut W) -> io::Result<()> {
         let mut file = &self.file;
         file.seek(SeekFrom::Start(offset))?;
         let copied = io::copy(&mut file.take(len), out)?;
@@ -216,15 +222,7 @@ impl Source {
                 let bytes = self.read_range(offset, len).map_err(io::Error::other)?;
                 out.write_all(&bytes)
             }
-            None => {
-                let mut file = &self.file;
-                file.seek(SeekFrom::Start(offset))?;
-                let copied = io::copy(&mut file.take(len), out)?;
-                if copied != len {
-                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while copying"));
-                }
-                Ok(())
-            }
+            None => self.copy_from_file(offset, len, out),
         }
     }
 }
