@@ -6,11 +6,15 @@
 //! [`ops`] are the operations the command line exposes, and [`cli`] is the thin
 //! binary on top.
 
+pub mod artifact;
 pub mod cli;
 pub mod codecs;
+pub mod exec;
 pub mod formats;
 pub mod model;
 pub mod ops;
 pub mod quant;
+pub mod recipe;
+pub mod store;
 pub mod synth;
 pub mod types;

@@ -111,7 +111,7 @@ impl GgufImatrix {
     fn tensor_bytes(&mut self, name: &str, dims: &[u64], type_id: u32, data: &[u8]) -> &mut GgufImatrix {
         self.raw.tensor(name.as_bytes(), dims, type_id, self.offset);
         self.raw.data.extend(data);
-        while self.raw.data.len() % 32 != 0 {
+        while !self.raw.data.len().is_multiple_of(32) {
             self.raw.data.push(0);
         }
         self.offset = self.raw.data.len() as u64;

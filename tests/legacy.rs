@@ -10,9 +10,10 @@ use std::process::Command;
 
 use common::{LegacyFile, LegacyTensor, noise};
 use half::f16;
+use quantforge::exec::oneshot::{OneShotSettings, edit_file};
 use quantforge::formats::{ContainerFormat, LegacyVariant, ModelFile, OpenOptions};
 use quantforge::model::Value;
-use quantforge::ops::edit::{Edits, edit_file};
+use quantforge::ops::edit::Edits;
 use quantforge::types::GgmlType;
 
 const N_VOCAB: u32 = 300;
@@ -230,10 +231,10 @@ fn conversion_matches_llama_cpp_convert_script() {
         assert!(output.status.success(), "{label}: {}", String::from_utf8_lossy(&output.stderr));
         let unnamed = dir.path().join("reference-unnamed.gguf");
         let drop_name = Edits { delete: vec!["general.name".into()], ..Edits::default() };
-        edit_file(&reference, &unnamed, &drop_name, OpenOptions::default()).unwrap();
+        edit_file(&reference, &unnamed, drop_name, &OneShotSettings::default()).unwrap();
 
         let ours = dir.path().join("ours.gguf");
-        edit_file(&input, &ours, &Edits::default(), OpenOptions::default()).unwrap();
+        edit_file(&input, &ours, Edits::default(), &OneShotSettings::default()).unwrap();
         assert_eq!(summary(dump(&ours)), summary(dump(&unnamed)), "{label}");
     }
 }

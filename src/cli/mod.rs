@@ -3,9 +3,11 @@
 //! The only module that knows about clap and about stdout/stderr. Data goes to
 //! stdout, logs to stderr; a closed pipe ends the program quietly.
 
+mod cache;
 mod diff;
 mod inspect;
 mod quantize;
+mod run;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -14,12 +16,15 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+use crate::exec::oneshot::{self, OneShotSettings};
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
+use crate::ops::Op;
+use crate::ops::dequantize::DequantizeOptions;
 use crate::ops::edit::{self, Edits};
 use crate::ops::inspect::InspectOptions;
-use crate::ops::quantize::{KvOverride, QuantizeOptions};
-use crate::quant::mixture::{self, MixtureOptions, TensorTypeOverride};
-use crate::types::{FileType, GgmlType};
+use crate::ops::quantize::KvOverride;
+use crate::quant::mixture::TensorTypeOverride;
+use crate::types::GgmlType;
 
 #[derive(Debug, Parser)]
 #[command(name = "quantforge", version, about = "A build system for model weights")]
@@ -30,6 +35,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a recipe: build every export that is not already up to date.
+    Run(run::RunArgs),
+    /// Show what `run` would do: each node a hit or a miss (and why), and sizes.
+    Plan(run::PlanArgs),
+    /// Inspect and manage the cache.
+    #[command(subcommand)]
+    Cache(cache::CacheCommand),
     /// Show a model file's format, metadata and tensors (reads headers only).
     Inspect {
         file: PathBuf,
@@ -61,6 +73,8 @@ enum Command {
         rename_tensor: Vec<(String, String)>,
         #[command(flatten)]
         load: LoadArgs,
+        #[command(flatten)]
+        cache: CacheArgs,
     },
     /// Quantize a model: `quantize [FLAGS] IN OUT TYPE [NTHREADS]`, byte-identical to llama-quantize.
     Quantize(Box<QuantizeArgs>),
@@ -68,10 +82,12 @@ enum Command {
     Dequantize {
         input: PathBuf,
         output: PathBuf,
-        #[arg(long = "type", default_value = "f16", value_parser = ["f32", "f16", "bf16"])]
+        #[arg(long = "type", default_value = "f16", value_parser = crate::ops::dequantize::FLOAT_TYPES)]
         ty: String,
         #[arg(long)]
         threads: Option<usize>,
+        #[command(flatten)]
+        cache: CacheArgs,
     },
     /// Compare two models tensor by tensor: MAE, RMSE, max abs error, cosine similarity.
     Diff {
@@ -155,23 +171,28 @@ struct QuantizeArgs {
     preset: String,
     #[arg(value_name = "NTHREADS")]
     nthreads: Option<usize>,
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+/// Where results are cached. One-shot commands cache only when asked.
+#[derive(Debug, Clone, clap::Args)]
+struct CacheArgs {
+    /// Cache directory (default for one-shot commands: no cache).
+    #[arg(long, value_name = "DIR", env = "QUANTFORGE_CACHE")]
+    cache_dir: Option<PathBuf>,
+}
+
+impl CacheArgs {
+    fn settings(&self, jobs: Option<usize>, open: OpenOptions) -> OneShotSettings {
+        OneShotSettings { cache_dir: self.cache_dir.clone(), jobs: jobs.unwrap_or_else(default_threads), open }
+    }
 }
 
 fn parse_ggml_type(text: &str) -> Result<GgmlType, String> {
     GgmlType::from_name(text).ok_or_else(|| {
         let names: Vec<&str> = GgmlType::all().map(GgmlType::name).collect();
         format!("unknown ggml type `{text}` (valid: {})", names.join(", "))
-    })
-}
-
-/// A preset by name or llama ftype number, as llama-quantize accepts it,
-/// among those whose main type quantforge can encode.
-fn parse_preset(text: &str) -> anyhow::Result<FileType> {
-    let supported = |f: &FileType| mixture::default_type(*f).is_some_and(crate::codecs::can_quantize);
-    let by_number = text.parse::<u32>().ok().and_then(FileType::from_id);
-    by_number.or_else(|| FileType::from_name(text)).filter(supported).ok_or_else(|| {
-        let names: Vec<&str> = FileType::all().filter(supported).map(FileType::name).collect();
-        anyhow::anyhow!("unknown quantization type `{text}`\nhint: valid types are {}", names.join(", "))
     })
 }
 
@@ -219,26 +240,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             out.flush()?;
         }
-        Command::Edit { input, output, set, delete, rename_tensor, load } => {
+        Command::Run(args) => run::run(args)?,
+        Command::Plan(args) => run::plan(args)?,
+        Command::Cache(command) => cache::run(command)?,
+        Command::Edit { input, output, set, delete, rename_tensor, load, cache } => {
             let edits = Edits { set, delete, rename_tensors: rename_tensor };
-            let summary = edit::edit_file(&input, &output, &edits, load.options())
+            let report = oneshot::edit_file(&input, &output, edits, &cache.settings(Some(1), load.options()))
                 .with_context(|| format!("cannot edit {}", input.display()))?;
-            eprintln!(
-                "wrote {}: {} keys, {} tensors, {}",
-                output.display(),
-                summary.n_keys,
-                summary.n_tensors,
-                human_bytes(summary.bytes_written as f64)
-            );
+            eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
         }
         Command::Quantize(args) => quantize::run(*args)?,
-        Command::Dequantize { input, output, ty, threads } => {
-            // clap allows only f32, f16 and bf16, each a FileType name.
-            let ftype = FileType::from_name(&ty).with_context(|| format!("unknown float type `{ty}`"))?;
-            let options = dequantize_options(ftype, threads);
-            let report = crate::ops::quantize::quantize_file(&input, &output, &options)
+        Command::Dequantize { input, output, ty, threads, cache } => {
+            // clap allows only the float type names.
+            let options = DequantizeOptions::from_name(&ty).with_context(|| format!("unknown float type `{ty}`"))?;
+            let ops = vec![(Op::Dequantize(options), Vec::new())];
+            let settings = cache.settings(threads, OpenOptions::default());
+            let report = oneshot::run("dequantize", &input, &[], ops, &output, &settings)
                 .with_context(|| format!("cannot dequantize {}", input.display()))?;
-            eprintln!("wrote {}: {}", output.display(), human_bytes(report.bytes_written as f64));
+            eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
         }
         Command::Diff { a, b, json } => {
             let report = crate::ops::diff::diff_files(&a, &b)?;
@@ -282,19 +301,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Dequantizing is quantizing to a float preset with requantization allowed.
-fn dequantize_options(ftype: FileType, threads: Option<usize>) -> QuantizeOptions {
-    QuantizeOptions {
-        mixture: MixtureOptions::new(ftype),
-        allow_requantize: true,
-        imatrix: None,
-        include_weights: Vec::new(),
-        exclude_weights: Vec::new(),
-        override_kv: Vec::new(),
-        threads: threads.unwrap_or_else(default_threads),
-    }
 }
 
 fn default_threads() -> usize {

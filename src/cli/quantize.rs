@@ -4,14 +4,15 @@ use std::io::{self, Write};
 
 use anyhow::Context;
 
-use super::{QuantizeArgs, default_threads, parse_preset};
+use super::{QuantizeArgs, default_threads};
+use crate::exec::oneshot;
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
-use crate::ops::quantize::{self, QuantizeOptions, QuantizePlan};
-use crate::quant::imatrix::ImportanceMatrix;
+use crate::ops::Op;
+use crate::ops::quantize::{self, QuantizeOptions, QuantizePlan, parse_preset};
 use crate::quant::mixture::MixtureOptions;
 
 pub(super) fn run(args: QuantizeArgs) -> anyhow::Result<()> {
-    let ftype = parse_preset(&args.preset)?;
+    let ftype = parse_preset(&args.preset).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut mixture = MixtureOptions::new(ftype);
     mixture.pure = args.pure;
     mixture.leave_output_tensor = args.leave_output_tensor;
@@ -21,38 +22,40 @@ pub(super) fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     let options = QuantizeOptions {
         mixture,
         allow_requantize: args.allow_requantize,
-        imatrix: args.imatrix,
         include_weights: args.include_weights,
         exclude_weights: args.exclude_weights,
         override_kv: args.override_kv,
-        threads: args.threads.or(args.nthreads).unwrap_or_else(default_threads),
     };
     if args.dry_run {
         let model = ModelFile::open(&args.input, OpenOptions::default())?;
-        let imatrix = match &options.imatrix {
-            Some(path) => Some(ImportanceMatrix::load(path)?),
+        let imatrix = match &args.imatrix {
+            Some(path) => quantize::load_imatrix(path, &options)?,
             None => None,
         };
-        let plan = quantize::plan(&model, &options, imatrix.as_ref())?;
+        let plan = quantize::plan(&model.metadata, &model.tensors, &options, imatrix.as_ref())?;
         return print_plan(&mut io::stdout().lock(), &plan).map_err(Into::into);
     }
     let started = std::time::Instant::now();
-    let report = quantize::quantize_file(&args.input, &args.output, &options)
+    let extra: Vec<(&str, &std::path::Path)> = args.imatrix.iter().map(|p| ("imatrix", p.as_path())).collect();
+    let uses = if extra.is_empty() { Vec::new() } else { vec![1] };
+    let ops = vec![(Op::Quantize(Box::new(options)), uses)];
+    let jobs = args.threads.or(args.nthreads).unwrap_or_else(default_threads);
+    let settings = args.cache.settings(Some(jobs), OpenOptions::default());
+    let report = oneshot::run("quantize", &args.input, &extra, ops, &args.output, &settings)
         .with_context(|| format!("cannot quantize {}", args.input.display()))?;
-    let plan = &report.plan;
+    let totals = &report.totals;
     eprintln!(
-        "wrote {}: {} ({}), {} tensors, {} converted, {} fell back, in {:.2} s",
+        "wrote {}: {} ({}), {} tensors encoded, {} from cache, {} copied, in {:.2} s",
         args.output.display(),
-        plan.ftype.description(),
-        human_bytes(report.bytes_written as f64),
-        plan.tensors.len(),
-        plan.tensors.iter().filter(|t| t.converts()).count(),
-        plan.n_fallback(),
+        ftype.description(),
+        human_bytes(report.output_bytes() as f64),
+        totals.tensors_encoded,
+        totals.tensors_reused,
+        totals.tensors_copied,
         started.elapsed().as_secs_f64()
     );
     Ok(())
 }
-
 fn print_plan(out: &mut dyn Write, plan: &QuantizePlan) -> io::Result<()> {
     let width = plan.tensors.iter().map(|t| t.info.name.len()).max().unwrap_or(6);
     for t in &plan.tensors {

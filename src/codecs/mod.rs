@@ -23,6 +23,11 @@ mod ternary;
 
 use crate::types::GgmlType;
 
+/// Version of the bytes the codecs produce. Part of every derived tensor's
+/// cache key: bump it whenever any codec's output changes, so cached results
+/// of the old code are not reused.
+pub const CODEC_VERSION: u32 = 1;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodecError {
     #[error("cannot {op} {ty}: not supported")]

@@ -127,6 +127,29 @@ impl ModelFile {
         })
     }
 
+    /// `len` bytes of a tensor (in the current layout) from byte `offset` of it.
+    pub fn tensor_data_range(&self, tensor: &TensorInfo, offset: u64, len: u64) -> Result<Cow<'_, [u8]>> {
+        match tensor.layout {
+            StoredLayout::Native => self.source.read_range(tensor.file_offset + offset, len),
+            StoredLayout::LegacyBlocks(_) => {
+                let all = self.tensor_data(tensor)?;
+                let range = usize::try_from(offset).ok().zip(usize::try_from(offset + len).ok());
+                match range.and_then(|(a, b)| all.get(a..b)) {
+                    Some(bytes) => Ok(Cow::Owned(bytes.to_vec())),
+                    None => Err(FormatError::new(
+                        self.path(),
+                        Some(tensor.file_offset),
+                        ErrorKind::Invalid(format!(
+                            "tensor `{}`: bytes {offset}..{} are past its end",
+                            tensor.name,
+                            offset + len
+                        )),
+                    )),
+                }
+            }
+        }
+    }
+
     /// Copies a tensor's bytes (in the current layout) to `out`.
     pub fn copy_tensor_data(&self, tensor: &TensorInfo, out: &mut dyn Write) -> io::Result<()> {
         match tensor.layout {

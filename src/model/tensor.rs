@@ -3,7 +3,7 @@
 use crate::types::GgmlType;
 
 /// Byte order of a file's numbers (and of its tensor data).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Endian {
     Little,

@@ -1,8 +1,114 @@
-//! Operations behind the commands: each takes parsed inputs and returns a
-//! result or a report; none parses arguments or prints.
+//! Operations. The recipe ops (`load`, `dequantize`, `quantize`, `filter`,
+//! `rename`, `set-metadata`, `delete-metadata`, `export`) are each a pure
+//! function of their input tensor sets and parameters, one file each, with
+//! the [`OpSpec`] that says what a recipe may pass them. The one-shot
+//! operations (`inspect`, `diff`, `split`, `edit`'s parsing) take files and
+//! return reports. None parses arguments or prints.
 
+pub mod dequantize;
 pub mod diff;
 pub mod edit;
+pub mod export;
+pub mod filter;
 pub mod inspect;
+pub mod load;
+pub mod metadata;
 pub mod quantize;
+pub mod rename;
 pub mod split;
+
+use crate::recipe::{Diagnostic, OpSpec, Params};
+
+use dequantize::DequantizeOptions;
+use export::ExportOptions;
+use filter::FilterOptions;
+use metadata::{DeleteMetadata, SetMetadata};
+use quantize::QuantizeOptions;
+use rename::RenameOptions;
+
+/// Every recipe op, in the order the docs list them.
+pub const SPECS: [OpSpec; 8] = [
+    load::SPEC,
+    dequantize::SPEC,
+    quantize::SPEC,
+    filter::SPEC,
+    rename::SPEC,
+    metadata::SET_SPEC,
+    metadata::DELETE_SPEC,
+    export::SPEC,
+];
+
+pub fn spec(name: &str) -> Option<&'static OpSpec> {
+    SPECS.iter().find(|s| s.name == name)
+}
+
+/// A recipe op with its parameters read and checked.
+#[derive(Debug, Clone)]
+pub enum Op {
+    Load,
+    Dequantize(DequantizeOptions),
+    Quantize(Box<QuantizeOptions>),
+    Filter(FilterOptions),
+    Rename(RenameOptions),
+    SetMetadata(SetMetadata),
+    DeleteMetadata(DeleteMetadata),
+    Export(ExportOptions),
+}
+
+impl Op {
+    /// Reads the parameters of a node of op `spec`. An export's path comes
+    /// resolved from the recipe.
+    pub fn from_params(spec: &OpSpec, params: &Params, export: Option<ExportOptions>) -> Result<Op, Vec<Diagnostic>> {
+        Ok(match spec.name {
+            "load" => Op::Load,
+            "dequantize" => Op::Dequantize(DequantizeOptions::from_params(params)?),
+            "quantize" => Op::Quantize(Box::new(QuantizeOptions::from_params(params)?)),
+            "filter" => Op::Filter(FilterOptions::from_params(params)?),
+            "rename" => Op::Rename(RenameOptions::from_params(params)?),
+            "set-metadata" => Op::SetMetadata(SetMetadata::from_params(params)?),
+            "delete-metadata" => Op::DeleteMetadata(DeleteMetadata::from_params(params)?),
+            "export" => {
+                ExportOptions::check_params(params)?;
+                Op::Export(export.ok_or_else(|| vec![params.error("path", "`export` needs a `path`")])?)
+            }
+            other => return Err(vec![Diagnostic::new(format!("unknown op `{other}`"), params.span.clone())]),
+        })
+    }
+
+    pub fn spec(&self) -> &'static OpSpec {
+        match self {
+            Op::Load => &load::SPEC,
+            Op::Dequantize(_) => &dequantize::SPEC,
+            Op::Quantize(_) => &quantize::SPEC,
+            Op::Filter(_) => &filter::SPEC,
+            Op::Rename(_) => &rename::SPEC,
+            Op::SetMetadata(_) => &metadata::SET_SPEC,
+            Op::DeleteMetadata(_) => &metadata::DELETE_SPEC,
+            Op::Export(_) => &export::SPEC,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.spec().name
+    }
+
+    /// The parameters as they enter the cache key: normalized, and only
+    /// those that change the result.
+    pub fn key_params(&self) -> serde_json::Value {
+        match self {
+            Op::Load => serde_json::json!({}),
+            Op::Dequantize(o) => o.key_params(),
+            Op::Quantize(o) => o.key_params(),
+            Op::Filter(o) => o.key_params(),
+            Op::Rename(o) => o.key_params(),
+            Op::SetMetadata(o) => o.key_params(),
+            Op::DeleteMetadata(o) => o.key_params(),
+            Op::Export(o) => o.key_params(),
+        }
+    }
+
+    /// Whether the op encodes tensors (so a codec change changes its result).
+    pub fn converts(&self) -> bool {
+        matches!(self, Op::Dequantize(_) | Op::Quantize(_))
+    }
+}

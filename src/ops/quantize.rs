@@ -1,30 +1,42 @@
-//! `quantize`: llama-quantize's job, byte for byte.
+//! `quantize`: llama-quantize's job, byte for byte, as a recipe op.
 //!
-//! Planning is pure: the output metadata (llama-quantize's key order and
-//! values), the tensors in llama-quantize's order with the type each gets,
-//! and the exact output size. Execution streams: each tensor is converted a
-//! slab of rows at a time on a bounded thread pool, so memory stays near one
-//! slab of f32 per worker rather than the whole tensor (llama-quantize holds
-//! whole tensors), and the output appears only when complete.
+//! Pure: the output metadata (llama-quantize's key order and values), the
+//! tensors in llama-quantize's order, each either passed through or a
+//! conversion to the type the mixture chose. No tensor bytes are touched
+//! here; the conversions run when something materializes the result.
 
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
-
-use rayon::prelude::*;
-
-use crate::codecs::{self, CodecError};
-use crate::formats::{AtomicOutput, FormatError, ModelFile, OpenOptions, TensorDataSource, gguf, same_file};
-use crate::model::{Metadata, TensorInfo, Value, tensor_bytes};
+use crate::artifact::{Tensor, TensorSet};
+use crate::codecs::CodecError;
+use crate::formats::gguf;
+use crate::model::{Endian, Metadata, TensorInfo, Value, tensor_bytes};
 use crate::quant::imatrix::{ImatrixError, ImportanceMatrix};
-use crate::quant::mixture::{self, MixtureError, MixtureOptions};
+use crate::quant::mixture::{self, MixtureError, MixtureOptions, TensorTypeOverride};
+use crate::recipe::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
+use crate::store::{Store, StoreError};
 use crate::types::{FileType, GgmlType};
 
 /// ggml's `GGML_QNT_VERSION`, written to `general.quantization_version`.
 pub const QUANTIZATION_VERSION: u32 = 2;
 
-/// Rows converted per slab: bounds memory at about this many f32 values per
-/// worker while keeping every worker busy on small tensors.
-const SLAB_ELEMENTS: usize = 1 << 20;
+pub const SPEC: OpSpec = OpSpec {
+    name: "quantize",
+    version: 1,
+    params: &[
+        ParamSpec::required("preset", ParamKind::Str).fanning_out(),
+        ParamSpec::optional("override", ParamKind::TableList),
+        ParamSpec::optional("imatrix", ParamKind::InputName),
+        ParamSpec::optional("include_weights", ParamKind::StrList),
+        ParamSpec::optional("exclude_weights", ParamKind::StrList),
+        ParamSpec::optional("allow_requantize", ParamKind::Bool),
+        ParamSpec::optional("pure", ParamKind::Bool),
+        ParamSpec::optional("leave_output_tensor", ParamKind::Bool),
+        ParamSpec::optional("output_tensor_type", ParamKind::Str).fanning_out(),
+        ParamSpec::optional("token_embedding_type", ParamKind::Str).fanning_out(),
+        ParamSpec::optional("override_kv", ParamKind::StrList),
+    ],
+    from_input_only: false,
+    is_sink: false,
+};
 
 /// A `--override-kv KEY=TYPE:VALUE`, with llama.cpp's types: `int` (written
 /// as u32 of the absolute value, as llama.cpp does), `float` (f32), `bool`, `str`.
@@ -60,40 +72,154 @@ impl KvOverride {
     }
 }
 
-/// Everything llama-quantize's flags say.
+/// Everything llama-quantize's flags say, but the importance matrix file
+/// itself (a recipe input the node depends on).
 #[derive(Debug, Clone)]
 pub struct QuantizeOptions {
     pub mixture: MixtureOptions,
     pub allow_requantize: bool,
-    pub imatrix: Option<PathBuf>,
     pub include_weights: Vec<String>,
     pub exclude_weights: Vec<String>,
     pub override_kv: Vec<KvOverride>,
-    pub threads: usize,
+}
+
+impl QuantizeOptions {
+    /// The preset alone.
+    pub fn new(ftype: FileType) -> QuantizeOptions {
+        QuantizeOptions {
+            mixture: MixtureOptions::new(ftype),
+            allow_requantize: false,
+            include_weights: Vec::new(),
+            exclude_weights: Vec::new(),
+            override_kv: Vec::new(),
+        }
+    }
+
+    /// Reads a recipe step's parameters.
+    pub fn from_params(p: &Params) -> Result<QuantizeOptions, Vec<Diagnostic>> {
+        let mut problems = Vec::new();
+        let ftype = match p.str("preset") {
+            Some((name, _)) => parse_preset(name).map_err(|e| problems.push(p.error("preset", e))).ok(),
+            None => None,
+        };
+        let mut ggml_type = |name: &str| match p.str(name) {
+            Some((text, _)) => match GgmlType::from_name(text) {
+                Some(ty) => Some(ty),
+                None => {
+                    let names: Vec<&str> = GgmlType::all().map(GgmlType::name).collect();
+                    problems.push(p.error(name, format!("unknown ggml type `{text}`")).suggest(text, names));
+                    None
+                }
+            },
+            None => None,
+        };
+        let output_tensor_type = ggml_type("output_tensor_type");
+        let token_embedding_type = ggml_type("token_embedding_type");
+        let mut tensor_types = Vec::new();
+        for (fields, span) in p.table_list("override") {
+            let field = |name: &str| fields.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+            let unknown: Vec<&str> =
+                fields.iter().map(|(k, _)| *k).filter(|k| !["match", "type"].contains(k)).collect();
+            for k in unknown {
+                problems.push(
+                    Diagnostic::new(format!("unknown field `{k}` in an override"), span.clone())
+                        .suggest(k, ["match", "type"]),
+                );
+            }
+            match (field("match"), field("type")) {
+                (Some(pattern), Some(ty)) => match TensorTypeOverride::new(pattern, ty) {
+                    Ok(o) => tensor_types.push(o),
+                    Err(MixtureError::BadOverride { problem, .. }) => {
+                        problems.push(Diagnostic::new(format!("bad override: {problem}"), span.clone()))
+                    }
+                    Err(e) => problems.push(Diagnostic::new(e.to_string(), span.clone())),
+                },
+                _ => problems.push(
+                    Diagnostic::new("an override needs `match` (a regex) and `type`", span.clone())
+                        .with_hint(r#"override = [{ match = "ffn_down", type = "Q6_K" }]"#),
+                ),
+            }
+        }
+        let mut override_kv = Vec::new();
+        for (text, span) in p.str_list("override_kv") {
+            match KvOverride::parse(text) {
+                Ok(o) => override_kv.push(o),
+                Err(e) => problems.push(Diagnostic::new(e, span.clone())),
+            }
+        }
+        let Some(ftype) = ftype else {
+            if problems.is_empty() {
+                problems.push(p.error("preset", "`quantize` needs a `preset`"));
+            }
+            return Err(problems);
+        };
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let mut mixture = MixtureOptions::new(ftype);
+        mixture.pure = p.bool("pure");
+        mixture.leave_output_tensor = p.bool("leave_output_tensor");
+        mixture.output_tensor_type = output_tensor_type;
+        mixture.token_embedding_type = token_embedding_type;
+        mixture.tensor_types = tensor_types;
+        Ok(QuantizeOptions {
+            mixture,
+            allow_requantize: p.bool("allow_requantize"),
+            include_weights: p.str_list("include_weights").into_iter().map(|(s, _)| s.to_owned()).collect(),
+            exclude_weights: p.str_list("exclude_weights").into_iter().map(|(s, _)| s.to_owned()).collect(),
+            override_kv,
+        })
+    }
+
+    /// The options as they enter the node's cache key: every field that can
+    /// change the output, normalized (preset by name, types by name).
+    pub fn key_params(&self) -> serde_json::Value {
+        let m = &self.mixture;
+        serde_json::json!({
+            "preset": m.ftype.name(),
+            "pure": m.pure,
+            "leave_output_tensor": m.leave_output_tensor,
+            "output_tensor_type": m.output_tensor_type.map(GgmlType::name),
+            "token_embedding_type": m.token_embedding_type.map(GgmlType::name),
+            "override": m.tensor_types.iter().map(|o| [o.pattern.as_str(), o.ty.name()]).collect::<Vec<_>>(),
+            "keep_split": m.keep_split,
+            "allow_requantize": self.allow_requantize,
+            "include_weights": self.include_weights,
+            "exclude_weights": self.exclude_weights,
+            "override_kv": self.override_kv.iter().map(|o| format!("{}={:?}", o.key, o.value)).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// A preset by name or llama ftype number, as llama-quantize accepts it,
+/// among those whose main type quantforge can encode.
+pub fn parse_preset(text: &str) -> Result<FileType, String> {
+    let supported = |f: &FileType| mixture::default_type(*f).is_some_and(crate::codecs::can_quantize);
+    let by_number = text.parse::<u32>().ok().and_then(FileType::from_id);
+    by_number.or_else(|| FileType::from_name(text)).filter(supported).ok_or_else(|| {
+        let names: Vec<&str> = FileType::all().filter(supported).map(FileType::name).collect();
+        format!("unknown quantization type `{text}`; valid types are {}", names.join(", "))
+    })
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum QuantizeError {
     #[error(transparent)]
-    Format(#[from] FormatError),
-    #[error(transparent)]
     Mixture(#[from] MixtureError),
     #[error(transparent)]
     Imatrix(#[from] ImatrixError),
-    #[error("refusing to overwrite the input: {} is {}", output.display(), input.display())]
-    OutputIsInput { input: PathBuf, output: PathBuf },
-    #[error("tensor `{tensor}`: requantizing from type {from} is disabled (pass --allow-requantize)")]
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(
+        "tensor `{tensor}`: requantizing from type {from} is disabled (set allow_requantize / pass --allow-requantize)"
+    )]
     Requantize { tensor: String, from: GgmlType },
-    #[error("tensor `{tensor}`: {ty} needs an importance matrix (pass --imatrix)")]
+    #[error("tensor `{tensor}`: {ty} needs an importance matrix (set imatrix / pass --imatrix)")]
     NeedsImatrix { tensor: String, ty: GgmlType },
     #[error("tensor `{tensor}`: {source}")]
     Codec { tensor: String, source: CodecError },
-    #[error("tensor `{tensor}` row {row} holds {value}; llama.cpp refuses to quantize non-finite weights too")]
-    NonFinite { tensor: String, row: usize, value: f32 },
     #[error("input tensors are big-endian; quantizing them is not supported yet")]
     BigEndian,
-    #[error("writing {}: {source}", path.display())]
-    Write { path: PathBuf, source: io::Error },
 }
 
 /// One output tensor.
@@ -132,18 +258,20 @@ impl QuantizePlan {
     }
 }
 
-/// Plans a quantization of `model`: pure, no I/O.
+/// Plans a quantization of a model with this metadata and these tensors:
+/// pure, no I/O.
 pub fn plan(
-    model: &ModelFile,
+    model_metadata: &Metadata,
+    model_tensors: &[TensorInfo],
     options: &QuantizeOptions,
     imatrix: Option<&ImportanceMatrix>,
 ) -> Result<QuantizePlan, QuantizeError> {
     let mut mixture_options = options.mixture.clone();
     mixture_options.has_imatrix = imatrix.is_some();
-    let choices = mixture::choose_types(&model.metadata, &model.tensors, &mixture_options)?;
+    let choices = mixture::choose_types(model_metadata, model_tensors, &mixture_options)?;
     let ftype = options.mixture.ftype;
 
-    let mut metadata = model.metadata.clone();
+    let mut metadata = model_metadata.clone();
     metadata.set_last("general.quantization_version", Value::U32(QUANTIZATION_VERSION));
     metadata.set_last("general.file_type", Value::U32(ftype.id()));
     for key in ["split.no", "split.count", "split.tensors.count"] {
@@ -157,11 +285,11 @@ pub fn plan(
         imatrix.apply_output_metadata(&mut metadata);
     }
 
-    let order = mixture::visiting_order(&model.tensors, mixture_options.keep_split);
+    let order = mixture::visiting_order(model_tensors, mixture_options.keep_split);
     let mut tensors = Vec::with_capacity(order.len());
     let mut offset = 0u64;
     for input_idx in order {
-        let input = &model.tensors[input_idx];
+        let input = &model_tensors[input_idx];
         let choice = &choices[input_idx];
         let mut info = input.clone();
         info.ggml_type = choice.ty;
@@ -193,141 +321,56 @@ pub fn plan(
     Ok(QuantizePlan { ftype, metadata, tensors, file_size })
 }
 
-/// What a finished quantization did.
-#[derive(Debug, Clone)]
-pub struct QuantizeReport {
-    pub plan: QuantizePlan,
-    pub bytes_written: u64,
-}
-
-/// Reads `input`, quantizes it as `options` say and writes `output`.
-pub fn quantize_file(input: &Path, output: &Path, options: &QuantizeOptions) -> Result<QuantizeReport, QuantizeError> {
-    if same_file(input, output) {
-        return Err(QuantizeError::OutputIsInput { input: input.to_owned(), output: output.to_owned() });
-    }
-    let model = ModelFile::open(input, OpenOptions::default())?;
-    if model.endian == crate::model::Endian::Big {
+/// The quantized tensor set: `input`'s tensors in llama-quantize's order,
+/// each passed through or converted. Importance weights go to the store as
+/// blobs, so the conversions (and their keys) name them by hash.
+pub fn apply(
+    input: &TensorSet,
+    options: &QuantizeOptions,
+    imatrix: Option<&ImportanceMatrix>,
+    store: &Store,
+) -> Result<TensorSet, QuantizeError> {
+    if input.endian == Endian::Big {
         return Err(QuantizeError::BigEndian);
     }
-    let imatrix = match &options.imatrix {
-        Some(path) => {
-            let mut m = ImportanceMatrix::load(path)?;
-            m.filter(&options.include_weights, &options.exclude_weights);
-            m.check_finite()?;
-            // llama-quantize treats an imatrix filtered down to nothing as none.
-            (!m.is_empty()).then_some(m)
-        }
-        None => None,
-    };
-    let plan = plan(&model, options, imatrix.as_ref())?;
-    let mut importance = Vec::with_capacity(plan.tensors.len());
-    for t in &plan.tensors {
-        let weights = match (&imatrix, t.converts()) {
-            (Some(m), true) => m.weights_for(&model.tensors[t.input_idx])?,
-            _ => None,
-        };
-        if t.converts() && t.requires_imatrix && weights.is_none() {
-            return Err(QuantizeError::NeedsImatrix { tensor: t.info.name.clone(), ty: t.info.ggml_type });
-        }
-        importance.push(weights);
-    }
-
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(options.threads.max(1))
-        .build()
-        .map_err(|e| QuantizeError::Write { path: output.to_owned(), source: io::Error::other(e) })?;
-    let write_err = |source| QuantizeError::Write { path: output.to_owned(), source };
-    let mut out = AtomicOutput::create(output).map_err(write_err)?;
-    let infos: Vec<TensorInfo> = plan.tensors.iter().map(|t| t.info.clone()).collect();
-    let mut source = Converter { model: &model, plan: &plan, importance: &importance, pool: &pool, error: None };
-    let written = gguf::write_gguf(out.writer(), model.endian, &plan.metadata, &infos, &mut source);
-    if let Some(e) = source.error.take() {
-        return Err(e);
-    }
-    let layout = written.map_err(write_err)?;
-    out.commit().map_err(write_err)?;
-    Ok(QuantizeReport { bytes_written: layout.file_len, plan })
-}
-
-/// Supplies each output tensor: copied when its type is unchanged,
-/// converted slab by slab otherwise.
-struct Converter<'a> {
-    model: &'a ModelFile,
-    plan: &'a QuantizePlan,
-    importance: &'a [Option<&'a [f32]>],
-    pool: &'a rayon::ThreadPool,
-    /// A conversion error, kept typed (the writer only carries io errors).
-    error: Option<QuantizeError>,
-}
-
-impl TensorDataSource for Converter<'_> {
-    fn write_tensor(&mut self, idx: usize, out: &mut dyn Write) -> io::Result<()> {
-        let planned = &self.plan.tensors[idx];
-        let input = &self.model.tensors[planned.input_idx];
+    let infos = input.infos();
+    let plan = plan(&input.metadata, &infos, options, imatrix)?;
+    let mut tensors = Vec::with_capacity(plan.tensors.len());
+    for planned in &plan.tensors {
+        let source = &input.tensors[planned.input_idx];
         if !planned.converts() {
-            self.model.copy_tensor_data(input, out)?;
-            self.model.release_tensor_range(input, 0, input.stored_len);
-            return Ok(());
+            tensors.push(source.clone());
+            continue;
         }
-        match convert_tensor(self.model, planned, input, self.importance[idx], self.pool, out) {
-            Ok(()) => Ok(()),
-            Err(ConvertError::Io(e)) => Err(e),
-            Err(ConvertError::Quantize(e)) => {
-                self.error = Some(e);
-                Err(io::Error::other("quantization failed"))
-            }
+        let weights = match imatrix {
+            Some(m) => m.weights_for(&infos[planned.input_idx])?,
+            None => None,
+        };
+        if planned.requires_imatrix && weights.is_none() {
+            return Err(QuantizeError::NeedsImatrix { tensor: source.name.clone(), ty: planned.info.ggml_type });
         }
+        let importance = match weights {
+            Some(w) => Some(store.put_blob(&w.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?),
+            None => None,
+        };
+        tensors.push(Tensor::convert(source.clone(), planned.info.ggml_type, importance));
     }
+    Ok(TensorSet { endian: input.endian, metadata: plan.metadata, tensors })
 }
 
-enum ConvertError {
-    Io(io::Error),
-    Quantize(QuantizeError),
+/// Loads an importance matrix as llama-quantize would use it: filtered by
+/// the include/exclude lists, checked finite, and none if nothing is left.
+pub fn load_imatrix(
+    path: &std::path::Path,
+    options: &QuantizeOptions,
+) -> Result<Option<ImportanceMatrix>, ImatrixError> {
+    let mut m = ImportanceMatrix::load(path)?;
+    m.filter(&options.include_weights, &options.exclude_weights);
+    m.check_finite()?;
+    Ok((!m.is_empty()).then_some(m))
 }
 
-fn convert_tensor(
-    model: &ModelFile,
-    planned: &PlannedTensor,
-    input: &TensorInfo,
-    importance: Option<&[f32]>,
-    pool: &rayon::ThreadPool,
-    out: &mut dyn Write,
-) -> Result<(), ConvertError> {
-    let tensor_err = |source| ConvertError::Quantize(QuantizeError::Codec { tensor: input.name.clone(), source });
-    let n_per_row = input.dims[0] as usize;
-    let n_rows = (input.n_elements() as usize).checked_div(n_per_row).unwrap_or(0);
-    let rows_per_expert = input.dims.get(1).copied().unwrap_or(1).max(1) as usize;
-    let (from, to) = (planned.from, planned.info.ggml_type);
-    let row_in = from.row_size(n_per_row as u64).unwrap_or(0) as usize;
-    let row_out = to.row_size(n_per_row as u64).unwrap_or(0) as usize;
-    let data = model.tensor_data(input).map_err(|e| ConvertError::Io(io::Error::other(e)))?;
-
-    let slab_rows = (SLAB_ELEMENTS / n_per_row.max(1)).max(1);
-    let mut encoded = vec![0u8; slab_rows.min(n_rows) * row_out];
-    for first in (0..n_rows).step_by(slab_rows) {
-        let rows = slab_rows.min(n_rows - first);
-        let src = &data[first * row_in..(first + rows) * row_in];
-        let dst = &mut encoded[..rows * row_out];
-        pool.install(|| {
-            dst.par_chunks_mut(row_out).zip(src.par_chunks(row_in)).enumerate().try_for_each_init(
-                || vec![0f32; n_per_row],
-                |values, (r, (dst_row, src_row))| {
-                    let row = first + r;
-                    codecs::dequantize_row(from, src_row, values).map_err(tensor_err)?;
-                    if let Some(value) = values.iter().copied().find(|v| !v.is_finite()) {
-                        return Err(ConvertError::Quantize(QuantizeError::NonFinite {
-                            tensor: input.name.clone(),
-                            row,
-                            value,
-                        }));
-                    }
-                    let weights = importance.map(|w| &w[(row / rows_per_expert) * n_per_row..][..n_per_row]);
-                    codecs::quantize_row(to, values, weights, dst_row).map_err(tensor_err)
-                },
-            )
-        })?;
-        out.write_all(dst).map_err(ConvertError::Io)?;
-        model.release_tensor_range(input, (first * row_in) as u64, (rows * row_in) as u64);
-    }
-    Ok(())
+/// Importance weights as stored in a blob (little-endian f32).
+pub fn importance_from_blob(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }

@@ -84,8 +84,17 @@ impl TensorTypeOverride {
     /// `std::regex`; patterns using syntax the two engines read differently
     /// (lookaround, backreferences) are not supported.
     pub fn parse(spec: &str) -> Result<TensorTypeOverride, MixtureError> {
-        let bad = |problem: &str| MixtureError::BadOverride { spec: spec.to_owned(), problem: problem.to_owned() };
-        let (pattern, ty) = spec.split_once('=').ok_or_else(|| bad("expected PATTERN=TYPE"))?;
+        let (pattern, ty) = spec.split_once('=').ok_or_else(|| MixtureError::BadOverride {
+            spec: spec.to_owned(),
+            problem: "expected PATTERN=TYPE".to_owned(),
+        })?;
+        TensorTypeOverride::new(pattern, ty)
+    }
+
+    /// An override from its two parts, checked as [`TensorTypeOverride::parse`] checks them.
+    pub fn new(pattern: &str, ty: &str) -> Result<TensorTypeOverride, MixtureError> {
+        let bad =
+            |problem: &str| MixtureError::BadOverride { spec: format!("{pattern}={ty}"), problem: problem.to_owned() };
         if pattern.is_empty() {
             return Err(bad("missing tensor name"));
         }
@@ -381,7 +390,7 @@ fn use_more_bits(i_layer: i64, n_layers: i64) -> bool {
 /// that does not fit. Returns the type and, if it changed, the one it replaced.
 fn fallback(name: &str, ncols: u64, ty: GgmlType) -> Result<(GgmlType, Option<GgmlType>), MixtureError> {
     use GgmlType as G;
-    if ncols % ty.block_size() == 0 {
+    if ncols.is_multiple_of(ty.block_size()) {
         return Ok((ty, None));
     }
     let smaller = match ty {
@@ -395,7 +404,7 @@ fn fallback(name: &str, ncols: u64, ty: GgmlType) -> Result<(GgmlType, Option<Gg
         _ if ty.block_size() <= G::Q8_0.block_size() => ty,
         _ => return Err(MixtureError::NoFallback { tensor: name.to_owned(), ty }),
     };
-    let ty_new = if ncols % smaller.block_size() == 0 { smaller } else { G::F16 };
+    let ty_new = if ncols.is_multiple_of(smaller.block_size()) { smaller } else { G::F16 };
     Ok((ty_new, Some(ty)))
 }
 
@@ -615,10 +624,10 @@ impl Mixer<'_> {
                 return Ok((ty, None));
             }
         }
-        if let Some(ty) = options.output_tensor_type {
-            if category == Category::Output {
-                return Ok((ty, None));
-            }
+        if let Some(ty) = options.output_tensor_type
+            && category == Category::Output
+        {
+            return Ok((ty, None));
         }
         // F16, BF16 and F32 files convert every tensor alike: no mixture rule,
         // no --tensor-type and no fallback applies.
@@ -684,7 +693,7 @@ impl Mixer<'_> {
             return ty;
         }
         let p = self.preset;
-        if p.is("MXFP4_MOE") || self.hparams.arch == FALCON || row_len(t) % ty.block_size() != 0 {
+        if p.is("MXFP4_MOE") || self.hparams.arch == FALCON || !row_len(t).is_multiple_of(ty.block_size()) {
             GgmlType::Q8_0
         } else if p.is_any(VERY_LOW_BIT) || p.is("IQ3_XXS") {
             GgmlType::Q5_K

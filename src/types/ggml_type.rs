@@ -171,7 +171,7 @@ impl GgmlType {
     /// Bytes of one row of `n_elements`, or `None` when the row is not a
     /// whole number of blocks.
     pub fn row_size(self, n_elements: u64) -> Option<u64> {
-        if n_elements % self.block_size() != 0 {
+        if !n_elements.is_multiple_of(self.block_size()) {
             return None;
         }
         (n_elements / self.block_size()).checked_mul(self.type_size())
@@ -193,6 +193,20 @@ impl GgmlType {
 impl fmt::Display for GgmlType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// By canonical name, as manifests and reports spell types.
+impl serde::Serialize for GgmlType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for GgmlType {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<GgmlType, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        GgmlType::from_name(&name).ok_or_else(|| serde::de::Error::custom(format!("unknown ggml type `{name}`")))
     }
 }
 

@@ -145,7 +145,7 @@ impl RawGguf {
         for t in &self.tensors {
             out.extend(t);
         }
-        while out.len() as u64 % self.alignment != 0 {
+        while !(out.len() as u64).is_multiple_of(self.alignment) {
             out.push(0);
         }
         out.extend(&self.data);
@@ -206,7 +206,7 @@ impl LegacyFile {
             }
             out.extend(t.name.as_bytes());
             if &self.magic == b"tjgg" {
-                while out.len() % 32 != 0 {
+                while !out.len().is_multiple_of(32) {
                     out.push(0);
                 }
             }

@@ -8,7 +8,7 @@
 mod reader;
 mod writer;
 
-pub use reader::{GgufHeader, read_header};
+pub use reader::{GgufHeader, read_header, read_header_bytes};
 pub use writer::{GgufLayout, TensorDataSource, file_len, header_len, write_gguf, write_header, write_padding};
 
 /// The file magic, as bytes on disk.

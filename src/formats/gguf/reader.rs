@@ -37,6 +37,11 @@ struct Dialect {
     wide: bool,
 }
 
+/// Parses a GGUF held in memory; `path` names it in errors.
+pub fn read_header_bytes(bytes: &[u8], path: &std::path::Path) -> Result<GgufHeader> {
+    read_header(&mut ByteReader::new(Box::new(bytes), path, bytes.len() as u64))
+}
+
 pub fn read_header(r: &mut ByteReader<'_>) -> Result<GgufHeader> {
     let magic = r.array::<4>(Field::Static("magic"))?;
     if magic != MAGIC {

@@ -1,0 +1,213 @@
+//! The artifact nodes pass to each other: a tensor set.
+//!
+//! Ordered metadata plus tensor descriptors whose bytes are a range of an
+//! input file, a blob in the store, or a conversion of another tensor not yet
+//! computed. Manifest-only operations (filter, rename, metadata edits) move
+//! descriptors, never bytes; a chain of conversions (dequantize → quantize)
+//! stays a chain of descriptors until something needs the bytes, which then
+//! flow a slab of rows at a time.
+//!
+//! Every tensor carries a key that names its bytes by derivation: an input
+//! tensor's key comes from the file's content hash, a conversion's from its
+//! source's key, the target type, the importance weights and the codec
+//! version. Renaming a tensor keeps its key; changing its type changes it.
+
+use std::io;
+use std::path::Path;
+
+use crate::codecs::CODEC_VERSION;
+use crate::formats::gguf;
+use crate::model::{Endian, Metadata, TensorInfo};
+use crate::store::{Key, KeyBuilder};
+use crate::types::GgmlType;
+
+/// A node's result: what a GGUF written from it would hold.
+#[derive(Debug, Clone)]
+pub struct TensorSet {
+    pub endian: Endian,
+    pub metadata: Metadata,
+    pub tensors: Vec<Tensor>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Tensor {
+    pub name: String,
+    /// ggml order: `dims[0]` is the row length.
+    pub dims: Vec<u64>,
+    #[serde(rename = "type")]
+    pub ggml_type: GgmlType,
+    pub key: Key,
+    pub data: TensorData,
+}
+
+/// Where a tensor's bytes come from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TensorData {
+    /// Tensor `index` of the input file whose content hash is `file`.
+    Input { file: Key, index: usize },
+    /// A blob in the store.
+    Blob { hash: Key },
+    /// `from`'s values encoded as this tensor's type, with the importance
+    /// weights in blob `importance` (f32, little-endian) if any.
+    Convert { from: Box<Tensor>, importance: Option<Key> },
+}
+
+impl Tensor {
+    /// Tensor `index` of an input file, described by `info`.
+    pub fn from_input(file: Key, index: usize, info: &TensorInfo) -> Tensor {
+        let key = KeyBuilder::new("tensor.input").key(&file).u64(index as u64).finish();
+        Tensor {
+            name: info.name.clone(),
+            dims: info.dims.clone(),
+            ggml_type: info.ggml_type,
+            key,
+            data: TensorData::Input { file, index },
+        }
+    }
+
+    /// `from` converted to `to`, keeping its name and shape.
+    pub fn convert(from: Tensor, to: GgmlType, importance: Option<Key>) -> Tensor {
+        let mut key = KeyBuilder::new("tensor.convert");
+        key.u64(u64::from(CODEC_VERSION)).key(&from.key).str(to.name());
+        if let Some(weights) = &importance {
+            key.key(weights);
+        }
+        Tensor {
+            name: from.name.clone(),
+            dims: from.dims.clone(),
+            ggml_type: to,
+            key: key.finish(),
+            data: TensorData::Convert { from: Box::new(from), importance },
+        }
+    }
+
+    /// The descriptor a GGUF writer or a mixture rule needs.
+    pub fn info(&self) -> TensorInfo {
+        TensorInfo::new(self.name.clone(), self.dims.clone(), self.ggml_type)
+    }
+
+    pub fn n_bytes(&self) -> u64 {
+        self.info().n_bytes()
+    }
+
+    /// True when producing the bytes needs codec work (unless cached).
+    pub fn is_derived(&self) -> bool {
+        matches!(self.data, TensorData::Convert { .. })
+    }
+
+    fn collect_refs(&self, blobs: &mut Vec<Key>, files: &mut Vec<Key>) {
+        match &self.data {
+            TensorData::Input { file, .. } => files.push(*file),
+            TensorData::Blob { hash } => blobs.push(*hash),
+            TensorData::Convert { from, importance } => {
+                blobs.extend(importance.iter().copied());
+                from.collect_refs(blobs, files);
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("manifest {path}: {problem}")]
+pub struct ManifestError {
+    pub path: String,
+    pub problem: String,
+}
+
+const MANIFEST_MAGIC: &[u8; 8] = b"QFMANIF1";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ManifestHead {
+    endian: Endian,
+    tensors: Vec<Tensor>,
+}
+
+impl TensorSet {
+    pub fn infos(&self) -> Vec<TensorInfo> {
+        self.tensors.iter().map(Tensor::info).collect()
+    }
+
+    /// Blobs and input files the tensors' bytes come from, each once.
+    pub fn references(&self) -> (Vec<Key>, Vec<Key>) {
+        let (mut blobs, mut files) = (Vec::new(), Vec::new());
+        for t in &self.tensors {
+            t.collect_refs(&mut blobs, &mut files);
+        }
+        for list in [&mut blobs, &mut files] {
+            list.sort_unstable();
+            list.dedup();
+        }
+        (blobs, files)
+    }
+
+    /// The manifest: magic, a JSON head (tensors), then the metadata as a
+    /// GGUF file with no tensors, so every value keeps its exact type and bytes.
+    pub fn encode(&self) -> io::Result<Vec<u8>> {
+        let head = serde_json::to_vec(&ManifestHead { endian: self.endian, tensors: self.tensors.clone() })?;
+        let mut out = Vec::with_capacity(head.len() + 4096);
+        out.extend_from_slice(MANIFEST_MAGIC);
+        out.extend_from_slice(&(head.len() as u64).to_le_bytes());
+        out.extend_from_slice(&head);
+        gguf::write_gguf(&mut out, Endian::Little, &self.metadata, &[], &mut NoTensors)?;
+        Ok(out)
+    }
+
+    /// Reads a manifest written by [`TensorSet::encode`]; `name` labels errors.
+    pub fn decode(bytes: &[u8], name: &str) -> Result<TensorSet, ManifestError> {
+        let bad = |problem: String| ManifestError { path: name.to_owned(), problem };
+        let rest = bytes.strip_prefix(MANIFEST_MAGIC).ok_or_else(|| bad("not a quantforge manifest".into()))?;
+        let (len, rest) = rest.split_first_chunk::<8>().ok_or_else(|| bad("truncated".into()))?;
+        let len = usize::try_from(u64::from_le_bytes(*len)).unwrap_or(usize::MAX);
+        if len > rest.len() {
+            return Err(bad("truncated".into()));
+        }
+        let (head, gguf_bytes) = rest.split_at(len);
+        let head: ManifestHead = serde_json::from_slice(head).map_err(|e| bad(e.to_string()))?;
+        let header = gguf::read_header_bytes(gguf_bytes, Path::new(name)).map_err(|e| bad(e.to_string()))?;
+        Ok(TensorSet { endian: head.endian, metadata: header.metadata, tensors: head.tensors })
+    }
+}
+
+struct NoTensors;
+
+impl gguf::TensorDataSource for NoTensors {
+    fn write_tensor(&mut self, _: usize, _: &mut dyn io::Write) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Array, GgufString, Value};
+
+    #[test]
+    fn manifest_round_trips() {
+        let mut metadata = Metadata::new();
+        metadata.set("general.name", Value::string("tiny"));
+        metadata.set("f", Value::F32(f32::NAN));
+        metadata.set("tokens", Value::Array(Array::String(vec![GgufString::from_bytes(vec![0xff, 0x00])])));
+        let file = Key::of_bytes(b"model");
+        let input = Tensor::from_input(file, 3, &TensorInfo::new("w", vec![256, 2], GgmlType::F16));
+        let q = Tensor::convert(input, GgmlType::Q4_K, Some(Key::of_bytes(b"weights")));
+        let set = TensorSet { endian: Endian::Little, metadata, tensors: vec![q] };
+        let back = TensorSet::decode(&set.encode().unwrap(), "test").unwrap();
+        assert_eq!(back.tensors, set.tensors);
+        assert_eq!(back.metadata.len(), 3);
+        assert!(matches!(back.metadata.get("f"), Some(Value::F32(v)) if v.is_nan()));
+        assert_eq!(back.metadata.get("tokens"), set.metadata.get("tokens"));
+        assert_eq!(set.references(), (vec![Key::of_bytes(b"weights")], vec![file]));
+    }
+
+    #[test]
+    fn converting_changes_the_key_and_renaming_does_not() {
+        let input = Tensor::from_input(Key::of_bytes(b"m"), 0, &TensorInfo::new("w", vec![32], GgmlType::F32));
+        let a = Tensor::convert(input.clone(), GgmlType::Q8_0, None);
+        let b = Tensor::convert(input.clone(), GgmlType::Q4_0, None);
+        assert_ne!(a.key, b.key);
+        let mut renamed = a.clone();
+        renamed.name = "v".into();
+        assert_eq!(Tensor::convert(input, GgmlType::Q8_0, None).key, renamed.key);
+    }
+}

@@ -1,0 +1,173 @@
+//! `quantforge cache ls | du | gc | verify`.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use crate::formats::human_bytes;
+use crate::store::{GcOptions, Store};
+
+#[derive(Debug, clap::Subcommand)]
+pub(super) enum CacheCommand {
+    /// List cached node results and exports, most recently used first.
+    Ls(CacheDir),
+    /// Show how much the cache holds.
+    Du(CacheDir),
+    /// Remove temporary files, then entries past an age or beyond a size, then unreferenced blobs.
+    Gc {
+        #[command(flatten)]
+        dir: CacheDir,
+        /// Keep at most this much: bytes, or a number with K, M, G (10^3…) or KiB, MiB, GiB.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        max_size: Option<u64>,
+        /// Remove entries not used for this long: a number with s, m, h or d (e.g. 30d).
+        #[arg(long, value_name = "AGE", value_parser = parse_age)]
+        older_than: Option<Duration>,
+    },
+    /// Re-hash every blob and check every entry; fails if anything is corrupt.
+    Verify {
+        #[command(flatten)]
+        dir: CacheDir,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The recipe cache: `--cache-dir`, else `QUANTFORGE_CACHE`, else `./cache`.
+#[derive(Debug, clap::Args)]
+pub(super) struct CacheDir {
+    #[arg(long, value_name = "DIR", env = "QUANTFORGE_CACHE", default_value = "cache")]
+    pub(super) cache_dir: PathBuf,
+}
+
+pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
+    let mut out = io::stdout().lock();
+    match command {
+        CacheCommand::Ls(dir) => {
+            let store = Store::open(&dir.cache_dir)?;
+            for entry in store.list()? {
+                let field = |name: &str| entry.detail.get(name).and_then(|v| v.as_str()).unwrap_or("?").to_owned();
+                let age = SystemTime::now().duration_since(entry.modified).unwrap_or_default();
+                let size = entry.detail.get("bytes").or(entry.detail.get("len")).and_then(|v| v.as_u64());
+                writeln!(
+                    out,
+                    "{}  {:>8} ago  {:>10}  {}/{}  {}",
+                    entry.key.short(),
+                    format_age(age),
+                    size.map_or(String::new(), |b| human_bytes(b as f64)),
+                    field("recipe"),
+                    field("id"),
+                    entry.detail.get("path").and_then(|v| v.as_str()).unwrap_or(""),
+                )?;
+            }
+        }
+        CacheCommand::Du(dir) => {
+            let usage = Store::open(&dir.cache_dir)?.usage()?;
+            writeln!(
+                out,
+                "{}: {} in {} blobs",
+                dir.cache_dir.display(),
+                human_bytes(usage.blob_bytes as f64),
+                usage.blobs
+            )?;
+            writeln!(
+                out,
+                "entries: {} tensors, {} nodes, {} exports; {} temporary files ({})",
+                usage.tensor_entries,
+                usage.node_entries,
+                usage.export_entries,
+                usage.temp_files,
+                human_bytes(usage.temp_bytes as f64)
+            )?;
+        }
+        CacheCommand::Gc { dir, max_size, older_than } => {
+            let store = Store::open_exclusive(&dir.cache_dir)?;
+            let report = store.gc(GcOptions { older_than, max_size })?;
+            writeln!(
+                out,
+                "removed {} entries, {} blobs ({}), {} temporary files",
+                report.entries_removed,
+                report.blobs_removed,
+                human_bytes(report.bytes_freed as f64),
+                report.temp_files_removed
+            )?;
+        }
+        CacheCommand::Verify { dir, json } => {
+            let report = Store::open(&dir.cache_dir)?.verify()?;
+            if json {
+                serde_json::to_writer_pretty(&mut out, &report)?;
+                writeln!(out)?;
+            } else {
+                for key in &report.corrupt_blobs {
+                    writeln!(out, "corrupt blob {key}")?;
+                }
+                for path in &report.broken_entries {
+                    writeln!(out, "broken entry {}", path.display())?;
+                }
+                writeln!(
+                    out,
+                    "checked {} blobs ({}) and {} entries",
+                    report.blobs_checked,
+                    human_bytes(report.bytes_checked as f64),
+                    report.entries_checked
+                )?;
+            }
+            out.flush()?;
+            if !report.is_clean() {
+                anyhow::bail!(
+                    "the cache has {} corrupt blobs and {} broken entries",
+                    report.corrupt_blobs.len(),
+                    report.broken_entries.len()
+                );
+            }
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn format_age(age: Duration) -> String {
+    let s = age.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+/// `250MB`, `2GiB`, `1000`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: f64 = number.parse().map_err(|_| format!("`{text}` is not a size"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024f64.powi(4),
+        other => return Err(format!("unknown size unit `{other}` (use B, KB, MB, GB, KiB, MiB, GiB…)")),
+    };
+    Ok((number * scale) as u64)
+}
+
+/// `90s`, `15m`, `12h`, `30d`.
+fn parse_age(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (number, unit) = t.split_at(t.len().saturating_sub(1));
+    let n: u64 = number.parse().map_err(|_| format!("`{text}` is not an age like 30d or 12h"))?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        _ => return Err(format!("`{text}` is not an age like 30d or 12h")),
+    };
+    Ok(Duration::from_secs(seconds))
+}

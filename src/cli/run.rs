@@ -1,0 +1,135 @@
+//! `quantforge run` and `quantforge plan`: a recipe on the engine, its
+//! report as text or JSON.
+
+use std::io::{self, IsTerminal, Write};
+use std::path::PathBuf;
+
+use super::cache::CacheDir;
+use crate::exec::Engine;
+use crate::exec::report::{RunReport, Status};
+use crate::formats::human_bytes;
+use crate::recipe::Recipe;
+use crate::store::Store;
+
+#[derive(Debug, clap::Args)]
+pub(super) struct RunArgs {
+    recipe: PathBuf,
+    /// Say what would run and why; build nothing (same as `plan`).
+    #[arg(long)]
+    dry_run: bool,
+    /// Workers: nodes at once and codec threads share this budget (default: all cores).
+    #[arg(long, short = 'j')]
+    jobs: Option<usize>,
+    #[command(flatten)]
+    cache: CacheDir,
+    /// Print the run report as JSON (and no progress bars).
+    #[arg(long)]
+    json: bool,
+    /// Also list nodes that were hits.
+    #[arg(long, short = 'v')]
+    verbose: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct PlanArgs {
+    recipe: PathBuf,
+    #[command(flatten)]
+    cache: CacheDir,
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
+    if args.dry_run {
+        return plan(PlanArgs { recipe: args.recipe, cache: args.cache, json: args.json });
+    }
+    let recipe = Recipe::load(&args.recipe)?;
+    let engine = Engine::new(Store::open(&args.cache.cache_dir)?, args.jobs.unwrap_or_else(super::default_threads))?;
+    let progress = !args.json && io::stderr().is_terminal();
+    let report = engine.run(&recipe, progress)?;
+    let mut out = io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        print_text(&mut out, &report, args.verbose)?;
+    }
+    out.flush()?;
+    if report.failed() {
+        anyhow::bail!("{} of {} nodes failed", report.totals.failed, report.totals.nodes);
+    }
+    Ok(())
+}
+
+pub(super) fn plan(args: PlanArgs) -> anyhow::Result<()> {
+    let recipe = Recipe::load(&args.recipe)?;
+    let engine = Engine::new(Store::open(&args.cache.cache_dir)?, 1)?;
+    let report = engine.plan(&recipe)?;
+    let mut out = io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        print_text(&mut out, &report, true)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn status_word(status: Status) -> &'static str {
+    match status {
+        Status::Hit => "hit",
+        Status::Ran => "ran",
+        Status::Miss => "miss",
+        Status::Skipped => "skipped",
+        Status::Failed => "FAILED",
+    }
+}
+
+fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<()> {
+    let width = report.nodes.iter().map(|n| n.id.len()).max().unwrap_or(4);
+    for node in &report.nodes {
+        let interesting = all || !matches!(node.status, Status::Hit | Status::Skipped) || node.error.is_some();
+        if !interesting {
+            continue;
+        }
+        let mut line = format!("{:7}  {:width$}  {:16}", status_word(node.status), node.id, node.op);
+        if node.tensors_encoded + node.tensors_reused + node.tensors_copied > 0 {
+            line += &format!(
+                "  {} encoded, {} cached, {} copied",
+                node.tensors_encoded, node.tensors_reused, node.tensors_copied
+            );
+        }
+        if node.bytes_out > 0 {
+            line += &format!("  {}", human_bytes(node.bytes_out as f64));
+        }
+        if node.status == Status::Ran {
+            line += &format!("  {:.2} s", node.duration_ms / 1e3);
+        }
+        if let Some(path) = &node.output {
+            line += &format!("  → {}", path.display());
+        }
+        writeln!(out, "{}", line.trim_end())?;
+        for reason in &node.why {
+            writeln!(out, "{:9}{:width$}  because {reason}", "", "")?;
+        }
+        if let Some(error) = &node.error {
+            writeln!(out, "{:9}{:width$}  error: {error}", "", "")?;
+        }
+    }
+    let t = &report.totals;
+    let verb = if report.dry_run { "would run" } else { "ran" };
+    writeln!(
+        out,
+        "{}: {} nodes, {} hit, {} {verb}{}; {} tensors encoded, {} from cache, {} copied; {:.0} ms",
+        report.recipe,
+        t.nodes,
+        t.hit,
+        if report.dry_run { t.miss } else { t.ran },
+        if t.failed > 0 { format!(", {} failed", t.failed) } else { String::new() },
+        t.tensors_encoded,
+        t.tensors_reused,
+        t.tensors_copied,
+        report.wall_ms
+    )
+}

@@ -1,0 +1,299 @@
+//! Turning tensor descriptors into bytes: copies from input files and blobs,
+//! and conversions run a slab of rows at a time on the worker pool.
+//!
+//! A conversion whose result is in the store is copied from its blob. One
+//! that is not is computed, written where it is wanted and, when the store
+//! keeps tensors, teed into a new blob under its key, so the next run reuses
+//! it. A chain of conversions is computed slab by slab through every link;
+//! only the last link's bytes are written anywhere.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rayon::prelude::*;
+
+use crate::artifact::{Tensor, TensorData};
+use crate::codecs::{self, CodecError};
+use crate::formats::{FormatError, ModelFile, OpenOptions};
+use crate::ops::quantize::importance_from_blob;
+use crate::store::{ActionKind, Key, Store, StoreError};
+
+/// Rows converted per slab: bounds memory at about this many f32 values per
+/// worker while keeping every worker busy on small tensors.
+const SLAB_ELEMENTS: usize = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MaterializeError {
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("tensor `{tensor}`: {source}")]
+    Codec { tensor: String, source: CodecError },
+    #[error("tensor `{tensor}` row {row} holds {value}; llama.cpp refuses to quantize non-finite weights too")]
+    NonFinite { tensor: String, row: usize, value: f32 },
+    #[error("tensor `{tensor}`: {source}")]
+    Io { tensor: String, source: io::Error },
+    #[error("no input file has content hash {0}")]
+    UnknownInput(Key),
+}
+
+/// What the tensors written so far cost.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub encoded: AtomicU64,
+    pub reused: AtomicU64,
+    pub copied: AtomicU64,
+}
+
+/// The input files of a run, by content hash, opened on first use.
+pub struct InputFiles {
+    paths: HashMap<Key, PathBuf>,
+    options: OpenOptions,
+    open: Mutex<HashMap<Key, Arc<ModelFile>>>,
+}
+
+impl InputFiles {
+    pub fn new(paths: HashMap<Key, PathBuf>, options: OpenOptions) -> InputFiles {
+        InputFiles { paths, options, open: Mutex::new(HashMap::new()) }
+    }
+
+    pub fn path(&self, content: &Key) -> Option<&PathBuf> {
+        self.paths.get(content)
+    }
+
+    pub fn paths(&self) -> impl Iterator<Item = &PathBuf> {
+        self.paths.values()
+    }
+
+    pub fn model(&self, content: &Key) -> Result<Arc<ModelFile>, MaterializeError> {
+        let path = self.paths.get(content).ok_or(MaterializeError::UnknownInput(*content))?;
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(model) = open.get(content) {
+            return Ok(Arc::clone(model));
+        }
+        let model = Arc::new(ModelFile::open(path, self.options)?);
+        open.insert(*content, Arc::clone(&model));
+        Ok(model)
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct TensorEntry {
+    blob: Key,
+    len: u64,
+    blobs: Vec<Key>,
+}
+
+pub struct Materializer<'a> {
+    pub store: &'a Store,
+    pub files: &'a InputFiles,
+    pub pool: &'a rayon::ThreadPool,
+    pub counters: Counters,
+}
+
+impl Materializer<'_> {
+    /// Writes `tensor`'s bytes to `out`.
+    pub fn write(&self, tensor: &Tensor, out: &mut dyn Write) -> Result<(), MaterializeError> {
+        let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
+        match &tensor.data {
+            TensorData::Input { file, index } => {
+                let model = self.files.model(file)?;
+                let info = self.input_info(&model, *index, tensor)?;
+                model.copy_tensor_data(info, out).map_err(io_err)?;
+                model.release_tensor_range(info, 0, info.stored_len);
+                self.counters.copied.fetch_add(1, Ordering::Relaxed);
+            }
+            TensorData::Blob { hash } => {
+                self.copy_blob(hash, out).map_err(io_err)?;
+                self.counters.reused.fetch_add(1, Ordering::Relaxed);
+            }
+            TensorData::Convert { .. } => match self.cached(&tensor.key) {
+                Some(hash) => {
+                    self.copy_blob(&hash, out).map_err(io_err)?;
+                    self.counters.reused.fetch_add(1, Ordering::Relaxed);
+                }
+                None => self.encode(tensor, out)?,
+            },
+        }
+        Ok(())
+    }
+
+    /// `tensor` with its bytes in a blob (same key), for a step that keeps
+    /// its result.
+    pub fn persist(&self, tensor: &Tensor) -> Result<Tensor, MaterializeError> {
+        if !tensor.is_derived() {
+            return Ok(tensor.clone());
+        }
+        if self.cached(&tensor.key).is_none() {
+            self.encode(tensor, &mut io::sink())?;
+        } else {
+            self.counters.reused.fetch_add(1, Ordering::Relaxed);
+        }
+        let hash = self.cached(&tensor.key).ok_or_else(|| MaterializeError::Io {
+            tensor: tensor.name.clone(),
+            source: io::Error::other("the store does not keep tensors"),
+        })?;
+        Ok(Tensor { data: TensorData::Blob { hash }, ..tensor.clone() })
+    }
+
+    /// The blob holding a derived tensor's bytes, if the store has it.
+    fn cached(&self, key: &Key) -> Option<Key> {
+        let entry: TensorEntry = serde_json::from_slice(&self.store.get_action(ActionKind::Tensor, key)?).ok()?;
+        self.store.has_blob(&entry.blob).then(|| {
+            self.store.touch_action(ActionKind::Tensor, key);
+            entry.blob
+        })
+    }
+
+    fn copy_blob(&self, hash: &Key, out: &mut dyn Write) -> io::Result<()> {
+        let mut file = File::open(self.store.blob_path(hash))?;
+        io::copy(&mut file, out).map(|_| ())
+    }
+
+    fn input_info<'m>(
+        &self,
+        model: &'m ModelFile,
+        index: usize,
+        tensor: &Tensor,
+    ) -> Result<&'m crate::model::TensorInfo, MaterializeError> {
+        model.tensors.get(index).filter(|t| t.dims == tensor.dims && t.ggml_type == tensor.ggml_type).ok_or_else(|| {
+            MaterializeError::Io {
+                tensor: tensor.name.clone(),
+                source: io::Error::other(format!("{} has no tensor {index}", model.path().display())),
+            }
+        })
+    }
+
+    /// Computes a conversion slab by slab into `out` (and a blob).
+    fn encode(&self, tensor: &Tensor, out: &mut dyn Write) -> Result<(), MaterializeError> {
+        let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
+        let mut blob = match self.store.persists_tensors() {
+            true => Some(self.store.blob_writer()?),
+            false => None,
+        };
+        let (n_per_row, n_rows) = rows_of(tensor);
+        let slab_rows = (SLAB_ELEMENTS / n_per_row.max(1)).max(1);
+        for first in (0..n_rows).step_by(slab_rows) {
+            let rows = slab_rows.min(n_rows - first);
+            let bytes = self.rows(tensor, first, rows)?;
+            out.write_all(&bytes).map_err(io_err)?;
+            if let Some(blob) = &mut blob {
+                blob.write_all(&bytes).map_err(io_err)?;
+            }
+            self.release(tensor, first, rows);
+        }
+        if let Some(blob) = blob {
+            let (hash, len) = self.store.commit_blob(blob)?;
+            let entry = TensorEntry { blob: hash, len, blobs: vec![hash] };
+            let json = serde_json::to_vec(&entry).map_err(|e| io_err(e.into()))?;
+            self.store.put_action(ActionKind::Tensor, &tensor.key, &json)?;
+        }
+        self.counters.encoded.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Rows `first..first + n` of `tensor`, in its type.
+    fn rows(&self, tensor: &Tensor, first: usize, n: usize) -> Result<Cow<'_, [u8]>, MaterializeError> {
+        let row_bytes = row_bytes(tensor);
+        let (offset, len) = ((first * row_bytes) as u64, (n * row_bytes) as u64);
+        match &tensor.data {
+            TensorData::Input { file, index } => {
+                let model = self.files.model(file)?;
+                let info = self.input_info(&model, *index, tensor)?;
+                Ok(Cow::Owned(model.tensor_data_range(info, offset, len)?.into_owned()))
+            }
+            TensorData::Blob { hash } => self.blob_range(tensor, hash, offset, len),
+            TensorData::Convert { from, importance } => {
+                if let Some(hash) = self.cached(&tensor.key) {
+                    return self.blob_range(tensor, &hash, offset, len);
+                }
+                let source = self.rows(from, first, n)?;
+                let weights = match importance {
+                    Some(hash) => Some(importance_from_blob(&self.store.read_blob(hash)?)),
+                    None => None,
+                };
+                Ok(Cow::Owned(self.convert_rows(tensor, from, &source, first, weights.as_deref())?))
+            }
+        }
+    }
+
+    fn blob_range(
+        &self,
+        tensor: &Tensor,
+        hash: &Key,
+        offset: u64,
+        len: u64,
+    ) -> Result<Cow<'_, [u8]>, MaterializeError> {
+        let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
+        let file = File::open(self.store.blob_path(hash)).map_err(io_err)?;
+        let mut buf = vec![0u8; len as usize];
+        file.read_exact_at(&mut buf, offset).map_err(io_err)?;
+        Ok(Cow::Owned(buf))
+    }
+
+    fn convert_rows(
+        &self,
+        tensor: &Tensor,
+        from: &Tensor,
+        source: &[u8],
+        first: usize,
+        importance: Option<&[f32]>,
+    ) -> Result<Vec<u8>, MaterializeError> {
+        let tensor_err = |source| MaterializeError::Codec { tensor: tensor.name.clone(), source };
+        let (n_per_row, _) = rows_of(tensor);
+        let rows_per_expert = tensor.dims.get(1).copied().unwrap_or(1).max(1) as usize;
+        let (row_in, row_out) = (row_bytes(from), row_bytes(tensor));
+        let n = source.len() / row_in.max(1);
+        let mut encoded = vec![0u8; n * row_out];
+        self.pool.install(|| {
+            encoded.par_chunks_mut(row_out).zip(source.par_chunks(row_in)).enumerate().try_for_each_init(
+                || vec![0f32; n_per_row],
+                |values, (r, (dst, src))| {
+                    let row = first + r;
+                    codecs::dequantize_row(from.ggml_type, src, values).map_err(tensor_err)?;
+                    if let Some(value) = values.iter().copied().find(|v| !v.is_finite()) {
+                        return Err(MaterializeError::NonFinite { tensor: tensor.name.clone(), row, value });
+                    }
+                    let weights = importance.map(|w| &w[(row / rows_per_expert) * n_per_row..][..n_per_row]);
+                    codecs::quantize_row(tensor.ggml_type, values, weights, dst).map_err(tensor_err)
+                },
+            )
+        })?;
+        Ok(encoded)
+    }
+
+    /// Lets the kernel drop input pages a slab has consumed.
+    fn release(&self, tensor: &Tensor, first: usize, n: usize) {
+        match &tensor.data {
+            TensorData::Convert { from, .. } => self.release(from, first, n),
+            TensorData::Input { file, index } => {
+                if let Ok(model) = self.files.model(file)
+                    && let Some(info) = model.tensors.get(*index)
+                {
+                    let row = row_bytes(tensor) as u64;
+                    model.release_tensor_range(info, first as u64 * row, n as u64 * row);
+                }
+            }
+            TensorData::Blob { .. } => {}
+        }
+    }
+}
+
+/// (elements per row, rows).
+fn rows_of(tensor: &Tensor) -> (usize, usize) {
+    let n_per_row = tensor.dims.first().copied().unwrap_or(1) as usize;
+    let n_elements = tensor.info().n_elements() as usize;
+    (n_per_row, n_elements.checked_div(n_per_row).unwrap_or(0))
+}
+
+fn row_bytes(tensor: &Tensor) -> usize {
+    let n_per_row = tensor.dims.first().copied().unwrap_or(1);
+    tensor.ggml_type.row_size(n_per_row).unwrap_or(0) as usize
+}

@@ -1,0 +1,701 @@
+//! The executor: binds a recipe's inputs, keys every node, decides what is
+//! already done, and runs the rest as a DAG on tokio, heavy work on a
+//! bounded worker pool.
+//!
+//! A node's key is blake3 over the key scheme and codec versions, its op and
+//! op version, its normalized parameters and its inputs' keys (a file's key is
+//! its content hash). Paths, the backend and the environment never enter a
+//! key. Work is demand-driven from the exports: an export whose file is still
+//! what the cache recorded is a hit, and nothing upstream of it runs; a node
+//! whose result manifest is cached is loaded, not recomputed; a derived
+//! tensor whose bytes are cached is copied, not encoded. So a rerun with
+//! nothing changed costs a `stat` per input and output and a few small reads.
+
+mod explain;
+pub mod materialize;
+pub mod oneshot;
+pub mod report;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::artifact::{Tensor, TensorSet};
+use crate::codecs::CODEC_VERSION;
+use crate::formats::{AtomicOutput, FormatError, OpenOptions, TensorDataSource, gguf, same_file};
+use crate::ops::{self, Op};
+use crate::recipe::{NodeDecl, Recipe, Source};
+use crate::store::fingerprint::{ContentHash, hash_file, stat_key};
+use crate::store::{ActionKind, Key, KeyBuilder, Store, StoreError};
+use materialize::{InputFiles, MaterializeError, Materializer};
+use report::{InputReport, NodeReport, RunReport, Status};
+
+/// Where a run's heavy work happens and what it shares.
+pub struct Engine {
+    store: Arc<Store>,
+    pool: Arc<rayon::ThreadPool>,
+    jobs: usize,
+    open: OpenOptions,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("input `{name}` ({}): {source}", path.display())]
+    Input { name: String, path: PathBuf, source: StoreError },
+    #[error("input `{name}` ({}) has blake3 {actual}, but the recipe pins {expected}", path.display())]
+    PinMismatch { name: String, path: PathBuf, expected: Key, actual: Key },
+    #[error("cannot start the workers: {0}")]
+    Workers(String),
+}
+
+/// Why one node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Quantize(#[from] ops::quantize::QuantizeError),
+    #[error(transparent)]
+    Imatrix(#[from] crate::quant::imatrix::ImatrixError),
+    #[error(transparent)]
+    Rename(#[from] ops::rename::RenameError),
+    #[error(transparent)]
+    Metadata(#[from] ops::metadata::NoSuchKey),
+    #[error(transparent)]
+    Materialize(#[from] MaterializeError),
+    #[error(transparent)]
+    Manifest(#[from] crate::artifact::ManifestError),
+    #[error("refusing to overwrite the input: {} is {}", output.display(), input.display())]
+    OutputIsInput { input: PathBuf, output: PathBuf },
+    #[error("writing {}: {source}", path.display())]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("input `{0}` failed")]
+    Upstream(String),
+}
+
+/// The node-cache entry: where the manifest is and what it needs.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct NodeEntry {
+    manifest: Key,
+    blobs: Vec<Key>,
+    recipe: String,
+    id: String,
+    op: String,
+    tensors: usize,
+    bytes: u64,
+    /// Every derived tensor is in the store (`keep = true`).
+    kept: bool,
+}
+
+/// The export-cache entry: the file an export wrote, by content and stat.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ExportEntry {
+    blobs: Vec<Key>,
+    recipe: String,
+    id: String,
+    path: PathBuf,
+    file_hash: Key,
+    len: u64,
+    /// Stat fingerprints of files known to hold these bytes.
+    fingerprints: Vec<Key>,
+}
+
+/// Fingerprints kept per export entry (one per place the file was written).
+const MAX_FINGERPRINTS: usize = 16;
+
+/// A recipe with its inputs hashed and its nodes keyed.
+struct Bound {
+    recipe: Recipe,
+    inputs: Vec<Option<ContentHash>>,
+    keys: Vec<Key>,
+    consumers: Vec<Vec<usize>>,
+    files: InputFiles,
+}
+
+impl Engine {
+    /// An engine over `store` with `jobs` workers (nodes at once and codec
+    /// threads share this budget).
+    pub fn new(store: Store, jobs: usize) -> Result<Engine, RunError> {
+        let jobs = jobs.max(1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(jobs)
+            .thread_name(|i| format!("quantforge-worker-{i}"))
+            .build()
+            .map_err(|e| RunError::Workers(e.to_string()))?;
+        Ok(Engine { store: Arc::new(store), pool: Arc::new(pool), jobs, open: OpenOptions::default() })
+    }
+
+    /// How input files are opened (`--no-mmap`).
+    pub fn with_open_options(mut self, open: OpenOptions) -> Engine {
+        self.open = open;
+        self
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Hashes the inputs (through the stat table) and keys every node.
+    fn bind(&self, recipe: &Recipe) -> Result<(Bound, Vec<InputReport>), RunError> {
+        let mut used = vec![false; recipe.inputs.len()];
+        for node in &recipe.nodes {
+            for src in &node.from {
+                if let Source::Input(i) = src {
+                    used[*i] = true;
+                }
+            }
+            node.uses.iter().for_each(|&i| used[i] = true);
+        }
+        let mut inputs = Vec::with_capacity(recipe.inputs.len());
+        let mut reports = Vec::new();
+        let mut paths = HashMap::new();
+        for (decl, used) in recipe.inputs.iter().zip(used) {
+            if !used {
+                inputs.push(None);
+                continue;
+            }
+            // A store that keeps nothing needs keys unique to this run only.
+            let content = match self.store.persists_tensors() || decl.pin.is_some() {
+                true => self.store.content_hash(&decl.path),
+                false => self.store.stat_identity(&decl.path),
+            };
+            let content = content.map_err(|source| RunError::Input {
+                name: decl.name.clone(),
+                path: decl.path.clone(),
+                source,
+            })?;
+            if let Some(expected) = decl.pin
+                && expected != content.hash
+            {
+                return Err(RunError::PinMismatch {
+                    name: decl.name.clone(),
+                    path: decl.path.clone(),
+                    expected,
+                    actual: content.hash,
+                });
+            }
+            paths.insert(content.hash, decl.path.clone());
+            reports.push(InputReport {
+                name: decl.name.clone(),
+                path: decl.path.clone(),
+                content_key: content.hash.hex(),
+                bytes: content.len,
+                rehashed: content.rehashed,
+            });
+            inputs.push(Some(content));
+        }
+        let mut keys: Vec<Key> = Vec::with_capacity(recipe.nodes.len());
+        let mut consumers = vec![Vec::new(); recipe.nodes.len()];
+        for (i, node) in recipe.nodes.iter().enumerate() {
+            let mut key = KeyBuilder::new("node");
+            key.str(node.op.name()).u64(u64::from(node.op.spec().version)).u64(u64::from(CODEC_VERSION));
+            key.str(&node.op.key_params().to_string());
+            for src in &node.from {
+                match *src {
+                    Source::Input(j) => key.key(&input_hash(&inputs, j)),
+                    Source::Node(j) => {
+                        consumers[j].push(i);
+                        key.key(&keys[j])
+                    }
+                };
+            }
+            for &j in &node.uses {
+                key.key(&input_hash(&inputs, j));
+            }
+            keys.push(key.finish());
+        }
+        let bound = Bound { recipe: recipe.clone(), inputs, keys, consumers, files: InputFiles::new(paths, self.open) };
+        Ok((bound, reports))
+    }
+
+    /// Runs `recipe`: everything not already done.
+    pub fn run(&self, recipe: &Recipe, progress: bool) -> Result<RunReport, RunError> {
+        let started = Instant::now();
+        let (bound, input_reports) = self.bind(recipe)?;
+        let n = bound.recipe.nodes.len();
+        let is_export = |i: usize| matches!(bound.recipe.nodes[i].op, Op::Export(_));
+        let mut cached = vec![false; n];
+        let mut fresh = vec![false; n];
+        for i in 0..n {
+            match &bound.recipe.nodes[i].op {
+                Op::Export(o) => fresh[i] = self.export_is_fresh(&bound.keys[i], &o.path),
+                _ => {
+                    let keep = bound.recipe.nodes[i].keep;
+                    cached[i] = self.node_entry(&bound.keys[i]).is_some_and(|e| e.kept || !keep)
+                }
+            }
+        }
+        // From the exports back: what must run, and whose result is needed.
+        let mut must_run = vec![false; n];
+        let mut needed = vec![false; n];
+        for i in (0..n).rev() {
+            if is_export(i) {
+                must_run[i] = !fresh[i];
+                needed[i] = must_run[i];
+                continue;
+            }
+            let node = &bound.recipe.nodes[i];
+            let leaf = bound.consumers[i].is_empty();
+            needed[i] = bound.consumers[i].iter().any(|&j| must_run[j]) || (!cached[i] && (leaf || node.keep));
+            must_run[i] = needed[i] && !cached[i];
+        }
+        let shared = Arc::new(Shared {
+            bound,
+            store: Arc::clone(&self.store),
+            pool: Arc::clone(&self.pool),
+            progress: MultiProgress::with_draw_target(if progress {
+                ProgressDrawTarget::stderr()
+            } else {
+                ProgressDrawTarget::hidden()
+            }),
+        });
+        let mut reports: Vec<Option<NodeReport>> = vec![None; n];
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(self.jobs.max(2))
+            .build()
+            .map_err(|e| RunError::Workers(e.to_string()))?;
+        let jobs = self.jobs;
+        let done = runtime.block_on(schedule(Arc::clone(&shared), needed.clone(), must_run.clone(), jobs));
+        for (i, report) in done {
+            reports[i] = Some(report);
+        }
+        let shared = &*shared;
+        let mut nodes = Vec::with_capacity(n);
+        for (i, report) in reports.into_iter().enumerate() {
+            let report = report.unwrap_or_else(|| {
+                let status = if fresh[i] || cached[i] { Status::Hit } else { Status::Skipped };
+                shared.report(i, status)
+            });
+            if matches!(report.status, Status::Hit | Status::Ran) {
+                shared.remember(i);
+            }
+            nodes.push(report);
+        }
+        let mut report = RunReport::new(shared.bound.recipe.name.clone(), false, self.jobs, input_reports, nodes);
+        report.wall_ms = ms(started);
+        Ok(report)
+    }
+
+    /// What `run` would do, and why: each node a hit or a miss with the
+    /// reasons, and the size of what it would produce.
+    pub fn plan(&self, recipe: &Recipe) -> Result<RunReport, RunError> {
+        let started = Instant::now();
+        let (bound, input_reports) = self.bind(recipe)?;
+        let shared = Shared {
+            bound,
+            store: Arc::clone(&self.store),
+            pool: Arc::clone(&self.pool),
+            progress: MultiProgress::with_draw_target(ProgressDrawTarget::hidden()),
+        };
+        let n = shared.bound.recipe.nodes.len();
+        let mut sets: Vec<Option<Arc<TensorSet>>> = vec![None; n];
+        let mut nodes = Vec::with_capacity(n);
+        for i in 0..n {
+            let node = &shared.bound.recipe.nodes[i];
+            let key = shared.bound.keys[i];
+            let inputs: Option<Vec<Arc<TensorSet>>> = node
+                .from
+                .iter()
+                .filter_map(|s| match s {
+                    Source::Node(j) => Some(sets[*j].clone()),
+                    Source::Input(_) => None,
+                })
+                .collect();
+            let (hit, mut report) = match &node.op {
+                Op::Export(o) => {
+                    let hit = self.export_is_fresh(&key, &o.path);
+                    let mut report = shared.report(i, Status::Miss);
+                    report.bytes_out = inputs
+                        .as_ref()
+                        .and_then(|sets| sets.first())
+                        .and_then(|set| gguf::file_len(&set.metadata, &set.infos()).ok())
+                        .unwrap_or(0);
+                    (hit, report)
+                }
+                _ => {
+                    let hit = self.node_entry(&key).is_some();
+                    let set = shared.manifest(i, inputs.unwrap_or_default(), true).ok();
+                    let mut report = shared.report(i, Status::Miss);
+                    report.bytes_out = set.as_ref().map_or(0, |s| total_bytes(s));
+                    sets[i] = set;
+                    (hit, report)
+                }
+            };
+            if hit {
+                report.status = Status::Hit;
+            } else {
+                report.why = shared.why(i);
+            }
+            nodes.push(report);
+        }
+        let mut report = RunReport::new(shared.bound.recipe.name.clone(), true, self.jobs, input_reports, nodes);
+        report.wall_ms = ms(started);
+        Ok(report)
+    }
+
+    fn node_entry(&self, key: &Key) -> Option<NodeEntry> {
+        let entry: NodeEntry = serde_json::from_slice(&self.store.get_action(ActionKind::Node, key)?).ok()?;
+        self.store.has_blob(&entry.manifest).then_some(entry)
+    }
+
+    /// True when `path` holds the bytes this export wrote before: its stat
+    /// is one we recorded, or its content hashes to what we wrote.
+    fn export_is_fresh(&self, key: &Key, path: &Path) -> bool {
+        let Some(mut entry) =
+            self.store.get_action(ActionKind::Export, key).and_then(|b| serde_json::from_slice::<ExportEntry>(&b).ok())
+        else {
+            return false;
+        };
+        let Ok(meta) = std::fs::metadata(path) else { return false };
+        if meta.len() != entry.len {
+            return false;
+        }
+        let fingerprint = stat_key(&meta);
+        if entry.fingerprints.contains(&fingerprint) {
+            return true;
+        }
+        if hash_file(path).ok() != Some(entry.file_hash) {
+            return false;
+        }
+        entry.fingerprints.insert(0, fingerprint);
+        entry.fingerprints.truncate(MAX_FINGERPRINTS);
+        if let Ok(json) = serde_json::to_vec(&entry) {
+            // Best effort: without the fingerprint the next run hashes again.
+            let _ = self.store.put_action(ActionKind::Export, key, &json);
+        }
+        true
+    }
+}
+
+fn input_hash(inputs: &[Option<ContentHash>], i: usize) -> Key {
+    // bind() hashes every input a node names before keying nodes.
+    inputs[i].map_or(Key([0; 32]), |c| c.hash)
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+fn total_bytes(set: &TensorSet) -> u64 {
+    set.tensors.iter().map(Tensor::n_bytes).sum()
+}
+
+/// What the node tasks share.
+struct Shared {
+    bound: Bound,
+    store: Arc<Store>,
+    pool: Arc<rayon::ThreadPool>,
+    progress: MultiProgress,
+}
+
+/// A finished node, as its consumers see it.
+enum Outcome {
+    Set(Arc<TensorSet>),
+    Written,
+    Failed,
+}
+
+/// Runs the needed nodes as tokio tasks: each waits for its inputs, then
+/// for a worker slot, then computes on a blocking thread.
+async fn schedule(
+    shared: Arc<Shared>,
+    needed: Vec<bool>,
+    must_run: Vec<bool>,
+    jobs: usize,
+) -> Vec<(usize, NodeReport)> {
+    use tokio::sync::{Semaphore, watch};
+    let n = needed.len();
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| watch::channel::<Option<Arc<Outcome>>>(None)).unzip();
+    let receivers = Arc::new(receivers);
+    let slots = Arc::new(Semaphore::new(jobs));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, sender) in senders.into_iter().enumerate() {
+        if !needed[i] {
+            continue;
+        }
+        let (shared, receivers, slots, run) =
+            (Arc::clone(&shared), Arc::clone(&receivers), Arc::clone(&slots), must_run[i]);
+        tasks.spawn(async move {
+            let node = &shared.bound.recipe.nodes[i];
+            let mut inputs = Vec::new();
+            let mut failed_input = None;
+            if run {
+                for src in &node.from {
+                    let Source::Node(j) = *src else { continue };
+                    let mut rx = receivers[j].clone();
+                    let outcome = rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone());
+                    match outcome.as_deref() {
+                        Some(Outcome::Set(set)) => inputs.push(Arc::clone(set)),
+                        _ => failed_input = Some(shared.bound.recipe.nodes[j].id.clone()),
+                    }
+                }
+            }
+            let (outcome, report) = match failed_input {
+                Some(id) => {
+                    let mut report = shared.report(i, Status::Skipped);
+                    report.error = Some(NodeError::Upstream(id).to_string());
+                    (Outcome::Failed, report)
+                }
+                None => {
+                    let _slot = slots.acquire().await;
+                    let worker = Arc::clone(&shared);
+                    match tokio::task::spawn_blocking(move || worker.execute(i, inputs, run)).await {
+                        Ok(done) => done,
+                        Err(e) => {
+                            let mut report = shared.report(i, Status::Failed);
+                            report.error = Some(format!("worker stopped: {e}"));
+                            (Outcome::Failed, report)
+                        }
+                    }
+                }
+            };
+            // Consumers may all be gone (hits); nobody listening is fine.
+            let _ = sender.send(Some(Arc::new(outcome)));
+            (i, report)
+        });
+    }
+    let mut done = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok(result) = joined {
+            done.push(result);
+        }
+    }
+    done
+}
+
+impl Shared {
+    fn report(&self, i: usize, status: Status) -> NodeReport {
+        let node = &self.bound.recipe.nodes[i];
+        NodeReport {
+            id: node.id.clone(),
+            step: node.step.clone(),
+            op: node.op.name(),
+            status,
+            key: self.bound.keys[i].hex(),
+            backend: crate::recipe::Backend::Cpu,
+            duration_ms: 0.0,
+            bytes_in: 0,
+            bytes_out: 0,
+            tensors_encoded: 0,
+            tensors_reused: 0,
+            tensors_copied: 0,
+            output: match &node.op {
+                Op::Export(o) => Some(o.path.clone()),
+                _ => None,
+            },
+            why: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// Computes (or loads) node `i` on a blocking thread.
+    fn execute(&self, i: usize, inputs: Vec<Arc<TensorSet>>, run: bool) -> (Outcome, NodeReport) {
+        let started = Instant::now();
+        let mut report = self.report(i, if run { Status::Ran } else { Status::Hit });
+        report.bytes_in = inputs.iter().map(|s| total_bytes(s)).sum();
+        let result = match &self.bound.recipe.nodes[i].op {
+            Op::Export(o) => self.export(i, &inputs, &o.path, &mut report).map(|()| Outcome::Written),
+            _ => self.manifest(i, inputs, false).and_then(|set| {
+                report.bytes_out = total_bytes(&set);
+                if self.bound.recipe.nodes[i].keep && run { self.keep(i, set, &mut report) } else { Ok(set) }
+                    .map(Outcome::Set)
+            }),
+        };
+        report.duration_ms = ms(started);
+        match result {
+            Ok(outcome) => (outcome, report),
+            Err(e) => {
+                report.status = Status::Failed;
+                report.error = Some(e.to_string());
+                (Outcome::Failed, report)
+            }
+        }
+    }
+
+    /// Node `i`'s tensor set: from the node cache, or computed from `inputs`
+    /// and cached. `dry` computes without caching (for `plan`).
+    fn manifest(&self, i: usize, inputs: Vec<Arc<TensorSet>>, dry: bool) -> Result<Arc<TensorSet>, NodeError> {
+        let key = &self.bound.keys[i];
+        if let Some(entry) = self.entry(key) {
+            let bytes = self.store.read_blob(&entry.manifest)?;
+            self.store.touch_action(ActionKind::Node, key);
+            return Ok(Arc::new(TensorSet::decode(&bytes, &entry.manifest.hex())?));
+        }
+        let set = self.compute(i, &inputs)?;
+        if !dry && self.store.persists_tensors() {
+            self.cache_manifest(i, &set)?;
+        }
+        Ok(Arc::new(set))
+    }
+
+    fn entry(&self, key: &Key) -> Option<NodeEntry> {
+        let entry: NodeEntry = serde_json::from_slice(&self.store.get_action(ActionKind::Node, key)?).ok()?;
+        self.store.has_blob(&entry.manifest).then_some(entry)
+    }
+
+    fn cache_manifest(&self, i: usize, set: &TensorSet) -> Result<(), NodeError> {
+        let node = &self.bound.recipe.nodes[i];
+        let encoded = set.encode().map_err(|source| NodeError::Write { path: self.store.root().into(), source })?;
+        let manifest = self.store.put_blob(&encoded)?;
+        let (mut blobs, _) = set.references();
+        blobs.push(manifest);
+        let entry = NodeEntry {
+            manifest,
+            blobs,
+            recipe: self.bound.recipe.name.clone(),
+            id: node.id.clone(),
+            op: node.op.name().to_owned(),
+            tensors: set.tensors.len(),
+            bytes: total_bytes(set),
+            kept: !set.tensors.iter().any(Tensor::is_derived),
+        };
+        let json = serde_json::to_vec(&entry)
+            .map_err(|e| NodeError::Write { path: self.store.root().into(), source: e.into() })?;
+        self.store.put_action(ActionKind::Node, &self.bound.keys[i], &json)?;
+        Ok(())
+    }
+
+    /// Applies node `i`'s op: pure, apart from importance weights stored as blobs.
+    fn compute(&self, i: usize, inputs: &[Arc<TensorSet>]) -> Result<TensorSet, NodeError> {
+        let node: &NodeDecl = &self.bound.recipe.nodes[i];
+        let input = || inputs.first().map(Arc::as_ref).ok_or_else(|| NodeError::Upstream(node.id.clone()));
+        Ok(match &node.op {
+            Op::Load => {
+                let Some(&Source::Input(j)) = node.from.first() else {
+                    return Err(NodeError::Upstream(node.id.clone()));
+                };
+                let content = input_hash(&self.bound.inputs, j);
+                ops::load::apply(&*self.bound.files.model(&content)?, content)
+            }
+            Op::Dequantize(o) => ops::quantize::apply(input()?, &o.quantize_options(), None, &self.store)?,
+            Op::Quantize(o) => {
+                let imatrix = match node.uses.first() {
+                    Some(&j) => ops::quantize::load_imatrix(&self.bound.recipe.inputs[j].path, o)?,
+                    None => None,
+                };
+                ops::quantize::apply(input()?, o, imatrix.as_ref(), &self.store)?
+            }
+            Op::Filter(o) => ops::filter::apply(input()?, o),
+            Op::Rename(o) => ops::rename::apply(input()?, o)?,
+            Op::SetMetadata(o) => o.apply(input()?),
+            Op::DeleteMetadata(o) => o.apply(input()?)?,
+            Op::Export(_) => return Err(NodeError::Upstream(node.id.clone())),
+        })
+    }
+
+    fn materializer(&self) -> Materializer<'_> {
+        Materializer { store: &self.store, files: &self.bound.files, pool: &self.pool, counters: Default::default() }
+    }
+
+    /// Puts every derived tensor of `set` in the store (`keep = true`).
+    fn keep(&self, i: usize, set: Arc<TensorSet>, report: &mut NodeReport) -> Result<Arc<TensorSet>, NodeError> {
+        let m = self.materializer();
+        let tensors = set.tensors.iter().map(|t| m.persist(t)).collect::<Result<Vec<_>, _>>()?;
+        let kept = TensorSet { tensors, ..(*set).clone() };
+        self.cache_manifest(i, &kept)?;
+        report.tensors_encoded = m.counters.encoded.load(Ordering::Relaxed);
+        report.tensors_reused = m.counters.reused.load(Ordering::Relaxed);
+        Ok(Arc::new(kept))
+    }
+
+    /// Writes node `i`'s input as a GGUF file at `path` and records it.
+    fn export(
+        &self,
+        i: usize,
+        inputs: &[Arc<TensorSet>],
+        path: &Path,
+        report: &mut NodeReport,
+    ) -> Result<(), NodeError> {
+        let set = inputs.first().ok_or_else(|| NodeError::Upstream(self.bound.recipe.nodes[i].id.clone()))?;
+        if let Some(input) = self.bound.files.paths().find(|p| same_file(p, path)) {
+            return Err(NodeError::OutputIsInput { input: input.clone(), output: path.to_owned() });
+        }
+        let write_err = |source| NodeError::Write { path: path.to_owned(), source };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(write_err)?;
+        }
+        let infos = set.infos();
+        let planned = gguf::file_len(&set.metadata, &infos).map_err(write_err)?;
+        let bar = self.progress.add(ProgressBar::new(planned));
+        bar.set_style(
+            ProgressStyle::with_template("{msg:24!} {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message(self.bound.recipe.nodes[i].id.clone());
+        let mut out = AtomicOutput::create(path).map_err(write_err)?;
+        let mut hashing = HashingWriter { inner: out.writer(), hasher: blake3::Hasher::new(), bar: &bar };
+        let m = self.materializer();
+        let mut source = SetWriter { set, materializer: &m, error: None };
+        let written = gguf::write_gguf(&mut hashing, set.endian, &set.metadata, &infos, &mut source);
+        let file_hash = Key(*hashing.hasher.finalize().as_bytes());
+        bar.finish_and_clear();
+        if let Some(e) = source.error.take() {
+            return Err(e.into());
+        }
+        let layout = written.map_err(write_err)?;
+        out.commit().map_err(write_err)?;
+        let meta = std::fs::metadata(path).map_err(write_err)?;
+        let entry = ExportEntry {
+            blobs: Vec::new(),
+            recipe: self.bound.recipe.name.clone(),
+            id: self.bound.recipe.nodes[i].id.clone(),
+            path: path.to_owned(),
+            file_hash,
+            len: layout.file_len,
+            fingerprints: vec![stat_key(&meta)],
+        };
+        let json = serde_json::to_vec(&entry).map_err(|e| write_err(e.into()))?;
+        if self.store.persists_tensors() {
+            self.store.put_action(ActionKind::Export, &self.bound.keys[i], &json)?;
+        }
+        report.bytes_out = layout.file_len;
+        report.tensors_encoded = m.counters.encoded.load(Ordering::Relaxed);
+        report.tensors_reused = m.counters.reused.load(Ordering::Relaxed);
+        report.tensors_copied = m.counters.copied.load(Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Supplies a set's tensors to the GGUF writer, keeping errors typed.
+struct SetWriter<'a> {
+    set: &'a TensorSet,
+    materializer: &'a Materializer<'a>,
+    error: Option<MaterializeError>,
+}
+
+impl TensorDataSource for SetWriter<'_> {
+    fn write_tensor(&mut self, idx: usize, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        self.materializer.write(&self.set.tensors[idx], out).map_err(|e| {
+            let message = e.to_string();
+            self.error = Some(e);
+            std::io::Error::other(message)
+        })
+    }
+}
+
+/// Hashes what passes through, and moves the progress bar.
+struct HashingWriter<'a> {
+    inner: &'a mut dyn std::io::Write,
+    hasher: blake3::Hasher,
+    bar: &'a ProgressBar,
+}
+
+impl std::io::Write for HashingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bar.inc(n as u64);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}

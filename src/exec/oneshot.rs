@@ -1,0 +1,68 @@
+//! The one-shot commands (`quantize`, `dequantize`, `edit`) as one-step
+//! recipes on the engine: one code path for a command and a recipe.
+//!
+//! Without a cache directory they run on an ephemeral store, so a command
+//! line leaves nothing behind but its output; with one (`--cache-dir` or
+//! `QUANTFORGE_CACHE`) they share the recipe cache.
+
+use std::path::{Path, PathBuf};
+
+use super::report::{RunReport, Status};
+use super::{Engine, RunError};
+use crate::formats::OpenOptions;
+use crate::ops::Op;
+use crate::recipe::Recipe;
+use crate::store::{Store, StoreError};
+
+/// How a one-shot command runs.
+#[derive(Debug, Clone, Default)]
+pub struct OneShotSettings {
+    pub cache_dir: Option<PathBuf>,
+    pub jobs: usize,
+    pub open: OpenOptions,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OneShotError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The node that failed, and why.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Loads `input`, applies `ops` (each with the indices of `extra_inputs` it
+/// uses) and exports the result to `output`.
+pub fn run(
+    name: &str,
+    input: &Path,
+    extra_inputs: &[(&str, &Path)],
+    ops: Vec<(Op, Vec<usize>)>,
+    output: &Path,
+    settings: &OneShotSettings,
+) -> Result<RunReport, OneShotError> {
+    let store = match &settings.cache_dir {
+        Some(dir) => Store::open(dir)?,
+        None => Store::ephemeral()?,
+    };
+    let engine = Engine::new(store, settings.jobs)?.with_open_options(settings.open);
+    let recipe = Recipe::one_shot(name, input, extra_inputs, ops, output);
+    let report = engine.run(&recipe, false)?;
+    match report.nodes.iter().find(|n| n.status == Status::Failed) {
+        Some(failed) => Err(OneShotError::Failed(failed.error.clone().unwrap_or_default())),
+        None => Ok(report),
+    }
+}
+
+/// `edit` as a recipe: load, the edits' ops, export.
+pub fn edit_file(
+    input: &Path,
+    output: &Path,
+    edits: crate::ops::edit::Edits,
+    settings: &OneShotSettings,
+) -> Result<RunReport, OneShotError> {
+    let ops = edits.into_ops().into_iter().map(|op| (op, Vec::new())).collect();
+    run("edit", input, &[], ops, output, settings)
+}

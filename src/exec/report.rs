@@ -1,0 +1,123 @@
+//! What a run or a plan did, per node and in total: the JSON report and its
+//! text form.
+
+use std::path::PathBuf;
+
+use crate::recipe::Backend;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// The result was in the cache (or the exported file was up to date).
+    Hit,
+    /// The node was computed.
+    Ran,
+    /// (plan only) The node would be computed.
+    Miss,
+    /// Nothing downstream needed the node and its result is not cached, or
+    /// an input failed (then `error` says which).
+    Skipped,
+    Failed,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct InputReport {
+    pub name: String,
+    pub path: PathBuf,
+    /// blake3 of the file's bytes (without a cache: of its stat identity,
+    /// since nothing outlives the run).
+    pub content_key: String,
+    pub bytes: u64,
+    /// The file was read to hash it (its stat fingerprint was new).
+    pub rehashed: bool,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NodeReport {
+    pub id: String,
+    pub step: String,
+    pub op: &'static str,
+    pub status: Status,
+    pub key: String,
+    pub backend: Backend,
+    pub duration_ms: f64,
+    /// Tensor bytes the node read (its inputs' tensor data).
+    pub bytes_in: u64,
+    /// Tensor bytes of its result; for an export, the file's length.
+    pub bytes_out: u64,
+    /// Tensors whose bytes were computed by a codec.
+    pub tensors_encoded: u64,
+    /// Tensors copied from cached blobs.
+    pub tensors_reused: u64,
+    /// Tensors copied unchanged from input files.
+    pub tensors_copied: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<PathBuf>,
+    /// (plan) Why the node is not a hit.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub why: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Totals {
+    pub nodes: usize,
+    pub hit: usize,
+    pub ran: usize,
+    pub miss: usize,
+    pub skipped: usize,
+    pub failed: usize,
+    pub tensors_encoded: u64,
+    pub tensors_reused: u64,
+    pub tensors_copied: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunReport {
+    pub recipe: String,
+    pub dry_run: bool,
+    pub jobs: usize,
+    pub wall_ms: f64,
+    pub inputs: Vec<InputReport>,
+    pub nodes: Vec<NodeReport>,
+    pub totals: Totals,
+}
+
+impl RunReport {
+    pub fn new(
+        recipe: String,
+        dry_run: bool,
+        jobs: usize,
+        inputs: Vec<InputReport>,
+        nodes: Vec<NodeReport>,
+    ) -> RunReport {
+        let mut totals = Totals { nodes: nodes.len(), ..Totals::default() };
+        for n in &nodes {
+            match n.status {
+                Status::Hit => totals.hit += 1,
+                Status::Ran => totals.ran += 1,
+                Status::Miss => totals.miss += 1,
+                Status::Skipped => totals.skipped += 1,
+                Status::Failed => totals.failed += 1,
+            }
+            totals.tensors_encoded += n.tensors_encoded;
+            totals.tensors_reused += n.tensors_reused;
+            totals.tensors_copied += n.tensors_copied;
+            totals.bytes_in += n.bytes_in;
+            totals.bytes_out += n.bytes_out;
+        }
+        RunReport { recipe, dry_run, jobs, wall_ms: 0.0, inputs, nodes, totals }
+    }
+
+    /// Bytes of the files the exports wrote or found up to date.
+    pub fn output_bytes(&self) -> u64 {
+        self.nodes.iter().filter(|n| n.output.is_some()).map(|n| n.bytes_out).sum()
+    }
+
+    pub fn failed(&self) -> bool {
+        self.totals.failed > 0
+    }
+}

@@ -1,0 +1,133 @@
+//! Recipe errors: every problem found, each with file:line:col, the line
+//! itself and a hint (usually the nearest valid name).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use super::params::Span;
+
+/// One problem, located by byte span in the recipe text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Diagnostic {
+    pub message: String,
+    pub span: Span,
+    pub hint: Option<String>,
+}
+
+impl Diagnostic {
+    pub fn new(message: impl Into<String>, span: Span) -> Diagnostic {
+        Diagnostic { message: message.into(), span, hint: None }
+    }
+
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Diagnostic {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// Adds "did you mean `X`?" when some candidate is close to `word`.
+    pub fn suggest<'a>(self, word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Diagnostic {
+        let valid: Vec<&str> = candidates.into_iter().collect();
+        match nearest(word, valid.iter().copied()) {
+            Some(best) => self.with_hint(format!("did you mean `{best}`?")),
+            None if !valid.is_empty() => self.with_hint(format!("expected one of: {}", valid.join(", "))),
+            None => self,
+        }
+    }
+}
+
+/// The candidate closest to `word`, if close enough to be a likely typo.
+pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::damerau_levenshtein(&word.to_ascii_lowercase(), &c.to_ascii_lowercase()), c))
+        .filter(|(d, c)| *d <= (c.len().max(word.len()) / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// A diagnostic placed in its file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Located {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+    pub hint: Option<String>,
+    /// The source line the problem is on.
+    pub source_line: String,
+}
+
+/// Every problem found in one recipe.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct RecipeError {
+    pub file: PathBuf,
+    pub problems: Vec<Located>,
+}
+
+impl RecipeError {
+    pub fn new(file: &Path, text: &str, mut diagnostics: Vec<Diagnostic>) -> RecipeError {
+        diagnostics.sort_by_key(|d| d.span.start);
+        diagnostics.dedup();
+        let problems = diagnostics.into_iter().map(|d| locate(text, d)).collect();
+        RecipeError { file: file.to_owned(), problems }
+    }
+
+    /// An error about the file as a whole (it cannot be read, say).
+    pub fn whole_file(file: &Path, message: String) -> RecipeError {
+        let problem = Located { line: 1, column: 1, message, hint: None, source_line: String::new() };
+        RecipeError { file: file.to_owned(), problems: vec![problem] }
+    }
+}
+
+fn locate(text: &str, d: Diagnostic) -> Located {
+    let start = d.span.start.min(text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    Located {
+        line: text[..start].matches('\n').count() + 1,
+        column: text[line_start..start].chars().count() + 1,
+        message: d.message,
+        hint: d.hint,
+        source_line: text[line_start..line_end].trim_end().to_owned(),
+    }
+}
+
+impl fmt::Display for RecipeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.problems.len();
+        write!(f, "{} has {n} problem{}", self.file.display(), if n == 1 { "" } else { "s" })?;
+        for p in &self.problems {
+            write!(f, "\n{}:{}:{}: {}", self.file.display(), p.line, p.column, p.message)?;
+            if !p.source_line.is_empty() {
+                let gutter = p.line.to_string().len();
+                write!(f, "\n{:gutter$} |\n{} | {}", "", p.line, p.source_line)?;
+                write!(f, "\n{:gutter$} | {:>col$}", "", "^", col = p.column)?;
+            }
+            if let Some(hint) = &p.hint {
+                write!(f, "\n  = hint: {hint}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_finds_typos_only() {
+        let ops = ["load", "quantize", "dequantize", "export"];
+        assert_eq!(nearest("quantise", ops), Some("quantize"));
+        assert_eq!(nearest("exprot", ops), Some("export"));
+        assert_eq!(nearest("frobnicate", ops), None);
+    }
+
+    #[test]
+    fn locates_line_and_column() {
+        let text = "a = 1\n[step.x]\nop = \"qantize\"\n";
+        let at = text.find("\"qantize\"").unwrap();
+        let e = RecipeError::new(Path::new("r.toml"), text, vec![Diagnostic::new("unknown op", at..at + 9)]);
+        assert_eq!((e.problems[0].line, e.problems[0].column), (3, 6));
+        assert!(e.to_string().contains("r.toml:3:6: unknown op"), "{e}");
+    }
+}

@@ -1,0 +1,132 @@
+//! Recipes: what the outputs are and how they are made.
+//!
+//! A recipe arrives as TOML (`parse`) or is built by a one-shot command
+//! (`Recipe::one_step`); either way the engine sees the same thing: named
+//! inputs and a list of nodes in dependency order, each with its op already
+//! read and checked, its inputs resolved, and fan-out expanded (a list where
+//! one value was expected makes one node per element). This module owns
+//! what a recipe may say and every diagnostic about it; it never touches a
+//! model file.
+
+mod diagnostic;
+mod params;
+mod parse;
+
+use std::path::{Path, PathBuf};
+
+pub use diagnostic::{Diagnostic, Located, RecipeError, nearest};
+pub use params::{OpSpec, Param, ParamKind, ParamSpec, ParamValue, Params, Span};
+
+use crate::ops::Op;
+use crate::store::Key;
+
+/// A validated recipe.
+#[derive(Debug, Clone)]
+pub struct Recipe {
+    pub name: String,
+    pub inputs: Vec<InputDecl>,
+    /// In dependency order: a node's inputs come before it.
+    pub nodes: Vec<NodeDecl>,
+}
+
+#[derive(Debug, Clone)]
+pub struct InputDecl {
+    pub name: String,
+    /// Resolved against the recipe's directory.
+    pub path: PathBuf,
+    /// `blake3 = "…"`: the run fails if the file's hash differs.
+    pub pin: Option<Key>,
+}
+
+/// Where a node's input comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// An `[input.NAME]`, by index (only `load` reads files directly).
+    Input(usize),
+    /// An earlier node, by index.
+    Node(usize),
+}
+
+/// The kernel backend a node asks for. Every backend produces the same
+/// bytes, so this is never part of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Auto,
+    Cpu,
+}
+
+impl Backend {
+    pub const NAMES: [&str; 3] = ["auto", "cpu", "cuda"];
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeDecl {
+    /// The step name, plus the fan-out values when there are any:
+    /// `q[preset=Q8_0]`.
+    pub id: String,
+    pub step: String,
+    pub op: Op,
+    pub from: Vec<Source>,
+    /// Inputs named by parameters (`imatrix = "NAME"`), as input indices.
+    pub uses: Vec<usize>,
+    /// Fan-out values this node carries, upstream ones included.
+    pub bindings: Vec<(String, String)>,
+    /// Materialize this node's tensors in the store.
+    pub keep: bool,
+    pub backend: Backend,
+}
+
+impl Recipe {
+    /// Reads and validates the recipe at `path`. Input and export paths are
+    /// relative to its directory.
+    pub fn load(path: &Path) -> Result<Recipe, RecipeError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| RecipeError::whole_file(path, format!("cannot read the recipe: {e}")))?;
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let fallback_name = path.file_stem().map_or("recipe".into(), |s| s.to_string_lossy().into_owned());
+        parse::parse(&text, dir, &fallback_name).map_err(|d| RecipeError::new(path, &text, d))
+    }
+
+    /// Validates recipe `text` as if read from `path`.
+    pub fn parse(text: &str, path: &Path) -> Result<Recipe, RecipeError> {
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        parse::parse(text, dir, "recipe").map_err(|d| RecipeError::new(path, text, d))
+    }
+
+    /// The recipe a one-shot command runs: load `input`, apply `ops` in
+    /// order, export to `output`. `extra_inputs` are named inputs the ops
+    /// refer to (an importance matrix), listed as (name, path).
+    pub fn one_shot(
+        name: &str,
+        input: &Path,
+        extra_inputs: &[(&str, &Path)],
+        ops: Vec<(Op, Vec<usize>)>,
+        output: &Path,
+    ) -> Recipe {
+        let mut inputs = vec![InputDecl { name: "model".into(), path: input.to_owned(), pin: None }];
+        inputs.extend(extra_inputs.iter().map(|(n, p)| InputDecl {
+            name: (*n).into(),
+            path: p.to_path_buf(),
+            pin: None,
+        }));
+        let node = |id: &str, op: Op, from: Source, uses: Vec<usize>| NodeDecl {
+            id: id.into(),
+            step: id.into(),
+            op,
+            from: vec![from],
+            uses,
+            bindings: Vec::new(),
+            keep: false,
+            backend: Backend::Auto,
+        };
+        let mut nodes = vec![node("model", Op::Load, Source::Input(0), Vec::new())];
+        for (op, uses) in ops {
+            let id = op.name();
+            nodes.push(node(id, op, Source::Node(nodes.len() - 1), uses));
+        }
+        let export = Op::Export(crate::ops::export::ExportOptions { path: output.to_owned() });
+        nodes.push(node("export", export, Source::Node(nodes.len() - 1), Vec::new()));
+        Recipe { name: name.into(), inputs, nodes }
+    }
+}

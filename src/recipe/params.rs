@@ -1,0 +1,193 @@
+//! Step parameters: what each op accepts (its [`OpSpec`]) and the values a
+//! recipe gave, with the source span of each so an op's own checks can point
+//! at the line that is wrong.
+
+use std::ops::Range;
+
+use crate::recipe::diagnostic::Diagnostic;
+
+/// A byte range of the recipe text.
+pub type Span = Range<usize>;
+
+/// The shapes of value a parameter takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamKind {
+    Str,
+    Bool,
+    /// A list of strings.
+    StrList,
+    /// A table of string to string.
+    StrMap,
+    /// A list of tables whose values are strings.
+    TableList,
+    /// The name of an `[input.NAME]` the step also depends on.
+    InputName,
+}
+
+impl ParamKind {
+    pub fn describe(self) -> &'static str {
+        match self {
+            ParamKind::Str => "a string",
+            ParamKind::Bool => "true or false",
+            ParamKind::StrList => "a list of strings",
+            ParamKind::StrMap => "a table of strings",
+            ParamKind::TableList => "a list of tables",
+            ParamKind::InputName => "the name of an [input.NAME]",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ParamSpec {
+    pub name: &'static str,
+    pub kind: ParamKind,
+    pub required: bool,
+    /// A list in place of the single value makes one node per element.
+    pub fans_out: bool,
+}
+
+impl ParamSpec {
+    pub const fn optional(name: &'static str, kind: ParamKind) -> ParamSpec {
+        ParamSpec { name, kind, required: false, fans_out: false }
+    }
+
+    pub const fn required(name: &'static str, kind: ParamKind) -> ParamSpec {
+        ParamSpec { name, kind, required: true, fans_out: false }
+    }
+
+    pub const fn fanning_out(self) -> ParamSpec {
+        ParamSpec { fans_out: true, ..self }
+    }
+}
+
+/// What a recipe may say about one op.
+#[derive(Debug, Clone, Copy)]
+pub struct OpSpec {
+    pub name: &'static str,
+    /// Bumped when the op's logic changes what it produces; part of its key.
+    pub version: u32,
+    pub params: &'static [ParamSpec],
+    /// `from` must name an `[input.NAME]` (true for `load` only).
+    pub from_input_only: bool,
+    /// Nothing can take this op's result as input (exports write files).
+    pub is_sink: bool,
+}
+
+impl OpSpec {
+    pub fn param(&self, name: &str) -> Option<&ParamSpec> {
+        self.params.iter().find(|p| p.name == name)
+    }
+}
+
+/// One given value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Param {
+    pub value: ParamValue,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParamValue {
+    Str(String),
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    List(Vec<Param>),
+    Table(Vec<(String, Param)>),
+}
+
+impl ParamValue {
+    /// The value as it appears in a path template or a node's name.
+    pub fn display(&self) -> String {
+        match self {
+            ParamValue::Str(s) => s.clone(),
+            ParamValue::Bool(b) => b.to_string(),
+            ParamValue::Int(i) => i.to_string(),
+            ParamValue::Float(f) => f.to_string(),
+            ParamValue::List(_) => "[…]".into(),
+            ParamValue::Table(_) => "{…}".into(),
+        }
+    }
+}
+
+/// The parameters of one node, after fan-out: every value is of its kind.
+#[derive(Debug, Clone, Default)]
+pub struct Params {
+    pub entries: Vec<(String, Param)>,
+    /// The step's span, for errors about a parameter that is missing.
+    pub span: Span,
+}
+
+impl Params {
+    pub fn get(&self, name: &str) -> Option<&Param> {
+        self.entries.iter().find(|(n, _)| n == name).map(|(_, p)| p)
+    }
+
+    pub fn str(&self, name: &str) -> Option<(&str, &Span)> {
+        match self.get(name) {
+            Some(Param { value: ParamValue::Str(s), span }) => Some((s, span)),
+            _ => None,
+        }
+    }
+
+    pub fn bool(&self, name: &str) -> bool {
+        matches!(self.get(name), Some(Param { value: ParamValue::Bool(true), .. }))
+    }
+
+    /// A list of strings with the span of each.
+    pub fn str_list(&self, name: &str) -> Vec<(&str, &Span)> {
+        match self.get(name) {
+            Some(Param { value: ParamValue::List(items), .. }) => items
+                .iter()
+                .filter_map(|p| match &p.value {
+                    ParamValue::Str(s) => Some((s.as_str(), &p.span)),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A table of strings, in the order written.
+    pub fn str_map(&self, name: &str) -> Vec<(&str, &str, &Span)> {
+        match self.get(name) {
+            Some(Param { value: ParamValue::Table(entries), .. }) => entries
+                .iter()
+                .filter_map(|(k, p)| match &p.value {
+                    ParamValue::Str(v) => Some((k.as_str(), v.as_str(), &p.span)),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A list of tables; each as (field → string value, span of the table).
+    pub fn table_list(&self, name: &str) -> Vec<(Vec<(&str, &str)>, &Span)> {
+        match self.get(name) {
+            Some(Param { value: ParamValue::List(items), .. }) => items
+                .iter()
+                .filter_map(|p| match &p.value {
+                    ParamValue::Table(entries) => Some((
+                        entries
+                            .iter()
+                            .filter_map(|(k, v)| match &v.value {
+                                ParamValue::Str(s) => Some((k.as_str(), s.as_str())),
+                                _ => None,
+                            })
+                            .collect(),
+                        &p.span,
+                    )),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// An error about parameter `name` (at its value, or at the step).
+    pub fn error(&self, name: &str, message: impl Into<String>) -> Diagnostic {
+        let span = self.get(name).map_or(self.span.clone(), |p| p.span.clone());
+        Diagnostic::new(message, span)
+    }
+}

@@ -1,0 +1,669 @@
+//! TOML text → validated [`Recipe`]: every problem reported at once.
+//!
+//! Order of work: the document's shape (sections, fields, value kinds), then
+//! names and references, then the step graph (cycles), then fan-out in
+//! dependency order, then what needs the expanded nodes (op parameters,
+//! export paths and their collisions).
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+
+use petgraph::algo::tarjan_scc;
+use petgraph::graph::DiGraph;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use super::{
+    Backend, Diagnostic, InputDecl, NodeDecl, OpSpec, Param, ParamKind, ParamValue, Params, Recipe, Source, Span,
+};
+use crate::ops::export::ExportOptions;
+use crate::ops::{self, Op};
+use crate::store::Key;
+
+const SECTIONS: [&str; 3] = ["recipe", "input", "step"];
+const RECIPE_FIELDS: [&str; 1] = ["name"];
+const INPUT_FIELDS: [&str; 2] = ["path", "blake3"];
+const STEP_FIELDS: [&str; 4] = ["op", "from", "keep", "backend"];
+
+struct RawStep {
+    name: String,
+    span: Span,
+    spec: Option<&'static OpSpec>,
+    from: Vec<(String, Span)>,
+    from_span: Span,
+    keep: bool,
+    backend: Backend,
+    params: Vec<(String, Param)>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ref {
+    Input(usize),
+    Step(usize),
+}
+
+pub(super) fn parse(text: &str, dir: &Path, fallback_name: &str) -> Result<Recipe, Vec<Diagnostic>> {
+    let (doc, errors) = DeTable::parse_recoverable(text);
+    if !errors.is_empty() {
+        return Err(errors.iter().map(|e| Diagnostic::new(e.message(), e.span().unwrap_or(0..0))).collect());
+    }
+    let mut diags = Vec::new();
+    let mut name = None;
+    let mut inputs = Vec::new();
+    let mut steps = Vec::new();
+    for (key, value) in doc.get_ref().iter() {
+        match key.get_ref().as_ref() {
+            "recipe" => name = parse_header(value, &mut diags),
+            "input" => {
+                for (iname, ivalue) in section(value, "input", &mut diags) {
+                    if let Some(input) = parse_input(iname, ivalue, dir, &mut diags) {
+                        inputs.push(input);
+                    }
+                }
+            }
+            "step" => {
+                for (sname, svalue) in section(value, "step", &mut diags) {
+                    if let Some(step) = parse_step(sname, svalue, &mut diags) {
+                        steps.push(step);
+                    }
+                }
+            }
+            other => {
+                diags.push(Diagnostic::new(format!("unknown section `{other}`"), key.span()).suggest(other, SECTIONS))
+            }
+        }
+    }
+    if steps.is_empty() && diags.is_empty() {
+        diags.push(Diagnostic::new("the recipe has no steps", 0..0).with_hint("add a [step.NAME] with an `op`"));
+    }
+    let refs = resolve_references(&inputs, &steps, &mut diags);
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    let order = dependency_order(&steps, &refs, &mut diags);
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    let nodes = expand(&inputs, &steps, &refs, &order, dir, &mut diags);
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    let inputs = inputs.into_iter().map(|(decl, _)| decl).collect();
+    Ok(Recipe { name: name.unwrap_or_else(|| fallback_name.to_owned()), inputs, nodes })
+}
+
+fn table<'a, 'i>(value: &'a Spanned<DeValue<'i>>, what: &str, diags: &mut Vec<Diagnostic>) -> Option<&'a DeTable<'i>> {
+    let t = value.get_ref().as_table();
+    if t.is_none() {
+        diags.push(Diagnostic::new(format!("{what} must be a table"), value.span()));
+    }
+    t
+}
+
+/// The entries of `[input.*]` or `[step.*]`, with valid names.
+fn section<'a, 'i>(
+    value: &'a Spanned<DeValue<'i>>,
+    what: &str,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<(&'a Spanned<std::borrow::Cow<'i, str>>, &'a Spanned<DeValue<'i>>)> {
+    let Some(t) = table(value, &format!("[{what}]"), diags) else { return Vec::new() };
+    let mut out = Vec::new();
+    for (name, entry) in t.iter() {
+        let valid = !name.get_ref().is_empty()
+            && name.get_ref().chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if valid {
+            out.push((name, entry));
+        } else {
+            diags.push(
+                Diagnostic::new(format!("`{}` is not a valid {what} name", name.get_ref()), name.span())
+                    .with_hint("use letters, digits, `_` and `-`"),
+            );
+        }
+    }
+    out
+}
+
+fn string(value: &Spanned<DeValue<'_>>, what: &str, diags: &mut Vec<Diagnostic>) -> Option<String> {
+    let s = value.get_ref().as_str().map(str::to_owned);
+    if s.is_none() {
+        diags.push(Diagnostic::new(
+            format!("{what} must be a string, not {}", value.get_ref().type_str()),
+            value.span(),
+        ));
+    }
+    s
+}
+
+fn parse_header(value: &Spanned<DeValue<'_>>, diags: &mut Vec<Diagnostic>) -> Option<String> {
+    let mut name = None;
+    for (key, v) in table(value, "[recipe]", diags)?.iter() {
+        match key.get_ref().as_ref() {
+            "name" => name = string(v, "`name`", diags),
+            other => diags.push(
+                Diagnostic::new(format!("unknown field `{other}` in [recipe]"), key.span())
+                    .suggest(other, RECIPE_FIELDS),
+            ),
+        }
+    }
+    name
+}
+
+fn parse_input(
+    name: &Spanned<std::borrow::Cow<'_, str>>,
+    value: &Spanned<DeValue<'_>>,
+    dir: &Path,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<(InputDecl, Span)> {
+    let mut path = None;
+    let mut pin = None;
+    for (key, v) in table(value, "an input", diags)?.iter() {
+        match key.get_ref().as_ref() {
+            "path" => path = string(v, "`path`", diags),
+            "blake3" => {
+                let hex = string(v, "`blake3`", diags)?;
+                pin = Key::from_hex(&hex);
+                if pin.is_none() {
+                    diags.push(
+                        Diagnostic::new("`blake3` must be 64 hex digits", v.span()).with_hint("b3sum FILE prints it"),
+                    );
+                }
+            }
+            other => diags.push(
+                Diagnostic::new(format!("unknown field `{other}` in an input"), key.span())
+                    .suggest(other, INPUT_FIELDS),
+            ),
+        }
+    }
+    let Some(path) = path else {
+        diags.push(Diagnostic::new(format!("input `{}` has no `path`", name.get_ref()), name.span()));
+        return None;
+    };
+    let decl = InputDecl { name: name.get_ref().to_string(), path: dir.join(path), pin };
+    Some((decl, name.span()))
+}
+
+fn parse_step(
+    name: &Spanned<std::borrow::Cow<'_, str>>,
+    value: &Spanned<DeValue<'_>>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<RawStep> {
+    let fields = table(value, "a step", diags)?;
+    let mut step = RawStep {
+        name: name.get_ref().to_string(),
+        span: name.span(),
+        spec: None,
+        from: Vec::new(),
+        from_span: name.span(),
+        keep: false,
+        backend: Backend::Auto,
+        params: Vec::new(),
+    };
+    let op_names: Vec<&str> = ops::SPECS.iter().map(|s| s.name).collect();
+    match fields.get("op") {
+        Some(op) => match op.get_ref().as_str() {
+            Some(op_name) => match ops::spec(op_name) {
+                Some(spec) => step.spec = Some(spec),
+                None => diags.push(
+                    Diagnostic::new(format!("unknown op `{op_name}`"), op.span())
+                        .suggest(op_name, op_names.iter().copied()),
+                ),
+            },
+            None => diags.push(Diagnostic::new("`op` must be a string", op.span())),
+        },
+        None => diags.push(
+            Diagnostic::new(format!("step `{}` has no `op`", step.name), name.span())
+                .with_hint(format!("one of: {}", op_names.join(", "))),
+        ),
+    }
+    for (key, v) in fields.iter() {
+        let field = key.get_ref().as_ref();
+        match field {
+            "op" => {}
+            "from" => {
+                step.from_span = v.span();
+                match v.get_ref() {
+                    DeValue::String(s) => step.from.push((s.to_string(), v.span())),
+                    DeValue::Array(items) => {
+                        for item in items.iter() {
+                            if let Some(s) = string(item, "each `from` entry", diags) {
+                                step.from.push((s, item.span()));
+                            }
+                        }
+                    }
+                    _ => diags.push(Diagnostic::new("`from` must be a name or a list of names", v.span())),
+                }
+            }
+            "keep" => match v.get_ref().as_bool() {
+                Some(b) => step.keep = b,
+                None => diags.push(Diagnostic::new("`keep` must be true or false", v.span())),
+            },
+            "backend" => match v.get_ref().as_str() {
+                Some("auto") => step.backend = Backend::Auto,
+                Some("cpu") => step.backend = Backend::Cpu,
+                Some("cuda") => diags.push(
+                    Diagnostic::new("the cuda backend is not available in this build", v.span())
+                        .with_hint("use backend = \"auto\" or \"cpu\"; every backend writes the same bytes"),
+                ),
+                Some(other) => diags.push(
+                    Diagnostic::new(format!("unknown backend `{other}`"), v.span()).suggest(other, Backend::NAMES),
+                ),
+                None => diags.push(Diagnostic::new("`backend` must be a string", v.span())),
+            },
+            _ => {
+                let Some(spec) = step.spec else { continue };
+                match spec.param(field) {
+                    Some(param) => match to_param(v) {
+                        Ok(p) => match check_kind(field, param.kind, param.fans_out, &p) {
+                            Ok(()) => step.params.push((field.to_owned(), p)),
+                            Err(d) => diags.push(d),
+                        },
+                        Err(d) => diags.push(d),
+                    },
+                    None => {
+                        let valid = STEP_FIELDS.iter().copied().chain(spec.params.iter().map(|p| p.name));
+                        diags.push(
+                            Diagnostic::new(format!("`{}` has no field `{field}`", spec.name), key.span())
+                                .suggest(field, valid),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    if let Some(spec) = step.spec {
+        for param in spec.params.iter().filter(|p| p.required) {
+            if !step.params.iter().any(|(n, _)| n == param.name) {
+                diags.push(Diagnostic::new(
+                    format!("step `{}` ({}) needs `{}` ({})", step.name, spec.name, param.name, param.kind.describe()),
+                    name.span(),
+                ));
+            }
+        }
+    }
+    if step.from.is_empty() && !fields.contains_key("from") {
+        diags.push(
+            Diagnostic::new(format!("step `{}` has no `from`", step.name), name.span())
+                .with_hint("name an [input.NAME] or an earlier step"),
+        );
+    }
+    Some(step)
+}
+
+fn to_param(value: &Spanned<DeValue<'_>>) -> Result<Param, Diagnostic> {
+    let span = value.span();
+    let v = match value.get_ref() {
+        DeValue::String(s) => ParamValue::Str(s.to_string()),
+        DeValue::Boolean(b) => ParamValue::Bool(*b),
+        DeValue::Integer(i) => match i64::from_str_radix(&i.as_str().replace('_', ""), i.radix()) {
+            Ok(n) => ParamValue::Int(n),
+            Err(_) => return Err(Diagnostic::new("integer out of range", span)),
+        },
+        DeValue::Float(f) => match f.as_str().replace('_', "").parse() {
+            Ok(x) => ParamValue::Float(x),
+            Err(_) => return Err(Diagnostic::new("not a number", span)),
+        },
+        DeValue::Datetime(_) => return Err(Diagnostic::new("no parameter takes a date", span)),
+        DeValue::Array(items) => ParamValue::List(items.iter().map(to_param).collect::<Result<_, _>>()?),
+        DeValue::Table(t) => ParamValue::Table(
+            t.iter().map(|(k, v)| Ok((k.get_ref().to_string(), to_param(v)?))).collect::<Result<_, Diagnostic>>()?,
+        ),
+    };
+    Ok(Param { value: v, span })
+}
+
+fn has_kind(kind: ParamKind, v: &ParamValue) -> bool {
+    let all_str = |items: &[Param]| items.iter().all(|p| matches!(p.value, ParamValue::Str(_)));
+    match kind {
+        ParamKind::Str | ParamKind::InputName => matches!(v, ParamValue::Str(_)),
+        ParamKind::Bool => matches!(v, ParamValue::Bool(_)),
+        ParamKind::StrList => matches!(v, ParamValue::List(items) if all_str(items)),
+        ParamKind::StrMap => {
+            matches!(v, ParamValue::Table(entries) if entries.iter().all(|(_, p)| matches!(p.value, ParamValue::Str(_))))
+        }
+        ParamKind::TableList => matches!(v, ParamValue::List(items) if items.iter().all(|p| matches!(
+            &p.value, ParamValue::Table(entries) if entries.iter().all(|(_, e)| matches!(e.value, ParamValue::Str(_)))
+        ))),
+    }
+}
+
+fn check_kind(name: &str, kind: ParamKind, fans_out: bool, p: &Param) -> Result<(), Diagnostic> {
+    if has_kind(kind, &p.value) {
+        return Ok(());
+    }
+    if let (true, ParamValue::List(items)) = (fans_out, &p.value) {
+        if items.is_empty() {
+            return Err(Diagnostic::new(format!("`{name}` is an empty list: it would make no nodes"), p.span.clone()));
+        }
+        return match items.iter().find(|i| !has_kind(kind, &i.value)) {
+            None => Ok(()),
+            Some(bad) => Err(Diagnostic::new(format!("each `{name}` must be {}", kind.describe()), bad.span.clone())),
+        };
+    }
+    let list_hint = if fans_out { " (or a list of them, one node each)" } else { "" };
+    Err(Diagnostic::new(format!("`{name}` must be {}{list_hint}", kind.describe()), p.span.clone()))
+}
+
+/// Resolves `from` and input-naming parameters; checks arity and kinds.
+fn resolve_references(inputs: &[(InputDecl, Span)], steps: &[RawStep], diags: &mut Vec<Diagnostic>) -> Vec<Vec<Ref>> {
+    let mut names: HashMap<&str, Ref> = HashMap::new();
+    for (i, (input, span)) in inputs.iter().enumerate() {
+        names.insert(&input.name, Ref::Input(i));
+        let _ = span;
+    }
+    for (i, step) in steps.iter().enumerate() {
+        if let Some(Ref::Input(j)) = names.insert(&step.name, Ref::Step(i)) {
+            let _ = j;
+            diags.push(Diagnostic::new(
+                format!("`{}` names both an input and a step; references to it would be ambiguous", step.name),
+                step.span.clone(),
+            ));
+        }
+    }
+    let all_names: Vec<&str> =
+        inputs.iter().map(|(d, _)| d.name.as_str()).chain(steps.iter().map(|s| s.name.as_str())).collect();
+    let input_names: Vec<&str> = inputs.iter().map(|(d, _)| d.name.as_str()).collect();
+    let mut refs = Vec::with_capacity(steps.len());
+    for step in steps {
+        let mut resolved = Vec::new();
+        for (name, span) in &step.from {
+            match names.get(name.as_str()) {
+                None => diags.push(
+                    Diagnostic::new(format!("`{name}` is not an input or a step"), span.clone())
+                        .suggest(name, all_names.iter().copied()),
+                ),
+                Some(&Ref::Step(j)) if steps[j].spec.is_some_and(|s| s.is_sink) => diags.push(Diagnostic::new(
+                    format!("`{name}` is an export: it writes files, so no step can take input from it"),
+                    span.clone(),
+                )),
+                Some(&Ref::Step(_)) if step.spec.is_some_and(|s| s.from_input_only) => diags.push(
+                    Diagnostic::new(format!("`load` reads an [input.NAME]; `{name}` is a step"), span.clone())
+                        .with_hint("take the step's result directly: its consumers can say `from` it"),
+                ),
+                Some(&r) => resolved.push(r),
+            }
+        }
+        if step.from.len() > 1 {
+            let op = step.spec.map_or("this op", |s| s.name);
+            diags.push(Diagnostic::new(
+                format!("`{op}` takes one input, not {}", step.from.len()),
+                step.from_span.clone(),
+            ));
+        }
+        for (param, value) in &step.params {
+            let is_input_name = step.spec.and_then(|s| s.param(param)).is_some_and(|p| p.kind == ParamKind::InputName);
+            let ParamValue::Str(target) = &value.value else { continue };
+            if !is_input_name {
+                continue;
+            }
+            match names.get(target.as_str()) {
+                Some(&Ref::Input(i)) => resolved.push(Ref::Input(i)),
+                Some(&Ref::Step(_)) => diags.push(Diagnostic::new(
+                    format!("`{param}` must name an [input.NAME]; `{target}` is a step"),
+                    value.span.clone(),
+                )),
+                None => diags.push(
+                    Diagnostic::new(format!("`{target}` is not an input"), value.span.clone())
+                        .suggest(target, input_names.iter().copied()),
+                ),
+            }
+        }
+        refs.push(resolved);
+    }
+    refs
+}
+
+/// Steps in dependency order (file order where free); reports cycles.
+fn dependency_order(steps: &[RawStep], refs: &[Vec<Ref>], diags: &mut Vec<Diagnostic>) -> Vec<usize> {
+    let mut graph = DiGraph::<usize, ()>::new();
+    let nodes: Vec<_> = (0..steps.len()).map(|i| graph.add_node(i)).collect();
+    for (i, step_refs) in refs.iter().enumerate() {
+        for r in step_refs {
+            if let Ref::Step(j) = *r {
+                graph.add_edge(nodes[j], nodes[i], ());
+            }
+        }
+    }
+    for scc in tarjan_scc(&graph) {
+        let cyclic = scc.len() > 1 || graph.contains_edge(scc[0], scc[0]);
+        if cyclic {
+            let mut members: Vec<usize> = scc.iter().map(|n| graph[*n]).collect();
+            members.sort_unstable();
+            let names: Vec<&str> = members.iter().map(|&i| steps[i].name.as_str()).collect();
+            let first = &steps[members[0]];
+            diags.push(Diagnostic::new(
+                format!("steps depend on each other in a cycle: {} → {}", names.join(" → "), names[0]),
+                first.from_span.clone(),
+            ));
+        }
+    }
+    let mut done = vec![false; steps.len()];
+    let mut order = Vec::with_capacity(steps.len());
+    while order.len() < steps.len() {
+        let ready = (0..steps.len()).find(|&i| {
+            !done[i]
+                && refs[i].iter().all(|r| match *r {
+                    Ref::Step(j) => done[j],
+                    Ref::Input(_) => true,
+                })
+        });
+        let Some(next) = ready else { break };
+        done[next] = true;
+        order.push(next);
+    }
+    order
+}
+
+/// Fan-out values: (parameter, value as text).
+type Bindings = Vec<(String, String)>;
+
+/// One node of a step, before its op is read.
+struct Instance {
+    from: Vec<Source>,
+    bindings: Bindings,
+}
+
+fn expand(
+    inputs: &[(InputDecl, Span)],
+    steps: &[RawStep],
+    refs: &[Vec<Ref>],
+    order: &[usize],
+    dir: &Path,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<NodeDecl> {
+    let mut nodes: Vec<NodeDecl> = Vec::new();
+    let mut implicit_loads: HashMap<usize, usize> = HashMap::new();
+    let mut instances_of: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut exported: HashMap<PathBuf, String> = HashMap::new();
+    for &s in order {
+        let step = &steps[s];
+        let Some(spec) = step.spec else { continue };
+        // Upstream choices: one list of (source, bindings) per `from` entry.
+        let mut combos = vec![Instance { from: Vec::new(), bindings: Vec::new() }];
+        for r in refs[s].iter().take(step.from.len()) {
+            let choices: Vec<(Source, Vec<(String, String)>)> = match *r {
+                Ref::Input(i) if spec.from_input_only => vec![(Source::Input(i), Vec::new())],
+                Ref::Input(i) => {
+                    let idx = *implicit_loads.entry(i).or_insert_with(|| {
+                        let name = inputs[i].0.name.clone();
+                        nodes.push(NodeDecl {
+                            id: name.clone(),
+                            step: name,
+                            op: Op::Load,
+                            from: vec![Source::Input(i)],
+                            uses: Vec::new(),
+                            bindings: Vec::new(),
+                            keep: false,
+                            backend: Backend::Auto,
+                        });
+                        nodes.len() - 1
+                    });
+                    vec![(Source::Node(idx), Vec::new())]
+                }
+                Ref::Step(j) => instances_of
+                    .get(&j)
+                    .map(|list| list.iter().map(|&n| (Source::Node(n), nodes[n].bindings.clone())).collect())
+                    .unwrap_or_default(),
+            };
+            combos = combos
+                .into_iter()
+                .flat_map(|c| {
+                    choices.iter().filter_map(move |(src, b)| {
+                        let mut merged = c.bindings.clone();
+                        for (k, v) in b {
+                            match merged.iter().find(|(mk, _)| mk == k) {
+                                Some((_, mv)) if mv != v => return None,
+                                Some(_) => {}
+                                None => merged.push((k.clone(), v.clone())),
+                            }
+                        }
+                        let mut from = c.from.clone();
+                        from.push(*src);
+                        Some(Instance { from, bindings: merged })
+                    })
+                })
+                .collect();
+        }
+        let uses: Vec<usize> = refs[s]
+            .iter()
+            .skip(step.from.len())
+            .filter_map(|r| match r {
+                Ref::Input(i) => Some(*i),
+                Ref::Step(_) => None,
+            })
+            .collect();
+        // Own fan-out: a list given to a parameter that takes one value.
+        let mut variants: Vec<(Vec<(String, Param)>, Bindings)> = vec![(Vec::new(), Vec::new())];
+        for (name, param) in &step.params {
+            let fan_out = spec.param(name).is_some_and(|p| p.fans_out);
+            let fans = fan_out && spec.param(name).is_some_and(|p| !has_kind(p.kind, &param.value));
+            let values: Vec<Param> = match (&param.value, fans) {
+                (ParamValue::List(items), true) => items.clone(),
+                _ => vec![param.clone()],
+            };
+            variants = variants
+                .into_iter()
+                .flat_map(|(params, bindings)| {
+                    values.iter().map(move |v| {
+                        let mut params = params.clone();
+                        params.push((name.clone(), v.clone()));
+                        let mut bindings = bindings.clone();
+                        // A single value of a fan-out parameter names the node too, so
+                        // a path template can use it whether or not it is a list.
+                        if fan_out {
+                            bindings.push((name.clone(), v.value.display()));
+                        }
+                        (params, bindings)
+                    })
+                })
+                .collect();
+        }
+        let mut mine = Vec::new();
+        for combo in &combos {
+            for (params, own) in &variants {
+                let mut bindings = combo.bindings.clone();
+                bindings.retain(|(k, _)| !own.iter().any(|(ok, _)| ok == k));
+                bindings.extend(own.iter().cloned());
+                let params = Params { entries: params.clone(), span: step.span.clone() };
+                let export = match spec.is_sink {
+                    true => match export_path(step, &params, &bindings, dir, &mut exported, diags) {
+                        Some(export) => Some(export),
+                        // Reported by export_path, or by the required-parameter check.
+                        None => continue,
+                    },
+                    false => None,
+                };
+                match Op::from_params(spec, &params, export) {
+                    Ok(op) => {
+                        let id = node_id(&step.name, &bindings);
+                        nodes.push(NodeDecl {
+                            id,
+                            step: step.name.clone(),
+                            op,
+                            from: combo.from.clone(),
+                            uses: uses.clone(),
+                            bindings,
+                            keep: step.keep,
+                            backend: step.backend,
+                        });
+                        mine.push(nodes.len() - 1);
+                    }
+                    Err(problems) => diags.extend(problems),
+                }
+            }
+        }
+        instances_of.insert(s, mine);
+    }
+    nodes
+}
+
+fn node_id(step: &str, bindings: &[(String, String)]) -> String {
+    if bindings.is_empty() {
+        return step.to_owned();
+    }
+    let values: Vec<String> = bindings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{step}[{}]", values.join(","))
+}
+
+/// Fills an export's path template and checks where it lands.
+fn export_path(
+    step: &RawStep,
+    params: &Params,
+    bindings: &[(String, String)],
+    dir: &Path,
+    exported: &mut HashMap<PathBuf, String>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<ExportOptions> {
+    let (template, span) = params.str("path")?;
+    let mut rendered = String::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        rendered.push_str(&rest[..open]);
+        let Some(close) = rest[open..].find('}') else {
+            diags.push(Diagnostic::new("unclosed `{` in the path", span.clone()));
+            return None;
+        };
+        let name = &rest[open + 1..open + close];
+        match bindings.iter().find(|(k, _)| k == name) {
+            Some((_, v)) => rendered.push_str(v),
+            None => {
+                let names: Vec<&str> = bindings.iter().map(|(k, _)| k.as_str()).collect();
+                let d = Diagnostic::new(
+                    format!("`{{{name}}}` in the path is not a fan-out value of this step"),
+                    span.clone(),
+                );
+                diags.push(if names.is_empty() {
+                    d.with_hint("placeholders name parameters given as lists upstream, e.g. {preset}")
+                } else {
+                    d.suggest(name, names)
+                });
+                return None;
+            }
+        }
+        rest = &rest[open + close + 1..];
+    }
+    rendered.push_str(rest);
+    let relative = Path::new(&rendered);
+    let escapes = relative.is_absolute()
+        || relative.components().any(|c| matches!(c, Component::ParentDir | Component::RootDir | Component::Prefix(_)));
+    if escapes || rendered.is_empty() {
+        diags.push(
+            Diagnostic::new(format!("export path `{rendered}` leaves the output directory"), span.clone())
+                .with_hint("give a relative path without `..`; it is resolved against the recipe's directory"),
+        );
+        return None;
+    }
+    let path = dir.join(relative);
+    let id = node_id(&step.name, bindings);
+    if let Some(other) = exported.insert(path.clone(), id.clone()) {
+        let hint = if other.starts_with(&format!("{}[", step.name)) || other == step.name {
+            "the step fans out: put each fan-out value in the path, e.g. out/model-{preset}.gguf".to_owned()
+        } else {
+            "give each export its own path".to_owned()
+        };
+        diags.push(
+            Diagnostic::new(format!("`{id}` and `{other}` both export to `{rendered}`"), span.clone()).with_hint(hint),
+        );
+        return None;
+    }
+    Some(ExportOptions { path })
+}

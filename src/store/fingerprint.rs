@@ -1,0 +1,67 @@
+//! Content hashes of input files, remembered by stat fingerprint.
+//!
+//! Like git's index: a file whose device, inode, size, mtime and ctime are
+//! unchanged is taken to hold the bytes it held when it was hashed, so an
+//! unchanged multi-GB input costs one `stat`. A file touched without changing
+//! its bytes is re-hashed once, gets the same content hash, and so changes no
+//! key. A fingerprint is not recorded while the file's mtime is within
+//! [`RACY_WINDOW`] of now, since a write in the same clock tick would not
+//! change it.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use super::{Key, KeyBuilder, Result, Store, at, sharded, write_atomically};
+
+const RACY_WINDOW: Duration = Duration::from_secs(2);
+
+/// A file's content hash and whether it had to be read to get it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContentHash {
+    pub hash: Key,
+    pub rehashed: bool,
+    pub len: u64,
+}
+
+/// The identity of a file's current version as `stat` sees it.
+pub fn stat_key(meta: &fs::Metadata) -> Key {
+    let mut key = KeyBuilder::new("stat");
+    key.u64(meta.dev()).u64(meta.ino()).u64(meta.size());
+    key.u64(meta.mtime() as u64).u64(meta.mtime_nsec() as u64);
+    key.u64(meta.ctime() as u64).u64(meta.ctime_nsec() as u64);
+    key.finish()
+}
+
+/// blake3 of a whole file, through the mmap and all cores.
+pub fn hash_file(path: &Path) -> std::io::Result<Key> {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_mmap_rayon(path)?;
+    Ok(Key(*hasher.finalize().as_bytes()))
+}
+
+impl Store {
+    /// A key for `path`'s current version without reading it: its stat
+    /// fingerprint. Only for a store that keeps nothing, where a key needs to
+    /// be unique within one run and never outlives it.
+    pub fn stat_identity(&self, path: &Path) -> Result<ContentHash> {
+        let meta = fs::metadata(path).map_err(at(path))?;
+        Ok(ContentHash { hash: stat_key(&meta), rehashed: false, len: meta.size() })
+    }
+
+    /// The blake3 of `path`'s bytes, re-hashing only when its stat changed.
+    pub fn content_hash(&self, path: &Path) -> Result<ContentHash> {
+        let meta = fs::metadata(path).map_err(at(path))?;
+        let entry = sharded(&self.root.join("stat"), &stat_key(&meta));
+        if let Some(hash) = fs::read_to_string(&entry).ok().as_deref().and_then(Key::from_hex) {
+            return Ok(ContentHash { hash, rehashed: false, len: meta.size() });
+        }
+        let hash = hash_file(path).map_err(at(path))?;
+        let settled = meta.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok());
+        if settled.is_some_and(|age| age > RACY_WINDOW) {
+            write_atomically(&self.root.join("tmp"), &entry, hash.hex().as_bytes())?;
+        }
+        Ok(ContentHash { hash, rehashed: true, len: meta.size() })
+    }
+}

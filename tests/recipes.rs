@@ -1,0 +1,291 @@
+//! Recipes end to end: diagnostics for bad recipes, byte identity with the
+//! one-shot commands, the cache (hits, per-tensor reuse, stat fingerprints),
+//! and crash and concurrency safety of the store.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, SystemTime};
+
+use quantforge::recipe::Recipe;
+use serde_json::Value;
+
+fn os(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
+
+fn ok(output: Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "quantforge failed: {stderr}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Runs `quantforge run RECIPE --json --cache-dir CACHE EXTRA…` and returns the report.
+fn run(recipe: &Path, cache: &Path, extra: &[&str]) -> Value {
+    let mut args = vec![os("run"), recipe.as_os_str(), os("--json"), os("--cache-dir"), cache.as_os_str()];
+    args.extend(extra.iter().map(|s| os(s)));
+    serde_json::from_str(&ok(common::quantforge(&args))).unwrap()
+}
+
+fn totals(report: &Value, field: &str) -> u64 {
+    report["totals"][field].as_u64().unwrap()
+}
+
+/// A directory with a copy of the tiny model and a recipe over it.
+struct Workspace {
+    dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    fn new() -> Workspace {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(common::tiny_model(), dir.path().join("tiny.gguf")).unwrap();
+        Workspace { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn recipe(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.path("cache")
+    }
+}
+
+const LADDER: &str = r#"
+[recipe]
+name = "ladder"
+
+[input.tiny]
+path = "tiny.gguf"
+
+[step.q]
+op = "quantize"
+from = "tiny"
+preset = ["Q8_0", "Q4_K_M", "Q3_K_S"]
+
+[step.out]
+op = "export"
+from = "q"
+path = "out/tiny-{preset}.gguf"
+"#;
+
+#[test]
+fn bad_recipes_give_their_diagnostics() {
+    let corpus = common::repo().join("tests/data/recipes/bad");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&corpus).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension() != Some(OsStr::new("toml")) {
+            continue;
+        }
+        let expected = std::fs::read_to_string(path.with_extension("expected")).unwrap();
+        let error = Recipe::load(&path).err().unwrap_or_else(|| panic!("{} was accepted", path.display()));
+        let text = error.to_string();
+        for line in expected.lines().filter(|l| !l.is_empty()) {
+            assert!(text.contains(line), "{}: expected `{line}` in:\n{text}", path.display());
+        }
+        checked += 1;
+    }
+    assert!(checked >= 30, "only {checked} bad recipes");
+}
+
+#[test]
+fn cli_prints_every_problem_and_exits_1() {
+    let path = common::repo().join("tests/data/recipes/bad/many_problems.toml");
+    let output = common::quantforge(&[os("run"), path.as_os_str(), os("--cache-dir"), os("/nonexistent/never")]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("many_problems.toml:6:8: `bse` is not an input or a step"), "{stderr}");
+    assert!(stderr.contains("= hint: did you mean `export`?"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn run_equals_one_shot_quantize_for_any_job_count() {
+    let ws = Workspace::new();
+    let recipe = ws.recipe("ladder.toml", LADDER);
+    let report = run(&recipe, &ws.cache(), &["--jobs", "1"]);
+    assert_eq!(totals(&report, "failed"), 0);
+    for preset in ["Q8_0", "Q4_K_M", "Q3_K_S"] {
+        let one_shot = ws.path(&format!("one-shot-{preset}.gguf"));
+        ok(common::quantforge(&[os("quantize"), ws.path("tiny.gguf").as_os_str(), one_shot.as_os_str(), os(preset)]));
+        let ours = std::fs::read(ws.path(&format!("out/tiny-{preset}.gguf"))).unwrap();
+        assert!(ours == std::fs::read(&one_shot).unwrap(), "{preset}: run and quantize differ");
+    }
+    let first: Vec<Vec<u8>> = ["Q8_0", "Q4_K_M", "Q3_K_S"]
+        .iter()
+        .map(|p| std::fs::read(ws.path(&format!("out/tiny-{p}.gguf"))).unwrap())
+        .collect();
+    std::fs::remove_dir_all(ws.path("out")).unwrap();
+    std::fs::remove_dir_all(ws.cache()).unwrap();
+    let report = run(&recipe, &ws.cache(), &["--jobs", "4"]);
+    assert_eq!(totals(&report, "tensors_reused"), 0, "a fresh cache reuses nothing");
+    for (preset, bytes) in ["Q8_0", "Q4_K_M", "Q3_K_S"].iter().zip(&first) {
+        assert!(&std::fs::read(ws.path(&format!("out/tiny-{preset}.gguf"))).unwrap() == bytes, "{preset}: jobs 1 vs 4");
+    }
+}
+
+#[test]
+fn rerun_is_all_hits_even_after_touching_the_input() {
+    let ws = Workspace::new();
+    let recipe = ws.recipe("ladder.toml", LADDER);
+    let first = run(&recipe, &ws.cache(), &[]);
+    assert!(totals(&first, "tensors_encoded") > 0);
+    let second = run(&recipe, &ws.cache(), &[]);
+    assert_eq!(totals(&second, "tensors_encoded"), 0, "{second}");
+    assert_eq!(totals(&second, "ran"), 0, "{second}");
+    assert_eq!(totals(&second, "hit"), totals(&second, "nodes"));
+
+    let input = std::fs::File::options().write(true).open(ws.path("tiny.gguf")).unwrap();
+    input.set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
+    let touched = run(&recipe, &ws.cache(), &[]);
+    assert!(touched["inputs"][0]["rehashed"].as_bool().unwrap(), "a new mtime means a new fingerprint");
+    assert_eq!(totals(&touched, "ran"), 0, "same bytes, same keys: {touched}");
+    let again = run(&recipe, &ws.cache(), &[]);
+    assert!(!again["inputs"][0]["rehashed"].as_bool().unwrap(), "the settled fingerprint is remembered");
+
+    // A deleted output is rebuilt from cached tensors, without codec work.
+    std::fs::remove_file(ws.path("out/tiny-Q8_0.gguf")).unwrap();
+    let rebuilt = run(&recipe, &ws.cache(), &[]);
+    assert_eq!(totals(&rebuilt, "ran"), 1);
+    assert_eq!(totals(&rebuilt, "tensors_encoded"), 0);
+    assert!(totals(&rebuilt, "tensors_reused") > 0);
+}
+
+#[test]
+fn changing_one_tensors_type_encodes_one_tensor() {
+    let ws = Workspace::new();
+    let base = LADDER.replace(r#"preset = ["Q8_0", "Q4_K_M", "Q3_K_S"]"#, r#"preset = "Q4_K_M""#);
+    let recipe = ws.recipe("one.toml", &base);
+    run(&recipe, &ws.cache(), &[]);
+    let changed = base.replace(
+        r#"preset = "Q4_K_M""#,
+        r#"preset = "Q4_K_M"
+override = [{ match = "blk\\.1\\.ffn_down\\.weight", type = "Q8_0" }]"#,
+    );
+    let recipe = ws.recipe("one.toml", &changed);
+    let plan = ok(common::quantforge(&[os("plan"), recipe.as_os_str(), os("--cache-dir"), ws.cache().as_os_str()]));
+    assert!(plan.contains("because parameter `override` changed"), "{plan}");
+    let report = run(&recipe, &ws.cache(), &[]);
+    assert_eq!(totals(&report, "tensors_encoded"), 1, "{report}");
+    let one_shot = ws.path("one-shot.gguf");
+    ok(common::quantforge(&[
+        os("quantize"),
+        os("--tensor-type"),
+        os(r"blk\.1\.ffn_down\.weight=Q8_0"),
+        ws.path("tiny.gguf").as_os_str(),
+        one_shot.as_os_str(),
+        os("Q4_K_M"),
+    ]));
+    assert!(std::fs::read(ws.path("out/tiny-Q4_K_M.gguf")).unwrap() == std::fs::read(one_shot).unwrap());
+}
+
+#[test]
+fn killed_runs_leave_a_consistent_cache() {
+    let ws = Workspace::new();
+    let recipe = ws.recipe("ladder.toml", LADDER);
+    let reference = ws.path("reference-cache");
+    run(&recipe, &reference, &[]);
+    let expected: Vec<Vec<u8>> = ["Q8_0", "Q4_K_M", "Q3_K_S"]
+        .iter()
+        .map(|p| std::fs::read(ws.path(&format!("out/tiny-{p}.gguf"))).unwrap())
+        .collect();
+    std::fs::remove_dir_all(ws.path("out")).unwrap();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..24 {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let delay = Duration::from_millis((seed >> 33) % 700);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_quantforge"))
+            .args([os("run"), recipe.as_os_str(), os("--cache-dir"), ws.cache().as_os_str()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let verify = common::quantforge(&[os("cache"), os("verify"), os("--cache-dir"), ws.cache().as_os_str()]);
+        assert!(verify.status.success(), "after a kill at {delay:?}: {}", String::from_utf8_lossy(&verify.stdout));
+    }
+    let report = run(&recipe, &ws.cache(), &[]);
+    assert_eq!(totals(&report, "failed"), 0);
+    for (preset, bytes) in ["Q8_0", "Q4_K_M", "Q3_K_S"].iter().zip(&expected) {
+        assert!(&std::fs::read(ws.path(&format!("out/tiny-{preset}.gguf"))).unwrap() == bytes, "{preset}");
+    }
+    ok(common::quantforge(&[os("cache"), os("verify"), os("--cache-dir"), ws.cache().as_os_str()]));
+}
+
+#[test]
+fn concurrent_runs_share_one_cache() {
+    let ws = Workspace::new();
+    let a = ws.recipe("a.toml", LADDER);
+    let b = ws.recipe("b.toml", &LADDER.replace("out/tiny-", "out-b/tiny-"));
+    let spawn = |recipe: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_quantforge"))
+            .args([os("run"), recipe.as_os_str(), os("--json"), os("--cache-dir"), ws.cache().as_os_str()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (first, second) = (spawn(&a), spawn(&b));
+    ok(first.wait_with_output().unwrap());
+    ok(second.wait_with_output().unwrap());
+    for preset in ["Q8_0", "Q4_K_M", "Q3_K_S"] {
+        let x = std::fs::read(ws.path(&format!("out/tiny-{preset}.gguf"))).unwrap();
+        let y = std::fs::read(ws.path(&format!("out-b/tiny-{preset}.gguf"))).unwrap();
+        assert!(x == y, "{preset}");
+    }
+    ok(common::quantforge(&[os("cache"), os("verify"), os("--cache-dir"), ws.cache().as_os_str()]));
+}
+
+#[test]
+fn fused_chain_never_stores_the_intermediate_unless_kept() {
+    let ws = Workspace::new();
+    let chain = r#"
+[input.tiny]
+path = "tiny.gguf"
+
+[step.q8]
+op = "quantize"
+from = "tiny"
+preset = "Q8_0"
+
+[step.f32]
+op = "dequantize"
+from = "q8"
+type = "f32"
+
+[step.q4]
+op = "quantize"
+from = "f32"
+preset = "Q4_0"
+allow_requantize = true
+
+[step.out]
+op = "export"
+from = "q4"
+path = "q4.gguf"
+"#;
+    let recipe = ws.recipe("chain.toml", chain);
+    let report = run(&recipe, &ws.cache(), &[]);
+    let usage = ok(common::quantforge(&[os("cache"), os("du"), os("--cache-dir"), ws.cache().as_os_str()]));
+    let kept = ws.recipe("kept.toml", &chain.replace("type = \"f32\"", "type = \"f32\"\nkeep = true"));
+    let kept_report = run(&kept, &ws.cache(), &[]);
+    let kept_usage = ok(common::quantforge(&[os("cache"), os("du"), os("--cache-dir"), ws.cache().as_os_str()]));
+    assert_ne!(usage, kept_usage, "keep = true adds the F32 tensors to the store");
+    let f32_node = kept_report["nodes"].as_array().unwrap().iter().find(|n| n["step"] == "f32").unwrap();
+    assert!(f32_node["tensors_encoded"].as_u64().unwrap() > 0, "{kept_report}");
+    assert_eq!(totals(&report, "failed"), 0);
+    // Same bytes either way: keeping changes where bytes live, not what they are.
+    assert_eq!(kept_report["nodes"].as_array().unwrap().iter().find(|n| n["step"] == "out").unwrap()["status"], "hit");
+}
