@@ -60,6 +60,15 @@ impl Backend {
     pub const NAMES: [&str; 3] = ["auto", "cpu", "cuda"];
 }
 
+/// The value of a fan-out parameter, as path templates see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    pub name: String,
+    pub value: String,
+    /// Given as a list (so the value tells the nodes apart and names them).
+    pub listed: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct NodeDecl {
     /// The step name, plus the fan-out values when there are any:
@@ -70,8 +79,8 @@ pub struct NodeDecl {
     pub from: Vec<Source>,
     /// Inputs named by parameters (`imatrix = "NAME"`), as input indices.
     pub uses: Vec<usize>,
-    /// Fan-out values this node carries, upstream ones included.
-    pub bindings: Vec<(String, String)>,
+    /// Fan-out parameter values this node carries, upstream ones included.
+    pub bindings: Vec<Binding>,
     /// Materialize this node's tensors in the store.
     pub keep: bool,
     pub backend: Backend,

@@ -14,7 +14,8 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::{
-    Backend, Diagnostic, InputDecl, NodeDecl, OpSpec, Param, ParamKind, ParamValue, Params, Recipe, Source, Span,
+    Backend, Binding, Diagnostic, InputDecl, NodeDecl, OpSpec, Param, ParamKind, ParamValue, Params, Recipe, Source,
+    Span,
 };
 use crate::ops::export::ExportOptions;
 use crate::ops::{self, Op};
@@ -453,8 +454,7 @@ fn dependency_order(steps: &[RawStep], refs: &[Vec<Ref>], diags: &mut Vec<Diagno
     order
 }
 
-/// Fan-out values: (parameter, value as text).
-type Bindings = Vec<(String, String)>;
+type Bindings = Vec<Binding>;
 
 /// One node of a step, before its op is read.
 struct Instance {
@@ -480,7 +480,7 @@ fn expand(
         // Upstream choices: one list of (source, bindings) per `from` entry.
         let mut combos = vec![Instance { from: Vec::new(), bindings: Vec::new() }];
         for r in refs[s].iter().take(step.from.len()) {
-            let choices: Vec<(Source, Vec<(String, String)>)> = match *r {
+            let choices: Vec<(Source, Bindings)> = match *r {
                 Ref::Input(i) if spec.from_input_only => vec![(Source::Input(i), Vec::new())],
                 Ref::Input(i) => {
                     let idx = *implicit_loads.entry(i).or_insert_with(|| {
@@ -509,11 +509,11 @@ fn expand(
                 .flat_map(|c| {
                     choices.iter().filter_map(move |(src, b)| {
                         let mut merged = c.bindings.clone();
-                        for (k, v) in b {
-                            match merged.iter().find(|(mk, _)| mk == k) {
-                                Some((_, mv)) if mv != v => return None,
+                        for binding in b {
+                            match merged.iter().find(|m| m.name == binding.name) {
+                                Some(m) if m.value != binding.value => return None,
                                 Some(_) => {}
-                                None => merged.push((k.clone(), v.clone())),
+                                None => merged.push(binding.clone()),
                             }
                         }
                         let mut from = c.from.clone();
@@ -550,7 +550,7 @@ fn expand(
                         // A single value of a fan-out parameter names the node too, so
                         // a path template can use it whether or not it is a list.
                         if fan_out {
-                            bindings.push((name.clone(), v.value.display()));
+                            bindings.push(Binding { name: name.clone(), value: v.value.display(), listed: fans });
                         }
                         (params, bindings)
                     })
@@ -561,7 +561,7 @@ fn expand(
         for combo in &combos {
             for (params, own) in &variants {
                 let mut bindings = combo.bindings.clone();
-                bindings.retain(|(k, _)| !own.iter().any(|(ok, _)| ok == k));
+                bindings.retain(|b| !own.iter().any(|o| o.name == b.name));
                 bindings.extend(own.iter().cloned());
                 let params = Params { entries: params.clone(), span: step.span.clone() };
                 let export = match spec.is_sink {
@@ -596,11 +596,11 @@ fn expand(
     nodes
 }
 
-fn node_id(step: &str, bindings: &[(String, String)]) -> String {
-    if bindings.is_empty() {
+fn node_id(step: &str, bindings: &[Binding]) -> String {
+    let values: Vec<String> = bindings.iter().filter(|b| b.listed).map(|b| format!("{}={}", b.name, b.value)).collect();
+    if values.is_empty() {
         return step.to_owned();
     }
-    let values: Vec<String> = bindings.iter().map(|(k, v)| format!("{k}={v}")).collect();
     format!("{step}[{}]", values.join(","))
 }
 
@@ -608,7 +608,7 @@ fn node_id(step: &str, bindings: &[(String, String)]) -> String {
 fn export_path(
     step: &RawStep,
     params: &Params,
-    bindings: &[(String, String)],
+    bindings: &[Binding],
     dir: &Path,
     exported: &mut HashMap<PathBuf, String>,
     diags: &mut Vec<Diagnostic>,
@@ -623,10 +623,10 @@ fn export_path(
             return None;
         };
         let name = &rest[open + 1..open + close];
-        match bindings.iter().find(|(k, _)| k == name) {
-            Some((_, v)) => rendered.push_str(v),
+        match bindings.iter().find(|b| b.name == name) {
+            Some(b) => rendered.push_str(&b.value),
             None => {
-                let names: Vec<&str> = bindings.iter().map(|(k, _)| k.as_str()).collect();
+                let names: Vec<&str> = bindings.iter().map(|b| b.name.as_str()).collect();
                 let d = Diagnostic::new(
                     format!("`{{{name}}}` in the path is not a fan-out value of this step"),
                     span.clone(),
