@@ -1,10 +1,12 @@
 //! quantforge: a build system for model weights.
 //!
 //! The library is organised by stage of the data flow described in
-//! `ARCHITECTURE.md`: [`types`] knows every ggml tensor type, [`model`] is the
-//! in-memory view of a model file, [`formats`] reads and writes containers,
-//! [`ops`] are the operations the command line exposes, and [`cli`] is the thin
-//! binary on top.
+//! `ARCHITECTURE.md`: [`recipe`] reads and validates recipes, [`exec`] keys
+//! and schedules their nodes over the content-addressed [`store`], [`ops`]
+//! are the operations nodes apply to [`artifact`] tensor sets, [`codecs`]
+//! and [`quant`] decide and produce tensor bytes, [`formats`] reads and
+//! writes containers of the [`model`] and [`types`] it describes, and
+//! [`cli`] is the thin binary on top.
 
 pub mod artifact;
 pub mod cli;

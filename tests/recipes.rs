@@ -289,3 +289,43 @@ path = "q4.gguf"
     // Same bytes either way: keeping changes where bytes live, not what they are.
     assert_eq!(kept_report["nodes"].as_array().unwrap().iter().find(|n| n["step"] == "out").unwrap()["status"], "hit");
 }
+
+#[test]
+fn verify_finds_corruption_and_gc_collects() {
+    let ws = Workspace::new();
+    let recipe = ws.recipe("ladder.toml", LADDER);
+    run(&recipe, &ws.cache(), &[]);
+    let cache = ws.cache();
+    let cache_cmd = |args: &[&str]| {
+        let mut full = vec![os("cache")];
+        full.extend(args.iter().map(|a| os(a)));
+        full.extend([os("--cache-dir"), cache.as_os_str()]);
+        common::quantforge(&full)
+    };
+    let listing = ok(cache_cmd(&["ls"]));
+    assert!(listing.contains("ladder/out[preset=Q4_K_M]"), "{listing}");
+
+    // Flip one byte of one blob: verify names it and fails.
+    let shard = std::fs::read_dir(ws.cache().join("blobs")).unwrap().next().unwrap().unwrap().path();
+    let blob = std::fs::read_dir(shard).unwrap().next().unwrap().unwrap().path();
+    let mut bytes = std::fs::read(&blob).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&blob, bytes).unwrap();
+    let verify = cache_cmd(&["verify"]);
+    assert_eq!(verify.status.code(), Some(1));
+    let name = blob.file_name().unwrap().to_str().unwrap();
+    assert!(String::from_utf8_lossy(&verify.stdout).contains(&format!("corrupt blob {name}")));
+
+    // Collecting everything, then running again, rebuilds what is needed.
+    std::fs::remove_file(&blob).unwrap();
+    std::fs::write(ws.cache().join("tmp/stray"), b"left by a killed run").unwrap();
+    let gc = ok(cache_cmd(&["gc", "--max-size", "0"]));
+    assert!(gc.contains("1 temporary files"), "{gc}");
+    let usage = ok(cache_cmd(&["du"]));
+    assert!(usage.contains("0 B in 0 blobs"), "{usage}");
+    std::fs::remove_dir_all(ws.path("out")).unwrap();
+    let report = run(&recipe, &ws.cache(), &[]);
+    assert_eq!(totals(&report, "failed"), 0);
+    assert!(totals(&report, "tensors_encoded") > 0);
+    ok(cache_cmd(&["verify"]));
+}
