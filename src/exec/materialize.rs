@@ -7,7 +7,6 @@
 //! it. A chain of conversions is computed slab by slab through every link;
 //! only the last link's bytes are written anywhere.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Write};
@@ -200,14 +199,14 @@ impl Materializer<'_> {
     }
 
     /// Rows `first..first + n` of `tensor`, in its type.
-    fn rows(&self, tensor: &Tensor, first: usize, n: usize) -> Result<Cow<'_, [u8]>, MaterializeError> {
+    fn rows(&self, tensor: &Tensor, first: usize, n: usize) -> Result<Vec<u8>, MaterializeError> {
         let row_bytes = row_bytes(tensor);
         let (offset, len) = ((first * row_bytes) as u64, (n * row_bytes) as u64);
         match &tensor.data {
             TensorData::Input { file, index } => {
                 let model = self.files.model(file)?;
                 let info = self.input_info(&model, *index, tensor)?;
-                Ok(Cow::Owned(model.tensor_data_range(info, offset, len)?.into_owned()))
+                Ok(model.tensor_data_range(info, offset, len)?.into_owned())
             }
             TensorData::Blob { hash } => self.blob_range(tensor, hash, offset, len),
             TensorData::Convert { from, importance } => {
@@ -219,23 +218,17 @@ impl Materializer<'_> {
                     Some(hash) => Some(importance_from_blob(&self.store.read_blob(hash)?)),
                     None => None,
                 };
-                Ok(Cow::Owned(self.convert_rows(tensor, from, &source, first, weights.as_deref())?))
+                self.convert_rows(tensor, from, &source, first, weights.as_deref())
             }
         }
     }
 
-    fn blob_range(
-        &self,
-        tensor: &Tensor,
-        hash: &Key,
-        offset: u64,
-        len: u64,
-    ) -> Result<Cow<'_, [u8]>, MaterializeError> {
+    fn blob_range(&self, tensor: &Tensor, hash: &Key, offset: u64, len: u64) -> Result<Vec<u8>, MaterializeError> {
         let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
         let file = File::open(self.store.blob_path(hash)).map_err(io_err)?;
         let mut buf = vec![0u8; len as usize];
         file.read_exact_at(&mut buf, offset).map_err(io_err)?;
-        Ok(Cow::Owned(buf))
+        Ok(buf)
     }
 
     fn convert_rows(

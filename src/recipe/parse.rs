@@ -89,7 +89,6 @@ pub(super) fn parse(text: &str, dir: &Path, fallback_name: &str) -> Result<Recip
     if !diags.is_empty() {
         return Err(diags);
     }
-    let inputs = inputs.into_iter().map(|(decl, _)| decl).collect();
     Ok(Recipe { name: name.unwrap_or_else(|| fallback_name.to_owned()), inputs, nodes })
 }
 
@@ -154,7 +153,7 @@ fn parse_input(
     value: &Spanned<DeValue<'_>>,
     dir: &Path,
     diags: &mut Vec<Diagnostic>,
-) -> Option<(InputDecl, Span)> {
+) -> Option<InputDecl> {
     let mut path = None;
     let mut pin = None;
     for (key, v) in table(value, "an input", diags)?.iter() {
@@ -179,8 +178,7 @@ fn parse_input(
         diags.push(Diagnostic::new(format!("input `{}` has no `path`", name.get_ref()), name.span()));
         return None;
     };
-    let decl = InputDecl { name: name.get_ref().to_string(), path: dir.join(path), pin };
-    Some((decl, name.span()))
+    Some(InputDecl { name: name.get_ref().to_string(), path: dir.join(path), pin })
 }
 
 fn parse_step(
@@ -345,15 +343,13 @@ fn check_kind(name: &str, kind: ParamKind, fans_out: bool, p: &Param) -> Result<
 }
 
 /// Resolves `from` and input-naming parameters; checks arity and kinds.
-fn resolve_references(inputs: &[(InputDecl, Span)], steps: &[RawStep], diags: &mut Vec<Diagnostic>) -> Vec<Vec<Ref>> {
+fn resolve_references(inputs: &[InputDecl], steps: &[RawStep], diags: &mut Vec<Diagnostic>) -> Vec<Vec<Ref>> {
     let mut names: HashMap<&str, Ref> = HashMap::new();
-    for (i, (input, span)) in inputs.iter().enumerate() {
+    for (i, input) in inputs.iter().enumerate() {
         names.insert(&input.name, Ref::Input(i));
-        let _ = span;
     }
     for (i, step) in steps.iter().enumerate() {
-        if let Some(Ref::Input(j)) = names.insert(&step.name, Ref::Step(i)) {
-            let _ = j;
+        if let Some(Ref::Input(_)) = names.insert(&step.name, Ref::Step(i)) {
             diags.push(Diagnostic::new(
                 format!("`{}` names both an input and a step; references to it would be ambiguous", step.name),
                 step.span.clone(),
@@ -361,8 +357,8 @@ fn resolve_references(inputs: &[(InputDecl, Span)], steps: &[RawStep], diags: &m
         }
     }
     let all_names: Vec<&str> =
-        inputs.iter().map(|(d, _)| d.name.as_str()).chain(steps.iter().map(|s| s.name.as_str())).collect();
-    let input_names: Vec<&str> = inputs.iter().map(|(d, _)| d.name.as_str()).collect();
+        inputs.iter().map(|d| d.name.as_str()).chain(steps.iter().map(|s| s.name.as_str())).collect();
+    let input_names: Vec<&str> = inputs.iter().map(|d| d.name.as_str()).collect();
     let mut refs = Vec::with_capacity(steps.len());
     for step in steps {
         let mut resolved = Vec::new();
@@ -463,7 +459,7 @@ struct Instance {
 }
 
 fn expand(
-    inputs: &[(InputDecl, Span)],
+    inputs: &[InputDecl],
     steps: &[RawStep],
     refs: &[Vec<Ref>],
     order: &[usize],
@@ -484,7 +480,7 @@ fn expand(
                 Ref::Input(i) if spec.from_input_only => vec![(Source::Input(i), Vec::new())],
                 Ref::Input(i) => {
                     let idx = *implicit_loads.entry(i).or_insert_with(|| {
-                        let name = inputs[i].0.name.clone();
+                        let name = inputs[i].name.clone();
                         nodes.push(NodeDecl {
                             id: name.clone(),
                             step: name,
