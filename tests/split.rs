@@ -236,3 +236,100 @@ fn split_requires_one_limit() {
     assert!(err.contains("M (megabytes)"), "{err}");
     assert!(shards(&prefix).is_empty());
 }
+
+/// Any shard of a split stands for the whole model: quantizing from the
+/// third shard equals quantizing the unsplit file.
+#[test]
+fn any_shard_loads_the_whole_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = split_tiny(dir.path(), "tiny", "8");
+    let (from_shard, from_file) = (dir.path().join("a.gguf"), dir.path().join("b.gguf"));
+    run_ok(&["quantize".as_ref(), set[2].as_os_str(), from_shard.as_os_str(), "Q4_K_M".as_ref()]);
+    run_ok(&["quantize".as_ref(), common::tiny_model().as_os_str(), from_file.as_os_str(), "Q4_K_M".as_ref()]);
+    assert_same_file(&from_shard, &from_file);
+}
+
+/// `quantize --keep-split` writes shards like the input's, byte-identical to
+/// llama-quantize `--keep-split`.
+#[test]
+fn keep_split_matches_llama_quantize() {
+    let Some(llama) = common::reference("build/bin/llama-quantize") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let set = split_tiny(dir.path(), "tiny", "8");
+    for preset in ["Q8_0", "Q4_K_M"] {
+        let theirs = dir.path().join(format!("theirs-{preset}.gguf"));
+        let ours = dir.path().join(format!("ours-{preset}.gguf"));
+        let status = Command::new(&llama).arg("--keep-split").arg(&set[0]).arg(&theirs).arg(preset).output().unwrap();
+        assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+        run_ok(&["quantize".as_ref(), "--keep-split".as_ref(), set[1].as_os_str(), ours.as_os_str(), preset.as_ref()]);
+        let (theirs, ours) =
+            (shards(&dir.path().join(format!("theirs-{preset}"))), shards(&dir.path().join(format!("ours-{preset}"))));
+        assert_eq!(theirs.len(), 3, "{theirs:?}");
+        assert_eq!(ours.len(), 3, "{ours:?}");
+        for (t, o) in theirs.iter().zip(&ours) {
+            assert_same_file(t, o);
+        }
+    }
+}
+
+/// Splitting and merging as recipe steps: an export with `split` writes the
+/// same shards as the command, and `merge-shards` gives the original back.
+#[test]
+fn recipe_split_and_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let set = split_tiny(d, "cmd", "8");
+    fs::copy(common::tiny_model(), d.join("tiny.gguf")).unwrap();
+    let recipe = d.join("r.toml");
+    fs::write(
+        &recipe,
+        r#"
+[input.tiny]
+path = "tiny.gguf"
+
+[input.shards]
+path = "cmd-00002-of-00003.gguf"
+
+[step.split]
+op = "export"
+from = "tiny"
+path = "out/rec.gguf"
+split = { max_tensors = 8 }
+
+[step.merged]
+op = "merge-shards"
+from = "shards"
+
+[step.whole]
+op = "export"
+from = "merged"
+path = "out/merged.gguf"
+
+[step.kept]
+op = "merge-shards"
+from = "shards"
+keep_split_keys = true
+
+[step.whole-kept]
+op = "export"
+from = "kept"
+path = "out/merged-kept.gguf"
+"#,
+    )
+    .unwrap();
+    let cache = d.join("cache");
+    run_ok(&["run".as_ref(), recipe.as_os_str(), "--cache-dir".as_ref(), cache.as_os_str()]);
+    let ours = shards(&d.join("out/rec"));
+    assert_eq!(ours.len(), 3);
+    for (a, b) in set.iter().zip(&ours) {
+        assert_same_file(a, b);
+    }
+    assert_same_file(&d.join("out/merged.gguf"), &common::tiny_model());
+    let merged = ModelFile::open(&d.join("out/merged-kept.gguf"), OpenOptions::default()).unwrap();
+    assert_eq!(merged.metadata.get(split::SPLIT_COUNT).and_then(|v| v.as_u64()), Some(0));
+    // Nothing changed: all hits, even for the split export's three files.
+    let again =
+        run_ok(&["run".as_ref(), recipe.as_os_str(), "--cache-dir".as_ref(), cache.as_os_str(), "--json".as_ref()]);
+    let report: serde_json::Value = serde_json::from_str(&again).unwrap();
+    assert_eq!(report["totals"]["ran"], 0, "{report}");
+}

@@ -18,7 +18,7 @@ pub(super) enum CacheCommand {
         #[command(flatten)]
         dir: CacheDir,
         /// Keep at most this much: bytes, or a number with K, M, G (10^3…) or KiB, MiB, GiB.
-        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        #[arg(long, value_name = "SIZE", value_parser = crate::formats::parse_size)]
         max_size: Option<u64>,
         /// Remove entries not used for this long: a number with s, m, h or d (e.g. 30d).
         #[arg(long, value_name = "AGE", value_parser = parse_age)]
@@ -134,27 +134,6 @@ fn format_age(age: Duration) -> String {
         3600..86400 => format!("{}h", s / 3600),
         _ => format!("{}d", s / 86400),
     }
-}
-
-/// `250MB`, `2GiB`, `1000`.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let number: f64 = number.parse().map_err(|_| format!("`{text}` is not a size"))?;
-    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "m" | "mb" => 1e6,
-        "g" | "gb" => 1e9,
-        "t" | "tb" => 1e12,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "tib" => 1024f64.powi(4),
-        other => return Err(format!("unknown size unit `{other}` (use B, KB, MB, GB, KiB, MiB, GiB…)")),
-    };
-    Ok((number * scale) as u64)
 }
 
 /// `90s`, `15m`, `12h`, `30d`.

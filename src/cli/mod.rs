@@ -8,6 +8,7 @@ mod diff;
 mod inspect;
 mod quantize;
 mod run;
+mod split;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -21,7 +22,9 @@ use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::ops::Op;
 use crate::ops::dequantize::DequantizeOptions;
 use crate::ops::edit::{self, Edits};
+use crate::ops::export::SplitMode;
 use crate::ops::inspect::InspectOptions;
+use crate::ops::load::MergeOptions;
 use crate::ops::quantize::KvOverride;
 use crate::quant::mixture::TensorTypeOverride;
 use crate::types::GgmlType;
@@ -113,6 +116,8 @@ enum Command {
         /// Print the shards that would be written; write nothing.
         #[arg(long)]
         dry_run: bool,
+        #[command(flatten)]
+        cache: CacheArgs,
     },
     /// Merge the shards of a split (given any one of them) into one GGUF file.
     Merge {
@@ -121,6 +126,8 @@ enum Command {
         /// Keep the split.* keys (split.count = 0), as llama-gguf-split --merge does.
         #[arg(long)]
         keep_split_keys: bool,
+        #[command(flatten)]
+        cache: CacheArgs,
     },
 }
 
@@ -161,6 +168,9 @@ struct QuantizeArgs {
     /// Print the per-tensor plan and the output size; write nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Write the output as shards like the input's (OUT-0000i-of-0000N.gguf), as llama-quantize does.
+    #[arg(long)]
+    keep_split: bool,
     /// Worker threads (default: all cores); the positional NTHREADS also sets it.
     #[arg(long)]
     threads: Option<usize>,
@@ -255,7 +265,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let options = DequantizeOptions::from_name(&ty).with_context(|| format!("unknown float type `{ty}`"))?;
             let ops = vec![(Op::Dequantize(options), Vec::new())];
             let settings = cache.settings(threads, OpenOptions::default());
-            let report = oneshot::run("dequantize", &input, &[], ops, &output, &settings)
+            let report = oneshot::run(oneshot::job("dequantize", &input, ops, &output), &settings)
                 .with_context(|| format!("cannot dequantize {}", input.display()))?;
             eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
         }
@@ -270,34 +280,38 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             out.flush()?;
         }
-        Command::Split { input, out_prefix, max_size, max_tensors, no_tensor_first_split, dry_run } => {
-            use crate::ops::split::{self, SplitLimit, SplitOptions};
+        Command::Split { input, out_prefix, max_size, max_tensors, no_tensor_first_split, dry_run, cache } => {
+            use crate::ops::split::{SplitLimit, SplitOptions};
             let limit = match (max_size, max_tensors) {
                 (Some(bytes), _) => SplitLimit::MaxSize(bytes),
                 (None, Some(n)) => SplitLimit::MaxTensors(usize::try_from(n).unwrap_or(usize::MAX)),
                 (None, None) => anyhow::bail!("give --max-size or --max-tensors"),
             };
             let options = SplitOptions { limit, no_tensor_first_split };
-            let shards = split::split_file(&input, &out_prefix, options, dry_run)
-                .with_context(|| format!("cannot split {}", input.display()))?;
+            let context = || format!("cannot split {}", input.display());
+            if dry_run {
+                return split::print_plan(&input, &out_prefix, options).with_context(context);
+            }
+            // The export path's `.gguf` is what shard names replace.
+            let mut output = out_prefix.into_os_string();
+            output.push(".gguf");
+            let output = PathBuf::from(output);
+            let mut job = oneshot::job("split", &input, Vec::new(), &output);
+            job.split = SplitMode::Limit(options);
+            let report = oneshot::run(job, &cache.settings(Some(1), OpenOptions::default())).with_context(context)?;
             let mut out = io::stdout().lock();
-            for shard in &shards {
-                let verb = if dry_run { "would write" } else { "wrote" };
-                let size = human_bytes(shard.bytes as f64);
-                writeln!(out, "{verb} {}: {} tensors, {size}", shard.path.display(), shard.n_tensors)?;
+            for file in report.files() {
+                let size = human_bytes(file.bytes as f64);
+                writeln!(out, "wrote {}: {} tensors, {size}", file.path.display(), file.tensors)?;
             }
             out.flush()?;
         }
-        Command::Merge { shard, output, keep_split_keys } => {
-            let summary = crate::ops::split::merge_files(&shard, &output, keep_split_keys)
+        Command::Merge { shard, output, keep_split_keys, cache } => {
+            let mut job = oneshot::job("merge", &shard, Vec::new(), &output);
+            job.read = Op::MergeShards(MergeOptions { keep_split_keys });
+            let report = oneshot::run(job, &cache.settings(Some(1), OpenOptions::default()))
                 .with_context(|| format!("cannot merge the split of {}", shard.display()))?;
-            eprintln!(
-                "wrote {}: {} shards, {} tensors, {}",
-                output.display(),
-                summary.n_shards,
-                summary.n_tensors,
-                human_bytes(summary.bytes_written as f64)
-            );
+            eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
         }
     }
     Ok(())

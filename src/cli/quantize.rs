@@ -8,6 +8,7 @@ use super::{QuantizeArgs, default_threads};
 use crate::exec::oneshot;
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::ops::Op;
+use crate::ops::export::SplitMode;
 use crate::ops::quantize::{self, QuantizeOptions, QuantizePlan, parse_preset};
 use crate::quant::mixture::MixtureOptions;
 
@@ -19,6 +20,7 @@ pub(super) fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     mixture.output_tensor_type = args.output_tensor_type;
     mixture.token_embedding_type = args.token_embedding_type;
     mixture.tensor_types = args.tensor_type;
+    mixture.keep_split = args.keep_split;
     let options = QuantizeOptions {
         mixture,
         allow_requantize: args.allow_requantize,
@@ -38,11 +40,14 @@ pub(super) fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let extra: Vec<(&str, &std::path::Path)> = args.imatrix.iter().map(|p| ("imatrix", p.as_path())).collect();
     let uses = if extra.is_empty() { Vec::new() } else { vec![1] };
-    let ops = vec![(Op::Quantize(Box::new(options)), uses)];
+    let mut job = oneshot::job("quantize", &args.input, vec![(Op::Quantize(Box::new(options)), uses)], &args.output);
+    job.extra_inputs = &extra;
+    if args.keep_split {
+        job.split = SplitMode::LikeInput;
+    }
     let jobs = args.threads.or(args.nthreads).unwrap_or_else(default_threads);
     let settings = args.cache.settings(Some(jobs), OpenOptions::default());
-    let report = oneshot::run("quantize", &args.input, &extra, ops, &args.output, &settings)
-        .with_context(|| format!("cannot quantize {}", args.input.display()))?;
+    let report = oneshot::run(job, &settings).with_context(|| format!("cannot quantize {}", args.input.display()))?;
     let totals = &report.totals;
     eprintln!(
         "wrote {}: {} ({}), {} tensors encoded, {} from cache, {} copied, in {:.2} s",

@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use crate::artifact::{Tensor, TensorData};
 use crate::codecs::{self, CodecError};
-use crate::formats::{FormatError, ModelFile, OpenOptions};
+use crate::formats::{AtomicOutput, FormatError, ModelFile, OpenOptions};
 use crate::ops::quantize::importance_from_blob;
 use crate::store::{ActionKind, Key, Store, StoreError};
 
@@ -122,6 +122,32 @@ impl Materializer<'_> {
             },
         }
         Ok(())
+    }
+
+    /// Writes `tensor`'s bytes to the output file, copying file to file in
+    /// the kernel (copy_file_range) when they already exist somewhere.
+    pub fn write_to_file(&self, tensor: &Tensor, out: &mut AtomicOutput) -> Result<(), MaterializeError> {
+        let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
+        let blob = match &tensor.data {
+            TensorData::Input { file, index } => {
+                let model = self.files.model(file)?;
+                let info = self.input_info(&model, *index, tensor)?;
+                model.copy_tensor_data_to_file(info, out.file().map_err(io_err)?).map_err(io_err)?;
+                self.counters.copied.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            TensorData::Blob { hash } => Some(*hash),
+            TensorData::Convert { .. } => self.cached(&tensor.key),
+        };
+        match blob {
+            Some(hash) => {
+                let mut file = File::open(self.store.blob_path(&hash)).map_err(io_err)?;
+                io::copy(&mut file, out.file().map_err(io_err)?).map_err(io_err)?;
+                self.counters.reused.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            None => self.encode(tensor, out.writer()),
+        }
     }
 
     /// `tensor` with its bytes in a blob (same key), for a step that keeps

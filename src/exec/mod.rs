@@ -17,7 +17,7 @@ pub mod oneshot;
 pub mod report;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -26,10 +26,12 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::artifact::{Tensor, TensorSet};
 use crate::codecs::CODEC_VERSION;
-use crate::formats::{AtomicOutput, FormatError, OpenOptions, TensorDataSource, gguf, same_file};
+use crate::formats::{AtomicOutput, FormatError, OpenOptions, gguf, same_file};
+use crate::ops::export::ExportOptions;
+use crate::ops::split::SplitError;
 use crate::ops::{self, Op};
 use crate::recipe::{NodeDecl, Recipe, Source};
-use crate::store::fingerprint::{ContentHash, hash_file, stat_key};
+use crate::store::fingerprint::{hash_file, stat_key};
 use crate::store::{ActionKind, Key, KeyBuilder, Store, StoreError};
 use materialize::{InputFiles, MaterializeError, Materializer};
 use report::{InputReport, NodeReport, RunReport, Status};
@@ -48,6 +50,8 @@ pub enum RunError {
     Input { name: String, path: PathBuf, source: StoreError },
     #[error("input `{name}` ({}) has blake3 {actual}, but the recipe pins {expected}", path.display())]
     PinMismatch { name: String, path: PathBuf, expected: Key, actual: Key },
+    #[error("input `{name}`: {source}")]
+    Split { name: String, source: Box<SplitError> },
     #[error("cannot start the workers: {0}")]
     Workers(String),
 }
@@ -77,6 +81,10 @@ pub enum NodeError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("input `{0}` failed")]
     Upstream(String),
+    #[error("{}: not a shard name (expected PREFIX-NNNNN-of-NNNNN.gguf, more than one shard)", .0.display())]
+    NotASplit(PathBuf),
+    #[error(transparent)]
+    Split(#[from] SplitError),
 }
 
 /// The node-cache entry: where the manifest is and what it needs.
@@ -93,13 +101,20 @@ struct NodeEntry {
     kept: bool,
 }
 
-/// The export-cache entry: the file an export wrote, by content and stat.
+/// The export-cache entry: the files an export wrote, by content and stat.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ExportEntry {
     blobs: Vec<Key>,
     recipe: String,
     id: String,
     path: PathBuf,
+    bytes: u64,
+    /// In output order (a split's shards in order).
+    files: Vec<ExportedFile>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ExportedFile {
     file_hash: Key,
     len: u64,
     /// Stat fingerprints of files known to hold these bytes.
@@ -109,10 +124,19 @@ struct ExportEntry {
 /// Fingerprints kept per export entry (one per place the file was written).
 const MAX_FINGERPRINTS: usize = 16;
 
+/// An input bound to its content: one file, or every shard of a split.
+#[derive(Debug, Clone)]
+struct BoundInput {
+    /// The file's blake3, or (a split) a key over every shard's.
+    key: Key,
+    /// Content hashes of the files, in shard order.
+    shards: Vec<Key>,
+}
+
 /// A recipe with its inputs hashed and its nodes keyed.
 struct Bound {
     recipe: Recipe,
-    inputs: Vec<Option<ContentHash>>,
+    inputs: Vec<Option<BoundInput>>,
     keys: Vec<Key>,
     consumers: Vec<Vec<usize>>,
     files: InputFiles,
@@ -160,35 +184,55 @@ impl Engine {
                 inputs.push(None);
                 continue;
             }
-            // A store that keeps nothing needs keys unique to this run only.
-            let content = match self.store.persists_tensors() || decl.pin.is_some() {
-                true => self.store.content_hash(&decl.path),
-                false => self.store.stat_identity(&decl.path),
-            };
-            let content = content.map_err(|source| RunError::Input {
-                name: decl.name.clone(),
-                path: decl.path.clone(),
-                source,
-            })?;
-            if let Some(expected) = decl.pin
-                && expected != content.hash
-            {
-                return Err(RunError::PinMismatch {
-                    name: decl.name.clone(),
-                    path: decl.path.clone(),
-                    expected,
-                    actual: content.hash,
-                });
+            let input_err = |source| RunError::Input { name: decl.name.clone(), path: decl.path.clone(), source };
+            let files = ops::split::shard_set(&decl.path).unwrap_or_else(|| vec![decl.path.clone()]);
+            let mut shards = Vec::with_capacity(files.len());
+            let (mut bytes, mut rehashed) = (0, false);
+            for (no, file) in files.iter().enumerate() {
+                if !file.exists() && files.len() > 1 {
+                    let source = SplitError::MissingShard { path: file.clone(), shard: no + 1, count: files.len() };
+                    return Err(RunError::Split { name: decl.name.clone(), source: Box::new(source) });
+                }
+                // A store that keeps nothing needs keys unique to this run only.
+                let content = match self.store.persists_tensors() || decl.pin.is_some() {
+                    true => self.store.content_hash(file),
+                    false => self.store.stat_identity(file),
+                };
+                let content = content.map_err(input_err)?;
+                if let Some(expected) = decl.pin
+                    && *file == decl.path
+                    && expected != content.hash
+                {
+                    return Err(RunError::PinMismatch {
+                        name: decl.name.clone(),
+                        path: decl.path.clone(),
+                        expected,
+                        actual: content.hash,
+                    });
+                }
+                paths.insert(content.hash, file.clone());
+                shards.push(content.hash);
+                bytes += content.len;
+                rehashed |= content.rehashed;
             }
-            paths.insert(content.hash, decl.path.clone());
+            let key = match shards.as_slice() {
+                [single] => *single,
+                _ => {
+                    let mut key = KeyBuilder::new("input.split");
+                    shards.iter().for_each(|h| {
+                        key.key(h);
+                    });
+                    key.finish()
+                }
+            };
             reports.push(InputReport {
                 name: decl.name.clone(),
                 path: decl.path.clone(),
-                content_key: content.hash.hex(),
-                bytes: content.len,
-                rehashed: content.rehashed,
+                content_key: key.hex(),
+                bytes,
+                rehashed,
             });
-            inputs.push(Some(content));
+            inputs.push(Some(BoundInput { key, shards }));
         }
         let mut keys: Vec<Key> = Vec::with_capacity(recipe.nodes.len());
         let mut consumers = vec![Vec::new(); recipe.nodes.len()];
@@ -224,7 +268,7 @@ impl Engine {
         let mut fresh = vec![false; n];
         for i in 0..n {
             match &bound.recipe.nodes[i].op {
-                Op::Export(o) => fresh[i] = self.export_is_fresh(&bound.keys[i], &o.path),
+                Op::Export(o) => fresh[i] = self.export_is_fresh(&bound.keys[i], o),
                 _ => {
                     let keep = bound.recipe.nodes[i].keep;
                     cached[i] = self.node_entry(&bound.keys[i]).is_some_and(|e| e.kept || !keep)
@@ -310,7 +354,7 @@ impl Engine {
                 .collect();
             let (hit, mut report) = match &node.op {
                 Op::Export(o) => {
-                    let hit = self.export_is_fresh(&key, &o.path);
+                    let hit = self.export_is_fresh(&key, o);
                     let mut report = shared.report(i, Status::Miss);
                     report.bytes_out = inputs
                         .as_ref()
@@ -345,38 +389,44 @@ impl Engine {
         self.store.has_blob(&entry.manifest).then_some(entry)
     }
 
-    /// True when `path` holds the bytes this export wrote before: its stat
-    /// is one we recorded, or its content hashes to what we wrote.
-    fn export_is_fresh(&self, key: &Key, path: &Path) -> bool {
+    /// True when every file this export wrote before still holds its bytes:
+    /// its stat is one we recorded, or its content hashes to what we wrote.
+    fn export_is_fresh(&self, key: &Key, options: &ExportOptions) -> bool {
         let Some(mut entry) =
             self.store.get_action(ActionKind::Export, key).and_then(|b| serde_json::from_slice::<ExportEntry>(&b).ok())
         else {
             return false;
         };
-        let Ok(meta) = std::fs::metadata(path) else { return false };
-        if meta.len() != entry.len {
-            return false;
+        let count = entry.files.len();
+        let mut learned = false;
+        for (no, file) in entry.files.iter_mut().enumerate() {
+            let path = ops::export::output_path(options, no, count);
+            let Ok(meta) = std::fs::metadata(&path) else { return false };
+            if meta.len() != file.len {
+                return false;
+            }
+            let fingerprint = stat_key(&meta);
+            if file.fingerprints.contains(&fingerprint) {
+                continue;
+            }
+            if hash_file(&path).ok() != Some(file.file_hash) {
+                return false;
+            }
+            file.fingerprints.insert(0, fingerprint);
+            file.fingerprints.truncate(MAX_FINGERPRINTS);
+            learned = true;
         }
-        let fingerprint = stat_key(&meta);
-        if entry.fingerprints.contains(&fingerprint) {
-            return true;
-        }
-        if hash_file(path).ok() != Some(entry.file_hash) {
-            return false;
-        }
-        entry.fingerprints.insert(0, fingerprint);
-        entry.fingerprints.truncate(MAX_FINGERPRINTS);
-        if let Ok(json) = serde_json::to_vec(&entry) {
+        if learned && let Ok(json) = serde_json::to_vec(&entry) {
             // Best effort: without the fingerprint the next run hashes again.
             let _ = self.store.put_action(ActionKind::Export, key, &json);
         }
-        true
+        count > 0
     }
 }
 
-fn input_hash(inputs: &[Option<ContentHash>], i: usize) -> Key {
+fn input_hash(inputs: &[Option<BoundInput>], i: usize) -> Key {
     // bind() hashes every input a node names before keying nodes.
-    inputs[i].map_or(Key([0; 32]), |c| c.hash)
+    inputs[i].as_ref().map_or(Key([0; 32]), |b| b.key)
 }
 
 fn ms(since: Instant) -> f64 {
@@ -490,6 +540,7 @@ impl Shared {
                 Op::Export(o) => Some(o.path.clone()),
                 _ => None,
             },
+            files: Vec::new(),
             why: Vec::new(),
             error: None,
         }
@@ -501,7 +552,7 @@ impl Shared {
         let mut report = self.report(i, if run { Status::Ran } else { Status::Hit });
         report.bytes_in = inputs.iter().map(|s| total_bytes(s)).sum();
         let result = match &self.bound.recipe.nodes[i].op {
-            Op::Export(o) => self.export(i, &inputs, &o.path, &mut report).map(|()| Outcome::Written),
+            Op::Export(o) => self.export(i, &inputs, o, &mut report).map(|()| Outcome::Written),
             _ => self.manifest(i, inputs, false).and_then(|set| {
                 report.bytes_out = total_bytes(&set);
                 if self.bound.recipe.nodes[i].keep && run { self.keep(i, set, &mut report) } else { Ok(set) }
@@ -567,12 +618,25 @@ impl Shared {
         let node: &NodeDecl = &self.bound.recipe.nodes[i];
         let input = || inputs.first().map(Arc::as_ref).ok_or_else(|| NodeError::Upstream(node.id.clone()));
         Ok(match &node.op {
-            Op::Load => {
+            Op::Load | Op::MergeShards(_) => {
                 let Some(&Source::Input(j)) = node.from.first() else {
                     return Err(NodeError::Upstream(node.id.clone()));
                 };
-                let content = input_hash(&self.bound.inputs, j);
-                ops::load::apply(&*self.bound.files.model(&content)?, content)
+                let shards = self.bound.inputs[j].as_ref().map_or(&[][..], |b| b.shards.as_slice());
+                let merge = match &node.op {
+                    Op::MergeShards(o) => Some(*o),
+                    _ => None,
+                };
+                match (merge, shards) {
+                    (None, [single]) => ops::load::apply(&*self.bound.files.model(single)?, *single),
+                    (Some(_), [_]) => return Err(NodeError::NotASplit(self.bound.recipe.inputs[j].path.clone())),
+                    (merge, _) => {
+                        let models = shards.iter().map(|h| self.bound.files.model(h)).collect::<Result<Vec<_>, _>>()?;
+                        let with_keys: Vec<_> = models.iter().map(|m| &**m).zip(shards.iter().copied()).collect();
+                        let options = merge.unwrap_or(ops::load::MergeOptions { keep_split_keys: false });
+                        ops::load::apply_split(&with_keys, options)?
+                    }
+                }
             }
             Op::Dequantize(o) => ops::quantize::apply(input()?, &o.quantize_options(), None, &self.store)?,
             Op::Quantize(o) => {
@@ -605,97 +669,77 @@ impl Shared {
         Ok(Arc::new(kept))
     }
 
-    /// Writes node `i`'s input as a GGUF file at `path` and records it.
+    /// Writes node `i`'s input as the export's file (or shards) and records
+    /// what was written. Every file appears only once all are complete.
     fn export(
         &self,
         i: usize,
         inputs: &[Arc<TensorSet>],
-        path: &Path,
+        options: &ExportOptions,
         report: &mut NodeReport,
     ) -> Result<(), NodeError> {
         let set = inputs.first().ok_or_else(|| NodeError::Upstream(self.bound.recipe.nodes[i].id.clone()))?;
-        if let Some(input) = self.bound.files.paths().find(|p| same_file(p, path)) {
-            return Err(NodeError::OutputIsInput { input: input.clone(), output: path.to_owned() });
-        }
-        let write_err = |source| NodeError::Write { path: path.to_owned(), source };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(write_err)?;
-        }
-        let infos = set.infos();
-        let planned = gguf::file_len(&set.metadata, &infos).map_err(write_err)?;
+        let files = ops::export::output_files(set, options)?;
+        let planned: u64 = set.tensors.iter().map(Tensor::n_bytes).sum();
         let bar = self.progress.add(ProgressBar::new(planned));
         bar.set_style(
             ProgressStyle::with_template("{msg:24!} {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {eta}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.set_message(self.bound.recipe.nodes[i].id.clone());
-        let mut out = AtomicOutput::create(path).map_err(write_err)?;
-        let mut hashing = HashingWriter { inner: out.writer(), hasher: blake3::Hasher::new(), bar: &bar };
         let m = self.materializer();
-        let mut source = SetWriter { set, materializer: &m, error: None };
-        let written = gguf::write_gguf(&mut hashing, set.endian, &set.metadata, &infos, &mut source);
-        let file_hash = Key(*hashing.hasher.finalize().as_bytes());
-        bar.finish_and_clear();
-        if let Some(e) = source.error.take() {
-            return Err(e.into());
+        let mut written = Vec::with_capacity(files.len());
+        for file in &files {
+            let path = &file.path;
+            if let Some(input) = self.bound.files.paths().find(|p| same_file(p, path)) {
+                return Err(NodeError::OutputIsInput { input: input.clone(), output: path.clone() });
+            }
+            let write_err = |source| NodeError::Write { path: path.clone(), source };
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(write_err)?;
+            }
+            let tensors: Vec<&Tensor> = file.plan.tensors.iter().map(|&t| &set.tensors[t]).collect();
+            let infos: Vec<_> = tensors.iter().map(|t| t.info()).collect();
+            let mut out = AtomicOutput::create(path).map_err(write_err)?;
+            let layout =
+                gguf::write_header(out.writer(), set.endian, &file.plan.metadata, &infos).map_err(write_err)?;
+            for tensor in tensors {
+                m.write_to_file(tensor, &mut out)?;
+                gguf::write_padding(out.writer(), tensor.n_bytes(), layout.alignment).map_err(write_err)?;
+                bar.inc(tensor.n_bytes());
+            }
+            written.push((path.clone(), out, layout.file_len, file.plan.tensors.len()));
         }
-        let layout = written.map_err(write_err)?;
-        out.commit().map_err(write_err)?;
-        let meta = std::fs::metadata(path).map_err(write_err)?;
-        let entry = ExportEntry {
-            blobs: Vec::new(),
-            recipe: self.bound.recipe.name.clone(),
-            id: self.bound.recipe.nodes[i].id.clone(),
-            path: path.to_owned(),
-            file_hash,
-            len: layout.file_len,
-            fingerprints: vec![stat_key(&meta)],
-        };
-        let json = serde_json::to_vec(&entry).map_err(|e| write_err(e.into()))?;
+        bar.finish_and_clear();
+        let count = written.len();
+        let mut records = Vec::with_capacity(count);
+        for (path, out, len, tensors) in written {
+            let write_err = |source| NodeError::Write { path: path.clone(), source };
+            out.commit().map_err(write_err)?;
+            report.bytes_out += len;
+            report.files.push(report::FileReport { path: path.clone(), bytes: len, tensors });
+            if self.store.persists_tensors() {
+                let meta = std::fs::metadata(&path).map_err(write_err)?;
+                let file_hash = hash_file(&path).map_err(write_err)?;
+                records.push(ExportedFile { file_hash, len, fingerprints: vec![stat_key(&meta)] });
+            }
+        }
         if self.store.persists_tensors() {
+            let entry = ExportEntry {
+                blobs: Vec::new(),
+                recipe: self.bound.recipe.name.clone(),
+                id: self.bound.recipe.nodes[i].id.clone(),
+                path: options.path.clone(),
+                bytes: report.bytes_out,
+                files: records,
+            };
+            let json = serde_json::to_vec(&entry)
+                .map_err(|e| NodeError::Write { path: options.path.clone(), source: e.into() })?;
             self.store.put_action(ActionKind::Export, &self.bound.keys[i], &json)?;
         }
-        report.bytes_out = layout.file_len;
         report.tensors_encoded = m.counters.encoded.load(Ordering::Relaxed);
         report.tensors_reused = m.counters.reused.load(Ordering::Relaxed);
         report.tensors_copied = m.counters.copied.load(Ordering::Relaxed);
         Ok(())
-    }
-}
-
-/// Supplies a set's tensors to the GGUF writer, keeping errors typed.
-struct SetWriter<'a> {
-    set: &'a TensorSet,
-    materializer: &'a Materializer<'a>,
-    error: Option<MaterializeError>,
-}
-
-impl TensorDataSource for SetWriter<'_> {
-    fn write_tensor(&mut self, idx: usize, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-        self.materializer.write(&self.set.tensors[idx], out).map_err(|e| {
-            let message = e.to_string();
-            self.error = Some(e);
-            std::io::Error::other(message)
-        })
-    }
-}
-
-/// Hashes what passes through, and moves the progress bar.
-struct HashingWriter<'a> {
-    inner: &'a mut dyn std::io::Write,
-    hasher: blake3::Hasher,
-    bar: &'a ProgressBar,
-}
-
-impl std::io::Write for HashingWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.bar.inc(n as u64);
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
     }
 }

@@ -11,7 +11,8 @@ use super::report::{RunReport, Status};
 use super::{Engine, RunError};
 use crate::formats::OpenOptions;
 use crate::ops::Op;
-use crate::recipe::Recipe;
+use crate::ops::export::SplitMode;
+use crate::recipe::{OneShot, Recipe};
 use crate::store::{Store, StoreError};
 
 /// How a one-shot command runs.
@@ -33,27 +34,23 @@ pub enum OneShotError {
     Failed(String),
 }
 
-/// Loads `input`, applies `ops` (each with the indices of `extra_inputs` it
-/// uses) and exports the result to `output`.
-pub fn run(
-    name: &str,
-    input: &Path,
-    extra_inputs: &[(&str, &Path)],
-    ops: Vec<(Op, Vec<usize>)>,
-    output: &Path,
-    settings: &OneShotSettings,
-) -> Result<RunReport, OneShotError> {
+/// Runs `job` and returns the report, or the first node's failure.
+pub fn run(job: OneShot<'_>, settings: &OneShotSettings) -> Result<RunReport, OneShotError> {
     let store = match &settings.cache_dir {
         Some(dir) => Store::open(dir)?,
         None => Store::ephemeral()?,
     };
     let engine = Engine::new(store, settings.jobs)?.with_open_options(settings.open);
-    let recipe = Recipe::one_shot(name, input, extra_inputs, ops, output);
-    let report = engine.run(&recipe, false)?;
+    let report = engine.run(&Recipe::one_shot(job), false)?;
     match report.nodes.iter().find(|n| n.status == Status::Failed) {
         Some(failed) => Err(OneShotError::Failed(failed.error.clone().unwrap_or_default())),
         None => Ok(report),
     }
+}
+
+/// A one-shot job that reads `input` and writes one file `output`.
+pub fn job<'a>(name: &'a str, input: &'a Path, ops: Vec<(Op, Vec<usize>)>, output: &'a Path) -> OneShot<'a> {
+    OneShot { name, input, extra_inputs: &[], read: Op::Load, ops, output, split: SplitMode::Whole }
 }
 
 /// `edit` as a recipe: load, the edits' ops, export.
@@ -64,5 +61,5 @@ pub fn edit_file(
     settings: &OneShotSettings,
 ) -> Result<RunReport, OneShotError> {
     let ops = edits.into_ops().into_iter().map(|op| (op, Vec::new())).collect();
-    run("edit", input, &[], ops, output, settings)
+    run(job("edit", input, ops, output), settings)
 }

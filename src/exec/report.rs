@@ -53,11 +53,21 @@ pub struct NodeReport {
     pub tensors_copied: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<PathBuf>,
+    /// The files an export wrote (one, or a split's shards).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileReport>,
     /// (plan) Why the node is not a hit.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub why: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FileReport {
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub tensors: usize,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -115,6 +125,11 @@ impl RunReport {
     /// Bytes of the files the exports wrote or found up to date.
     pub fn output_bytes(&self) -> u64 {
         self.nodes.iter().filter(|n| n.output.is_some()).map(|n| n.bytes_out).sum()
+    }
+
+    /// Every file the exports wrote.
+    pub fn files(&self) -> impl Iterator<Item = &FileReport> {
+        self.nodes.iter().flat_map(|n| &n.files)
     }
 
     pub fn failed(&self) -> bool {

@@ -24,7 +24,7 @@ pub use error::{ErrorKind, FormatError, HexBytes, Result};
 pub use ggml_legacy::{LegacyBlockLayout, LegacyVariant};
 pub use gguf::TensorDataSource;
 pub use output::{AtomicOutput, same_file};
-pub use source::{AccessMode, LoadReport, OpenOptions, Source, human_bytes};
+pub use source::{AccessMode, LoadReport, OpenOptions, Source, human_bytes, parse_size};
 
 use crate::model::{Endian, Metadata, StoredLayout, TensorInfo};
 use crate::types::{GgmlType, RemovedGgmlType};

@@ -91,6 +91,27 @@ pub fn human_bytes(n: f64) -> String {
     if unit == 0 { format!("{value:.0} B") } else { format!("{value:.1} {}", UNITS[unit]) }
 }
 
+/// `250MB`, `2GiB`, `1000`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: f64 = number.parse().map_err(|_| format!("`{text}` is not a size"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024f64.powi(4),
+        other => return Err(format!("unknown size unit `{other}` (use B, KB, MB, GB, KiB, MiB, GiB…)")),
+    };
+    Ok((number * scale) as u64)
+}
+
 /// An open model file.
 #[derive(Debug)]
 pub struct Source {

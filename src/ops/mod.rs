@@ -1,4 +1,4 @@
-//! Operations. The recipe ops (`load`, `dequantize`, `quantize`, `filter`,
+//! Operations. The recipe ops (`load`, `merge-shards`, `dequantize`, `quantize`, `filter`,
 //! `rename`, `set-metadata`, `delete-metadata`, `export`) are each a pure
 //! function of their input tensor sets and parameters, one file each, with
 //! the [`OpSpec`] that says what a recipe may pass them. The one-shot
@@ -17,18 +17,22 @@ pub mod quantize;
 pub mod rename;
 pub mod split;
 
+use std::path::PathBuf;
+
 use crate::recipe::{Diagnostic, OpSpec, Params};
 
 use dequantize::DequantizeOptions;
 use export::ExportOptions;
 use filter::FilterOptions;
+use load::MergeOptions;
 use metadata::{DeleteMetadata, SetMetadata};
 use quantize::QuantizeOptions;
 use rename::RenameOptions;
 
 /// Every recipe op, in the order the docs list them.
-pub const SPECS: [OpSpec; 8] = [
+pub const SPECS: [OpSpec; 9] = [
     load::SPEC,
+    load::MERGE_SPEC,
     dequantize::SPEC,
     quantize::SPEC,
     filter::SPEC,
@@ -46,6 +50,7 @@ pub fn spec(name: &str) -> Option<&'static OpSpec> {
 #[derive(Debug, Clone)]
 pub enum Op {
     Load,
+    MergeShards(MergeOptions),
     Dequantize(DequantizeOptions),
     Quantize(Box<QuantizeOptions>),
     Filter(FilterOptions),
@@ -58,9 +63,10 @@ pub enum Op {
 impl Op {
     /// Reads the parameters of a node of op `spec`. An export's path comes
     /// resolved from the recipe.
-    pub fn from_params(spec: &OpSpec, params: &Params, export: Option<ExportOptions>) -> Result<Op, Vec<Diagnostic>> {
+    pub fn from_params(spec: &OpSpec, params: &Params, export: Option<PathBuf>) -> Result<Op, Vec<Diagnostic>> {
         Ok(match spec.name {
             "load" => Op::Load,
+            "merge-shards" => Op::MergeShards(MergeOptions::from_params(params)?),
             "dequantize" => Op::Dequantize(DequantizeOptions::from_params(params)?),
             "quantize" => Op::Quantize(Box::new(QuantizeOptions::from_params(params)?)),
             "filter" => Op::Filter(FilterOptions::from_params(params)?),
@@ -68,8 +74,9 @@ impl Op {
             "set-metadata" => Op::SetMetadata(SetMetadata::from_params(params)?),
             "delete-metadata" => Op::DeleteMetadata(DeleteMetadata::from_params(params)?),
             "export" => {
-                ExportOptions::check_params(params)?;
-                Op::Export(export.ok_or_else(|| vec![params.error("path", "`export` needs a `path`")])?)
+                let split = ExportOptions::split_from_params(params)?;
+                let path = export.ok_or_else(|| vec![params.error("path", "`export` needs a `path`")])?;
+                Op::Export(ExportOptions { path, split })
             }
             other => return Err(vec![Diagnostic::new(format!("unknown op `{other}`"), params.span.clone())]),
         })
@@ -78,6 +85,7 @@ impl Op {
     pub fn spec(&self) -> &'static OpSpec {
         match self {
             Op::Load => &load::SPEC,
+            Op::MergeShards(_) => &load::MERGE_SPEC,
             Op::Dequantize(_) => &dequantize::SPEC,
             Op::Quantize(_) => &quantize::SPEC,
             Op::Filter(_) => &filter::SPEC,
@@ -97,6 +105,7 @@ impl Op {
     pub fn key_params(&self) -> serde_json::Value {
         match self {
             Op::Load => serde_json::json!({}),
+            Op::MergeShards(o) => o.key_params(),
             Op::Dequantize(o) => o.key_params(),
             Op::Quantize(o) => o.key_params(),
             Op::Filter(o) => o.key_params(),

@@ -14,9 +14,8 @@ use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::formats::gguf::GgufLayout;
-use crate::formats::{AtomicOutput, FormatError, ModelFile, OpenOptions, gguf, same_file};
-use crate::model::{Endian, Metadata, TensorInfo, Value};
+use crate::formats::{FormatError, ModelFile, gguf};
+use crate::model::{Metadata, TensorInfo, Value};
 
 /// `split.no`: the shard's 0-based index (u16).
 pub const SPLIT_NO: &str = "split.no";
@@ -69,8 +68,6 @@ pub enum SplitError {
     OutputIsInput { input: PathBuf, output: PathBuf },
     #[error("writing {}: {source}", path.display())]
     Write { path: PathBuf, source: io::Error },
-    #[error("{}: not a shard name (expected PREFIX-NNNNN-of-NNNNN.gguf)", path.display())]
-    NotAShardName { path: PathBuf },
     #[error("{}: shard {shard} of {count} is missing", path.display())]
     MissingShard { path: PathBuf, shard: usize, count: usize },
     #[error("{}: not a shard: metadata key `{key}` is missing", path.display())]
@@ -136,8 +133,6 @@ pub fn plan_split(
     if options.limit == SplitLimit::MaxSize(0) {
         return Err(SplitError::BadLimit("--max-size must be positive".into()));
     }
-    let n_tensors = i32::try_from(tensors.len()).map_err(|_| SplitError::TooManyTensors { count: tensors.len() })?;
-
     let mut shards: Vec<Vec<usize>> = vec![Vec::new()];
     let start_shard = |shards: &mut Vec<Vec<usize>>, allow_empty: bool| {
         if !allow_empty && shards.last().is_some_and(Vec::is_empty) {
@@ -168,123 +163,102 @@ pub fn plan_split(
             last.push(i);
         }
     }
-    let count = u16::try_from(shards.len()).map_err(|_| SplitError::TooManyShards { count: shards.len() })?;
+    shard_plans(metadata, shards, tensors.len(), SplitKeyOrder::GgufSplit)
+}
 
+/// The order the `split.*` keys end a shard's metadata in: gguf's
+/// set-value appends a key, and the two tools set them in different orders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitKeyOrder {
+    /// llama-gguf-split sets `split.count` last, once the count is known.
+    GgufSplit,
+    /// llama-quantize `--keep-split` sets no, count, tensors.count.
+    Quantize,
+}
+
+/// The shards' metadata for a given assignment of tensors (indices) to
+/// shards. Only the first shard carries the model's metadata; every shard
+/// ends with the `split.*` keys.
+pub fn shard_plans(
+    metadata: &Metadata,
+    shards: Vec<Vec<usize>>,
+    n_tensors: usize,
+    order: SplitKeyOrder,
+) -> Result<Vec<ShardPlan>, SplitError> {
+    let n_tensors = i32::try_from(n_tensors).map_err(|_| SplitError::TooManyTensors { count: n_tensors })?;
+    let count = u16::try_from(shards.len()).map_err(|_| SplitError::TooManyShards { count: shards.len() })?;
     Ok(shards
         .into_iter()
         .enumerate()
         .map(|(no, tensors)| {
-            // Only the first shard carries the model's metadata. gguf's
-            // set-value appends (or moves) a key to the end, and
-            // llama-gguf-split sets split.count last, once the count is
-            // known: the keys end split.no, split.tensors.count, split.count.
             let mut shard_metadata = if no == 0 { metadata.clone() } else { Metadata::new() };
             shard_metadata.set_last(SPLIT_NO, Value::U16(no as u16));
-            shard_metadata.set_last(SPLIT_TENSORS_COUNT, Value::I32(n_tensors));
-            shard_metadata.set_last(SPLIT_COUNT, Value::U16(count));
+            match order {
+                SplitKeyOrder::GgufSplit => {
+                    shard_metadata.set_last(SPLIT_TENSORS_COUNT, Value::I32(n_tensors));
+                    shard_metadata.set_last(SPLIT_COUNT, Value::U16(count));
+                }
+                SplitKeyOrder::Quantize => {
+                    shard_metadata.set_last(SPLIT_COUNT, Value::U16(count));
+                    shard_metadata.set_last(SPLIT_TENSORS_COUNT, Value::I32(n_tensors));
+                }
+            }
             ShardPlan { metadata: shard_metadata, tensors }
         })
         .collect())
 }
 
-/// One shard written (or planned, on a dry run).
-#[derive(Debug, Clone)]
-pub struct ShardSummary {
-    pub path: PathBuf,
-    pub n_tensors: usize,
-    pub bytes: u64,
+/// The files of the split `path` belongs to, in shard order, when its name
+/// says it is one shard of several (`PREFIX-0000i-of-0000N.gguf`, N > 1).
+pub fn shard_set(path: &Path) -> Option<Vec<PathBuf>> {
+    let (prefix, _, count) = parse_shard_path(path)?;
+    (count > 1).then(|| (0..count).map(|no| shard_path(&prefix, no, count)).collect())
 }
 
-/// Splits `input` into `OUT_PREFIX-0000i-of-0000N.gguf`. On a dry run nothing
-/// is written. Every shard appears only once all of them are complete.
-pub fn split_file(
-    input: &Path,
-    out_prefix: &Path,
-    options: SplitOptions,
-    dry_run: bool,
-) -> Result<Vec<ShardSummary>, SplitError> {
-    let model = ModelFile::open(input, OpenOptions::default())?;
-    let plans = plan_split(&model.metadata, &model.tensors, options)?;
-    let count = plans.len();
-
-    let mut summaries = Vec::with_capacity(count);
-    let mut outputs = Vec::with_capacity(count);
-    for (no, plan) in plans.iter().enumerate() {
-        let path = shard_path(out_prefix, no, count);
-        let tensors: Vec<TensorInfo> = plan.tensors.iter().map(|&i| model.tensors[i].clone()).collect();
-        if dry_run {
-            let bytes = gguf::file_len(&plan.metadata, &tensors)
-                .map_err(|source| SplitError::Write { path: path.clone(), source })?;
-            summaries.push(ShardSummary { path, n_tensors: tensors.len(), bytes });
-            continue;
+/// Checks the `split.*` keys, byte order and tensors of a split's shards,
+/// given in order: every shard present once, numbered in order, from the
+/// same split, with no tensor twice and the promised number of tensors.
+pub fn check_shards(shards: &[&ModelFile]) -> Result<(), SplitError> {
+    let count = shards.len();
+    let mut seen: std::collections::HashMap<&str, &Path> = std::collections::HashMap::new();
+    let mut expected_total = None;
+    let mut found_total = 0u64;
+    for (no, shard) in shards.iter().enumerate() {
+        let path = shard.path();
+        expect_key(path, SPLIT_NO, no as u64, key_u64(shard, SPLIT_NO)?)?;
+        expect_key(path, SPLIT_COUNT, count as u64, key_u64(shard, SPLIT_COUNT)?)?;
+        let total = key_u64(shard, SPLIT_TENSORS_COUNT)?;
+        match expected_total {
+            None => expected_total = Some(total),
+            Some(expected) => expect_key(path, SPLIT_TENSORS_COUNT, expected, total)?,
         }
-        refuse_same_file(input, &path)?;
-        let write_err = |source| SplitError::Write { path: path.clone(), source };
-        let mut out = AtomicOutput::create(&path).map_err(write_err)?;
-        let sources: Vec<(&ModelFile, &TensorInfo)> =
-            plan.tensors.iter().map(|&i| (&model, &model.tensors[i])).collect();
-        let layout = write_copied(&mut out, model.endian, &plan.metadata, &sources).map_err(write_err)?;
-        summaries.push(ShardSummary { path: path.clone(), n_tensors: tensors.len(), bytes: layout.file_len });
-        outputs.push((path, out));
+        if shards[0].endian != shard.endian {
+            return Err(SplitError::EndianMismatch { path: path.to_owned() });
+        }
+        for tensor in &shard.tensors {
+            if let Some(first) = seen.insert(&tensor.name, path) {
+                return Err(SplitError::DuplicateTensor {
+                    path: path.to_owned(),
+                    name: tensor.name.clone(),
+                    first: first.to_owned(),
+                });
+            }
+        }
+        found_total += shard.tensors.len() as u64;
     }
-    // Commit only when every shard is written, so a failure leaves no set of
-    // shards that looks complete but is not.
-    for (path, out) in outputs {
-        out.commit().map_err(|source| SplitError::Write { path, source })?;
-    }
-    Ok(summaries)
-}
-
-/// Writes a GGUF whose tensors are copied from their source files, file to
-/// file in the kernel.
-fn write_copied(
-    out: &mut AtomicOutput,
-    endian: Endian,
-    metadata: &Metadata,
-    tensors: &[(&ModelFile, &TensorInfo)],
-) -> io::Result<GgufLayout> {
-    let infos: Vec<TensorInfo> = tensors.iter().map(|(_, t)| (*t).clone()).collect();
-    let layout = gguf::write_header(out.writer(), endian, metadata, &infos)?;
-    let file = out.file()?;
-    for (model, tensor) in tensors {
-        model.copy_tensor_data_to_file(tensor, file)?;
-        gguf::write_padding(file, tensor.n_bytes(), layout.alignment)?;
-    }
-    Ok(layout)
-}
-
-fn refuse_same_file(input: &Path, output: &Path) -> Result<(), SplitError> {
-    if same_file(input, output) {
-        return Err(SplitError::OutputIsInput { input: input.to_owned(), output: output.to_owned() });
+    let expected = expected_total.unwrap_or(0);
+    if found_total != expected {
+        let first = shards.first().map_or_else(PathBuf::new, |s| s.path().to_owned());
+        return Err(SplitError::TensorTotal { first, expected, found: found_total });
     }
     Ok(())
 }
 
-/// What `merge` wrote.
-#[derive(Debug, Clone)]
-pub struct MergeSummary {
-    pub n_shards: usize,
-    pub n_tensors: usize,
-    pub bytes_written: u64,
-}
-
-/// Finds the set of shards `any_shard` belongs to, checks that they belong
-/// together, and writes them as one GGUF file.
-///
-/// By default the `split.*` keys are dropped, so merging a split of an
-/// unsplit file gives that file back byte for byte. With `keep_split_keys`
-/// the output is llama-gguf-split `--merge`'s: the first shard's metadata with
-/// `split.count` set to 0 (and moved last, as gguf's set-value does).
-pub fn merge_files(any_shard: &Path, output: &Path, keep_split_keys: bool) -> Result<MergeSummary, SplitError> {
-    let (prefix, _, count) =
-        parse_shard_path(any_shard).ok_or_else(|| SplitError::NotAShardName { path: any_shard.to_owned() })?;
-    let shards = open_shards(&prefix, count)?;
-    for shard in &shards {
-        refuse_same_file(shard.path(), output)?;
-    }
-
-    let first = &shards[0];
-    let mut metadata = first.metadata.clone();
+/// The metadata of a merged split: the first shard's, without the `split.*`
+/// keys (the unsplit original's), or with them and `split.count = 0`
+/// (llama-gguf-split `--merge`'s output).
+pub fn merged_metadata(first: &Metadata, keep_split_keys: bool) -> Metadata {
+    let mut metadata = first.clone();
     if keep_split_keys {
         // Marks the output as not a split, so it is not merged again.
         metadata.set_last(SPLIT_COUNT, Value::U16(0));
@@ -293,62 +267,7 @@ pub fn merge_files(any_shard: &Path, output: &Path, keep_split_keys: bool) -> Re
             metadata.remove(key);
         }
     }
-    let sources: Vec<(&ModelFile, &TensorInfo)> =
-        shards.iter().flat_map(|shard| shard.tensors.iter().map(move |t| (shard, t))).collect();
-
-    let write_err = |source| SplitError::Write { path: output.to_owned(), source };
-    let mut out = AtomicOutput::create(output).map_err(write_err)?;
-    let layout = write_copied(&mut out, first.endian, &metadata, &sources).map_err(write_err)?;
-    out.commit().map_err(write_err)?;
-    Ok(MergeSummary { n_shards: shards.len(), n_tensors: sources.len(), bytes_written: layout.file_len })
-}
-
-/// Opens shards 1..=count of `prefix` and checks their `split.*` keys, byte
-/// order and tensors: every shard present once, numbered as named, from the
-/// same split, with no tensor twice and the promised number of tensors.
-fn open_shards(prefix: &Path, count: usize) -> Result<Vec<ModelFile>, SplitError> {
-    let mut shards: Vec<ModelFile> = Vec::with_capacity(count);
-    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    let mut expected_total = None;
-    let mut found_total = 0u64;
-    for no in 0..count {
-        let path = shard_path(prefix, no, count);
-        if !path.exists() {
-            return Err(SplitError::MissingShard { path, shard: no + 1, count });
-        }
-        let shard = ModelFile::open(&path, OpenOptions::default())?;
-        let shard_no = key_u64(&shard, SPLIT_NO)?;
-        expect_key(&path, SPLIT_NO, no as u64, shard_no)?;
-        let shard_count = key_u64(&shard, SPLIT_COUNT)?;
-        expect_key(&path, SPLIT_COUNT, count as u64, shard_count)?;
-        let total = key_u64(&shard, SPLIT_TENSORS_COUNT)?;
-        match expected_total {
-            None => expected_total = Some(total),
-            Some(expected) => expect_key(&path, SPLIT_TENSORS_COUNT, expected, total)?,
-        }
-        if let Some(first) = shards.first()
-            && first.endian != shard.endian
-        {
-            return Err(SplitError::EndianMismatch { path });
-        }
-        for tensor in &shard.tensors {
-            if let Some(&other) = seen.get(&tensor.name) {
-                return Err(SplitError::DuplicateTensor {
-                    path,
-                    name: tensor.name.clone(),
-                    first: shard_path(prefix, other, count),
-                });
-            }
-            seen.insert(tensor.name.clone(), no);
-        }
-        found_total += shard.tensors.len() as u64;
-        shards.push(shard);
-    }
-    let expected = expected_total.unwrap_or(0);
-    if found_total != expected {
-        return Err(SplitError::TensorTotal { first: shard_path(prefix, 0, count), expected, found: found_total });
-    }
-    Ok(shards)
+    metadata
 }
 
 /// A `split.*` key's value; any integer type is read, as llama.cpp's loader

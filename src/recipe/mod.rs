@@ -103,18 +103,11 @@ impl Recipe {
         parse::parse(text, dir, "recipe").map_err(|d| RecipeError::new(path, text, d))
     }
 
-    /// The recipe a one-shot command runs: load `input`, apply `ops` in
-    /// order, export to `output`. `extra_inputs` are named inputs the ops
-    /// refer to (an importance matrix), listed as (name, path).
-    pub fn one_shot(
-        name: &str,
-        input: &Path,
-        extra_inputs: &[(&str, &Path)],
-        ops: Vec<(Op, Vec<usize>)>,
-        output: &Path,
-    ) -> Recipe {
-        let mut inputs = vec![InputDecl { name: "model".into(), path: input.to_owned(), pin: None }];
-        inputs.extend(extra_inputs.iter().map(|(n, p)| InputDecl {
+    /// The recipe a one-shot command runs: read the input, apply the ops in
+    /// order, export.
+    pub fn one_shot(job: OneShot<'_>) -> Recipe {
+        let mut inputs = vec![InputDecl { name: "model".into(), path: job.input.to_owned(), pin: None }];
+        inputs.extend(job.extra_inputs.iter().map(|(n, p)| InputDecl {
             name: (*n).into(),
             path: p.to_path_buf(),
             pin: None,
@@ -129,13 +122,27 @@ impl Recipe {
             keep: false,
             backend: Backend::Auto,
         };
-        let mut nodes = vec![node("model", Op::Load, Source::Input(0), Vec::new())];
-        for (op, uses) in ops {
+        let mut nodes = vec![node("model", job.read, Source::Input(0), Vec::new())];
+        for (op, uses) in job.ops {
             let id = op.name();
             nodes.push(node(id, op, Source::Node(nodes.len() - 1), uses));
         }
-        let export = Op::Export(crate::ops::export::ExportOptions { path: output.to_owned() });
+        let export = Op::Export(crate::ops::export::ExportOptions { path: job.output.to_owned(), split: job.split });
         nodes.push(node("export", export, Source::Node(nodes.len() - 1), Vec::new()));
-        Recipe { name: name.into(), inputs, nodes }
+        Recipe { name: job.name.into(), inputs, nodes }
     }
+}
+
+/// What a one-shot command does, as a recipe.
+pub struct OneShot<'a> {
+    pub name: &'a str,
+    pub input: &'a Path,
+    /// Named inputs the ops refer to by index from 1 (an importance matrix).
+    pub extra_inputs: &'a [(&'a str, &'a Path)],
+    /// `load` or `merge-shards`.
+    pub read: Op,
+    /// Each op with the indices of the inputs its parameters name.
+    pub ops: Vec<(Op, Vec<usize>)>,
+    pub output: &'a Path,
+    pub split: crate::ops::export::SplitMode,
 }

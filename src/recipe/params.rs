@@ -20,6 +20,8 @@ pub enum ParamKind {
     StrMap,
     /// A list of tables whose values are strings.
     TableList,
+    /// A table of single values (strings, integers, booleans).
+    Table,
     /// The name of an `[input.NAME]` the step also depends on.
     InputName,
 }
@@ -32,6 +34,7 @@ impl ParamKind {
             ParamKind::StrList => "a list of strings",
             ParamKind::StrMap => "a table of strings",
             ParamKind::TableList => "a list of tables",
+            ParamKind::Table => "a table",
             ParamKind::InputName => "the name of an [input.NAME]",
         }
     }
@@ -181,6 +184,16 @@ impl Params {
                     _ => None,
                 })
                 .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A table of single values, in the order written.
+    pub fn table(&self, name: &str) -> Vec<(&str, &Param)> {
+        match self.get(name) {
+            Some(Param { value: ParamValue::Table(entries), .. }) => {
+                entries.iter().map(|(k, p)| (k.as_str(), p)).collect()
+            }
             _ => Vec::new(),
         }
     }

@@ -17,7 +17,6 @@ use super::{
     Backend, Binding, Diagnostic, InputDecl, NodeDecl, OpSpec, Param, ParamKind, ParamValue, Params, Recipe, Source,
     Span,
 };
-use crate::ops::export::ExportOptions;
 use crate::ops::{self, Op};
 use crate::store::Key;
 
@@ -319,6 +318,9 @@ fn has_kind(kind: ParamKind, v: &ParamValue) -> bool {
         ParamKind::StrMap => {
             matches!(v, ParamValue::Table(entries) if entries.iter().all(|(_, p)| matches!(p.value, ParamValue::Str(_))))
         }
+        ParamKind::Table => matches!(v, ParamValue::Table(entries) if entries.iter().all(|(_, p)| !matches!(
+            p.value, ParamValue::List(_) | ParamValue::Table(_)
+        ))),
         ParamKind::TableList => matches!(v, ParamValue::List(items) if items.iter().all(|p| matches!(
             &p.value, ParamValue::Table(entries) if entries.iter().all(|(_, e)| matches!(e.value, ParamValue::Str(_)))
         ))),
@@ -608,7 +610,7 @@ fn export_path(
     dir: &Path,
     exported: &mut HashMap<PathBuf, String>,
     diags: &mut Vec<Diagnostic>,
-) -> Option<ExportOptions> {
+) -> Option<PathBuf> {
     let (template, span) = params.str("path")?;
     let mut rendered = String::new();
     let mut rest = template;
@@ -661,5 +663,5 @@ fn export_path(
         );
         return None;
     }
-    Some(ExportOptions { path })
+    Some(path)
 }

@@ -1,0 +1,22 @@
+//! `quantforge split --dry-run`: the shards a split would write.
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use crate::formats::{ModelFile, OpenOptions, gguf, human_bytes};
+use crate::model::TensorInfo;
+use crate::ops::split::{self, SplitOptions};
+
+pub(super) fn print_plan(input: &Path, out_prefix: &Path, options: SplitOptions) -> anyhow::Result<()> {
+    let model = ModelFile::open(input, OpenOptions::default())?;
+    let plans = split::plan_split(&model.metadata, &model.tensors, options)?;
+    let mut out = io::stdout().lock();
+    for (no, plan) in plans.iter().enumerate() {
+        let tensors: Vec<TensorInfo> = plan.tensors.iter().map(|&i| model.tensors[i].clone()).collect();
+        let bytes = gguf::file_len(&plan.metadata, &tensors)?;
+        let path = split::shard_path(out_prefix, no, plans.len());
+        writeln!(out, "would write {}: {} tensors, {}", path.display(), tensors.len(), human_bytes(bytes as f64))?;
+    }
+    out.flush()?;
+    Ok(())
+}
