@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use crate::artifact::{Tensor, TensorData};
 use crate::codecs::{self, CodecError};
-use crate::formats::{AtomicOutput, FormatError, ModelFile, OpenOptions};
+use crate::formats::{FormatError, ModelFile, OpenOptions, copy_file_range_at};
 use crate::ops::quantize::importance_from_blob;
 use crate::store::{ActionKind, Key, Store, StoreError};
 
@@ -98,56 +98,32 @@ pub struct Materializer<'a> {
 }
 
 impl Materializer<'_> {
-    /// Writes `tensor`'s bytes to `out`.
-    pub fn write(&self, tensor: &Tensor, out: &mut dyn Write) -> Result<(), MaterializeError> {
-        let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
-        match &tensor.data {
-            TensorData::Input { file, index } => {
-                let model = self.files.model(file)?;
-                let info = self.input_info(&model, *index, tensor)?;
-                model.copy_tensor_data(info, out).map_err(io_err)?;
-                model.release_tensor_range(info, 0, info.stored_len);
-                self.counters.copied.fetch_add(1, Ordering::Relaxed);
-            }
-            TensorData::Blob { hash } => {
-                self.copy_blob(hash, out).map_err(io_err)?;
-                self.counters.reused.fetch_add(1, Ordering::Relaxed);
-            }
-            TensorData::Convert { .. } => match self.cached(&tensor.key) {
-                Some(hash) => {
-                    self.copy_blob(&hash, out).map_err(io_err)?;
-                    self.counters.reused.fetch_add(1, Ordering::Relaxed);
-                }
-                None => self.encode(tensor, out)?,
-            },
-        }
-        Ok(())
-    }
-
-    /// Writes `tensor`'s bytes to the output file, copying file to file in
-    /// the kernel (copy_file_range) when they already exist somewhere.
-    pub fn write_to_file(&self, tensor: &Tensor, out: &mut AtomicOutput) -> Result<(), MaterializeError> {
+    /// Copies `tensor`'s bytes into `out` at `offset` if they already exist
+    /// (an input range or a blob), file to file in the kernel; false when
+    /// they must be encoded. Safe to call for many tensors of one file at once.
+    pub fn copy_at(&self, tensor: &Tensor, out: &File, offset: u64) -> Result<bool, MaterializeError> {
         let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
         let blob = match &tensor.data {
             TensorData::Input { file, index } => {
                 let model = self.files.model(file)?;
                 let info = self.input_info(&model, *index, tensor)?;
-                model.copy_tensor_data_to_file(info, out.file().map_err(io_err)?).map_err(io_err)?;
+                model.copy_tensor_data_to_file_at(info, out, offset).map_err(io_err)?;
                 self.counters.copied.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
+                return Ok(true);
             }
             TensorData::Blob { hash } => Some(*hash),
             TensorData::Convert { .. } => self.cached(&tensor.key),
         };
-        match blob {
-            Some(hash) => {
-                let mut file = File::open(self.store.blob_path(&hash)).map_err(io_err)?;
-                io::copy(&mut file, out.file().map_err(io_err)?).map_err(io_err)?;
-                self.counters.reused.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
-            None => self.encode(tensor, out.writer()),
-        }
+        let Some(hash) = blob else { return Ok(false) };
+        let file = File::open(self.store.blob_path(&hash)).map_err(io_err)?;
+        copy_file_range_at(&file, 0, out, offset, tensor.n_bytes()).map_err(io_err)?;
+        self.counters.reused.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Encodes `tensor` into `out` at `offset` (and a blob).
+    pub fn encode_at(&self, tensor: &Tensor, out: &File, offset: u64) -> Result<(), MaterializeError> {
+        self.encode(tensor, &mut PositionedWriter { file: out, offset })
     }
 
     /// `tensor` with its bytes in a blob (same key), for a step that keeps
@@ -175,11 +151,6 @@ impl Materializer<'_> {
             self.store.touch_action(ActionKind::Tensor, key);
             entry.blob
         })
-    }
-
-    fn copy_blob(&self, hash: &Key, out: &mut dyn Write) -> io::Result<()> {
-        let mut file = File::open(self.store.blob_path(hash))?;
-        io::copy(&mut file, out).map(|_| ())
     }
 
     fn input_info<'m>(
@@ -315,4 +286,22 @@ fn rows_of(tensor: &Tensor) -> (usize, usize) {
 fn row_bytes(tensor: &Tensor) -> usize {
     let n_per_row = tensor.dims.first().copied().unwrap_or(1);
     tensor.ggml_type.row_size(n_per_row).unwrap_or(0) as usize
+}
+
+/// Writes at increasing offsets of a file without moving its position.
+struct PositionedWriter<'a> {
+    file: &'a File,
+    offset: u64,
+}
+
+impl Write for PositionedWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write_at(buf, self.offset)?;
+        self.offset += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }

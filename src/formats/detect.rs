@@ -43,10 +43,13 @@ pub fn detect_bytes(head: &[u8], file_len: u64) -> Option<DetectedFormat> {
             return Some(DetectedFormat::GgmlLegacy(variant));
         }
     }
-    // SafeTensors: a little-endian u64 header length, then a JSON object.
+    // SafeTensors: a little-endian u64 header length, then a JSON object. A
+    // length past the end of the file but within what SafeTensors allows is
+    // still taken as one (a cut-off download), so the reader can say so.
     if let (Some(len), Some(b'{')) = (word(0..8), head.get(8)) {
         let header_len = u64::from_le_bytes(len.try_into().ok()?);
-        if header_len >= 2 && header_len <= file_len.saturating_sub(8) {
+        let plausible = header_len <= file_len.saturating_sub(8) || header_len <= super::safetensors::MAX_HEADER_LEN;
+        if header_len >= 2 && plausible {
             return Some(DetectedFormat::SafeTensors);
         }
     }
@@ -73,6 +76,9 @@ mod tests {
         assert_eq!(detect_bytes(b"lmgg\0\0\0\0", 100), Some(DetectedFormat::GgmlLegacy(LegacyVariant::Ggml)));
         assert_eq!(detect_bytes(b"PK\x03\x04rest", 100), Some(DetectedFormat::PyTorchZip));
         assert_eq!(detect_bytes(b"\x10\0\0\0\0\0\0\0{\"a\":1}", 100), Some(DetectedFormat::SafeTensors));
+        assert_eq!(detect_bytes(b"\x10\0\0\0\0\0\0\0{\"a\":1}", 12), Some(DetectedFormat::SafeTensors));
+        assert_eq!(detect_bytes(b"\x00\xe1\xf5\x05\0\0\0\0{", 12), Some(DetectedFormat::SafeTensors));
+        assert_eq!(detect_bytes(b"\x01\xe1\xf5\x05\0\0\0\0{", 12), None);
         assert_eq!(detect_bytes(b"\xff\xff\xff\xff\xff\xff\xff\xff{", 100), None);
         assert_eq!(detect_bytes(b"hello world", 100), None);
         assert_eq!(detect_bytes(b"", 0), None);

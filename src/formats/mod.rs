@@ -1,10 +1,11 @@
 //! Model containers: detection by magic bytes, GGUF read/write, legacy GGML
-//! read, and the open file ([`ModelFile`]) that ties a parsed header to the
-//! bytes behind it.
+//! read, SafeTensors read/write, and the open file ([`ModelFile`]) that ties a
+//! parsed header to the bytes behind it.
 //!
 //! This module owns every byte layout of a container; it never decodes a
 //! quantized block (that is the codecs' job), except for repacking legacy
-//! block layouts into current ones.
+//! block layouts into current ones and widening SafeTensors elements ggml
+//! has no type for.
 
 mod bytes;
 mod detect;
@@ -12,6 +13,7 @@ mod error;
 pub mod ggml_legacy;
 pub mod gguf;
 mod output;
+pub mod safetensors;
 mod source;
 
 use std::borrow::Cow;
@@ -24,7 +26,8 @@ pub use error::{ErrorKind, FormatError, HexBytes, Result};
 pub use ggml_legacy::{LegacyBlockLayout, LegacyVariant};
 pub use gguf::TensorDataSource;
 pub use output::{AtomicOutput, same_file};
-pub use source::{AccessMode, LoadReport, OpenOptions, Source, human_bytes, parse_size};
+pub use safetensors::ElementConversion;
+pub use source::{AccessMode, LoadReport, OpenOptions, Source, copy_file_range_at, human_bytes, parse_size};
 
 use crate::model::{Endian, Metadata, StoredLayout, TensorInfo};
 use crate::types::{GgmlType, RemovedGgmlType};
@@ -35,6 +38,7 @@ use bytes::ByteReader;
 pub enum ContainerFormat {
     Gguf { version: u32 },
     Legacy { variant: LegacyVariant, version: u32 },
+    SafeTensors,
 }
 
 impl ContainerFormat {
@@ -42,19 +46,25 @@ impl ContainerFormat {
         match self {
             ContainerFormat::Gguf { .. } => "GGUF",
             ContainerFormat::Legacy { variant, .. } => variant.name(),
+            ContainerFormat::SafeTensors => "SafeTensors",
         }
     }
 
+    /// The container's version; 0 for SafeTensors, which has none.
     pub fn version(self) -> u32 {
         match self {
             ContainerFormat::Gguf { version } | ContainerFormat::Legacy { version, .. } => version,
+            ContainerFormat::SafeTensors => 0,
         }
     }
 }
 
 impl std::fmt::Display for ContainerFormat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} v{}", self.name(), self.version())
+        match self {
+            ContainerFormat::SafeTensors => f.write_str(self.name()),
+            _ => write!(f, "{} v{}", self.name(), self.version()),
+        }
     }
 }
 
@@ -95,7 +105,18 @@ impl ModelFile {
                 let format = ContainerFormat::Legacy { variant: m.variant, version: m.version };
                 (format, Endian::Little, gguf::DEFAULT_ALIGNMENT, m.metadata, m.tensors, m.header_len)
             }
-            DetectedFormat::SafeTensors | DetectedFormat::PyTorchZip => {
+            DetectedFormat::SafeTensors => {
+                let h = safetensors::read_header(&mut reader)?;
+                (
+                    ContainerFormat::SafeTensors,
+                    Endian::Little,
+                    gguf::DEFAULT_ALIGNMENT,
+                    h.metadata,
+                    h.tensors,
+                    h.data_offset,
+                )
+            }
+            DetectedFormat::PyTorchZip => {
                 return Err(FormatError::new(path, None, ErrorKind::UnsupportedFormat { format: detected.name() }));
             }
         };
@@ -124,11 +145,26 @@ impl ModelFile {
         Ok(match tensor.layout {
             StoredLayout::Native => stored,
             StoredLayout::LegacyBlocks(layout) => Cow::Owned(layout.repack(tensor.ggml_type, &stored)),
+            StoredLayout::Converted(conversion) => Cow::Owned(conversion.convert(&stored)),
         })
     }
 
     /// `len` bytes of a tensor (in the current layout) from byte `offset` of it.
     pub fn tensor_data_range(&self, tensor: &TensorInfo, offset: u64, len: u64) -> Result<Cow<'_, [u8]>> {
+        let past_end = || {
+            FormatError::new(
+                self.path(),
+                Some(tensor.file_offset),
+                ErrorKind::Invalid(format!(
+                    "tensor `{}`: bytes {offset}..{} are past its end",
+                    tensor.name,
+                    offset.saturating_add(len)
+                )),
+            )
+        };
+        if offset.checked_add(len).is_none_or(|end| end > tensor.n_bytes()) {
+            return Err(past_end());
+        }
         match tensor.layout {
             StoredLayout::Native => self.source.read_range(tensor.file_offset + offset, len),
             StoredLayout::LegacyBlocks(_) => {
@@ -136,15 +172,19 @@ impl ModelFile {
                 let range = usize::try_from(offset).ok().zip(usize::try_from(offset + len).ok());
                 match range.and_then(|(a, b)| all.get(a..b)) {
                     Some(bytes) => Ok(Cow::Owned(bytes.to_vec())),
-                    None => Err(FormatError::new(
-                        self.path(),
-                        Some(tensor.file_offset),
-                        ErrorKind::Invalid(format!(
-                            "tensor `{}`: bytes {offset}..{} are past its end",
-                            tensor.name,
-                            offset + len
-                        )),
-                    )),
+                    None => Err(past_end()),
+                }
+            }
+            StoredLayout::Converted(conversion) => {
+                // Whole elements around the range, converted, then trimmed.
+                let (stored_offset, stored_len) = conversion.stored_range(offset, len);
+                let stored = self.source.read_range(tensor.file_offset + stored_offset, stored_len)?;
+                let converted = conversion.convert(&stored);
+                let skip = offset - stored_offset / conversion.stored_size() * conversion.output_size();
+                let range = usize::try_from(skip).ok().zip(usize::try_from(skip + len).ok());
+                match range.and_then(|(a, b)| converted.get(a..b)) {
+                    Some(bytes) => Ok(Cow::Owned(bytes.to_vec())),
+                    None => Err(past_end()),
                 }
             }
         }
@@ -155,6 +195,7 @@ impl ModelFile {
         match tensor.layout {
             StoredLayout::Native => self.source.copy_range(tensor.file_offset, tensor.stored_len, out),
             StoredLayout::LegacyBlocks(_) => out.write_all(&self.tensor_data(tensor).map_err(io::Error::other)?),
+            StoredLayout::Converted(conversion) => self.copy_converted(tensor, conversion, out),
         }
     }
 
@@ -164,16 +205,61 @@ impl ModelFile {
         match tensor.layout {
             StoredLayout::Native => self.source.copy_range_to_file(tensor.file_offset, tensor.stored_len, out),
             StoredLayout::LegacyBlocks(_) => out.write_all(&self.tensor_data(tensor).map_err(io::Error::other)?),
+            StoredLayout::Converted(conversion) => self.copy_converted(tensor, conversion, out),
+        }
+    }
+
+    /// Converts a tensor a slab at a time, so a large one never exists
+    /// converted in memory all at once.
+    fn copy_converted(
+        &self,
+        tensor: &TensorInfo,
+        conversion: ElementConversion,
+        out: &mut dyn Write,
+    ) -> io::Result<()> {
+        const SLAB_ELEMENTS: u64 = 1 << 20;
+        let slab = SLAB_ELEMENTS * conversion.stored_size();
+        let mut done = 0;
+        while done < tensor.stored_len {
+            let len = slab.min(tensor.stored_len - done);
+            let stored = self.source.read_range(tensor.file_offset + done, len).map_err(io::Error::other)?;
+            out.write_all(&conversion.convert(&stored))?;
+            done += len;
+        }
+        Ok(())
+    }
+
+    /// Copies a tensor's bytes (in the current layout) into `out` at
+    /// `out_offset`, file to file in the kernel when its layout is current;
+    /// safe to run for many tensors into one file at once.
+    pub fn copy_tensor_data_to_file_at(
+        &self,
+        tensor: &TensorInfo,
+        out: &std::fs::File,
+        out_offset: u64,
+    ) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        match tensor.layout {
+            StoredLayout::Native => {
+                self.source.copy_range_to_file_at(tensor.file_offset, tensor.stored_len, out, out_offset)
+            }
+            _ => out.write_all_at(&self.tensor_data(tensor).map_err(io::Error::other)?, out_offset),
         }
     }
 
     /// Drops the resident pages of `[offset, offset + len)` of a tensor's
-    /// stored bytes once they are consumed (see [`Source::release_range`]).
+    /// bytes (in the current layout) once they are consumed (see
+    /// [`Source::release_range`]).
     pub fn release_tensor_range(&self, tensor: &TensorInfo, offset: u64, len: u64) {
-        if tensor.layout != StoredLayout::Native {
-            return;
-        }
-        self.source.release_range(tensor.file_offset + offset, len.min(tensor.stored_len.saturating_sub(offset)));
+        let (offset, len) = match tensor.layout {
+            StoredLayout::Native => (offset, len),
+            StoredLayout::Converted(conversion) => conversion.stored_range(offset, len),
+            StoredLayout::LegacyBlocks(_) => return,
+        };
+        self.source.release_range(
+            tensor.file_offset.saturating_add(offset),
+            len.min(tensor.stored_len.saturating_sub(offset)),
+        );
     }
 
     /// True when some tensor's bytes change on read (pre-GGJTv3 blocks).

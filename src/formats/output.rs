@@ -47,13 +47,15 @@ impl AtomicOutput {
         Ok(self.writer.get_mut().as_file_mut())
     }
 
-    /// Flushes, syncs and renames the file into place.
+    /// Flushes and renames the file into place. Not synced: like `cp`, the
+    /// file is whole or absent if the process dies, and on power loss it is
+    /// as durable as the filesystem makes renamed files (outputs can be
+    /// rebuilt; a sync would double the cost of a merge).
     pub fn commit(self) -> io::Result<File> {
         use std::os::unix::fs::PermissionsExt;
         let temp = self.writer.into_inner().map_err(io::IntoInnerError::into_error)?;
         // Temporary files are created private; a model file is not a secret.
         temp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
-        temp.as_file().sync_all()?;
         temp.persist(&self.destination).map_err(|e| e.error)
     }
 }

@@ -223,6 +223,15 @@ impl Source {
         self.copy_from_file(offset, len, out)
     }
 
+    /// Copies `[offset, offset + len)` into `out` at `out_offset` (see
+    /// [`copy_file_range_at`]): copies into one file can run in parallel.
+    pub fn copy_range_to_file_at(&self, offset: u64, len: u64, out: &File, out_offset: u64) -> io::Result<()> {
+        if offset.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "range past the end of the file"));
+        }
+        copy_file_range_at(&self.file, offset, out, out_offset, len)
+    }
+
     /// `io::copy` from the file itself; generic so a `File` writer keeps
     /// std's copy_file_range specialisation.
     fn copy_from_file<W: Write + ?Sized>(&self, offset: u64, len: u64, out: &mut W) -> io::Result<()> {
@@ -246,4 +255,57 @@ impl Source {
             None => self.copy_from_file(offset, len, out),
         }
     }
+}
+
+/// Copies `len` bytes of `src` from `src_offset` to `dst` at `dst_offset`,
+/// in the kernel (copy_file_range) where the file systems allow, else
+/// through a buffer. Neither file's position is used or moved.
+pub fn copy_file_range_at(src: &File, src_offset: u64, dst: &File, dst_offset: u64, len: u64) -> io::Result<()> {
+    copy_piece(src, src_offset, dst, dst_offset, len)
+}
+
+fn copy_piece(src: &File, src_offset: u64, dst: &File, dst_offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let offset = |o: u64| i64::try_from(o).map_err(|_| io::Error::other("file offset beyond i64"));
+    let (mut off_in, mut off_out, mut left) = (offset(src_offset)?, offset(dst_offset)?, len);
+    while left > 0 {
+        let chunk = usize::try_from(left).unwrap_or(usize::MAX).min(1 << 30);
+        // SAFETY: both descriptors are open files borrowed for the call, and
+        // the offsets are valid pointers to locals the kernel updates.
+        let n = unsafe { libc::copy_file_range(src.as_raw_fd(), &mut off_in, dst.as_raw_fd(), &mut off_out, chunk, 0) };
+        match n {
+            0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while copying")),
+            n if n > 0 => left -= n as u64,
+            _ => {
+                let error = io::Error::last_os_error();
+                match error.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    // Across file systems, or where the call is missing.
+                    Some(libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP) => {
+                        return copy_through_buffer(src, off_in as u64, dst, off_out as u64, left);
+                    }
+                    _ => return Err(error),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn copy_through_buffer(
+    src: &File,
+    mut src_offset: u64,
+    dst: &File,
+    mut dst_offset: u64,
+    mut left: u64,
+) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; (1 << 20).min(usize::try_from(left).unwrap_or(usize::MAX))];
+    while left > 0 {
+        let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        src.read_exact_at(&mut buf[..n], src_offset)?;
+        dst.write_all_at(&buf[..n], dst_offset)?;
+        (src_offset, dst_offset, left) = (src_offset + n as u64, dst_offset + n as u64, left - n as u64);
+    }
+    Ok(())
 }

@@ -5,6 +5,7 @@
 //! promise UTF-8 in values, and a tokenizer vocabulary may hold partial bytes.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// The GGUF value type ids. The numbers are the on-disk ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -311,7 +312,10 @@ impl Array {
 /// bytes of a GGUF file.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Metadata {
-    entries: Vec<(String, Value)>,
+    /// Values are shared: metadata passes through many nodes mostly
+    /// unchanged, and a tokenizer's vocabulary is hundreds of thousands of
+    /// strings, so a copy shares them and an edit replaces one value.
+    entries: Vec<(String, Arc<Value>)>,
 }
 
 impl Metadata {
@@ -328,11 +332,11 @@ impl Metadata {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.entries.iter().map(|(k, v)| (k.as_str(), v))
+        self.entries.iter().map(|(k, v)| (k.as_str(), &**v))
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| &**v)
     }
 
     pub fn contains_key(&self, key: &str) -> bool {
@@ -342,8 +346,8 @@ impl Metadata {
     /// Replaces the value of an existing key in place, or appends a new key.
     pub fn set(&mut self, key: &str, value: Value) {
         match self.entries.iter_mut().find(|(k, _)| k == key) {
-            Some(entry) => entry.1 = value,
-            None => self.entries.push((key.to_owned(), value)),
+            Some(entry) => entry.1 = Arc::new(value),
+            None => self.entries.push((key.to_owned(), Arc::new(value))),
         }
     }
 
@@ -351,19 +355,20 @@ impl Metadata {
     /// `gguf_set_val_*`, which is how llama.cpp's tools order their output keys.
     pub fn set_last(&mut self, key: &str, value: Value) {
         self.remove(key);
-        self.entries.push((key.to_owned(), value));
+        self.entries.push((key.to_owned(), Arc::new(value)));
     }
 
     /// Builds metadata from entries whose keys the caller has checked to be
     /// unique (the readers do, with a hash set, so a file with many keys is
     /// not quadratic to load).
     pub fn from_unique_entries(entries: Vec<(String, Value)>) -> Metadata {
-        Metadata { entries }
+        Metadata { entries: entries.into_iter().map(|(k, v)| (k, Arc::new(v))).collect() }
     }
 
-    pub fn remove(&mut self, key: &str) -> Option<Value> {
-        let idx = self.entries.iter().position(|(k, _)| k == key)?;
-        Some(self.entries.remove(idx).1)
+    /// Removes `key`; false when there was no such key.
+    pub fn remove(&mut self, key: &str) -> bool {
+        let idx = self.entries.iter().position(|(k, _)| k == key);
+        idx.map(|idx| self.entries.remove(idx)).is_some()
     }
 
     pub fn get_str(&self, key: &str) -> Option<&str> {

@@ -18,6 +18,9 @@ pub enum StoredLayout {
     /// A pre-GGJTv3 block layout that must be repacked on read (see
     /// `formats::ggml_legacy`).
     LegacyBlocks(crate::formats::LegacyBlockLayout),
+    /// Elements of a type ggml lacks, converted exactly to the tensor's type
+    /// on read (see `formats::safetensors`).
+    Converted(crate::formats::ElementConversion),
 }
 
 /// One tensor of a model.
@@ -30,7 +33,7 @@ pub struct TensorInfo {
     /// Absolute offset of the tensor's bytes in its file.
     pub file_offset: u64,
     /// Bytes the tensor occupies in its file (differs from [`TensorInfo::n_bytes`]
-    /// only for legacy block layouts).
+    /// only for legacy block layouts and converted elements).
     pub stored_len: u64,
     pub layout: StoredLayout,
 }

@@ -81,7 +81,9 @@ impl DeleteMetadata {
     pub fn apply(&self, input: &TensorSet) -> Result<TensorSet, NoSuchKey> {
         let mut out = input.clone();
         for key in &self.keys {
-            out.metadata.remove(key).ok_or_else(|| NoSuchKey(key.clone()))?;
+            if !out.metadata.remove(key) {
+                return Err(NoSuchKey(key.clone()));
+            }
         }
         Ok(out)
     }

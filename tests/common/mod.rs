@@ -44,6 +44,33 @@ pub fn python_with_gguf() -> Option<String> {
     }
 }
 
+/// Python with the `safetensors` package (and numpy) importable, or `None`
+/// (with a message). CI installs it, so the differential tests run there.
+pub fn python_with_safetensors() -> Option<String> {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&python).args(["-c", "import safetensors, numpy"]).output().is_ok_and(|o| o.status.success());
+    if ok {
+        Some(python)
+    } else {
+        assert!(std::env::var_os("CI").is_none(), "CI must install safetensors (pip install safetensors numpy)");
+        eprintln!("skipped: `{python} -c 'import safetensors'` failed; pip install safetensors numpy");
+        None
+    }
+}
+
+/// all-MiniLM-L6-v2's SafeTensors weights, or `None` (with a message) when
+/// they were not fetched; CI fetches them.
+pub fn minilm() -> Option<PathBuf> {
+    let path = repo().join("models/minilm/model.safetensors");
+    if path.exists() {
+        Some(path)
+    } else {
+        assert!(std::env::var_os("CI").is_none(), "CI must fetch {} (scripts/fetch-minilm.sh)", path.display());
+        eprintln!("skipped: {} is absent; run scripts/fetch-minilm.sh", path.display());
+        None
+    }
+}
+
 pub fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, bytes).expect("write temp file");
