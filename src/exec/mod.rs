@@ -27,8 +27,9 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::artifact::{Tensor, TensorSet};
 use crate::codecs::CODEC_VERSION;
+use crate::formats::safetensors::{SafeTensorsIndex, read_index};
 use crate::formats::{AtomicOutput, FormatError, OpenOptions, gguf, same_file};
-use crate::ops::export::ExportOptions;
+use crate::ops::export::{ExportFormat, ExportOptions};
 use crate::ops::split::SplitError;
 use crate::ops::{self, Op};
 use crate::recipe::{NodeDecl, Recipe, Source};
@@ -53,6 +54,8 @@ pub enum RunError {
     PinMismatch { name: String, path: PathBuf, expected: Key, actual: Key },
     #[error("input `{name}`: {source}")]
     Split { name: String, source: Box<SplitError> },
+    #[error("input `{name}`: {source}")]
+    Index { name: String, source: Box<FormatError> },
     #[error("cannot start the workers: {0}")]
     Workers(String),
 }
@@ -86,6 +89,10 @@ pub enum NodeError {
     NotASplit(PathBuf),
     #[error(transparent)]
     Split(#[from] SplitError),
+    #[error(transparent)]
+    SafeTensors(crate::formats::safetensors::WriteError),
+    #[error(transparent)]
+    Shards(#[from] ops::load::ShardError),
 }
 
 /// The node-cache entry: where the manifest is and what it needs.
@@ -110,6 +117,8 @@ struct ExportEntry {
     id: String,
     path: PathBuf,
     bytes: u64,
+    /// How many of `files` hold tensors (a SafeTensors split adds its index).
+    data_files: usize,
     /// In output order (a split's shards in order).
     files: Vec<ExportedFile>,
 }
@@ -120,6 +129,95 @@ struct ExportedFile {
     len: u64,
     /// Stat fingerprints of files known to hold these bytes.
     fingerprints: Vec<Key>,
+}
+
+/// Why writing one output file failed, before the path is known.
+enum WriteFailure {
+    Io(std::io::Error),
+    Materialize(MaterializeError),
+    SafeTensors(crate::formats::safetensors::WriteError),
+}
+
+impl WriteFailure {
+    fn at(self, path: &std::path::Path) -> NodeError {
+        match self {
+            WriteFailure::Io(source) => NodeError::Write { path: path.to_owned(), source },
+            WriteFailure::Materialize(e) => NodeError::Materialize(e),
+            WriteFailure::SafeTensors(e) => NodeError::SafeTensors(e),
+        }
+    }
+}
+
+impl From<std::io::Error> for WriteFailure {
+    fn from(e: std::io::Error) -> WriteFailure {
+        WriteFailure::Io(e)
+    }
+}
+
+impl From<MaterializeError> for WriteFailure {
+    fn from(e: MaterializeError) -> WriteFailure {
+        WriteFailure::Materialize(e)
+    }
+}
+
+/// Writes one GGUF file of an export; returns its length. The layout is
+/// known, so every tensor goes straight to its offset, its padding written
+/// after it: a file written in order, without holes, is the cheapest for
+/// the file system to extend.
+fn write_gguf_file(
+    m: &Materializer<'_>,
+    set: &TensorSet,
+    file: &ops::export::OutputFile,
+    out: &mut AtomicOutput,
+    bar: &ProgressBar,
+) -> Result<u64, WriteFailure> {
+    let tensors: Vec<&Tensor> = file.plan.tensors.iter().map(|&t| &set.tensors[t]).collect();
+    let infos: Vec<_> = tensors.iter().map(|t| t.info()).collect();
+    let layout = gguf::write_header(out.writer(), set.endian, &file.plan.metadata, &infos)?;
+    let output: &std::fs::File = out.file()?;
+    for (k, tensor) in tensors.iter().enumerate() {
+        let at = layout.data_offset + layout.tensor_offsets[k];
+        if !m.copy_at(tensor, output, at)? {
+            m.encode_at(tensor, output, at)?;
+        }
+        let end = at + tensor.n_bytes();
+        write_zeros_at(output, end, gguf::align_up(end, layout.alignment) - end)?;
+        bar.inc(tensor.n_bytes());
+    }
+    Ok(layout.file_len)
+}
+
+/// Writes one SafeTensors file of an export, as the Python package lays it
+/// out; returns its length. The set's `safetensors.metadata.*` keys become
+/// `__metadata__` (none: no `__metadata__`); other metadata has no place.
+fn write_safetensors_file(
+    m: &Materializer<'_>,
+    set: &TensorSet,
+    file: &ops::export::OutputFile,
+    out: &mut AtomicOutput,
+    bar: &ProgressBar,
+) -> Result<u64, WriteFailure> {
+    use crate::formats::safetensors::{SafeTensorsEntry, header_bytes, safetensors_metadata};
+    let tensors: Vec<&Tensor> = file.plan.tensors.iter().map(|&t| &set.tensors[t]).collect();
+    let entries = tensors
+        .iter()
+        .map(|t| SafeTensorsEntry::from_tensor(&t.info()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(WriteFailure::SafeTensors)?;
+    let metadata = safetensors_metadata(&set.metadata).map_err(WriteFailure::SafeTensors)?;
+    let layout = header_bytes(&entries, (!metadata.is_empty()).then_some(metadata.as_slice()))
+        .map_err(WriteFailure::SafeTensors)?;
+    out.writer().write_all(&layout.header)?;
+    let output: &std::fs::File = out.file()?;
+    let data = layout.header.len() as u64;
+    for &e in &layout.order {
+        let at = data + layout.data_offsets[e].0;
+        if !m.copy_at(tensors[e], output, at)? {
+            m.encode_at(tensors[e], output, at)?;
+        }
+        bar.inc(tensors[e].n_bytes());
+    }
+    Ok(layout.file_len)
 }
 
 /// Writes `n` zero bytes at `offset` (padding: usually under 32 bytes).
@@ -143,6 +241,8 @@ struct BoundInput {
     key: Key,
     /// Content hashes of the files, in shard order.
     shards: Vec<Key>,
+    /// The index of a sharded SafeTensors checkpoint, when the input is one.
+    index: Option<SafeTensorsIndex>,
 }
 
 /// A recipe with its inputs hashed and its nodes keyed.
@@ -197,7 +297,17 @@ impl Engine {
                 continue;
             }
             let input_err = |source| RunError::Input { name: decl.name.clone(), path: decl.path.clone(), source };
-            let files = ops::split::shard_set(&decl.path).unwrap_or_else(|| vec![decl.path.clone()]);
+            let index = match is_safetensors_index(&decl.path) {
+                true => Some(
+                    read_index(&decl.path)
+                        .map_err(|source| RunError::Index { name: decl.name.clone(), source: Box::new(source) })?,
+                ),
+                false => None,
+            };
+            let files = match &index {
+                Some(index) => index.shards(),
+                None => ops::split::shard_set(&decl.path).unwrap_or_else(|| vec![decl.path.clone()]),
+            };
             let mut shards = Vec::with_capacity(files.len());
             let (mut bytes, mut rehashed) = (0, false);
             for (no, file) in files.iter().enumerate() {
@@ -227,10 +337,20 @@ impl Engine {
                 bytes += content.len;
                 rehashed |= content.rehashed;
             }
-            let key = match shards.as_slice() {
-                [single] => *single,
-                _ => {
+            let key = match (&index, shards.as_slice()) {
+                (None, [single]) => *single,
+                (None, _) => {
                     let mut key = KeyBuilder::new("input.split");
+                    shards.iter().for_each(|h| {
+                        key.key(h);
+                    });
+                    key.finish()
+                }
+                (Some(_), _) => {
+                    // The index's weight map is checked against the shards.
+                    let index_hash = self.store.content_hash(&decl.path).map_err(input_err)?.hash;
+                    let mut key = KeyBuilder::new("input.safetensors-index");
+                    key.key(&index_hash);
                     shards.iter().for_each(|h| {
                         key.key(h);
                     });
@@ -244,7 +364,7 @@ impl Engine {
                 bytes,
                 rehashed,
             });
-            inputs.push(Some(BoundInput { key, shards }));
+            inputs.push(Some(BoundInput { key, shards, index }));
         }
         let mut keys: Vec<Key> = Vec::with_capacity(recipe.nodes.len());
         let mut consumers = vec![Vec::new(); recipe.nodes.len()];
@@ -409,11 +529,13 @@ impl Engine {
         else {
             return false;
         };
-        let count = entry.files.len();
+        let paths = ops::export::all_paths(options, entry.data_files);
+        if paths.len() != entry.files.len() {
+            return false;
+        }
         let mut learned = false;
-        for (no, file) in entry.files.iter_mut().enumerate() {
-            let path = ops::export::output_path(options, no, count);
-            let Ok(meta) = std::fs::metadata(&path) else { return false };
+        for (path, file) in paths.iter().zip(entry.files.iter_mut()) {
+            let Ok(meta) = std::fs::metadata(path) else { return false };
             if meta.len() != file.len {
                 return false;
             }
@@ -421,7 +543,7 @@ impl Engine {
             if file.fingerprints.contains(&fingerprint) {
                 continue;
             }
-            if hash_file(&path).ok() != Some(file.file_hash) {
+            if hash_file(path).ok() != Some(file.file_hash) {
                 return false;
             }
             file.fingerprints.insert(0, fingerprint);
@@ -432,8 +554,13 @@ impl Engine {
             // Best effort: without the fingerprint the next run hashes again.
             let _ = self.store.put_action(ActionKind::Export, key, &json);
         }
-        count > 0
+        !paths.is_empty()
     }
+}
+
+/// `model.safetensors.index.json` and the like name a sharded checkpoint.
+fn is_safetensors_index(path: &std::path::Path) -> bool {
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".index.json"))
 }
 
 fn input_hash(inputs: &[Option<BoundInput>], i: usize) -> Key {
@@ -634,11 +761,19 @@ impl Shared {
                 let Some(&Source::Input(j)) = node.from.first() else {
                     return Err(NodeError::Upstream(node.id.clone()));
                 };
-                let shards = self.bound.inputs[j].as_ref().map_or(&[][..], |b| b.shards.as_slice());
+                let Some(bound) = self.bound.inputs[j].as_ref() else {
+                    return Err(NodeError::Upstream(node.id.clone()));
+                };
+                let shards = bound.shards.as_slice();
                 let merge = match &node.op {
                     Op::MergeShards(o) => Some(*o),
                     _ => None,
                 };
+                if let Some(index) = &bound.index {
+                    let models = shards.iter().map(|h| self.bound.files.model(h)).collect::<Result<Vec<_>, _>>()?;
+                    let with_keys: Vec<_> = models.iter().map(|m| &**m).zip(shards.iter().copied()).collect();
+                    return Ok(ops::load::apply_safetensors_shards(index, &with_keys)?);
+                }
                 match (merge, shards) {
                     (None, [single]) => ops::load::apply(&*self.bound.files.model(single)?, *single),
                     (Some(_), [_]) => return Err(NodeError::NotASplit(self.bound.recipe.inputs[j].path.clone())),
@@ -664,6 +799,18 @@ impl Shared {
             Op::DeleteMetadata(o) => o.apply(input()?)?,
             Op::Export(_) => return Err(NodeError::Upstream(node.id.clone())),
         })
+    }
+
+    /// A new output file (its directory made), refusing to overwrite an input.
+    fn create_output(&self, path: &std::path::Path) -> Result<AtomicOutput, NodeError> {
+        if let Some(input) = self.bound.files.paths().find(|p| same_file(p, path)) {
+            return Err(NodeError::OutputIsInput { input: input.clone(), output: path.to_owned() });
+        }
+        let write_err = |source| NodeError::Write { path: path.to_owned(), source };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(write_err)?;
+        }
+        AtomicOutput::create(path).map_err(write_err)
     }
 
     fn materializer(&self) -> Materializer<'_> {
@@ -700,35 +847,22 @@ impl Shared {
         );
         bar.set_message(self.bound.recipe.nodes[i].id.clone());
         let m = self.materializer();
-        let mut written = Vec::with_capacity(files.len());
+        let mut written = Vec::with_capacity(files.len() + 1);
         for file in &files {
             let path = &file.path;
-            if let Some(input) = self.bound.files.paths().find(|p| same_file(p, path)) {
-                return Err(NodeError::OutputIsInput { input: input.clone(), output: path.clone() });
+            let mut out = self.create_output(path)?;
+            let len = match options.format {
+                ExportFormat::Gguf => write_gguf_file(&m, set, file, &mut out, &bar),
+                ExportFormat::SafeTensors => write_safetensors_file(&m, set, file, &mut out, &bar),
             }
-            let write_err = |source| NodeError::Write { path: path.clone(), source };
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(write_err)?;
-            }
-            let tensors: Vec<&Tensor> = file.plan.tensors.iter().map(|&t| &set.tensors[t]).collect();
-            let infos: Vec<_> = tensors.iter().map(|t| t.info()).collect();
-            let mut out = AtomicOutput::create(path).map_err(write_err)?;
-            let layout =
-                gguf::write_header(out.writer(), set.endian, &file.plan.metadata, &infos).map_err(write_err)?;
-            // The layout is known, so every tensor goes straight to its
-            // offset, its padding written after it: a file written in order,
-            // without holes, is the cheapest for the file system to extend.
-            let output: &std::fs::File = out.file().map_err(write_err)?;
-            for (k, tensor) in tensors.iter().enumerate() {
-                let at = layout.data_offset + layout.tensor_offsets[k];
-                if !m.copy_at(tensor, output, at)? {
-                    m.encode_at(tensor, output, at)?;
-                }
-                let end = at + tensor.n_bytes();
-                write_zeros_at(output, end, gguf::align_up(end, layout.alignment) - end).map_err(write_err)?;
-                bar.inc(tensor.n_bytes());
-            }
-            written.push((path.clone(), out, layout.file_len, file.plan.tensors.len()));
+            .map_err(|e| e.at(path))?;
+            written.push((path.clone(), out, len, file.plan.tensors.len()));
+        }
+        if let Some(path) = ops::export::index_path(options) {
+            let mut out = self.create_output(&path)?;
+            let index = ops::export::safetensors_index(set, &files);
+            out.writer().write_all(&index).map_err(|source| NodeError::Write { path: path.clone(), source })?;
+            written.push((path, out, index.len() as u64, 0));
         }
         bar.finish_and_clear();
         let count = written.len();
@@ -751,6 +885,7 @@ impl Shared {
                 id: self.bound.recipe.nodes[i].id.clone(),
                 path: options.path.clone(),
                 bytes: report.bytes_out,
+                data_files: files.len(),
                 files: records,
             };
             let json = serde_json::to_vec(&entry)

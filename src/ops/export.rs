@@ -27,7 +27,16 @@ pub const SPEC: OpSpec = OpSpec {
     is_sink: true,
 };
 
-pub const FORMATS: [&str; 1] = ["gguf"];
+pub const FORMATS: [&str; 2] = ["gguf", "safetensors"];
+
+/// The container an export writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportFormat {
+    Gguf,
+    /// SafeTensors as the Python package writes it; a split is sharded as
+    /// Hugging Face checkpoints are, with a `.index.json`.
+    SafeTensors,
+}
 
 const SPLIT_FIELDS: [&str; 3] = ["max_size", "max_tensors", "no_tensor_first_split"];
 
@@ -47,70 +56,34 @@ pub enum SplitMode {
 pub struct ExportOptions {
     /// Where the file goes, already resolved.
     pub path: PathBuf,
+    pub format: ExportFormat,
     pub split: SplitMode,
 }
 
 impl ExportOptions {
-    /// Reads everything but the path, which the recipe resolves (it knows
-    /// the fan-out values and the output directory).
-    pub fn split_from_params(p: &Params) -> Result<SplitMode, Vec<Diagnostic>> {
+    /// Reads the format and split parameters; the path the recipe resolves
+    /// (it knows the fan-out values and the output directory).
+    pub fn from_params(p: &Params, path: PathBuf) -> Result<ExportOptions, Vec<Diagnostic>> {
         let mut problems = Vec::new();
-        if let Some((format, _)) = p.str("format")
-            && !FORMATS.contains(&format)
-        {
-            problems.push(p.error("format", format!("cannot export as `{format}`")).suggest(format, FORMATS));
-        }
-        let mut limit = None;
-        let mut no_tensor_first_split = false;
-        for (field, value) in p.table("split") {
-            match (field, &value.value) {
-                ("max_size", ParamValue::Str(text)) => {
-                    match split::parse_max_size(text).or_else(|_| parse_size(text)) {
-                        Ok(bytes) if bytes > 0 => limit = Some(SplitLimit::MaxSize(bytes)),
-                        _ => problems.push(
-                            Diagnostic::new(format!("`{text}` is not a size"), value.span.clone())
-                                .with_hint(r#"max_size = "2G" (llama-gguf-split's units) or "1.5GB", "2GiB""#),
-                        ),
-                    }
-                }
-                ("max_size", ParamValue::Int(n)) if *n > 0 => limit = Some(SplitLimit::MaxSize(*n as u64)),
-                ("max_tensors", ParamValue::Int(n)) if *n > 0 => {
-                    limit = Some(SplitLimit::MaxTensors(usize::try_from(*n).unwrap_or(usize::MAX)))
-                }
-                ("no_tensor_first_split", ParamValue::Bool(b)) => no_tensor_first_split = *b,
-                ("max_size" | "max_tensors" | "no_tensor_first_split", _) => problems.push(Diagnostic::new(
-                    format!(
-                        "`split.{field}` must be {}",
-                        match field {
-                            "no_tensor_first_split" => "true or false",
-                            "max_tensors" => "a positive integer",
-                            _ => "a positive size",
-                        }
-                    ),
-                    value.span.clone(),
-                )),
-                (other, _) => problems.push(
-                    Diagnostic::new(format!("unknown field `{other}` in `split`"), value.span.clone())
-                        .suggest(other, SPLIT_FIELDS),
-                ),
-            }
-        }
-        let mode = match (p.get("split"), limit) {
-            (None, _) => SplitMode::Whole,
-            (Some(_), Some(limit)) => SplitMode::Limit(SplitOptions { limit, no_tensor_first_split }),
-            (Some(_), None) => {
-                if problems.is_empty() {
-                    problems.push(
-                        p.error("split", "`split` needs `max_size` or `max_tensors`")
-                            .with_hint(r#"split = { max_size = "2G" }"#),
-                    );
-                }
-                SplitMode::Whole
+        let format = match p.str("format") {
+            None | Some(("gguf", _)) => ExportFormat::Gguf,
+            Some(("safetensors", _)) => ExportFormat::SafeTensors,
+            Some((other, _)) => {
+                problems.push(p.error("format", format!("cannot export as `{other}`")).suggest(other, FORMATS));
+                ExportFormat::Gguf
             }
         };
-        if problems.is_empty() { Ok(mode) } else { Err(problems) }
+        let split = split_from_params(p, &mut problems);
+        if format == ExportFormat::SafeTensors
+            && let SplitMode::Limit(
+                SplitOptions { limit: SplitLimit::MaxTensors(_), .. }
+                | SplitOptions { no_tensor_first_split: true, .. },
+            ) = split
+        {
+            problems.push(p.error("split", "a SafeTensors split takes `max_size` only"));
+        }
+        if problems.is_empty() { Ok(ExportOptions { path, format, split }) } else { Err(problems) }
     }
-
     pub fn key_params(&self) -> serde_json::Value {
         let split = match self.split {
             SplitMode::Whole => serde_json::Value::Null,
@@ -121,7 +94,61 @@ impl ExportOptions {
                 "no_tensor_first_split": o.no_tensor_first_split,
             }),
         };
-        serde_json::json!({ "format": "gguf", "split": split })
+        let format = match self.format {
+            ExportFormat::Gguf => "gguf",
+            ExportFormat::SafeTensors => "safetensors",
+        };
+        serde_json::json!({ "format": format, "split": split })
+    }
+}
+
+/// `split = { max_size = …, max_tensors = …, no_tensor_first_split = … }`.
+fn split_from_params(p: &Params, problems: &mut Vec<Diagnostic>) -> SplitMode {
+    let mut limit = None;
+    let mut no_tensor_first_split = false;
+    for (field, value) in p.table("split") {
+        match (field, &value.value) {
+            ("max_size", ParamValue::Str(text)) => match split::parse_max_size(text).or_else(|_| parse_size(text)) {
+                Ok(bytes) if bytes > 0 => limit = Some(SplitLimit::MaxSize(bytes)),
+                _ => problems.push(
+                    Diagnostic::new(format!("`{text}` is not a size"), value.span.clone())
+                        .with_hint(r#"max_size = "2G" (llama-gguf-split's units) or "1.5GB", "2GiB""#),
+                ),
+            },
+            ("max_size", ParamValue::Int(n)) if *n > 0 => limit = Some(SplitLimit::MaxSize(*n as u64)),
+            ("max_tensors", ParamValue::Int(n)) if *n > 0 => {
+                limit = Some(SplitLimit::MaxTensors(usize::try_from(*n).unwrap_or(usize::MAX)))
+            }
+            ("no_tensor_first_split", ParamValue::Bool(b)) => no_tensor_first_split = *b,
+            ("max_size" | "max_tensors" | "no_tensor_first_split", _) => problems.push(Diagnostic::new(
+                format!(
+                    "`split.{field}` must be {}",
+                    match field {
+                        "no_tensor_first_split" => "true or false",
+                        "max_tensors" => "a positive integer",
+                        _ => "a positive size",
+                    }
+                ),
+                value.span.clone(),
+            )),
+            (other, _) => problems.push(
+                Diagnostic::new(format!("unknown field `{other}` in `split`"), value.span.clone())
+                    .suggest(other, SPLIT_FIELDS),
+            ),
+        }
+    }
+    match (p.get("split"), limit) {
+        (None, _) => SplitMode::Whole,
+        (Some(_), Some(limit)) => SplitMode::Limit(SplitOptions { limit, no_tensor_first_split }),
+        (Some(_), None) => {
+            if problems.is_empty() {
+                problems.push(
+                    p.error("split", "`split` needs `max_size` or `max_tensors`")
+                        .with_hint(r#"split = { max_size = "2G" }"#),
+                );
+            }
+            SplitMode::Whole
+        }
     }
 }
 
@@ -133,14 +160,24 @@ pub struct OutputFile {
     pub plan: ShardPlan,
 }
 
-/// The files an export of `set` writes.
+/// The data files an export of `set` writes (a SafeTensors split also
+/// writes an index: [`safetensors_index`], at [`index_path`]).
 pub fn output_files(set: &TensorSet, options: &ExportOptions) -> Result<Vec<OutputFile>, SplitError> {
-    let plans = match options.split {
-        SplitMode::Whole => {
-            vec![ShardPlan { metadata: set.metadata.clone(), tensors: (0..set.tensors.len()).collect() }]
+    let whole = || vec![ShardPlan { metadata: set.metadata.clone(), tensors: (0..set.tensors.len()).collect() }];
+    let plans = match (options.format, options.split) {
+        (_, SplitMode::Whole) => whole(),
+        (ExportFormat::Gguf, SplitMode::Limit(o)) => split::plan_split(&set.metadata, &set.infos(), o)?,
+        (ExportFormat::SafeTensors, SplitMode::Limit(o)) => {
+            let max = match o.limit {
+                SplitLimit::MaxSize(bytes) => bytes,
+                SplitLimit::MaxTensors(_) => u64::MAX,
+            };
+            safetensors_shards(&set.tensors, max)
+                .into_iter()
+                .map(|tensors| ShardPlan { metadata: set.metadata.clone(), tensors })
+                .collect()
         }
-        SplitMode::Limit(o) => split::plan_split(&set.metadata, &set.infos(), o)?,
-        SplitMode::LikeInput => match shards_like_input(&set.tensors) {
+        (_, SplitMode::LikeInput) => match shards_like_input(&set.tensors) {
             // llama-quantize names even a one-shard output as a shard, but
             // writes no split keys in it.
             shards if shards.len() == 1 => {
@@ -157,15 +194,87 @@ pub fn output_files(set: &TensorSet, options: &ExportOptions) -> Result<Vec<Outp
         .collect())
 }
 
-/// The path of file `no` of the `count` an export writes: its path, or for a
-/// split `PREFIX-0000i-of-0000N.gguf` with the path's `.gguf` taken off.
+/// Every path an export with `count` data files writes, in order: the data
+/// files, then a SafeTensors split's index.
+pub fn all_paths(options: &ExportOptions, count: usize) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = (0..count).map(|no| output_path(options, no, count)).collect();
+    paths.extend(index_path(options));
+    paths
+}
+
+/// The path of data file `no` of the `count` an export writes: its path, or
+/// for a split `PREFIX-0000i-of-0000N.gguf` (`.safetensors`) with the path's
+/// extension taken off.
 pub fn output_path(options: &ExportOptions, no: usize, count: usize) -> PathBuf {
     if options.split == SplitMode::Whole {
         return options.path.clone();
     }
+    let prefix = path_prefix(options);
+    match options.format {
+        ExportFormat::Gguf => split::shard_path(&prefix, no, count),
+        ExportFormat::SafeTensors => {
+            let mut name = prefix.into_os_string();
+            name.push(format!("-{:05}-of-{:05}.safetensors", no + 1, count));
+            PathBuf::from(name)
+        }
+    }
+}
+
+/// A SafeTensors split's index, `PREFIX.safetensors.index.json`.
+pub fn index_path(options: &ExportOptions) -> Option<PathBuf> {
+    if options.format != ExportFormat::SafeTensors || options.split == SplitMode::Whole {
+        return None;
+    }
+    let mut name = path_prefix(options).into_os_string();
+    name.push(".safetensors.index.json");
+    Some(PathBuf::from(name))
+}
+
+fn path_prefix(options: &ExportOptions) -> PathBuf {
+    let extension = match options.format {
+        ExportFormat::Gguf => ".gguf",
+        ExportFormat::SafeTensors => ".safetensors",
+    };
     let text = options.path.as_os_str().to_string_lossy();
-    let prefix = PathBuf::from(text.strip_suffix(".gguf").unwrap_or(&text));
-    split::shard_path(&prefix, no, count)
+    PathBuf::from(text.strip_suffix(extension).unwrap_or(&text))
+}
+
+/// Hugging Face's sharding: tensors in order, a new shard when the next
+/// would take the current one past `max_bytes`; a tensor larger than that
+/// alone fills a shard.
+fn safetensors_shards(tensors: &[Tensor], max_bytes: u64) -> Vec<Vec<usize>> {
+    let mut shards: Vec<Vec<usize>> = vec![Vec::new()];
+    let mut current = 0u64;
+    for (i, tensor) in tensors.iter().enumerate() {
+        let size = tensor.n_bytes();
+        let full = shards.last().is_some_and(|shard| !shard.is_empty() && current + size > max_bytes);
+        if full {
+            shards.push(Vec::new());
+            current = 0;
+        }
+        if let Some(shard) = shards.last_mut() {
+            shard.push(i);
+        }
+        current += size;
+    }
+    shards
+}
+
+/// The `.index.json` of a SafeTensors split, as `transformers` writes it:
+/// `total_size` in the metadata, the weight map sorted, two-space indent.
+pub fn safetensors_index(set: &TensorSet, files: &[OutputFile]) -> Vec<u8> {
+    let mut weight_map = std::collections::BTreeMap::new();
+    for file in files {
+        let name = file.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        for &t in &file.plan.tensors {
+            weight_map.insert(set.tensors[t].name.clone(), name.clone());
+        }
+    }
+    let total_size: u64 = set.tensors.iter().map(Tensor::n_bytes).sum();
+    let index = serde_json::json!({ "metadata": { "total_size": total_size }, "weight_map": weight_map });
+    let mut text = serde_json::to_string_pretty(&index).unwrap_or_default();
+    text.push('\n');
+    text.into_bytes()
 }
 
 /// Tensors grouped by the input file their bytes come from, files in the

@@ -1,10 +1,12 @@
 //! `load` and `merge-shards`: an input as a tensor set. Any supported
 //! container, found by its magic bytes; the tensors stay ranges of the file.
 //! A split (`NAME-0000i-of-0000N.gguf`, named by any of its shards) loads as
-//! the whole model, as `merge` would write it.
+//! the whole model, as `merge` would write it; so does a sharded SafeTensors
+//! checkpoint, named by its `.index.json`.
 
 use crate::artifact::{Tensor, TensorSet};
 use crate::formats::ModelFile;
+use crate::formats::safetensors::SafeTensorsIndex;
 use crate::ops::split::{SplitError, check_shards, merged_metadata};
 use crate::recipe::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::store::Key;
@@ -58,4 +60,61 @@ pub fn apply_split(shards: &[(&ModelFile, Key)], options: MergeOptions) -> Resul
         .flat_map(|(model, content)| model.tensors.iter().enumerate().map(|(i, t)| Tensor::from_input(*content, i, t)))
         .collect();
     Ok(TensorSet { endian: first.endian, metadata: merged_metadata(&first.metadata, options.keep_split_keys), tensors })
+}
+
+/// Why the shards of a SafeTensors checkpoint do not match their index.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    #[error("{}: tensor `{tensor}` is in {}, but the index says {expected}", index.display(), found.display())]
+    WrongShard { index: std::path::PathBuf, tensor: String, found: std::path::PathBuf, expected: String },
+    #[error("{}: tensor `{tensor}` of {} is not in the index", index.display(), shard.display())]
+    NotIndexed { index: std::path::PathBuf, tensor: String, shard: std::path::PathBuf },
+    #[error("{}: the index lists `{tensor}`, which no shard holds", index.display())]
+    Missing { index: std::path::PathBuf, tensor: String },
+}
+
+/// The shards of a SafeTensors checkpoint, in the index's shard order, as
+/// one model: every tensor where the index says, no tensor unlisted.
+/// Metadata is the first shard's (`transformers` writes the same in each).
+pub fn apply_safetensors_shards(
+    index: &SafeTensorsIndex,
+    shards: &[(&ModelFile, Key)],
+) -> Result<TensorSet, ShardError> {
+    let expected: std::collections::HashMap<&str, &str> =
+        index.weight_map.iter().map(|(t, f)| (t.as_str(), f.as_str())).collect();
+    let mut tensors = Vec::new();
+    for (model, content) in shards {
+        let file_name = model.path().file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        for (i, info) in model.tensors.iter().enumerate() {
+            match expected.get(info.name.as_str()) {
+                Some(&shard) if shard == file_name => tensors.push(Tensor::from_input(*content, i, info)),
+                Some(&shard) => {
+                    return Err(ShardError::WrongShard {
+                        index: index.path.clone(),
+                        tensor: info.name.clone(),
+                        found: model.path().to_owned(),
+                        expected: shard.to_owned(),
+                    });
+                }
+                None => {
+                    return Err(ShardError::NotIndexed {
+                        index: index.path.clone(),
+                        tensor: info.name.clone(),
+                        shard: model.path().to_owned(),
+                    });
+                }
+            }
+        }
+    }
+    if tensors.len() != expected.len() {
+        let held: std::collections::HashSet<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
+        let missing = index.weight_map.iter().find(|(t, _)| !held.contains(t.as_str()));
+        let tensor = missing.map(|(t, _)| t.clone()).unwrap_or_default();
+        return Err(ShardError::Missing { index: index.path.clone(), tensor });
+    }
+    let (endian, metadata) = shards.first().map_or_else(
+        || (crate::model::Endian::Little, crate::model::Metadata::new()),
+        |(m, _)| (m.endian, m.metadata.clone()),
+    );
+    Ok(TensorSet { endian, metadata, tensors })
 }

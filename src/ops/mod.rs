@@ -74,9 +74,8 @@ impl Op {
             "set-metadata" => Op::SetMetadata(SetMetadata::from_params(params)?),
             "delete-metadata" => Op::DeleteMetadata(DeleteMetadata::from_params(params)?),
             "export" => {
-                let split = ExportOptions::split_from_params(params)?;
                 let path = export.ok_or_else(|| vec![params.error("path", "`export` needs a `path`")])?;
-                Op::Export(ExportOptions { path, split })
+                Op::Export(ExportOptions::from_params(params, path)?)
             }
             other => return Err(vec![Diagnostic::new(format!("unknown op `{other}`"), params.span.clone())]),
         })

@@ -127,7 +127,11 @@ impl Recipe {
             let id = op.name();
             nodes.push(node(id, op, Source::Node(nodes.len() - 1), uses));
         }
-        let export = Op::Export(crate::ops::export::ExportOptions { path: job.output.to_owned(), split: job.split });
+        let export = Op::Export(crate::ops::export::ExportOptions {
+            path: job.output.to_owned(),
+            format: crate::ops::export::ExportFormat::Gguf,
+            split: job.split,
+        });
         nodes.push(node("export", export, Source::Node(nodes.len() - 1), Vec::new()));
         Recipe { name: job.name.into(), inputs, nodes }
     }
