@@ -333,3 +333,19 @@ path = "out/merged-kept.gguf"
     let report: serde_json::Value = serde_json::from_str(&again).unwrap();
     assert_eq!(report["totals"]["ran"], 0, "{report}");
 }
+
+/// `inspect` on any shard describes the whole split.
+#[test]
+fn inspect_any_shard_shows_the_whole_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = split_tiny(dir.path(), "tiny", "8");
+    let whole: serde_json::Value =
+        serde_json::from_str(&run_ok(&["inspect".as_ref(), "--json".as_ref(), common::tiny_model().as_os_str()]))
+            .unwrap();
+    let split: serde_json::Value =
+        serde_json::from_str(&run_ok(&["inspect".as_ref(), "--json".as_ref(), set[1].as_os_str()])).unwrap();
+    assert_eq!(split["split"].as_array().unwrap().len(), 3);
+    for field in ["tensor_count", "element_count", "tensor_bytes", "types", "metadata", "architecture"] {
+        assert_eq!(split[field], whole[field], "{field}");
+    }
+}

@@ -31,6 +31,13 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
         human_bytes(r.tensor_bytes as f64),
         r.bits_per_weight
     )?;
+    if let Some(shards) = &r.split {
+        writeln!(out, "split         {} shards (the report is of the whole model)", shards.len())?;
+        for shard in shards {
+            let size = human_bytes(shard.file_size as f64);
+            writeln!(out, "  {}  {} tensors, {size}", shard.file, shard.tensor_count)?;
+        }
+    }
     if r.legacy_blocks_repacked {
         writeln!(out, "note          pre-GGJTv3 blocks are repacked on read (scales narrowed to f16)")?;
     }

@@ -238,8 +238,18 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Inspect { file, json, tensors, load } => {
-            let model = ModelFile::open(&file, load.options())?;
-            let report = crate::ops::inspect::inspect(&model, InspectOptions { tensors });
+            let options = InspectOptions { tensors };
+            let report = match crate::ops::split::shard_set(&file) {
+                // Any shard of a split stands for the whole model.
+                Some(paths) => {
+                    let shards =
+                        paths.iter().map(|p| ModelFile::open(p, load.options())).collect::<Result<Vec<_>, _>>()?;
+                    let shards: Vec<&ModelFile> = shards.iter().collect();
+                    crate::ops::split::check_shards(&shards)?;
+                    crate::ops::inspect::inspect_split(&shards, options).context("a split has shards")?
+                }
+                None => crate::ops::inspect::inspect(&ModelFile::open(&file, load.options())?, options),
+            };
             let mut out = io::stdout().lock();
             if json {
                 serde_json::to_writer_pretty(&mut out, &report)?;

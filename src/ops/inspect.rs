@@ -39,6 +39,18 @@ pub struct InspectReport {
     pub types: Vec<TypeTotals>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tensors: Option<Vec<TensorRow>>,
+    /// When the file is one shard of a split: the whole split, which the
+    /// rest of the report then describes (metadata without `split.*` keys,
+    /// every shard's tensors, sizes summed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split: Option<Vec<ShardRow>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ShardRow {
+    pub file: String,
+    pub file_size: u64,
+    pub tensor_count: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -87,6 +99,9 @@ pub struct TensorRow {
     pub offset: u64,
     /// Bytes in the current ggml layout.
     pub bytes: u64,
+    /// The shard (0-based) holding the tensor, when inspecting a split.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -125,6 +140,7 @@ pub fn inspect(model: &ModelFile, options: InspectOptions) -> InspectReport {
         bits_per_weight: if element_count == 0 { 0.0 } else { tensor_bytes as f64 * 8.0 / element_count as f64 },
         types: type_totals(&model.tensors),
         tensors: options.tensors.then(|| model.tensors.iter().map(tensor_row).collect()),
+        split: None,
     }
 }
 
@@ -146,7 +162,45 @@ fn tensor_row(t: &TensorInfo) -> TensorRow {
         shape: t.dims.clone(),
         offset: t.file_offset,
         bytes: t.n_bytes(),
+        shard: None,
     }
+}
+
+/// The report of a whole split, given its shards in order (checked to
+/// belong together): the first shard's container facts, the merged model's
+/// metadata and tensors.
+pub fn inspect_split(shards: &[&ModelFile], options: InspectOptions) -> Option<InspectReport> {
+    let first = shards.first()?;
+    let tensors: Vec<TensorInfo> = shards.iter().flat_map(|s| s.tensors.iter().cloned()).collect();
+    let metadata = crate::ops::split::merged_metadata(&first.metadata, false);
+    let mut report = inspect(first, options);
+    let element_count: u64 = tensors.iter().map(TensorInfo::n_elements).sum();
+    let tensor_bytes: u64 = tensors.iter().map(TensorInfo::n_bytes).sum();
+    report.file_size = shards.iter().map(|s| s.file_len()).sum();
+    report.metadata = metadata.iter().map(|(k, v)| metadata_entry(k, v)).collect();
+    report.tensor_count = tensors.len();
+    report.element_count = element_count;
+    report.tensor_bytes = tensor_bytes;
+    report.bits_per_weight = if element_count == 0 { 0.0 } else { tensor_bytes as f64 * 8.0 / element_count as f64 };
+    report.types = type_totals(&tensors);
+    report.tensors = options.tensors.then(|| {
+        shards
+            .iter()
+            .enumerate()
+            .flat_map(|(no, s)| s.tensors.iter().map(move |t| TensorRow { shard: Some(no), ..tensor_row(t) }))
+            .collect()
+    });
+    report.split = Some(
+        shards
+            .iter()
+            .map(|s| ShardRow {
+                file: s.path().display().to_string(),
+                file_size: s.file_len(),
+                tensor_count: s.tensors.len(),
+            })
+            .collect(),
+    );
+    Some(report)
 }
 
 fn metadata_entry(key: &str, value: &Value) -> MetadataEntry {
