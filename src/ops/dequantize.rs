@@ -12,6 +12,7 @@ pub const SPEC: OpSpec = OpSpec {
     params: &[ParamSpec::optional("type", ParamKind::Str).fanning_out()],
     from_input_only: false,
     is_sink: false,
+    many_inputs: false,
 };
 
 /// The float types a model can be decoded to.

@@ -25,6 +25,7 @@ pub const SPEC: OpSpec = OpSpec {
     ],
     from_input_only: false,
     is_sink: true,
+    many_inputs: false,
 };
 
 pub const FORMATS: [&str; 2] = ["gguf", "safetensors"];

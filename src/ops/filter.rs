@@ -11,6 +11,7 @@ pub const SPEC: OpSpec = OpSpec {
     params: &[ParamSpec::optional("keep", ParamKind::StrList), ParamSpec::optional("drop", ParamKind::StrList)],
     from_input_only: false,
     is_sink: false,
+    many_inputs: false,
 };
 
 /// Tensors whose name matches any `keep` pattern (all, when there are none)

@@ -11,7 +11,8 @@ use crate::ops::split::{SplitError, check_shards, merged_metadata};
 use crate::recipe::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::store::Key;
 
-pub const SPEC: OpSpec = OpSpec { name: "load", version: 1, params: &[], from_input_only: true, is_sink: false };
+pub const SPEC: OpSpec =
+    OpSpec { name: "load", version: 1, params: &[], from_input_only: true, is_sink: false, many_inputs: false };
 
 pub const MERGE_SPEC: OpSpec = OpSpec {
     name: "merge-shards",
@@ -19,6 +20,7 @@ pub const MERGE_SPEC: OpSpec = OpSpec {
     params: &[ParamSpec::optional("keep_split_keys", ParamKind::Bool)],
     from_input_only: true,
     is_sink: false,
+    many_inputs: false,
 };
 
 /// `merge-shards`: a split input merged, like `quantforge merge`.

@@ -14,6 +14,7 @@ pub const SET_SPEC: OpSpec = OpSpec {
     params: &[ParamSpec::required("set", ParamKind::StrList)],
     from_input_only: false,
     is_sink: false,
+    many_inputs: false,
 };
 
 pub const DELETE_SPEC: OpSpec = OpSpec {
@@ -22,6 +23,7 @@ pub const DELETE_SPEC: OpSpec = OpSpec {
     params: &[ParamSpec::required("keys", ParamKind::StrList)],
     from_input_only: false,
     is_sink: false,
+    many_inputs: false,
 };
 
 #[derive(Debug, Clone, PartialEq)]

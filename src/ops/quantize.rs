@@ -36,6 +36,7 @@ pub const SPEC: OpSpec = OpSpec {
     ],
     from_input_only: false,
     is_sink: false,
+    many_inputs: false,
 };
 
 /// A `--override-kv KEY=TYPE:VALUE`, with llama.cpp's types: `int` (written

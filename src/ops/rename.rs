@@ -9,6 +9,7 @@ pub const SPEC: OpSpec = OpSpec {
     params: &[ParamSpec::required("tensors", ParamKind::StrMap)],
     from_input_only: false,
     is_sink: false,
+    many_inputs: false,
 };
 
 /// `tensors = { "OLD" = "NEW", … }`, applied in order.

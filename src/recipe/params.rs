@@ -74,6 +74,8 @@ pub struct OpSpec {
     pub from_input_only: bool,
     /// Nothing can take this op's result as input (exports write files).
     pub is_sink: bool,
+    /// `from` takes a list of several inputs (`assemble`); otherwise one.
+    pub many_inputs: bool,
 }
 
 impl OpSpec {

@@ -381,12 +381,16 @@ fn resolve_references(inputs: &[InputDecl], steps: &[RawStep], diags: &mut Vec<D
                 Some(&r) => resolved.push(r),
             }
         }
-        if step.from.len() > 1 {
-            let op = step.spec.map_or("this op", |s| s.name);
-            diags.push(Diagnostic::new(
-                format!("`{op}` takes one input, not {}", step.from.len()),
+        match step.spec {
+            Some(spec) if spec.many_inputs && step.from.len() < 2 => diags.push(Diagnostic::new(
+                format!("`{}` takes a list of at least two inputs", spec.name),
                 step.from_span.clone(),
-            ));
+            )),
+            Some(spec) if !spec.many_inputs && step.from.len() > 1 => diags.push(Diagnostic::new(
+                format!("`{}` takes one input, not {}", spec.name, step.from.len()),
+                step.from_span.clone(),
+            )),
+            _ => {}
         }
         for (param, value) in &step.params {
             let is_input_name = step.spec.and_then(|s| s.param(param)).is_some_and(|p| p.kind == ParamKind::InputName);
