@@ -8,6 +8,7 @@
 //! writes containers of the [`model`] and [`types`] it describes, and
 //! [`cli`] is the thin binary on top.
 
+pub mod arch;
 pub mod artifact;
 pub mod cli;
 pub mod codecs;

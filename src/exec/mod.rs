@@ -93,6 +93,8 @@ pub enum NodeError {
     SafeTensors(crate::formats::safetensors::WriteError),
     #[error(transparent)]
     Shards(#[from] ops::load::ShardError),
+    #[error(transparent)]
+    Assemble(#[from] ops::assemble::AssembleError),
 }
 
 /// The node-cache entry: where the manifest is and what it needs.
@@ -797,6 +799,8 @@ impl Shared {
             Op::Rename(o) => ops::rename::apply(input()?, o)?,
             Op::SetMetadata(o) => o.apply(input()?),
             Op::DeleteMetadata(o) => o.apply(input()?)?,
+            Op::Assemble => ops::assemble::assemble(&inputs.iter().map(Arc::as_ref).collect::<Vec<_>>())?,
+            Op::Unbundle(o) => ops::assemble::unbundle(input()?, o.part)?,
             Op::Export(_) => return Err(NodeError::Upstream(node.id.clone())),
         })
     }

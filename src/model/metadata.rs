@@ -374,4 +374,65 @@ impl Metadata {
     pub fn get_str(&self, key: &str) -> Option<&str> {
         self.get(key).and_then(Value::as_str)
     }
+
+    /// Appends `other`'s entries in order with `prefix` put before each key,
+    /// sharing their values (how a bundle namespaces its parts). A prefixed
+    /// key already present keeps its place and takes the new value, as `set`.
+    pub fn append_prefixed(&mut self, prefix: &str, other: &Metadata) {
+        // Only a key that already starts with `prefix` can collide; looking
+        // once keeps the usual case linear.
+        let may_collide = self.entries.iter().any(|(k, _)| k.starts_with(prefix));
+        for (key, value) in &other.entries {
+            let key = format!("{prefix}{key}");
+            let existing = if may_collide { self.entries.iter_mut().find(|(k, _)| *k == key) } else { None };
+            match existing {
+                Some(entry) => entry.1 = Arc::clone(value),
+                None => self.entries.push((key, Arc::clone(value))),
+            }
+        }
+    }
+
+    /// The entries whose key starts with `prefix`, in order, with the prefix
+    /// taken off and their values shared; the others are left out.
+    pub fn strip_key_prefix(&self, prefix: &str) -> Metadata {
+        let entries =
+            self.entries.iter().filter_map(|(k, v)| Some((k.strip_prefix(prefix)?.to_owned(), Arc::clone(v))));
+        Metadata { entries: entries.collect() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(metadata: &Metadata) -> Vec<&str> {
+        metadata.iter().map(|(k, _)| k).collect()
+    }
+
+    #[test]
+    fn prefixing_and_stripping_share_values_and_keep_order() {
+        let mut part = Metadata::new();
+        part.set("b", Value::U32(1));
+        part.set("a", Value::string("x"));
+        let mut bundle = Metadata::new();
+        bundle.set("head", Value::Bool(true));
+        bundle.append_prefixed("p.", &part);
+        assert_eq!(keys(&bundle), ["head", "p.b", "p.a"]);
+        assert!(Arc::ptr_eq(&bundle.entries[1].1, &part.entries[0].1));
+        assert_eq!(bundle.strip_key_prefix("p."), part);
+        assert_eq!(keys(&bundle.strip_key_prefix("q.")), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn appending_onto_a_taken_prefix_replaces_in_place() {
+        let mut part = Metadata::new();
+        part.set("a", Value::U8(2));
+        part.set("c", Value::U8(3));
+        let mut bundle = Metadata::new();
+        bundle.set("p.a", Value::U8(1));
+        bundle.set("z", Value::U8(0));
+        bundle.append_prefixed("p.", &part);
+        assert_eq!(keys(&bundle), ["p.a", "z", "p.c"]);
+        assert_eq!(bundle.get("p.a"), Some(&Value::U8(2)));
+    }
 }

@@ -1,10 +1,12 @@
-//! Operations. The recipe ops (`load`, `merge-shards`, `dequantize`, `quantize`, `filter`,
-//! `rename`, `set-metadata`, `delete-metadata`, `export`) are each a pure
+//! Operations. The recipe ops (`load`, `merge-shards`, `dequantize`,
+//! `quantize`, `filter`, `rename`, `set-metadata`, `delete-metadata`,
+//! `assemble`, `unbundle`, `export`) are each a pure
 //! function of their input tensor sets and parameters, one file each, with
 //! the [`OpSpec`] that says what a recipe may pass them. The one-shot
 //! operations (`inspect`, `diff`, `split`, `edit`'s parsing) take files and
 //! return reports. None parses arguments or prints.
 
+pub mod assemble;
 pub mod dequantize;
 pub mod diff;
 pub mod edit;
@@ -21,6 +23,7 @@ use std::path::PathBuf;
 
 use crate::recipe::{Diagnostic, OpSpec, Params};
 
+use assemble::UnbundleOptions;
 use dequantize::DequantizeOptions;
 use export::ExportOptions;
 use filter::FilterOptions;
@@ -30,7 +33,7 @@ use quantize::QuantizeOptions;
 use rename::RenameOptions;
 
 /// Every recipe op, in the order the docs list them.
-pub const SPECS: [OpSpec; 9] = [
+pub const SPECS: [OpSpec; 11] = [
     load::SPEC,
     load::MERGE_SPEC,
     dequantize::SPEC,
@@ -39,6 +42,8 @@ pub const SPECS: [OpSpec; 9] = [
     rename::SPEC,
     metadata::SET_SPEC,
     metadata::DELETE_SPEC,
+    assemble::ASSEMBLE_SPEC,
+    assemble::UNBUNDLE_SPEC,
     export::SPEC,
 ];
 
@@ -57,6 +62,8 @@ pub enum Op {
     Rename(RenameOptions),
     SetMetadata(SetMetadata),
     DeleteMetadata(DeleteMetadata),
+    Assemble,
+    Unbundle(UnbundleOptions),
     Export(ExportOptions),
 }
 
@@ -73,6 +80,8 @@ impl Op {
             "rename" => Op::Rename(RenameOptions::from_params(params)?),
             "set-metadata" => Op::SetMetadata(SetMetadata::from_params(params)?),
             "delete-metadata" => Op::DeleteMetadata(DeleteMetadata::from_params(params)?),
+            "assemble" => Op::Assemble,
+            "unbundle" => Op::Unbundle(UnbundleOptions::from_params(params)?),
             "export" => {
                 let path = export.ok_or_else(|| vec![params.error("path", "`export` needs a `path`")])?;
                 Op::Export(ExportOptions::from_params(params, path)?)
@@ -91,6 +100,8 @@ impl Op {
             Op::Rename(_) => &rename::SPEC,
             Op::SetMetadata(_) => &metadata::SET_SPEC,
             Op::DeleteMetadata(_) => &metadata::DELETE_SPEC,
+            Op::Assemble => &assemble::ASSEMBLE_SPEC,
+            Op::Unbundle(_) => &assemble::UNBUNDLE_SPEC,
             Op::Export(_) => &export::SPEC,
         }
     }
@@ -111,6 +122,8 @@ impl Op {
             Op::Rename(o) => o.key_params(),
             Op::SetMetadata(o) => o.key_params(),
             Op::DeleteMetadata(o) => o.key_params(),
+            Op::Assemble => serde_json::json!({}),
+            Op::Unbundle(o) => o.key_params(),
             Op::Export(o) => o.key_params(),
         }
     }

@@ -1,0 +1,9 @@
+//! Facts about model architectures that decide whether files belong
+//! together, as llama.cpp reads them from metadata and tensor shapes. Pure
+//! functions of a file's metadata and tensor descriptors; no I/O.
+//!
+//! [`clip`] owns llama.cpp's multimodal projector files ("mmproj"): which part
+//! of a multimodal model a file is, and whether a projector's output fits the
+//! language model's input.
+
+pub mod clip;
