@@ -1,0 +1,267 @@
+//! Exports: writing a tensor set as GGUF or SafeTensors files (whole or
+//! split), every tensor at its final offset, and the export-cache entry that
+//! lets a rerun find the files still there, unchanged.
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::materialize::{MaterializeError, Materializer};
+use super::report::{self, NodeReport};
+use super::{Engine, NodeError, Shared};
+use crate::artifact::{Tensor, TensorSet};
+use crate::formats::{AtomicOutput, gguf, same_file};
+use crate::ops;
+use crate::ops::export::{ExportFormat, ExportOptions};
+use crate::store::fingerprint::{hash_file, stat_key};
+use crate::store::{ActionKind, Key};
+
+/// The export-cache entry: the files an export wrote, by content and stat.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(super) struct ExportEntry {
+    blobs: Vec<Key>,
+    recipe: String,
+    id: String,
+    path: PathBuf,
+    bytes: u64,
+    /// How many of `files` hold tensors (a SafeTensors split adds its index).
+    data_files: usize,
+    /// In output order (a split's shards in order).
+    files: Vec<ExportedFile>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ExportedFile {
+    file_hash: Key,
+    len: u64,
+    /// Stat fingerprints of files known to hold these bytes.
+    fingerprints: Vec<Key>,
+}
+
+/// Why writing one output file failed, before the path is known.
+enum WriteFailure {
+    Io(std::io::Error),
+    Materialize(MaterializeError),
+    SafeTensors(crate::formats::safetensors::WriteError),
+}
+
+impl WriteFailure {
+    fn at(self, path: &Path) -> NodeError {
+        match self {
+            WriteFailure::Io(source) => NodeError::Write { path: path.to_owned(), source },
+            WriteFailure::Materialize(e) => NodeError::Materialize(e),
+            WriteFailure::SafeTensors(e) => NodeError::SafeTensors(e),
+        }
+    }
+}
+
+impl From<std::io::Error> for WriteFailure {
+    fn from(e: std::io::Error) -> WriteFailure {
+        WriteFailure::Io(e)
+    }
+}
+
+impl From<MaterializeError> for WriteFailure {
+    fn from(e: MaterializeError) -> WriteFailure {
+        WriteFailure::Materialize(e)
+    }
+}
+
+/// Writes one GGUF file of an export; returns its length. The layout is
+/// known, so every tensor goes straight to its offset, its padding written
+/// after it: a file written in order, without holes, is the cheapest for
+/// the file system to extend.
+fn write_gguf_file(
+    m: &Materializer<'_>,
+    set: &TensorSet,
+    file: &ops::export::OutputFile,
+    out: &mut AtomicOutput,
+    bar: &ProgressBar,
+) -> Result<u64, WriteFailure> {
+    let tensors: Vec<&Tensor> = file.plan.tensors.iter().map(|&t| &set.tensors[t]).collect();
+    let infos: Vec<_> = tensors.iter().map(|t| t.info()).collect();
+    let layout = gguf::write_header(out.writer(), set.endian, &file.plan.metadata, &infos)?;
+    let output: &std::fs::File = out.file()?;
+    for (k, tensor) in tensors.iter().enumerate() {
+        let at = layout.data_offset + layout.tensor_offsets[k];
+        if !m.copy_at(tensor, output, at)? {
+            m.encode_at(tensor, output, at)?;
+        }
+        let end = at + tensor.n_bytes();
+        write_zeros_at(output, end, gguf::align_up(end, layout.alignment) - end)?;
+        bar.inc(tensor.n_bytes());
+    }
+    Ok(layout.file_len)
+}
+
+/// Writes one SafeTensors file of an export, as the Python package lays it
+/// out; returns its length. The set's `safetensors.metadata.*` keys become
+/// `__metadata__` (none: no `__metadata__`); other metadata has no place.
+fn write_safetensors_file(
+    m: &Materializer<'_>,
+    set: &TensorSet,
+    file: &ops::export::OutputFile,
+    out: &mut AtomicOutput,
+    bar: &ProgressBar,
+) -> Result<u64, WriteFailure> {
+    use crate::formats::safetensors::{SafeTensorsEntry, header_bytes, safetensors_metadata};
+    let tensors: Vec<&Tensor> = file.plan.tensors.iter().map(|&t| &set.tensors[t]).collect();
+    let entries = tensors
+        .iter()
+        .map(|t| SafeTensorsEntry::from_tensor(&t.info()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(WriteFailure::SafeTensors)?;
+    let metadata = safetensors_metadata(&set.metadata).map_err(WriteFailure::SafeTensors)?;
+    let layout = header_bytes(&entries, (!metadata.is_empty()).then_some(metadata.as_slice()))
+        .map_err(WriteFailure::SafeTensors)?;
+    out.writer().write_all(&layout.header)?;
+    let output: &std::fs::File = out.file()?;
+    let data = layout.header.len() as u64;
+    for &e in &layout.order {
+        let at = data + layout.data_offsets[e].0;
+        if !m.copy_at(tensors[e], output, at)? {
+            m.encode_at(tensors[e], output, at)?;
+        }
+        bar.inc(tensors[e].n_bytes());
+    }
+    Ok(layout.file_len)
+}
+
+/// Writes `n` zero bytes at `offset` (padding: usually under 32 bytes).
+fn write_zeros_at(file: &std::fs::File, mut offset: u64, mut n: u64) -> std::io::Result<()> {
+    const ZEROS: [u8; 4096] = [0; 4096];
+    while n > 0 {
+        let chunk = n.min(ZEROS.len() as u64);
+        file.write_all_at(&ZEROS[..chunk as usize], offset)?;
+        (offset, n) = (offset + chunk, n - chunk);
+    }
+    Ok(())
+}
+
+/// Fingerprints kept per export entry (one per place the file was written).
+const MAX_FINGERPRINTS: usize = 16;
+
+impl Engine {
+    /// True when every file this export wrote before still holds its bytes:
+    /// its stat is one we recorded, or its content hashes to what we wrote.
+    pub(super) fn export_is_fresh(&self, key: &Key, options: &ExportOptions) -> bool {
+        let Some(mut entry) =
+            self.store.get_action(ActionKind::Export, key).and_then(|b| serde_json::from_slice::<ExportEntry>(&b).ok())
+        else {
+            return false;
+        };
+        let paths = ops::export::all_paths(options, entry.data_files);
+        if paths.len() != entry.files.len() {
+            return false;
+        }
+        let mut learned = false;
+        for (path, file) in paths.iter().zip(entry.files.iter_mut()) {
+            let Ok(meta) = std::fs::metadata(path) else { return false };
+            if meta.len() != file.len {
+                return false;
+            }
+            let fingerprint = stat_key(&meta);
+            if file.fingerprints.contains(&fingerprint) {
+                continue;
+            }
+            if hash_file(path).ok() != Some(file.file_hash) {
+                return false;
+            }
+            file.fingerprints.insert(0, fingerprint);
+            file.fingerprints.truncate(MAX_FINGERPRINTS);
+            learned = true;
+        }
+        if learned && let Ok(json) = serde_json::to_vec(&entry) {
+            // Best effort: without the fingerprint the next run hashes again.
+            let _ = self.store.put_action(ActionKind::Export, key, &json);
+        }
+        !paths.is_empty()
+    }
+}
+
+impl Shared {
+    /// A new output file (its directory made), refusing to overwrite an input.
+    fn create_output(&self, path: &Path) -> Result<AtomicOutput, NodeError> {
+        if let Some(input) = self.bound.files.paths().find(|p| same_file(p, path)) {
+            return Err(NodeError::OutputIsInput { input: input.clone(), output: path.to_owned() });
+        }
+        let write_err = |source| NodeError::Write { path: path.to_owned(), source };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(write_err)?;
+        }
+        AtomicOutput::create(path).map_err(write_err)
+    }
+
+    /// Writes node `i`'s input as the export's file (or shards) and records
+    /// what was written. Every file appears only once all are complete.
+    pub(super) fn export(
+        &self,
+        i: usize,
+        inputs: &[Arc<TensorSet>],
+        options: &ExportOptions,
+        report: &mut NodeReport,
+    ) -> Result<(), NodeError> {
+        let set = inputs.first().ok_or_else(|| NodeError::Upstream(self.bound.recipe.nodes[i].id.clone()))?;
+        let files = ops::export::output_files(set, options)?;
+        let planned: u64 = set.tensors.iter().map(Tensor::n_bytes).sum();
+        let bar = self.progress.add(ProgressBar::new(planned));
+        bar.set_style(
+            ProgressStyle::with_template("{msg:24!} {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message(self.bound.recipe.nodes[i].id.clone());
+        let m = self.materializer();
+        let mut written = Vec::with_capacity(files.len() + 1);
+        for file in &files {
+            let path = &file.path;
+            let mut out = self.create_output(path)?;
+            let len = match options.format {
+                ExportFormat::Gguf => write_gguf_file(&m, set, file, &mut out, &bar),
+                ExportFormat::SafeTensors => write_safetensors_file(&m, set, file, &mut out, &bar),
+            }
+            .map_err(|e| e.at(path))?;
+            written.push((path.clone(), out, len, file.plan.tensors.len()));
+        }
+        if let Some(path) = ops::export::index_path(options) {
+            let mut out = self.create_output(&path)?;
+            let index = ops::export::safetensors_index(set, &files);
+            out.writer().write_all(&index).map_err(|source| NodeError::Write { path: path.clone(), source })?;
+            written.push((path, out, index.len() as u64, 0));
+        }
+        bar.finish_and_clear();
+        let count = written.len();
+        let mut records = Vec::with_capacity(count);
+        for (path, out, len, tensors) in written {
+            let write_err = |source| NodeError::Write { path: path.clone(), source };
+            out.commit().map_err(write_err)?;
+            report.bytes_out += len;
+            report.files.push(report::FileReport { path: path.clone(), bytes: len, tensors });
+            if self.store.persists_tensors() {
+                let meta = std::fs::metadata(&path).map_err(write_err)?;
+                let file_hash = hash_file(&path).map_err(write_err)?;
+                records.push(ExportedFile { file_hash, len, fingerprints: vec![stat_key(&meta)] });
+            }
+        }
+        if self.store.persists_tensors() {
+            let entry = ExportEntry {
+                blobs: Vec::new(),
+                recipe: self.bound.recipe.name.clone(),
+                id: self.bound.recipe.nodes[i].id.clone(),
+                path: options.path.clone(),
+                bytes: report.bytes_out,
+                data_files: files.len(),
+                files: records,
+            };
+            let json = serde_json::to_vec(&entry)
+                .map_err(|e| NodeError::Write { path: options.path.clone(), source: e.into() })?;
+            self.store.put_action(ActionKind::Export, &self.bound.keys[i], &json)?;
+        }
+        report.tensors_encoded = m.counters.encoded.load(Ordering::Relaxed);
+        report.tensors_reused = m.counters.reused.load(Ordering::Relaxed);
+        report.tensors_copied = m.counters.copied.load(Ordering::Relaxed);
+        Ok(())
+    }
+}
