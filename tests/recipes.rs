@@ -329,3 +329,59 @@ fn verify_finds_corruption_and_gc_collects() {
     assert!(totals(&report, "tensors_encoded") > 0);
     ok(cache_cmd(&["verify"]));
 }
+
+#[test]
+fn filter_rename_and_metadata_steps_move_descriptors_only() {
+    let ws = Workspace::new();
+    let recipe = ws.recipe(
+        "edit.toml",
+        r#"
+[input.tiny]
+path = "tiny.gguf"
+
+[step.some]
+op = "filter"
+from = "tiny"
+include = ["^blk\\.0\\.", "^output"]
+exclude = ["_norm"]
+
+[step.renamed]
+op = "rename"
+from = "some"
+tensors = { "output.weight" = "lm_head.weight" }
+
+[step.named]
+op = "set-metadata"
+from = "renamed"
+set = ["general.name=str:edited"]
+
+[step.trimmed]
+op = "delete-metadata"
+from = "named"
+keys = ["general.file_type"]
+
+[step.out]
+op = "export"
+from = "trimmed"
+path = "edited.gguf"
+"#,
+    );
+    let report = run(&recipe, &ws.cache(), &[]);
+    assert_eq!(totals(&report, "tensors_encoded"), 0, "{report}");
+    let model = quantforge::formats::ModelFile::open(&ws.path("edited.gguf"), Default::default()).unwrap();
+    let names: Vec<&str> = model.tensors.iter().map(|t| t.name.as_str()).collect();
+    assert!(names.contains(&"lm_head.weight") && !names.contains(&"output.weight"), "{names:?}");
+    assert!(
+        names.iter().all(|n| (n.starts_with("blk.0.") || *n == "lm_head.weight") && !n.contains("_norm")),
+        "{names:?}"
+    );
+    assert_eq!(model.metadata.get_str("general.name"), Some("edited"));
+    assert!(model.metadata.get("general.file_type").is_none());
+    // The bytes are the input's, moved: every tensor equals its source.
+    let source = quantforge::formats::ModelFile::open(&ws.path("tiny.gguf"), Default::default()).unwrap();
+    for t in &model.tensors {
+        let name = if t.name == "lm_head.weight" { "output.weight" } else { t.name.as_str() };
+        let original = source.tensors.iter().find(|s| s.name == name).unwrap();
+        assert!(model.tensor_data(t).unwrap() == source.tensor_data(original).unwrap(), "{}", t.name);
+    }
+}

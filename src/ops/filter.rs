@@ -8,18 +8,19 @@ use crate::recipe::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 pub const SPEC: OpSpec = OpSpec {
     name: "filter",
     version: 1,
-    params: &[ParamSpec::optional("keep", ParamKind::StrList), ParamSpec::optional("drop", ParamKind::StrList)],
+    params: &[ParamSpec::optional("include", ParamKind::StrList), ParamSpec::optional("exclude", ParamKind::StrList)],
     from_input_only: false,
     is_sink: false,
     many_inputs: false,
 };
 
-/// Tensors whose name matches any `keep` pattern (all, when there are none)
-/// and no `drop` pattern. Patterns are regexes found anywhere in the name.
+/// Tensors whose name matches any `include` pattern (all, when there are
+/// none) and no `exclude` pattern. Patterns are regexes found anywhere in the
+/// name. (Not `keep`: that is every step's field for caching its result.)
 #[derive(Debug, Clone)]
 pub struct FilterOptions {
-    pub keep: Vec<Regex>,
-    pub drop: Vec<Regex>,
+    pub include: Vec<Regex>,
+    pub exclude: Vec<Regex>,
 }
 
 impl FilterOptions {
@@ -35,21 +36,21 @@ impl FilterOptions {
             }
             out
         };
-        let (keep, drop) = (compile("keep"), compile("drop"));
-        if p.get("keep").is_none() && p.get("drop").is_none() {
-            problems.push(p.error("keep", "`filter` needs `keep` or `drop` (lists of name patterns)"));
+        let (include, exclude) = (compile("include"), compile("exclude"));
+        if p.get("include").is_none() && p.get("exclude").is_none() {
+            problems.push(p.error("include", "`filter` needs `include` or `exclude` (lists of name patterns)"));
         }
-        if problems.is_empty() { Ok(FilterOptions { keep, drop }) } else { Err(problems) }
+        if problems.is_empty() { Ok(FilterOptions { include, exclude }) } else { Err(problems) }
     }
 
     pub fn keeps(&self, name: &str) -> bool {
-        (self.keep.is_empty() || self.keep.iter().any(|re| re.is_match(name)))
-            && !self.drop.iter().any(|re| re.is_match(name))
+        (self.include.is_empty() || self.include.iter().any(|re| re.is_match(name)))
+            && !self.exclude.iter().any(|re| re.is_match(name))
     }
 
     pub fn key_params(&self) -> serde_json::Value {
         let patterns = |list: &[Regex]| list.iter().map(|re| re.as_str().to_owned()).collect::<Vec<_>>();
-        serde_json::json!({ "keep": patterns(&self.keep), "drop": patterns(&self.drop) })
+        serde_json::json!({ "include": patterns(&self.include), "exclude": patterns(&self.exclude) })
     }
 }
 
