@@ -34,10 +34,33 @@ pub fn stat_key(meta: &fs::Metadata) -> Key {
     key.finish()
 }
 
-/// blake3 of a whole file, through the mmap and all cores.
+/// Bytes read per step of [`hash_file`]: large enough for blake3 to spread
+/// each step over every core, small enough that hashing a 100 GB input
+/// holds one buffer, not a mapping of the whole file.
+const HASH_CHUNK: usize = 16 << 20;
+
+/// blake3 of a whole file, read a chunk at a time, each chunk hashed on all
+/// cores.
 pub fn hash_file(path: &Path) -> std::io::Result<Key> {
+    use std::io::Read;
+    let mut file = fs::File::open(path)?;
     let mut hasher = blake3::Hasher::new();
-    hasher.update_mmap_rayon(path)?;
+    let mut buf = vec![0u8; HASH_CHUNK];
+    loop {
+        let mut filled = 0;
+        while filled < buf.len() {
+            match file.read(&mut buf[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if filled == 0 {
+            break;
+        }
+        hasher.update_rayon(&buf[..filled]);
+    }
     Ok(Key(*hasher.finalize().as_bytes()))
 }
 
