@@ -6,9 +6,10 @@ use bytemuck::{Pod, Zeroable};
 
 use super::scalar::{F16, c_float_to_i8, c_float_to_int};
 use super::search::{MinSearch, QxWeighting, make_qkx_quants, make_qx_quants, signed_absmax};
+use super::simd::Level;
 use crate::types::GgmlType;
 
-const QK: usize = GgmlType::Q4_0.block_size() as usize;
+pub(super) const QK: usize = GgmlType::Q4_0.block_size() as usize;
 
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
@@ -49,8 +50,8 @@ const _: () = assert!(size_of::<BlockQ5_1>() as u64 == GgmlType::Q5_1.type_size(
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockQ8_0 {
-    d: F16,
-    qs: [i8; QK],
+    pub(super) d: F16,
+    pub(super) qs: [i8; QK],
 }
 const _: () = assert!(size_of::<BlockQ8_0>() as u64 == GgmlType::Q8_0.type_size());
 
@@ -273,7 +274,22 @@ pub fn quantize_q5_1(src: &[f32], importance: Option<&[f32]>, blocks: &mut [Bloc
     });
 }
 
-pub fn quantize_q8_0(src: &[f32], blocks: &mut [BlockQ8_0]) {
+/// Q8_0 with the vector kernel of `level` when the machine has it.
+pub fn quantize_q8_0(level: Level, src: &[f32], blocks: &mut [BlockQ8_0]) {
+    match level {
+        // SAFETY: each kernel runs only where its instructions are supported.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 if level.is_supported() => unsafe { super::x86::quantize_q8_0_avx512(src, blocks) },
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 | Level::Avx512 if Level::Avx2.is_supported() => unsafe {
+            super::x86::quantize_q8_0_avx2(src, blocks)
+        },
+        _ => quantize_q8_0_scalar(src, blocks),
+    }
+}
+
+/// The reference: ggml's `quantize_row_q8_0_ref`.
+fn quantize_q8_0_scalar(src: &[f32], blocks: &mut [BlockQ8_0]) {
     for (x, b) in src.chunks_exact(QK).zip(blocks) {
         // ggml's MAX(a, b) is `a > b ? a : b`, which f32::max is not for NaN.
         let amax = x.iter().fold(0.0f32, |m, v| if m > v.abs() { m } else { v.abs() });

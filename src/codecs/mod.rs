@@ -19,7 +19,9 @@ mod kquants;
 mod legacy;
 pub mod scalar;
 mod search;
+pub mod simd;
 mod ternary;
+mod x86;
 
 use crate::types::GgmlType;
 
@@ -125,6 +127,19 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), C
 /// does for a row: with `importance` (one weight per column, from an
 /// importance matrix) the types that support it run their weighted search.
 pub fn quantize_row(ty: GgmlType, src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) -> Result<(), CodecError> {
+    quantize_row_at(simd::level(), ty, src, importance, dst)
+}
+
+/// [`quantize_row`] with the vector kernels of `level` (or lower, where the
+/// machine lacks it): every level writes the same bytes, which the
+/// differential tests check.
+pub fn quantize_row_at(
+    level: simd::Level,
+    ty: GgmlType,
+    src: &[f32],
+    importance: Option<&[f32]>,
+    dst: &mut [u8],
+) -> Result<(), CodecError> {
     check_len(ty, "the output row", dst.len(), encoded_len(ty, src.len())?)?;
     if let Some(weights) = importance {
         check_len(ty, "the importance row", weights.len(), src.len())?;
@@ -138,7 +153,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], importance: Option<&[f32]>, dst: 
         Q4_1 => legacy::quantize_q4_1(src, importance, bytemuck::cast_slice_mut(dst)),
         Q5_0 => legacy::quantize_q5_0(src, importance, bytemuck::cast_slice_mut(dst)),
         Q5_1 => legacy::quantize_q5_1(src, importance, bytemuck::cast_slice_mut(dst)),
-        Q8_0 => legacy::quantize_q8_0(src, bytemuck::cast_slice_mut(dst)),
+        Q8_0 => legacy::quantize_q8_0(level, src, bytemuck::cast_slice_mut(dst)),
         Q2_K => kquants::quantize_q2_k(src, importance, bytemuck::cast_slice_mut(dst)),
         Q3_K => kquants::quantize_q3_k(src, importance, bytemuck::cast_slice_mut(dst)),
         Q4_K => kquants::quantize_q4_k(src, importance, bytemuck::cast_slice_mut(dst)),

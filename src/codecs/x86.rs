@@ -1,0 +1,95 @@
+//! x86-64 vector kernels. Each computes exactly what its scalar reference in
+//! the block-family module computes, operation for operation (no fused
+//! multiply-add, the same rounding), a block per iteration.
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::x86_64::*;
+
+use super::legacy::{BlockQ8_0, QK};
+use super::scalar::{F16, c_float_to_i8};
+
+/// Q8_0 with AVX2: the block's absolute maximum (order does not matter for
+/// the maximum of finite values, which is all the quantizer sees), then
+/// `roundf(x * id)` as trunc plus a half-away step.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn quantize_q8_0_avx2(src: &[f32], blocks: &mut [BlockQ8_0]) {
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    for (x, b) in src.chunks_exact(QK).zip(blocks) {
+        // SAFETY: a chunk holds QK = 32 floats, four loads of eight.
+        let v: [__m256; 4] = std::array::from_fn(|k| unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * k)) });
+        let m = _mm256_max_ps(
+            _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+            _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)),
+        );
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let m = _mm_max_ss(m, _mm_shuffle_ps::<0b01>(m, m));
+        let amax = _mm_cvtss_f32(m);
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        b.d = F16::from_f32(d);
+        let idv = _mm256_set1_ps(id);
+        let mut rounded = [0f32; QK];
+        for (k, &vk) in v.iter().enumerate() {
+            let r = round_half_away_avx(_mm256_mul_ps(vk, idv));
+            // SAFETY: eight floats fit at 8k of a 32-float array.
+            unsafe { _mm256_storeu_ps(rounded.as_mut_ptr().add(8 * k), r) };
+        }
+        for (q, r) in b.qs.iter_mut().zip(rounded) {
+            *q = c_float_to_i8(r);
+        }
+    }
+}
+
+/// `roundf` on eight floats: truncate, then step away from zero when the
+/// dropped fraction is at least one half (the fraction `x - trunc(x)` is
+/// exact in floating point).
+#[target_feature(enable = "avx2")]
+fn round_half_away_avx(x: __m256) -> __m256 {
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(x);
+    let frac = _mm256_and_ps(_mm256_sub_ps(x, t), abs_mask);
+    let step = _mm256_or_ps(_mm256_andnot_ps(abs_mask, x), _mm256_set1_ps(1.0));
+    let away = _mm256_cmp_ps::<_CMP_GE_OQ>(frac, _mm256_set1_ps(0.5));
+    _mm256_add_ps(t, _mm256_and_ps(away, step))
+}
+
+/// Q8_0 with AVX-512: as [`quantize_q8_0_avx2`], two vectors a block.
+///
+/// # Safety
+/// The CPU must support AVX-512 F.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn quantize_q8_0_avx512(src: &[f32], blocks: &mut [BlockQ8_0]) {
+    for (x, b) in src.chunks_exact(QK).zip(blocks) {
+        // SAFETY: a chunk holds QK = 32 floats, two loads of sixteen.
+        let (lo, hi) = unsafe { (_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(x.as_ptr().add(16))) };
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        b.d = F16::from_f32(d);
+        let idv = _mm512_set1_ps(id);
+        let mut rounded = [0f32; QK];
+        for (k, half) in [lo, hi].into_iter().enumerate() {
+            let r = round_half_away_avx512(_mm512_mul_ps(half, idv));
+            // SAFETY: sixteen floats fit at 16k of a 32-float array.
+            unsafe { _mm512_storeu_ps(rounded.as_mut_ptr().add(16 * k), r) };
+        }
+        for (q, r) in b.qs.iter_mut().zip(rounded) {
+            *q = c_float_to_i8(r);
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+fn round_half_away_avx512(x: __m512) -> __m512 {
+    let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(x);
+    let frac = _mm512_abs_ps(_mm512_sub_ps(x, t));
+    let sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(i32::MIN));
+    let step = _mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_castps_si512(_mm512_set1_ps(1.0))));
+    let away = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(frac, _mm512_set1_ps(0.5));
+    _mm512_mask_add_ps(t, away, t, step)
+}

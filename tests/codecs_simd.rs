@@ -1,0 +1,77 @@
+//! Every vector kernel writes exactly the scalar reference's bytes, at every
+//! instruction-set level this machine has, on random rows and on the edge
+//! cases that break careless vector code: zero and constant blocks, huge and
+//! subnormal values, signed zeros, and exact ties that must round half away
+//! from zero.
+
+use quantforge::codecs::quantize_row_at;
+use quantforge::codecs::simd::{self, Level};
+use quantforge::types::GgmlType;
+
+/// A small deterministic generator (xorshift), so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn float(&mut self, scale: f32) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+    }
+}
+
+fn rows() -> Vec<Vec<f32>> {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut rows: Vec<Vec<f32>> = Vec::new();
+    for scale in [1.0, 1e-3, 1e3, 1e30, 1e-38, 3e-42] {
+        for _ in 0..64 {
+            rows.push((0..256).map(|_| rng.float(scale)).collect());
+        }
+    }
+    rows.push(vec![0.0; 256]);
+    rows.push(vec![-0.0; 256]);
+    rows.push(vec![0.75; 256]);
+    rows.push(vec![-3.0e9; 256]);
+    // amax 127 makes the scale exactly 1, so these are exact ties.
+    let ties: Vec<f32> = (0..256).map(|i| if i % 32 == 0 { 127.0 } else { (i % 32) as f32 - 16.5 }).collect();
+    rows.push(ties.iter().map(|v| -v).collect());
+    rows.push(ties);
+    // Values next to a tie, on both sides.
+    let near: Vec<f32> = (0..256)
+        .map(|i| match i % 32 {
+            0 => 127.0,
+            k if k % 2 == 0 => f32::from_bits((k as f32 + 0.5).to_bits() - 1),
+            k => f32::from_bits((k as f32 + 0.5).to_bits() + 1),
+        })
+        .collect();
+    rows.push(near);
+    rows
+}
+
+#[test]
+fn every_level_writes_the_scalar_bytes() {
+    let levels = simd::supported();
+    eprintln!("levels on this machine: {:?}; in use: {:?}", levels, simd::level());
+    for ty in [GgmlType::Q8_0] {
+        let row_len = ty.row_size(256).unwrap() as usize;
+        for (r, row) in rows().iter().enumerate() {
+            let mut reference = vec![0u8; row_len];
+            quantize_row_at(Level::Scalar, ty, row, None, &mut reference).unwrap();
+            for &level in &levels {
+                let mut ours = vec![0u8; row_len];
+                quantize_row_at(level, ty, row, None, &mut ours).unwrap();
+                assert!(ours == reference, "{ty} row {r} at {level:?} differs from the scalar reference");
+            }
+        }
+    }
+}
+
+#[test]
+fn asking_for_a_level_never_exceeds_the_machine() {
+    assert!(simd::level().is_supported());
+    assert!(simd::supported().contains(&Level::Scalar));
+}
