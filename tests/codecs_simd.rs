@@ -75,3 +75,16 @@ fn asking_for_a_level_never_exceeds_the_machine() {
     assert!(simd::level().is_supported());
     assert!(simd::supported().contains(&Level::Scalar));
 }
+
+/// The F16C path of f16 decoding (used from the AVX2 level up) against the
+/// scalar conversion, for all 65,536 values, NaN payloads included.
+#[test]
+fn f16_decoding_is_exact_for_every_value() {
+    let bytes: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+    let mut decoded = vec![0f32; 1 << 16];
+    quantforge::codecs::dequantize_row(GgmlType::F16, &bytes, &mut decoded).unwrap();
+    for (bits, value) in (0..=u16::MAX).zip(&decoded) {
+        let expected = quantforge::codecs::scalar::f16_bits_to_f32(bits);
+        assert_eq!(value.to_bits(), expected.to_bits(), "f16 {bits:#06x}");
+    }
+}

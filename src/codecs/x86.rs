@@ -93,3 +93,21 @@ fn round_half_away_avx512(x: __m512) -> __m512 {
     let away = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(frac, _mm512_set1_ps(0.5));
     _mm512_mask_add_ps(t, away, t, step)
 }
+
+/// f16 to f32 with F16C, eight values a step; returns how many it converted
+/// (whole groups of eight), leaving the tail to the scalar code.
+///
+/// # Safety
+/// The CPU must support F16C and AVX.
+#[target_feature(enable = "f16c,avx")]
+pub unsafe fn decode_f16_f16c(src: &[u8], dst: &mut [f32]) -> usize {
+    let n = (src.len() / 2).min(dst.len()) / 8 * 8;
+    for (chunk, out) in src[..n * 2].chunks_exact(16).zip(dst[..n].chunks_exact_mut(8)) {
+        // SAFETY: 16 bytes in, 8 floats out, unaligned loads and stores.
+        unsafe {
+            let halves = _mm_loadu_si128(chunk.as_ptr().cast());
+            _mm256_storeu_ps(out.as_mut_ptr(), _mm256_cvtph_ps(halves));
+        }
+    }
+    n
+}

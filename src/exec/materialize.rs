@@ -210,11 +210,19 @@ impl Materializer<'_> {
                 if let Some(hash) = self.cached(&tensor.key) {
                     return self.blob_range(tensor, &hash, offset, len);
                 }
-                let source = self.rows(from, first, n)?;
                 let weights = match importance {
                     Some(hash) => Some(importance_from_blob(&self.store.read_blob(hash)?)),
                     None => None,
                 };
+                // Straight from an input: convert from the mapped bytes, no copy.
+                if let TensorData::Input { file, index } = &from.data {
+                    let model = self.files.model(file)?;
+                    let info = self.input_info(&model, *index, from)?;
+                    let from_row = self::row_bytes(from) as u64;
+                    let source = model.tensor_data_range(info, first as u64 * from_row, n as u64 * from_row)?;
+                    return self.convert_rows(tensor, from, &source, first, weights.as_deref());
+                }
+                let source = self.rows(from, first, n)?;
                 self.convert_rows(tensor, from, &source, first, weights.as_deref())
             }
         }
