@@ -300,3 +300,40 @@ path = "out/{{part}}.gguf"
         same(&format!("out/{part}.gguf"), mmproj);
     }
 }
+
+/// The one-shot commands: `assemble` then `unbundle` give the parts back,
+/// and a mismatch fails with both widths and writes nothing.
+#[test]
+fn assemble_and_unbundle_commands() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/multimodal");
+    let dir = tempfile::tempdir().unwrap();
+    let quantforge =
+        |args: &[&std::ffi::OsStr]| Command::new(env!("CARGO_BIN_EXE_quantforge")).args(args).output().unwrap();
+    let bundle = dir.path().join("bundle.gguf");
+    let out = quantforge(&[
+        "assemble".as_ref(),
+        data.join("ultravox-mmproj.gguf").as_os_str(),
+        data.join("ultravox-lm.gguf").as_os_str(),
+        "-o".as_ref(),
+        bundle.as_os_str(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for (part, original) in [("language", "ultravox-lm.gguf"), ("audio", "ultravox-mmproj.gguf")] {
+        let back = dir.path().join(format!("{part}.gguf"));
+        let out = quantforge(&["unbundle".as_ref(), bundle.as_os_str(), part.as_ref(), back.as_os_str()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(std::fs::read(&back).unwrap() == std::fs::read(data.join(original)).unwrap(), "{part}");
+    }
+    let refused = dir.path().join("refused.gguf");
+    let out = quantforge(&[
+        "assemble".as_ref(),
+        data.join("qwen2.5-vl-lm.gguf").as_os_str(),
+        data.join("mismatch-qwen2.5-vl-mmproj.gguf").as_os_str(),
+        "-o".as_ref(),
+        refused.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("outputs 96 values per token") && stderr.contains("takes 64"), "{stderr}");
+    assert!(!refused.exists());
+}

@@ -119,6 +119,27 @@ enum Command {
         #[command(flatten)]
         cache: CacheArgs,
     },
+    /// Bundle a language model with its mmproj file(s) after checking they fit (roles come from metadata).
+    Assemble {
+        /// The language model and its mmproj files, in any order.
+        #[arg(required = true, num_args = 2..)]
+        parts: Vec<PathBuf>,
+        /// The bundle to write.
+        #[arg(long, short = 'o')]
+        output: PathBuf,
+        #[command(flatten)]
+        cache: CacheArgs,
+    },
+    /// Write one part of a bundle back out, exactly as it went in.
+    Unbundle {
+        bundle: PathBuf,
+        /// language, vision, audio or vision-audio.
+        #[arg(value_parser = parse_part)]
+        part: crate::arch::clip::PartRole,
+        output: PathBuf,
+        #[command(flatten)]
+        cache: CacheArgs,
+    },
     /// Merge the shards of a split (given any one of them) into one GGUF file.
     Merge {
         shard: PathBuf,
@@ -197,6 +218,14 @@ impl CacheArgs {
     fn settings(&self, jobs: Option<usize>, open: OpenOptions) -> OneShotSettings {
         OneShotSettings { cache_dir: self.cache_dir.clone(), jobs: jobs.unwrap_or_else(default_threads), open }
     }
+}
+
+fn parse_part(text: &str) -> Result<crate::arch::clip::PartRole, String> {
+    use crate::arch::clip::PartRole;
+    PartRole::from_name(text).ok_or_else(|| {
+        let names: Vec<&str> = PartRole::ALL.iter().map(|r| r.name()).collect();
+        format!("unknown part `{text}` (one of {})", names.join(", "))
+    })
 }
 
 fn parse_ggml_type(text: &str) -> Result<GgmlType, String> {
@@ -315,6 +344,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 writeln!(out, "wrote {}: {} tensors, {size}", file.path.display(), file.tensors)?;
             }
             out.flush()?;
+        }
+        Command::Assemble { parts, output, cache } => {
+            let parts: Vec<&std::path::Path> = parts.iter().map(PathBuf::as_path).collect();
+            let report = oneshot::assemble_files(&parts, &output, &cache.settings(Some(1), OpenOptions::default()))
+                .context("cannot assemble the bundle")?;
+            eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
+        }
+        Command::Unbundle { bundle, part, output, cache } => {
+            let ops = vec![(Op::Unbundle(crate::ops::assemble::UnbundleOptions { part }), Vec::new())];
+            let report = oneshot::run(
+                oneshot::job("unbundle", &bundle, ops, &output),
+                &cache.settings(Some(1), OpenOptions::default()),
+            )
+            .with_context(|| format!("cannot unbundle {}", bundle.display()))?;
+            eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
         }
         Command::Merge { shard, output, keep_split_keys, cache } => {
             let mut job = oneshot::job("merge", &shard, Vec::new(), &output);

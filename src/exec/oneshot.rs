@@ -36,16 +36,26 @@ pub enum OneShotError {
 
 /// Runs `job` and returns the report, or the first node's failure.
 pub fn run(job: OneShot<'_>, settings: &OneShotSettings) -> Result<RunReport, OneShotError> {
+    run_recipe(&Recipe::one_shot(job), settings)
+}
+
+fn run_recipe(recipe: &Recipe, settings: &OneShotSettings) -> Result<RunReport, OneShotError> {
     let store = match &settings.cache_dir {
         Some(dir) => Store::open(dir)?,
         None => Store::ephemeral()?,
     };
     let engine = Engine::new(store, settings.jobs)?.with_open_options(settings.open);
-    let report = engine.run(&Recipe::one_shot(job), false)?;
+    let report = engine.run(recipe, false)?;
     match report.nodes.iter().find(|n| n.status == Status::Failed) {
         Some(failed) => Err(OneShotError::Failed(failed.error.clone().unwrap_or_default())),
         None => Ok(report),
     }
+}
+
+/// `assemble`: the parts (a language model and its mmproj files, in any
+/// order) as one bundle file.
+pub fn assemble_files(parts: &[&Path], output: &Path, settings: &OneShotSettings) -> Result<RunReport, OneShotError> {
+    run_recipe(&Recipe::assemble(parts, output), settings)
 }
 
 /// A one-shot job that reads `input` and writes one file `output`.

@@ -137,6 +137,40 @@ impl Recipe {
     }
 }
 
+impl Recipe {
+    /// The recipe of `quantforge assemble`: load every part, assemble, export.
+    pub fn assemble(parts: &[&Path], output: &Path) -> Recipe {
+        let inputs: Vec<InputDecl> = parts
+            .iter()
+            .enumerate()
+            .map(|(i, path)| InputDecl { name: format!("part{}", i + 1), path: path.to_path_buf(), pin: None })
+            .collect();
+        let node = |id: String, op: Op, from: Vec<Source>| NodeDecl {
+            step: id.clone(),
+            id,
+            op,
+            from,
+            uses: Vec::new(),
+            bindings: Vec::new(),
+            keep: false,
+            backend: Backend::Auto,
+        };
+        let mut nodes: Vec<NodeDecl> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| node(input.name.clone(), Op::Load, vec![Source::Input(i)]))
+            .collect();
+        nodes.push(node("assemble".into(), Op::Assemble, (0..parts.len()).map(Source::Node).collect()));
+        let export = crate::ops::export::ExportOptions {
+            path: output.to_owned(),
+            format: crate::ops::export::ExportFormat::Gguf,
+            split: crate::ops::export::SplitMode::Whole,
+        };
+        nodes.push(node("export".into(), Op::Export(export), vec![Source::Node(parts.len())]));
+        Recipe { name: "assemble".into(), inputs, nodes }
+    }
+}
+
 /// What a one-shot command does, as a recipe.
 pub struct OneShot<'a> {
     pub name: &'a str,
