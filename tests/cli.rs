@@ -50,6 +50,7 @@ fn inspect_text_summary() {
     expect![[r#"
         format        GGUF v3, little-endian, alignment 32, data at byte 13920
         architecture  llama
+        hparams       2 blocks, width 256, 4 heads (2 KV) of 64, context 256, vocab 512, rope base 10000
         file type     F16 (id 1)
         tensors       21 tensors, 1443072 elements, 2.8 MiB, 16.01 bits per weight
 
@@ -265,4 +266,34 @@ fn diff_reports_per_tensor_error() {
     let (rmse, cosine) = (q["rmse"].as_f64().unwrap(), q["cosine"].as_f64().unwrap());
     assert!(rmse > 0.0 && rmse < 1e-3 && cosine > 0.9999, "{q}");
     assert_eq!(report["total"]["elements"], 1443072);
+}
+
+/// Hyperparameters of the real Gemma model and of every language model the
+/// multimodal fixtures imitate hold together, as llama.cpp would read them.
+#[test]
+fn inspect_reports_validated_hyperparameters() {
+    let json = |path: &std::path::Path| -> serde_json::Value {
+        let (stdout, _) = run(&["inspect".as_ref(), "--json".as_ref(), path.as_os_str()]);
+        serde_json::from_str(&stdout).unwrap()
+    };
+    let fixtures = common::repo().join("tests/data/multimodal");
+    for lm in ["qwen2.5-vl-lm.gguf", "qwen3-vl-lm.gguf", "smolvlm-lm.gguf", "minicpm-v-2.6-lm.gguf", "ultravox-lm.gguf"]
+    {
+        let report = json(&fixtures.join(lm));
+        assert!(report["hyperparameter_error"].is_null(), "{lm}: {}", report["hyperparameter_error"]);
+        assert!(report["hyperparameters"]["block_count"].as_u64().unwrap() >= 1, "{lm}");
+    }
+    assert!(
+        json(&fixtures.join("qwen2.5-vl-mmproj.gguf"))["hyperparameters"].is_null(),
+        "an mmproj is not a language model"
+    );
+    let Some(gemma) = common::gemma() else { return };
+    let h = &json(&gemma)["hyperparameters"];
+    assert_eq!(h["architecture"], "gemma3");
+    let numbers: Vec<u64> =
+        ["block_count", "embedding_length", "head_count", "head_count_kv", "head_dim", "vocab_size"]
+            .iter()
+            .map(|k| h[k].as_u64().unwrap())
+            .collect();
+    assert_eq!(numbers, [18, 640, 4, 1, 256, 262144]);
 }

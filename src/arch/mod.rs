@@ -2,8 +2,10 @@
 //! together, as llama.cpp reads them from metadata and tensor shapes. Pure
 //! functions of a file's metadata and tensor descriptors; no I/O.
 //!
-//! [`clip`] owns llama.cpp's multimodal projector files ("mmproj"): which part
+//! [`hparams`] reads a language model's hyperparameters and checks them
+//! against its tensors. [`clip`] owns llama.cpp's multimodal projector files ("mmproj"): which part
 //! of a multimodal model a file is, and whether a projector's output fits the
 //! language model's input.
 
 pub mod clip;
+pub mod hparams;

@@ -20,6 +20,25 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
         r.data_offset
     )?;
     writeln!(out, "architecture  {}", r.architecture.as_deref().unwrap_or("(none)"))?;
+    if let Some(h) = &r.hyperparameters {
+        let optional = |name: &str, v: Option<String>| v.map(|v| format!(", {name} {v}")).unwrap_or_default();
+        writeln!(
+            out,
+            "hparams       {} blocks, width {}, {} heads ({} KV) of {}{}{}{}{}",
+            h.block_count,
+            h.embedding_length,
+            h.head_count,
+            h.head_count_kv,
+            h.head_dim,
+            optional("context", h.context_length.map(|v| v.to_string())),
+            optional("vocab", h.vocab_size.map(|v| v.to_string())),
+            optional("rope base", h.rope_freq_base.map(|v| v.to_string())),
+            optional("experts", h.expert_count.map(|v| v.to_string())),
+        )?;
+    }
+    if let Some(error) = &r.hyperparameter_error {
+        writeln!(out, "hparams       INVALID: {error}")?;
+    }
     if let Some(ft) = &r.file_type {
         writeln!(out, "file type     {} (id {})", ft.description.unwrap_or("unknown"), ft.id)?;
     }

@@ -27,6 +27,12 @@ pub struct InspectReport {
     pub alignment: u64,
     pub data_offset: u64,
     pub architecture: Option<String>,
+    /// A language model's hyperparameters, checked against its tensors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hyperparameters: Option<crate::arch::hparams::Hyperparameters>,
+    /// Why the hyperparameters do not hold together (the key at fault first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hyperparameter_error: Option<String>,
     pub file_type: Option<FileTypeReport>,
     pub load: LoadReport,
     /// True when pre-GGJTv3 blocks are repacked (scales narrowed to f16) on read.
@@ -110,6 +116,7 @@ pub struct InspectOptions {
 }
 
 pub fn inspect(model: &ModelFile, options: InspectOptions) -> InspectReport {
+    let hparams = crate::arch::hparams::hyperparameters(&model.metadata, &model.tensors);
     let element_count: u64 = model.tensors.iter().map(TensorInfo::n_elements).sum();
     let tensor_bytes: u64 = model.tensors.iter().map(TensorInfo::n_bytes).sum();
     let file_type = model.metadata.get("general.file_type").and_then(Value::as_u64).map(|id| {
@@ -130,6 +137,8 @@ pub fn inspect(model: &ModelFile, options: InspectOptions) -> InspectReport {
         alignment: model.alignment,
         data_offset: model.data_offset,
         architecture: model.metadata.get_str("general.architecture").map(str::to_owned),
+        hyperparameters: hparams.as_ref().ok().cloned().flatten(),
+        hyperparameter_error: hparams.err().map(|e| e.to_string()),
         file_type,
         load: model.load.clone(),
         legacy_blocks_repacked: model.has_legacy_blocks(),
@@ -183,6 +192,9 @@ pub fn inspect_split(shards: &[&ModelFile], options: InspectOptions) -> Option<I
     report.tensor_bytes = tensor_bytes;
     report.bits_per_weight = if element_count == 0 { 0.0 } else { tensor_bytes as f64 * 8.0 / element_count as f64 };
     report.types = type_totals(&tensors);
+    let hparams = crate::arch::hparams::hyperparameters(&metadata, &tensors);
+    report.hyperparameters = hparams.as_ref().ok().cloned().flatten();
+    report.hyperparameter_error = hparams.err().map(|e| e.to_string());
     report.tensors = options.tensors.then(|| {
         shards
             .iter()

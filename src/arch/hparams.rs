@@ -1,0 +1,232 @@
+//! A language model's hyperparameters, read from its `ARCH.*` metadata and
+//! checked against its tensor shapes, as llama.cpp's loader would find them
+//! wrong: a head count that does not divide the width, KV heads that do not
+//! divide the heads, blocks or experts the tensors contradict, attention
+//! projections of the wrong size, a RoPE section that does not fit a head.
+
+use std::collections::BTreeSet;
+
+use crate::model::{Metadata, TensorInfo, Value};
+
+/// The hyperparameters every decoder-only architecture has, plus the
+/// optional ones reports show.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Hyperparameters {
+    pub architecture: String,
+    pub embedding_length: u64,
+    pub block_count: u64,
+    pub head_count: u64,
+    pub head_count_kv: u64,
+    /// `ARCH.attention.key_length`, else the width over the heads.
+    pub head_dim: u64,
+    pub vocab_size: Option<u64>,
+    pub context_length: Option<u64>,
+    pub feed_forward_length: Option<u64>,
+    pub rope_freq_base: Option<f64>,
+    pub norm_epsilon: Option<f64>,
+    pub expert_count: Option<u64>,
+    pub expert_used_count: Option<u64>,
+}
+
+/// A hyperparameter that is missing, or that the other keys or the tensors
+/// contradict; `key` names the metadata key at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {problem}")]
+pub struct HparamError {
+    pub key: String,
+    pub problem: String,
+}
+
+/// The hyperparameters of a language model; `None` for a file that is not
+/// one (no `general.architecture`, or an mmproj's `clip`).
+pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Option<Hyperparameters>, HparamError> {
+    let Some(arch) = metadata.get_str("general.architecture") else { return Ok(None) };
+    if arch == "clip" {
+        return Ok(None);
+    }
+    let key = |name: &str| format!("{arch}.{name}");
+    let err = |name: &str, problem: String| HparamError { key: key(name), problem };
+    let number = |name: &str| -> Result<Option<u64>, HparamError> {
+        match metadata.get(&key(name)) {
+            None => Ok(None),
+            Some(v) => {
+                v.as_u64().map(Some).ok_or_else(|| err(name, format!("expected a non-negative integer, found {v:?}")))
+            }
+        }
+    };
+    let float = |name: &str| match metadata.get(&key(name)) {
+        Some(Value::F32(v)) => Some(f64::from(*v)),
+        Some(Value::F64(v)) => Some(*v),
+        _ => None,
+    };
+    let required = |name: &str| number(name)?.ok_or_else(|| err(name, "missing".into()));
+
+    let embedding_length = required("embedding_length")?;
+    let block_count = required("block_count")?;
+    let head_count = required("attention.head_count")?;
+    if head_count == 0 {
+        return Err(err("attention.head_count", "is 0".into()));
+    }
+    let head_count_kv = number("attention.head_count_kv")?.unwrap_or(head_count);
+    if head_count_kv == 0 || head_count % head_count_kv != 0 {
+        return Err(err(
+            "attention.head_count_kv",
+            format!("{head_count_kv} does not divide {} = {head_count}", key("attention.head_count")),
+        ));
+    }
+    let head_dim = match number("attention.key_length")? {
+        Some(length) => length,
+        None if embedding_length % head_count == 0 => embedding_length / head_count,
+        None => {
+            return Err(err(
+                "attention.head_count",
+                format!("{head_count} does not divide {} = {embedding_length}", key("embedding_length")),
+            ));
+        }
+    };
+
+    let tensor = |name: &str| tensors.iter().find(|t| t.name == name);
+    if let Some(embd) = tensor("token_embd.weight")
+        && embd.dims.first() != Some(&embedding_length)
+    {
+        return Err(err(
+            "embedding_length",
+            format!("is {embedding_length}, but token_embd.weight is {:?} (ggml order)", embd.dims),
+        ));
+    }
+    let vocab_size = tensor("token_embd.weight").and_then(|t| t.dims.get(1).copied());
+    let blocks: BTreeSet<u64> = tensors.iter().filter_map(|t| block_of(&t.name)).collect();
+    if let Some(&last) = blocks.last()
+        && (last >= block_count || blocks.len() as u64 != block_count)
+    {
+        return Err(err(
+            "block_count",
+            format!("is {block_count}, but the tensors name {} blocks, up to blk.{last}", blocks.len()),
+        ));
+    }
+    if let Some(q) = tensor("blk.0.attn_q.weight") {
+        let expected = [embedding_length, head_count * head_dim];
+        if q.dims[..] != expected[..] {
+            return Err(err(
+                "attention.head_count",
+                format!("{head_count} heads of {head_dim} need blk.0.attn_q.weight {expected:?}, it is {:?}", q.dims),
+            ));
+        }
+    }
+    if let Some(k) = tensor("blk.0.attn_k.weight") {
+        let expected = [embedding_length, head_count_kv * head_dim];
+        if k.dims[..] != expected[..] {
+            return Err(err(
+                "attention.head_count_kv",
+                format!(
+                    "{head_count_kv} KV heads of {head_dim} need blk.0.attn_k.weight {expected:?}, it is {:?}",
+                    k.dims
+                ),
+            ));
+        }
+    }
+    let expert_count = number("expert_count")?.filter(|&n| n > 0);
+    if let Some(experts) = expert_count
+        && let Some(gate) = tensors.iter().find(|t| t.name.ends_with(".ffn_gate_exps.weight"))
+        && gate.dims.get(2) != Some(&experts)
+    {
+        return Err(err("expert_count", format!("is {experts}, but {} is {:?}", gate.name, gate.dims)));
+    }
+    if let Some(Value::Array(sections)) = metadata.get(&key("rope.dimension_sections")) {
+        let total: u64 = (0..sections.len()).filter_map(|i| sections.get(i)).filter_map(|v| v.as_u64()).sum();
+        if total * 2 > head_dim {
+            return Err(err(
+                "rope.dimension_sections",
+                format!("sum to {total} rotated pairs, more than a {head_dim}-wide head holds"),
+            ));
+        }
+    }
+    Ok(Some(Hyperparameters {
+        architecture: arch.to_owned(),
+        embedding_length,
+        block_count,
+        head_count,
+        head_count_kv,
+        head_dim,
+        vocab_size,
+        context_length: number("context_length")?,
+        feed_forward_length: number("feed_forward_length")?,
+        rope_freq_base: float("rope.freq_base"),
+        norm_epsilon: float("attention.layer_norm_rms_epsilon").or_else(|| float("attention.layer_norm_epsilon")),
+        expert_count,
+        expert_used_count: number("expert_used_count")?,
+    }))
+}
+
+/// `N` of a `blk.N.…` tensor name.
+fn block_of(name: &str) -> Option<u64> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::GgmlType;
+
+    fn model(keys: &[(&str, u32)], tensors: &[(&str, &[u64])]) -> (Metadata, Vec<TensorInfo>) {
+        let mut metadata = Metadata::new();
+        metadata.set("general.architecture", Value::string("llama"));
+        for (k, v) in keys {
+            metadata.set(&format!("llama.{k}"), Value::U32(*v));
+        }
+        let tensors = tensors.iter().map(|(n, d)| TensorInfo::new(*n, d.to_vec(), GgmlType::F32)).collect();
+        (metadata, tensors)
+    }
+
+    /// Keys changed from [`BASE`], tensors, the error's start.
+    type Case = (&'static [(&'static str, u32)], &'static [(&'static str, &'static [u64])], &'static str);
+
+    const BASE: [(&str, u32); 4] =
+        [("embedding_length", 64), ("block_count", 2), ("attention.head_count", 4), ("attention.head_count_kv", 2)];
+
+    #[test]
+    fn consistent_models_pass() {
+        let (m, t) = model(
+            &BASE,
+            &[
+                ("token_embd.weight", &[64, 100]),
+                ("blk.0.attn_q.weight", &[64, 64]),
+                ("blk.1.attn_k.weight", &[64, 32]),
+            ],
+        );
+        let h = hyperparameters(&m, &t).unwrap().unwrap();
+        assert_eq!((h.head_dim, h.head_count_kv, h.vocab_size), (16, 2, Some(100)));
+    }
+
+    #[test]
+    fn contradictions_name_their_key() {
+        let cases: [Case; 6] = [
+            (
+                &[("attention.head_count", 5), ("attention.head_count_kv", 5)],
+                &[],
+                "llama.attention.head_count: 5 does not divide",
+            ),
+            (&[("attention.head_count_kv", 3)], &[], "llama.attention.head_count_kv: 3 does not divide"),
+            (&[], &[("token_embd.weight", &[32, 100])], "llama.embedding_length: is 64, but token_embd.weight"),
+            (&[], &[("blk.2.attn_norm.weight", &[64])], "llama.block_count: is 2, but the tensors name"),
+            (
+                &[],
+                &[("blk.0.attn_q.weight", &[64, 32]), ("blk.1.attn_norm.weight", &[64])],
+                "llama.attention.head_count: 4 heads of 16 need",
+            ),
+            (&[("block_count", 0)], &[("blk.0.x", &[1])], "llama.block_count: is 0"),
+        ];
+        for (keys, tensors, expected) in cases {
+            let mut all: Vec<(&str, u32)> = BASE.to_vec();
+            for (k, v) in keys {
+                all.retain(|(bk, _)| bk != k);
+                all.push((k, *v));
+            }
+            let (m, t) = model(&all, tensors);
+            let e = hyperparameters(&m, &t).unwrap_err().to_string();
+            assert!(e.starts_with(expected), "{e}");
+        }
+        let (m, t) = model(&BASE[..2], &[]);
+        assert_eq!(hyperparameters(&m, &t).unwrap_err().to_string(), "llama.attention.head_count: missing");
+    }
+}
