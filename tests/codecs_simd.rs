@@ -56,7 +56,7 @@ fn rows() -> Vec<Vec<f32>> {
 fn every_level_writes_the_scalar_bytes() {
     let levels = simd::supported();
     eprintln!("levels on this machine: {:?}; in use: {:?}", levels, simd::level());
-    for ty in [GgmlType::Q8_0] {
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0] {
         let row_len = ty.row_size(256).unwrap() as usize;
         for (r, row) in rows().iter().enumerate() {
             let mut reference = vec![0u8; row_len];

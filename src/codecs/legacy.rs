@@ -177,12 +177,22 @@ fn for_each_block<B>(
 
 /// Q4_0/Q5_0 levels in `[0, 2·nmax)` and their scale: the weighted search
 /// with importance, else the largest magnitude mapped to `-nmax`.
-fn symmetric_levels(x: &[f32], weight: Option<&[f32; QK]>, nmax: i32) -> (f32, [u8; QK]) {
+fn symmetric_levels(level: Level, x: &[f32], weight: Option<&[f32; QK]>, nmax: i32) -> (f32, [u8; QK]) {
     if let Some(weight) = weight {
         let mut levels = [0i8; QK];
         let d = make_qx_quants(nmax, x, &mut levels, QxWeighting::Squared, Some(weight));
         return (d, bytemuck::cast(levels));
     }
+    #[cfg(target_arch = "x86_64")]
+    if level >= Level::Avx2 && Level::Avx2.is_supported() {
+        // SAFETY: AVX2 is present (checked just above).
+        return unsafe { super::x86::symmetric_levels_avx2(x, nmax) };
+    }
+    symmetric_levels_scalar(x, nmax)
+}
+
+/// The reference path of ggml's `quantize_row_q4_0_ref` / `q5_0_ref`.
+pub(super) fn symmetric_levels_scalar(x: &[f32], nmax: i32) -> (f32, [u8; QK]) {
     let d = signed_absmax(x) / -(nmax as f32);
     let id = inverse(d);
     let mut levels = [0u8; QK];
@@ -237,9 +247,9 @@ fn pack_high_bits(levels: &[u8; QK]) -> [u8; 4] {
 
 const QKX3_SEARCH: MinSearch = MinSearch { rmin: -0.9, rdelta: 0.05, nstep: 36, use_mad: false };
 
-pub fn quantize_q4_0(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ4_0]) {
+pub fn quantize_q4_0(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ4_0]) {
     for_each_block(src, importance, blocks, |x, weight, b| {
-        let (d, levels) = symmetric_levels(x, weight, 8);
+        let (d, levels) = symmetric_levels(level, x, weight, 8);
         b.d = F16::from_f32(d);
         pack_nibbles_raw(&levels, &mut b.qs);
     });
@@ -254,9 +264,9 @@ pub fn quantize_q4_1(src: &[f32], importance: Option<&[f32]>, blocks: &mut [Bloc
     });
 }
 
-pub fn quantize_q5_0(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ5_0]) {
+pub fn quantize_q5_0(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ5_0]) {
     for_each_block(src, importance, blocks, |x, weight, b| {
-        let (d, levels) = symmetric_levels(x, weight, 16);
+        let (d, levels) = symmetric_levels(level, x, weight, 16);
         b.d = F16::from_f32(d);
         pack_nibbles(&levels, &mut b.qs);
         b.qh = pack_high_bits(&levels);

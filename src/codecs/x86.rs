@@ -111,3 +111,37 @@ pub unsafe fn decode_f16_f16c(src: &[u8], dst: &mut [f32]) -> usize {
     }
     n
 }
+
+/// The levels and scale of Q4_0 (`nmax` 8) and Q5_0 (16) without importance
+/// weights: the value of largest magnitude (the first of equals, as the
+/// reference scans) mapped to `-nmax`, each level `min(2·nmax − 1,
+/// (int8_t)(x·id + nmax + 0.5))` with x86's truncating conversion.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn symmetric_levels_avx2(x: &[f32], nmax: i32) -> (f32, [u8; QK]) {
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    // SAFETY: a block holds QK = 32 floats, four loads of eight.
+    let v: [__m256; 4] = std::array::from_fn(|k| unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * k)) });
+    let m = _mm256_max_ps(
+        _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+        _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)),
+    );
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<0b01>(m, m)));
+    let max = if amax > 0.0 { x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0) } else { 0.0 };
+    let d = max / -(nmax as f32);
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let (idv, offset, limit) = (_mm256_set1_ps(id), _mm256_set1_ps(nmax as f32 + 0.5), _mm256_set1_epi32(2 * nmax - 1));
+    let mut levels = [0i32; QK];
+    for (k, &vk) in v.iter().enumerate() {
+        let truncated = _mm256_cvttps_epi32(_mm256_add_ps(_mm256_mul_ps(vk, idv), offset));
+        // (int8_t) keeps the low byte, sign-extended.
+        let narrowed = _mm256_srai_epi32::<24>(_mm256_slli_epi32::<24>(truncated));
+        // SAFETY: eight lanes fit at 8k of a 32-lane array.
+        unsafe { _mm256_storeu_si256(levels.as_mut_ptr().add(8 * k).cast(), _mm256_min_epi32(narrowed, limit)) };
+    }
+    (d, levels.map(|l| l as u8))
+}
