@@ -144,7 +144,7 @@ fn min_max(x: &[f32]) -> (f32, f32) {
     (min, max)
 }
 
-fn inverse(d: f32) -> f32 {
+pub(super) fn inverse(d: f32) -> f32 {
     if d != 0.0 { 1.0 / d } else { 0.0 }
 }
 

@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use super::legacy::{BlockQ8_0, QK};
+use super::legacy::{BlockQ8_0, QK, inverse};
 use super::scalar::{F16, c_float_to_i8};
 
 /// Q8_0 with AVX2: the block's absolute maximum (order does not matter for
@@ -17,20 +17,12 @@ use super::scalar::{F16, c_float_to_i8};
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 pub unsafe fn quantize_q8_0_avx2(src: &[f32], blocks: &mut [BlockQ8_0]) {
-    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
     for (x, b) in src.chunks_exact(QK).zip(blocks) {
         // SAFETY: a chunk holds QK = 32 floats, four loads of eight.
         let v: [__m256; 4] = std::array::from_fn(|k| unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * k)) });
-        let m = _mm256_max_ps(
-            _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
-            _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)),
-        );
-        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        let m = _mm_max_ss(m, _mm_shuffle_ps::<0b01>(m, m));
-        let amax = _mm_cvtss_f32(m);
+        let amax = abs_max_avx2(&v);
         let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let id = inverse(d);
         b.d = F16::from_f32(d);
         let idv = _mm256_set1_ps(id);
         let mut rounded = [0f32; QK];
@@ -43,6 +35,20 @@ pub unsafe fn quantize_q8_0_avx2(src: &[f32], blocks: &mut [BlockQ8_0]) {
             *q = c_float_to_i8(r);
         }
     }
+}
+
+/// The largest absolute value of a 32-float block held in four vectors
+/// (exact in any order for finite values).
+#[target_feature(enable = "avx2")]
+fn abs_max_avx2(v: &[__m256; 4]) -> f32 {
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let m = _mm256_max_ps(
+        _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+        _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)),
+    );
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<0b01>(m, m)))
 }
 
 /// `roundf` on eight floats: truncate, then step away from zero when the
@@ -69,7 +75,7 @@ pub unsafe fn quantize_q8_0_avx512(src: &[f32], blocks: &mut [BlockQ8_0]) {
         let (lo, hi) = unsafe { (_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(x.as_ptr().add(16))) };
         let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
         let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let id = inverse(d);
         b.d = F16::from_f32(d);
         let idv = _mm512_set1_ps(id);
         let mut rounded = [0f32; QK];
@@ -121,19 +127,12 @@ pub unsafe fn decode_f16_f16c(src: &[u8], dst: &mut [f32]) -> usize {
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 pub unsafe fn symmetric_levels_avx2(x: &[f32], nmax: i32) -> (f32, [u8; QK]) {
-    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
     // SAFETY: a block holds QK = 32 floats, four loads of eight.
     let v: [__m256; 4] = std::array::from_fn(|k| unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * k)) });
-    let m = _mm256_max_ps(
-        _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
-        _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)),
-    );
-    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<0b01>(m, m)));
+    let amax = abs_max_avx2(&v);
     let max = if amax > 0.0 { x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0) } else { 0.0 };
     let d = max / -(nmax as f32);
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let id = inverse(d);
     let (idv, offset, limit) = (_mm256_set1_ps(id), _mm256_set1_ps(nmax as f32 + 0.5), _mm256_set1_epi32(2 * nmax - 1));
     let mut levels = [0i32; QK];
     for (k, &vk) in v.iter().enumerate() {

@@ -87,9 +87,7 @@ fn write_gguf_file(
     let output: &std::fs::File = out.file()?;
     for (k, tensor) in tensors.iter().enumerate() {
         let at = layout.data_offset + layout.tensor_offsets[k];
-        if !m.copy_at(tensor, output, at)? {
-            m.encode_at(tensor, output, at)?;
-        }
+        place(m, tensor, output, at)?;
         let end = at + tensor.n_bytes();
         write_zeros_at(output, end, gguf::align_up(end, layout.alignment) - end)?;
         bar.inc(tensor.n_bytes());
@@ -121,13 +119,18 @@ fn write_safetensors_file(
     let output: &std::fs::File = out.file()?;
     let data = layout.header.len() as u64;
     for &e in &layout.order {
-        let at = data + layout.data_offsets[e].0;
-        if !m.copy_at(tensors[e], output, at)? {
-            m.encode_at(tensors[e], output, at)?;
-        }
+        place(m, tensors[e], output, data + layout.data_offsets[e].0)?;
         bar.inc(tensors[e].n_bytes());
     }
     Ok(layout.file_len)
+}
+
+/// Puts a tensor's bytes at `at`: copied if they exist, else encoded.
+fn place(m: &Materializer<'_>, tensor: &Tensor, output: &std::fs::File, at: u64) -> Result<(), MaterializeError> {
+    if !m.copy_at(tensor, output, at)? {
+        m.encode_at(tensor, output, at)?;
+    }
+    Ok(())
 }
 
 /// Writes `n` zero bytes at `offset` (padding: usually under 32 bytes).

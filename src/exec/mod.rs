@@ -394,9 +394,14 @@ impl Engine {
     }
 
     fn node_entry(&self, key: &Key) -> Option<NodeEntry> {
-        let entry: NodeEntry = serde_json::from_slice(&self.store.get_action(ActionKind::Node, key)?).ok()?;
-        self.store.has_blob(&entry.manifest).then_some(entry)
+        node_entry(&self.store, key)
     }
+}
+
+/// A node's cache entry, if it and its manifest are in the store.
+fn node_entry(store: &Store, key: &Key) -> Option<NodeEntry> {
+    let entry: NodeEntry = serde_json::from_slice(&store.get_action(ActionKind::Node, key)?).ok()?;
+    store.has_blob(&entry.manifest).then_some(entry)
 }
 
 /// `model.safetensors.index.json` and the like name a sharded checkpoint.
@@ -479,7 +484,7 @@ impl Shared {
     /// and cached. `dry` computes without caching (for `plan`).
     fn manifest(&self, i: usize, inputs: Vec<Arc<TensorSet>>, dry: bool) -> Result<Arc<TensorSet>, NodeError> {
         let key = &self.bound.keys[i];
-        if let Some(entry) = self.entry(key) {
+        if let Some(entry) = node_entry(&self.store, key) {
             let bytes = self.store.read_blob(&entry.manifest)?;
             self.store.touch_action(ActionKind::Node, key);
             return Ok(Arc::new(TensorSet::decode(&bytes, &entry.manifest.hex())?));
@@ -489,11 +494,6 @@ impl Shared {
             self.cache_manifest(i, &set)?;
         }
         Ok(Arc::new(set))
-    }
-
-    fn entry(&self, key: &Key) -> Option<NodeEntry> {
-        let entry: NodeEntry = serde_json::from_slice(&self.store.get_action(ActionKind::Node, key)?).ok()?;
-        self.store.has_blob(&entry.manifest).then_some(entry)
     }
 
     fn cache_manifest(&self, i: usize, set: &TensorSet) -> Result<(), NodeError> {

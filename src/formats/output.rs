@@ -59,3 +59,28 @@ impl AtomicOutput {
         temp.persist(&self.destination).map_err(|e| e.error)
     }
 }
+
+/// Passes writes through and counts the bytes, so a writer of a container
+/// can check each tensor wrote the length its header promised.
+pub(crate) struct CountingWriter<'a> {
+    inner: &'a mut dyn Write,
+    pub(crate) count: u64,
+}
+
+impl<'a> CountingWriter<'a> {
+    pub(crate) fn new(inner: &'a mut dyn Write) -> CountingWriter<'a> {
+        CountingWriter { inner, count: 0 }
+    }
+}
+
+impl Write for CountingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.count += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}

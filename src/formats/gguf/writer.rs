@@ -5,6 +5,8 @@
 
 use std::io::{self, Write};
 
+use crate::formats::output::CountingWriter;
+
 use crate::model::{Array, Endian, Metadata, TensorInfo, Value};
 
 use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, WRITE_VERSION, align_up};
@@ -37,7 +39,7 @@ pub fn write_gguf(
 ) -> io::Result<GgufLayout> {
     let layout = write_header(out, endian, metadata, tensors)?;
     for (tensor_idx, tensor) in tensors.iter().enumerate() {
-        let mut counted = CountingWriter { inner: &mut *out, count: 0 };
+        let mut counted = CountingWriter::new(&mut *out);
         data.write_tensor(tensor_idx, &mut counted)?;
         let written = counted.count;
         if written != tensor.n_bytes() {
@@ -146,23 +148,6 @@ fn write_zeros(out: &mut dyn Write, n: u64) -> io::Result<()> {
         left -= chunk as u64;
     }
     Ok(())
-}
-
-struct CountingWriter<'a> {
-    inner: &'a mut dyn Write,
-    count: u64,
-}
-
-impl Write for CountingWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.count += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
 }
 
 /// Serialises header fields in the file's byte order.

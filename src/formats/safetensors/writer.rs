@@ -20,6 +20,8 @@
 use std::collections::HashSet;
 use std::io::{self, Write};
 
+use crate::formats::output::CountingWriter;
+
 use super::super::gguf::TensorDataSource;
 use super::dtype::Dtype;
 use super::{LENGTH_BYTES, MAX_HEADER_LEN, METADATA_KEY, METADATA_PREFIX};
@@ -199,7 +201,7 @@ pub fn write_safetensors(
     let layout = header_bytes(tensors, metadata)?;
     out.write_all(&layout.header)?;
     for &index in &layout.order {
-        let mut counted = CountingWriter { inner: &mut *out, count: 0 };
+        let mut counted = CountingWriter::new(&mut *out);
         data.write_tensor(index, &mut counted)?;
         let (begin, end) = layout.data_offsets[index];
         if counted.count != end - begin {
@@ -231,23 +233,6 @@ fn push_json_string(out: &mut String, s: &str) {
         }
     }
     out.push('"');
-}
-
-struct CountingWriter<'a> {
-    inner: &'a mut dyn Write,
-    count: u64,
-}
-
-impl Write for CountingWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.count += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
 }
 
 #[cfg(test)]
