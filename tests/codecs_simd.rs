@@ -52,19 +52,44 @@ fn rows() -> Vec<Vec<f32>> {
     rows
 }
 
+/// Importance weights for a row: none, random positive, and sparse (zeros
+/// make whole groups weightless, the searches' degenerate cases).
+fn importance_variants(rng: &mut Rng, len: usize) -> Vec<Option<Vec<f32>>> {
+    let random: Vec<f32> = (0..len).map(|_| rng.float(4.0).abs()).collect();
+    let sparse: Vec<f32> = (0..len).map(|i| if (i / 16) % 3 == 0 { 0.0 } else { rng.float(1.0).abs() }).collect();
+    vec![None, Some(random), Some(sparse)]
+}
+
 #[test]
 fn every_level_writes_the_scalar_bytes() {
     let levels = simd::supported();
     eprintln!("levels on this machine: {:?}; in use: {:?}", levels, simd::level());
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0] {
-        let row_len = ty.row_size(256).unwrap() as usize;
-        for (r, row) in rows().iter().enumerate() {
-            let mut reference = vec![0u8; row_len];
-            quantize_row_at(Level::Scalar, ty, row, None, &mut reference).unwrap();
-            for &level in &levels {
-                let mut ours = vec![0u8; row_len];
-                quantize_row_at(level, ty, row, None, &mut ours).unwrap();
-                assert!(ours == reference, "{ty} row {r} at {level:?} differs from the scalar reference");
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let types = [
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+    for (r, row) in rows().iter().enumerate() {
+        for importance in importance_variants(&mut rng, row.len()) {
+            for ty in types {
+                let row_len = ty.row_size(256).unwrap() as usize;
+                let mut reference = vec![0u8; row_len];
+                quantize_row_at(Level::Scalar, ty, row, importance.as_deref(), &mut reference).unwrap();
+                for &level in &levels {
+                    let mut ours = vec![0u8; row_len];
+                    quantize_row_at(level, ty, row, importance.as_deref(), &mut ours).unwrap();
+                    let weighted = if importance.is_some() { "with" } else { "without" };
+                    assert!(
+                        ours == reference,
+                        "{ty} row {r} {weighted} importance at {level:?} differs from the scalar reference"
+                    );
+                }
             }
         }
     }

@@ -11,9 +11,10 @@ use bytemuck::{Pod, Zeroable};
 
 use super::scalar::{F16, nearest_int};
 use super::search::{
-    GROUP_MAX_EPS, MinSearch, QxWeighting, make_q3_quants, make_qkx_quants, make_qp_quants, make_qx_quants,
-    signed_absmax_and_magnitude,
+    BATCH, GROUP_MAX_EPS, MinSearch, QxWeighting, make_q3_quants, make_qkx_quants_batch, make_qp_quants,
+    make_qx_quants, make_qx_quants_batch, signed_absmax_and_magnitude,
 };
+use super::simd::Level;
 use crate::types::GgmlType;
 
 const QK_K: usize = GgmlType::Q4_K.block_size() as usize;
@@ -258,7 +259,7 @@ fn requantize_k4(x: &[f32], d: F16, dmin: F16, scales: &[u8; 12], nmax: i32, lev
 }
 
 /// `sqrt(sum(x²) / 32)` plus |x|: the reference weights of Q4_K/Q5_K groups.
-fn rms_plus_abs(x: &[f32], weights: &mut [f32; 32]) {
+fn rms_plus_abs(x: &[f32], weights: &mut [f32]) {
     let sum_x2 = x.iter().fold(0.0f32, |s, v| s + v * v);
     let av_x = (sum_x2 / 32.0).sqrt();
     for (w, v) in weights.iter_mut().zip(x) {
@@ -285,21 +286,39 @@ const QKX3_SEARCH: MinSearch = MinSearch { rmin: -0.9, rdelta: 0.05, nstep: 36, 
 
 // ---------------------------------------------------------------- Q2_K
 
-pub fn quantize_q2_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ2K]) {
-    let mut levels = [0u8; QK_K];
-    let mut weights = [0.0f32; 16];
+/// Q2_K's sixteen group searches, [`BATCH`] groups at a time; returns the
+/// scales and minimums.
+fn search_q2_k_groups(
+    level: Level,
+    x: &[f32],
+    weights: &[f32; QK_K],
+    levels: &mut [u8; QK_K],
+    search: MinSearch,
+    qkx3: bool,
+) -> ([f32; 16], [f32; 16]) {
     let (mut scales, mut mins) = ([0.0f32; 16], [0.0f32; 16]);
+    let span = 16 * BATCH;
+    for (k, ((x, w), levels)) in
+        x.chunks_exact(span).zip(weights.chunks_exact(span)).zip(levels.chunks_exact_mut(span)).enumerate()
+    {
+        let (s, m) = make_qkx_quants_batch(level, 3, 16, x, w, levels, search, qkx3);
+        scales[k * BATCH..][..BATCH].copy_from_slice(&s);
+        mins[k * BATCH..][..BATCH].copy_from_slice(&m);
+    }
+    (scales, mins)
+}
+
+pub fn quantize_q2_k(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ2K]) {
+    let mut levels = [0u8; QK_K];
+    let mut weights = [0.0f32; QK_K];
     for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
         let (dm, mm) = match importance {
             None => {
                 let search = MinSearch { rmin: -0.5, rdelta: 0.1, nstep: 15, use_mad: true };
-                for j in 0..16 {
-                    let xj = &x[16 * j..][..16];
-                    for (w, v) in weights.iter_mut().zip(xj) {
-                        *w = v.abs();
-                    }
-                    (scales[j], mins[j]) = make_qkx_quants(3, xj, &weights, &mut levels[16 * j..][..16], search, false);
+                for (w, v) in weights.iter_mut().zip(x) {
+                    *w = v.abs();
                 }
+                let (scales, mins) = search_q2_k_groups(level, x, &weights, &mut levels, search, false);
                 let max_scale = scales.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
                 let max_min = mins.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
                 if max_scale > 0.0 {
@@ -328,12 +347,11 @@ pub fn quantize_q2_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [Bloc
                 let sigma2 = sum_of_squares(x) / QK_K as f32;
                 let mut group_weight = [0.0f32; 16];
                 for j in 0..16 {
-                    let xj = &x[16 * j..][..16];
-                    importance_weights(xj, &qw[16 * j..][..16], sigma2, &mut weights);
-                    group_weight[j] = sum(&weights);
-                    (scales[j], mins[j]) =
-                        make_qkx_quants(3, xj, &weights, &mut levels[16 * j..][..16], QKX3_SEARCH, true);
+                    let w = &mut weights[16 * j..][..16];
+                    importance_weights(&x[16 * j..][..16], &qw[16 * j..][..16], sigma2, w);
+                    group_weight[j] = sum(w);
                 }
+                let (scales, mins) = search_q2_k_groups(level, x, &weights, &mut levels, QKX3_SEARCH, true);
                 let (mut ls, mut lm) = ([0u8; 16], [0u8; 16]);
                 let dm = make_qp_quants(15, &scales, &mut ls, &group_weight);
                 let mm = make_qp_quants(15, &mins, &mut lm, &group_weight);
@@ -375,7 +393,7 @@ fn pack_scales_q3(levels: impl Fn(usize) -> i32, scales: &mut [u8; 12]) {
     }
 }
 
-pub fn quantize_q3_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ3K]) {
+pub fn quantize_q3_k(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ3K]) {
     let mut levels = [0i8; QK_K];
     let mut scales = [0.0f32; 16];
     for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
@@ -402,14 +420,25 @@ pub fn quantize_q3_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [Bloc
             Some(qw) => {
                 let qw = &qw[ib * QK_K..][..QK_K];
                 let sigma2 = 2.0 * sum_of_squares(x) / QK_K as f32;
-                let mut weights = [0.0f32; 16];
+                let mut weights = [0.0f32; QK_K];
                 let mut group_weight = [0.0f32; 16];
                 for j in 0..16 {
-                    let xj = &x[16 * j..][..16];
-                    importance_weights(xj, &qw[16 * j..][..16], sigma2, &mut weights);
-                    group_weight[j] = sum(&weights);
-                    scales[j] =
-                        make_qx_quants(4, xj, &mut levels[16 * j..][..16], QxWeighting::Squared, Some(&weights));
+                    let w = &mut weights[16 * j..][..16];
+                    importance_weights(&x[16 * j..][..16], &qw[16 * j..][..16], sigma2, w);
+                    group_weight[j] = sum(w);
+                }
+                let span = 16 * BATCH;
+                for (k, (x, (w, levels))) in
+                    x.chunks_exact(span).zip(weights.chunks_exact(span).zip(levels.chunks_exact_mut(span))).enumerate()
+                {
+                    scales[k * BATCH..][..BATCH].copy_from_slice(&make_qx_quants_batch(
+                        level,
+                        4,
+                        16,
+                        x,
+                        levels,
+                        Some(w),
+                    ));
                 }
                 let mut ls = [0i8; 16];
                 let d_block = make_qx_quants(32, &scales, &mut ls, QxWeighting::Squared, Some(&group_weight));
@@ -446,6 +475,7 @@ pub fn quantize_q3_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [Bloc
 /// The scale search of Q4_K (`nmax` 15) and Q5_K (`nmax` 31); fills `levels`,
 /// the block's scales, `d` and `dmin`.
 fn choose_scales_k4(
+    level: Level,
     x: &[f32],
     qw: Option<&[f32]>,
     nmax: i32,
@@ -453,17 +483,15 @@ fn choose_scales_k4(
     levels: &mut [u8; QK_K],
     scales_out: &mut [u8; 12],
 ) -> (F16, F16) {
-    let mut weights = [0.0f32; 32];
-    let (mut scales, mut mins) = ([0.0f32; 8], [0.0f32; 8]);
+    const _: () = assert!(QK_K / 32 == BATCH);
+    let mut weights = [0.0f32; QK_K];
     let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
     match qw {
         None => {
-            for j in 0..8 {
-                let xj = &x[32 * j..][..32];
-                rms_plus_abs(xj, &mut weights);
-                (scales[j], mins[j]) =
-                    make_qkx_quants(nmax, xj, &weights, &mut levels[32 * j..][..32], reference_search, false);
+            for (x, w) in x.chunks_exact(32).zip(weights.chunks_exact_mut(32)) {
+                rms_plus_abs(x, w);
             }
+            let (scales, mins) = make_qkx_quants_batch(level, nmax, 32, x, &weights, levels, reference_search, false);
             let max_scale = scales.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
             let max_min = mins.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
             let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
@@ -479,12 +507,11 @@ fn choose_scales_k4(
             let sigma2 = 2.0 * sum_of_squares(x) / QK_K as f32;
             let mut group_weight = [0.0f32; 8];
             for j in 0..8 {
-                let xj = &x[32 * j..][..32];
-                importance_weights(xj, &qw[32 * j..][..32], sigma2, &mut weights);
-                group_weight[j] = sum(&weights);
-                (scales[j], mins[j]) =
-                    make_qkx_quants(nmax, xj, &weights, &mut levels[32 * j..][..32], QKX3_SEARCH, true);
+                let w = &mut weights[32 * j..][..32];
+                importance_weights(&x[32 * j..][..32], &qw[32 * j..][..32], sigma2, w);
+                group_weight[j] = sum(w);
             }
+            let (scales, mins) = make_qkx_quants_batch(level, nmax, 32, x, &weights, levels, QKX3_SEARCH, true);
             let d_block = make_qp_quants(63, &scales, &mut ls, &group_weight);
             let m_block = make_qp_quants(63, &mins, &mut lm, &group_weight);
             for j in 0..8 {
@@ -497,12 +524,12 @@ fn choose_scales_k4(
     }
 }
 
-pub fn quantize_q4_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ4K]) {
+pub fn quantize_q4_k(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ4K]) {
     let mut levels = [0u8; QK_K];
     let search = MinSearch { rmin: -1.0, rdelta: 0.1, nstep: 20, use_mad: false };
     for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
         let qw = importance.map(|w| &w[ib * QK_K..][..QK_K]);
-        (b.d, b.dmin) = choose_scales_k4(x, qw, 15, search, &mut levels, &mut b.scales);
+        (b.d, b.dmin) = choose_scales_k4(level, x, qw, 15, search, &mut levels, &mut b.scales);
         requantize_k4(x, b.d, b.dmin, &b.scales, 15, &mut levels);
         for (half, q) in b.qs.chunks_exact_mut(32).enumerate() {
             for (l, byte) in q.iter_mut().enumerate() {
@@ -512,12 +539,12 @@ pub fn quantize_q4_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [Bloc
     }
 }
 
-pub fn quantize_q5_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ5K]) {
+pub fn quantize_q5_k(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ5K]) {
     let mut levels = [0u8; QK_K];
     let search = MinSearch { rmin: -0.5, rdelta: 0.1, nstep: 15, use_mad: false };
     for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
         let qw = importance.map(|w| &w[ib * QK_K..][..QK_K]);
-        (b.d, b.dmin) = choose_scales_k4(x, qw, 31, search, &mut levels, &mut b.scales);
+        (b.d, b.dmin) = choose_scales_k4(level, x, qw, 31, search, &mut levels, &mut b.scales);
         requantize_k4(x, b.d, b.dmin, &b.scales, 31, &mut levels);
         b.qh = [0; QK_K / 8];
         for (pair, ql) in b.qs.chunks_exact_mut(32).enumerate() {
@@ -541,16 +568,18 @@ pub fn quantize_q5_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [Bloc
 
 // ---------------------------------------------------------------- Q6_K
 
-pub fn quantize_q6_k(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ6K]) {
+pub fn quantize_q6_k(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ6K]) {
     let mut levels = [0i8; QK_K];
     let mut scales = [0.0f32; 16];
     for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
-        let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
-        for j in 0..16 {
+        let span = 16 * BATCH;
+        for (k, (x, levels)) in x.chunks_exact(span).zip(levels.chunks_exact_mut(span)).enumerate() {
             // The importance path passes the raw importance as weights.
-            let qw = importance.map(|w| &w[ib * QK_K + 16 * j..][..16]);
-            let scale = make_qx_quants(32, &x[16 * j..][..16], &mut levels[16 * j..][..16], QxWeighting::Squared, qw);
-            scales[j] = scale;
+            let qw = importance.map(|w| &w[ib * QK_K + k * span..][..span]);
+            scales[k * BATCH..][..BATCH].copy_from_slice(&make_qx_quants_batch(level, 32, 16, x, levels, qw));
+        }
+        let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
+        for &scale in &scales {
             if scale.abs() > max_abs_scale {
                 max_abs_scale = scale.abs();
                 max_scale = scale;

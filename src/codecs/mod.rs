@@ -22,6 +22,7 @@ mod search;
 pub mod simd;
 mod ternary;
 mod x86;
+mod x86_search;
 
 use crate::types::GgmlType;
 
@@ -154,11 +155,11 @@ pub fn quantize_row_at(
         Q5_0 => legacy::quantize_q5_0(level, src, importance, bytemuck::cast_slice_mut(dst)),
         Q5_1 => legacy::quantize_q5_1(src, importance, bytemuck::cast_slice_mut(dst)),
         Q8_0 => legacy::quantize_q8_0(level, src, bytemuck::cast_slice_mut(dst)),
-        Q2_K => kquants::quantize_q2_k(src, importance, bytemuck::cast_slice_mut(dst)),
-        Q3_K => kquants::quantize_q3_k(src, importance, bytemuck::cast_slice_mut(dst)),
-        Q4_K => kquants::quantize_q4_k(src, importance, bytemuck::cast_slice_mut(dst)),
-        Q5_K => kquants::quantize_q5_k(src, importance, bytemuck::cast_slice_mut(dst)),
-        Q6_K => kquants::quantize_q6_k(src, importance, bytemuck::cast_slice_mut(dst)),
+        Q2_K => kquants::quantize_q2_k(level, src, importance, bytemuck::cast_slice_mut(dst)),
+        Q3_K => kquants::quantize_q3_k(level, src, importance, bytemuck::cast_slice_mut(dst)),
+        Q4_K => kquants::quantize_q4_k(level, src, importance, bytemuck::cast_slice_mut(dst)),
+        Q5_K => kquants::quantize_q5_k(level, src, importance, bytemuck::cast_slice_mut(dst)),
+        Q6_K => kquants::quantize_q6_k(level, src, importance, bytemuck::cast_slice_mut(dst)),
         Q8_K => kquants::quantize_q8_k(src, bytemuck::cast_slice_mut(dst)),
         MXFP4 => fp4::quantize_mxfp4(src, bytemuck::cast_slice_mut(dst)),
         IQ4_NL => iq4::quantize_iq4_nl(src, importance, dst),

@@ -7,6 +7,7 @@
 //! to f32 where ggml's C converts them, and rounding is [`nearest_int`].
 
 use super::scalar::nearest_int;
+use super::simd::Level;
 
 /// Groups whose largest magnitude is below this are all zero.
 pub const GROUP_MAX_EPS: f32 = 1e-15;
@@ -259,6 +260,60 @@ pub fn make_qkx_quants(
         }
     }
     (scale, -min)
+}
+
+/// Groups the batched searches take at once.
+pub const BATCH: usize = 8;
+
+/// [`make_qkx_quants`] on [`BATCH`] consecutive groups of `n` values (levels
+/// likewise consecutive), with the vector kernel of `level` where the
+/// machine has it; returns each group's `(scale, -min)`.
+#[allow(clippy::too_many_arguments)]
+pub fn make_qkx_quants_batch(
+    level: Level,
+    nmax: i32,
+    n: usize,
+    x: &[f32],
+    weights: &[f32],
+    levels: &mut [u8],
+    search: MinSearch,
+    qkx3: bool,
+) -> ([f32; BATCH], [f32; BATCH]) {
+    #[cfg(target_arch = "x86_64")]
+    if level >= Level::Avx2 && Level::Avx2.is_supported() {
+        // SAFETY: AVX2 is present (checked just above).
+        return unsafe { super::x86_search::make_qkx_quants_x8(nmax, n, x, weights, levels, search, qkx3) };
+    }
+    let (mut scales, mut neg_mins) = ([0.0; BATCH], [0.0; BATCH]);
+    for j in 0..BATCH {
+        let group = j * n..(j + 1) * n;
+        (scales[j], neg_mins[j]) =
+            make_qkx_quants(nmax, &x[group.clone()], &weights[group.clone()], &mut levels[group], search, qkx3);
+    }
+    (scales, neg_mins)
+}
+
+/// [`make_qx_quants`] with [`QxWeighting::Squared`] on [`BATCH`] consecutive
+/// groups of `n` values, with the vector kernel of `level` where the machine
+/// has it; returns each group's scale.
+pub fn make_qx_quants_batch(
+    level: Level,
+    nmax: i32,
+    n: usize,
+    x: &[f32],
+    levels: &mut [i8],
+    weights: Option<&[f32]>,
+) -> [f32; BATCH] {
+    #[cfg(target_arch = "x86_64")]
+    if level >= Level::Avx2 && Level::Avx2.is_supported() {
+        // SAFETY: AVX2 is present (checked just above).
+        return unsafe { super::x86_search::make_qx_quants_x8(nmax, n, x, bytemuck::cast_slice_mut(levels), weights) };
+    }
+    std::array::from_fn(|j| {
+        let group = j * n..(j + 1) * n;
+        let weights = weights.map(|w| &w[group.clone()]);
+        make_qx_quants(nmax, &x[group.clone()], &mut levels[group], QxWeighting::Squared, weights)
+    })
 }
 
 /// Quantizes positive scales to `[0, nmax]` levels under importance `weights`
