@@ -74,21 +74,28 @@ fn every_level_writes_the_scalar_bytes() {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
     ];
     for (r, row) in rows().iter().enumerate() {
         for importance in importance_variants(&mut rng, row.len()) {
             for ty in types {
-                let row_len = ty.row_size(256).unwrap() as usize;
-                let mut reference = vec![0u8; row_len];
-                quantize_row_at(Level::Scalar, ty, row, importance.as_deref(), &mut reference).unwrap();
-                for &level in &levels {
-                    let mut ours = vec![0u8; row_len];
-                    quantize_row_at(level, ty, row, importance.as_deref(), &mut ours).unwrap();
-                    let weighted = if importance.is_some() { "with" } else { "without" };
-                    assert!(
-                        ours == reference,
-                        "{ty} row {r} {weighted} importance at {level:?} differs from the scalar reference"
-                    );
+                // Rows of 32-value blocks also end in a partial batch of blocks.
+                let lengths: &[usize] = if ty.block_size() == 32 { &[256, 224] } else { &[256] };
+                for &n in lengths {
+                    let (row, importance) = (&row[..n], importance.as_ref().map(|w| &w[..n]));
+                    let row_len = ty.row_size(n as u64).unwrap() as usize;
+                    let mut reference = vec![0u8; row_len];
+                    quantize_row_at(Level::Scalar, ty, row, importance, &mut reference).unwrap();
+                    for &level in &levels {
+                        let mut ours = vec![0u8; row_len];
+                        quantize_row_at(level, ty, row, importance, &mut ours).unwrap();
+                        let weighted = if importance.is_some() { "with" } else { "without" };
+                        assert!(
+                            ours == reference,
+                            "{ty} row {r} ({n} values) {weighted} importance at {level:?} differs from the scalar reference"
+                        );
+                    }
                 }
             }
         }

@@ -6,6 +6,8 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::scalar::{F16, nearest_int};
+use super::search::{BATCH, GROUP_MAX_EPS};
+use super::simd::Level;
 use crate::types::GgmlType;
 
 const QK4_NL: usize = GgmlType::IQ4_NL.block_size() as usize;
@@ -14,16 +16,12 @@ const QK_K: usize = GgmlType::IQ4_XS.block_size() as usize;
 const SUB_BLOCK: usize = 32;
 
 /// ggml's `kvalues_iq4nl`.
-const KVALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
-
-/// ggml's `GROUP_MAX_EPS`: a sub-block whose largest magnitude is below this
-/// gets scale zero.
-const GROUP_MAX_EPS: f32 = 1e-15;
+pub(super) const KVALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 /// Scales tried either side of the first guess; `quantize_iq4_nl` and
 /// `quantize_iq4_xs` both pass 7, with or without importance weights (only
 /// the `_ref` row functions pass -1, and ggml's chunk quantizer never calls those).
-const NTRY: i32 = 7;
+pub(super) const NTRY: i32 = 7;
 
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
@@ -73,20 +71,28 @@ pub fn dequantize_iq4_xs(src: &[u8], out: &mut [f32]) {
     }
 }
 
-pub fn quantize_iq4_nl(src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
+pub fn quantize_iq4_nl(level: Level, src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
     let blocks: &mut [BlockIq4Nl] = bytemuck::cast_slice_mut(dst);
-    for (ibl, (b, x)) in blocks.iter_mut().zip(src.chunks_exact(QK4_NL)).enumerate() {
-        let qw = importance.map(|w| &w[ibl * QK4_NL..][..QK4_NL]);
-        let (d, _) = quantize_super_block(x, qw, &mut b.qs, &mut []);
+    let mut weights = vec![0.0f32; src.len()];
+    for (ibl, (x, w)) in src.chunks_exact(QK4_NL).zip(weights.chunks_exact_mut(QK4_NL)).enumerate() {
+        super_block_weights(x, importance.map(|qw| &qw[ibl * QK4_NL..][..QK4_NL]), w);
+    }
+    let mut scales = vec![0.0f32; blocks.len()];
+    sub_block_scales(level, src, &weights, &mut scales);
+    for ((b, x), &scale) in blocks.iter_mut().zip(src.chunks_exact(QK4_NL)).zip(&scales) {
+        let (d, _) = finish_super_block(x, &[scale], &mut b.qs, &mut []);
         b.d = d;
     }
 }
 
-pub fn quantize_iq4_xs(src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
+pub fn quantize_iq4_xs(level: Level, src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
     let blocks: &mut [BlockIq4Xs] = bytemuck::cast_slice_mut(dst);
+    let mut weights = [0.0f32; QK_K];
+    let mut scales = [0.0f32; QK_K / SUB_BLOCK];
     for (ibl, (b, x)) in blocks.iter_mut().zip(src.chunks_exact(QK_K)).enumerate() {
-        let qw = importance.map(|w| &w[ibl * QK_K..][..QK_K]);
-        let (d, scales_h) = quantize_super_block(x, qw, &mut b.qs, &mut b.scales_l);
+        super_block_weights(x, importance.map(|qw| &qw[ibl * QK_K..][..QK_K]), &mut weights);
+        sub_block_scales(level, x, &weights, &mut scales);
+        let (d, scales_h) = finish_super_block(x, &scales, &mut b.qs, &mut b.scales_l);
         b.d = d;
         b.scales_h = scales_h.to_le_bytes();
     }
@@ -115,98 +121,122 @@ fn best_index_int8(values: &[i8], x: f32) -> usize {
     if x - val(mu - 1) < val(mu) - x { mu - 1 } else { mu }
 }
 
-/// Weighted sums of a sub-block quantized with inverse scale `id`:
-/// (Σ w·q·x, Σ w·q²), accumulated in ggml's order, plus each value's index.
-fn weighted_sums(xb: &[f32], weight: &[f32], id: f32, mut indices: Option<&mut [u8]>) -> (f32, f32) {
-    let (mut sumqx, mut sumq2) = (0.0f32, 0.0f32);
-    for (j, (&x, &w)) in xb.iter().zip(weight).enumerate() {
-        let l = best_index_int8(&KVALUES, id * x);
-        if let Some(indices) = indices.as_deref_mut() {
-            indices[j] = l as u8;
+/// The weight of each value of a super-block `x` (32 values for IQ4_NL,
+/// 256 for IQ4_XS): the importance scaled by `sqrt(σ² + x²)`, or `x²`
+/// without importance.
+fn super_block_weights(x: &[f32], quant_weights: Option<&[f32]>, weights: &mut [f32]) {
+    match quant_weights {
+        Some(qw) => {
+            // ggml's variance: twice the mean square of the super-block.
+            let mut sigma2 = 0.0f32;
+            for &v in x {
+                sigma2 += v * v;
+            }
+            sigma2 *= 2.0 / x.len() as f32;
+            for ((w, &q), &v) in weights.iter_mut().zip(qw).zip(x) {
+                *w = q * (sigma2 + v * v).sqrt();
+            }
         }
-        let q = f32::from(KVALUES[l]);
+        None => {
+            for (w, &v) in weights.iter_mut().zip(x) {
+                *w = v * v;
+            }
+        }
+    }
+}
+
+/// The scale search of ggml's `quantize_row_iq4_nl_impl` (`ntry = 7`) for
+/// each 32-value sub-block of `x`, [`BATCH`] sub-blocks at a time with the
+/// vector kernel of `level` where the machine has it.
+fn sub_block_scales(level: Level, x: &[f32], weights: &[f32], scales: &mut [f32]) {
+    let span = SUB_BLOCK * BATCH;
+    let batched = scales.len() / BATCH * BATCH;
+    #[cfg(target_arch = "x86_64")]
+    let batched = if level >= Level::Avx2 && Level::Avx2.is_supported() {
+        for ((x, w), s) in x.chunks_exact(span).zip(weights.chunks_exact(span)).zip(scales.chunks_exact_mut(BATCH)) {
+            // SAFETY: AVX2 is present (checked just above).
+            s.copy_from_slice(&unsafe { super::x86_search::iq4_scales_x8(x, w) });
+        }
+        batched
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let batched = {
+        let _ = (level, batched);
+        0
+    };
+    for (ib, scale) in scales.iter_mut().enumerate().skip(batched) {
+        *scale = sub_block_scale(&x[ib * SUB_BLOCK..][..SUB_BLOCK], &weights[ib * SUB_BLOCK..][..SUB_BLOCK]);
+    }
+}
+
+/// One sub-block's scale search: the value of largest magnitude mapped to
+/// the table's most negative entry, then `NTRY` scales either side, keeping
+/// the one of least weighted error.
+pub(super) fn sub_block_scale(xb: &[f32], weight: &[f32]) -> f32 {
+    // The signed value of largest magnitude (first one wins a tie).
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in xb {
+        let ax = v.abs();
+        if ax > amax {
+            amax = ax;
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        return 0.0;
+    }
+    // First guess: `max` lands on the table's most negative entry (the
+    // table reaches further below zero than above, hence the sign).
+    let d0 = -max / f32::from(KVALUES[0]);
+    let (sumqx, sumq2) = weighted_sums(xb, weight, 1.0 / d0);
+    let mut d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
+    let mut best = d * sumqx;
+    for itry in -NTRY..=NTRY {
+        let id = (itry + i32::from(KVALUES[0])) as f32 / max;
+        let (sumqx, sumq2) = weighted_sums(xb, weight, id);
+        if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+            d = sumqx / sumq2;
+            best = d * sumqx;
+        }
+    }
+    d
+}
+
+/// Weighted sums of a sub-block quantized with inverse scale `id`:
+/// (Σ w·q·x, Σ w·q²), accumulated in ggml's order.
+fn weighted_sums(xb: &[f32], weight: &[f32], id: f32) -> (f32, f32) {
+    let (mut sumqx, mut sumq2) = (0.0f32, 0.0f32);
+    for (&x, &w) in xb.iter().zip(weight) {
+        let q = f32::from(KVALUES[best_index_int8(&KVALUES, id * x)]);
         sumqx += w * q * x;
         sumq2 += w * q * q;
     }
     (sumqx, sumq2)
 }
 
-/// ggml's `quantize_row_iq4_nl_impl` with `ntry = 7` for one super-block
-/// `x` (32 values for IQ4_NL, 256 for IQ4_XS). Writes the packed indices to
-/// `q4` and, with more than one sub-block, the low scale bits to `scales_l`;
-/// returns the block's f16 scale and the high scale bits.
-fn quantize_super_block(x: &[f32], quant_weights: Option<&[f32]>, q4: &mut [u8], scales_l: &mut [u8]) -> (F16, u16) {
+/// The rest of `quantize_row_iq4_nl_impl` for one super-block `x`, given its
+/// sub-block `scales`: writes the packed indices to `q4` and, with more than
+/// one sub-block, the low scale bits to `scales_l`; returns the block's f16
+/// scale and the high scale bits.
+fn finish_super_block(x: &[f32], scales: &[f32], q4: &mut [u8], scales_l: &mut [u8]) -> (F16, u16) {
     let n = x.len();
     let nb = n / SUB_BLOCK;
-
-    // The variance that importance weights are scaled against (ggml computes
-    // it even when there are no weights).
-    let mut sigma2 = 0.0f32;
-    for &v in x {
-        sigma2 += v * v;
-    }
-    sigma2 *= 2.0 / n as f32;
-
     let mut indices = [0u8; QK_K];
     let indices = &mut indices[..n];
-    let mut scales = [0.0f32; QK_K / SUB_BLOCK];
-    let (mut max_scale, mut amax_scale) = (0.0f32, 0.0f32);
-    let v0 = f32::from(KVALUES[0]);
-
-    for ib in 0..nb {
-        let xb = &x[ib * SUB_BLOCK..][..SUB_BLOCK];
-        let mut weight = [0.0f32; SUB_BLOCK];
-        match quant_weights {
-            Some(qw) => {
-                let qw = &qw[ib * SUB_BLOCK..][..SUB_BLOCK];
-                for j in 0..SUB_BLOCK {
-                    weight[j] = qw[j] * (sigma2 + xb[j] * xb[j]).sqrt();
-                }
-            }
-            None => {
-                for j in 0..SUB_BLOCK {
-                    weight[j] = xb[j] * xb[j];
-                }
-            }
-        }
-        // The signed value of largest magnitude (first one wins a tie).
-        let (mut amax, mut max) = (0.0f32, 0.0f32);
-        for &v in xb {
-            let ax = v.abs();
-            if ax > amax {
-                amax = ax;
-                max = v;
-            }
-        }
-        if amax < GROUP_MAX_EPS {
-            scales[ib] = 0.0;
-            continue;
-        }
-        // First guess: `max` lands on the table's most negative entry (the
-        // table reaches further below zero than above, hence the sign).
-        let d0 = -max / v0;
-        let (sumqx, sumq2) = weighted_sums(xb, &weight, 1.0 / d0, Some(&mut indices[ib * SUB_BLOCK..][..SUB_BLOCK]));
-        let mut d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
-        let mut best = d * sumqx;
-        for itry in -NTRY..=NTRY {
-            let id = (itry + i32::from(KVALUES[0])) as f32 / max;
-            let (sumqx, sumq2) = weighted_sums(xb, &weight, id, None);
-            if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
-                d = sumqx / sumq2;
-                best = d * sumqx;
-            }
-        }
-        scales[ib] = d;
-        let abs_d = d.abs();
-        if abs_d > amax_scale {
-            amax_scale = abs_d;
-            max_scale = d;
-        }
-    }
 
     let dh;
     let mut scales_h = 0u16;
     if nb > 1 {
+        // The signed sub-block scale of largest magnitude (first one wins a tie).
+        let (mut max_scale, mut amax_scale) = (0.0f32, 0.0f32);
+        for &d in scales {
+            if d.abs() > amax_scale {
+                amax_scale = d.abs();
+                max_scale = d;
+            }
+        }
         // Sub-block scales become 6-bit multiples of one f16 scale; the
         // indices are then chosen again against the rounded scales.
         let d = -max_scale / 32.0;
@@ -266,9 +296,9 @@ mod tests {
     fn zero_row_round_trips_to_zero() {
         let src = [0.0f32; QK_K];
         let mut nl = vec![0u8; GgmlType::IQ4_NL.row_size(QK_K as u64).unwrap() as usize];
-        quantize_iq4_nl(&src, None, &mut nl);
+        quantize_iq4_nl(Level::Scalar, &src, None, &mut nl);
         let mut xs = vec![0u8; GgmlType::IQ4_XS.type_size() as usize];
-        quantize_iq4_xs(&src, None, &mut xs);
+        quantize_iq4_xs(Level::Scalar, &src, None, &mut xs);
         let mut out = [1.0f32; QK_K];
         dequantize_iq4_nl(&nl, &mut out);
         assert!(out.iter().all(|&v| v == 0.0));

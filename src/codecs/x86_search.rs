@@ -14,6 +14,7 @@
 
 use std::arch::x86_64::*;
 
+use super::iq4::{KVALUES, NTRY};
 use super::search::{BATCH as LANES, GROUP_MAX_EPS, MinSearch};
 
 const MAX_GROUP: usize = 32;
@@ -200,16 +201,7 @@ pub unsafe fn make_qx_quants_x8(
     let xs = gather_groups(x, n);
     let xs = &xs[..n];
     let zero = _mm256_setzero_ps();
-    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-
-    let (mut max, mut amax) = (zero, zero);
-    for &v in xs {
-        let magnitude = _mm256_and_ps(v, abs_mask);
-        let larger = _mm256_cmp_ps::<_CMP_GT_OQ>(magnitude, amax);
-        amax = select(larger, amax, magnitude);
-        max = select(larger, max, v);
-    }
-    let degenerate = _mm256_cmp_ps::<_CMP_LT_OQ>(amax, _mm256_set1_ps(GROUP_MAX_EPS));
+    let (max, degenerate) = signed_absmax(xs);
 
     let ws = match weights {
         Some(given) => gather_groups(given, n),
@@ -263,4 +255,96 @@ pub unsafe fn make_qx_quants_x8(
     }
     scatter_levels(&best_levels, n, levels, |l| l as u8);
     to_array(select(degenerate, scale, zero))
+}
+
+/// The scale search of IQ4_NL and IQ4_XS ([`super::iq4::sub_block_scale`])
+/// on eight consecutive 32-value sub-blocks; returns each one's scale.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn iq4_scales_x8(x: &[f32], weights: &[f32]) -> [f32; LANES] {
+    const N: usize = 32;
+    let xs = gather_groups(x, N);
+    let ws = gather_groups(weights, N);
+    let (xs, ws) = (&xs[..N], &ws[..N]);
+    let zero = _mm256_setzero_ps();
+    let (max, degenerate) = signed_absmax(xs);
+    let sums = |id: __m256| {
+        let (mut sumqx, mut sumq2) = (zero, zero);
+        for (&v, &w) in xs.iter().zip(ws) {
+            let q = iq4_nearest_value(_mm256_mul_ps(id, v));
+            let wq = _mm256_mul_ps(w, q);
+            sumqx = _mm256_add_ps(sumqx, _mm256_mul_ps(wq, v));
+            sumq2 = _mm256_add_ps(sumq2, _mm256_mul_ps(wq, q));
+        }
+        (sumqx, sumq2)
+    };
+    let v0 = f32::from(KVALUES[0]);
+    let d0 = _mm256_div_ps(_mm256_xor_ps(max, _mm256_set1_ps(-0.0)), _mm256_set1_ps(v0));
+    let (sumqx, sumq2) = sums(_mm256_div_ps(_mm256_set1_ps(1.0), d0));
+    let mut d = select(_mm256_cmp_ps::<_CMP_GT_OQ>(sumq2, zero), zero, _mm256_div_ps(sumqx, sumq2));
+    let mut best = _mm256_mul_ps(d, sumqx);
+    for itry in -NTRY..=NTRY {
+        let (sumqx, sumq2) = sums(_mm256_div_ps(_mm256_set1_ps((itry + i32::from(KVALUES[0])) as f32), max));
+        let better = _mm256_and_ps(
+            _mm256_cmp_ps::<_CMP_GT_OQ>(sumq2, zero),
+            _mm256_cmp_ps::<_CMP_GT_OQ>(_mm256_mul_ps(sumqx, sumqx), _mm256_mul_ps(best, sumq2)),
+        );
+        d = select(better, d, _mm256_div_ps(sumqx, sumq2));
+        best = select(better, best, _mm256_mul_ps(d, sumqx));
+    }
+    to_array(select(degenerate, d, zero))
+}
+
+/// Per lane, the value of largest magnitude (the first of equals) and
+/// whether that magnitude is below [`GROUP_MAX_EPS`].
+#[target_feature(enable = "avx2")]
+fn signed_absmax(xs: &[__m256]) -> (__m256, __m256) {
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let (mut max, mut amax) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for &v in xs {
+        let magnitude = _mm256_and_ps(v, abs_mask);
+        let larger = _mm256_cmp_ps::<_CMP_GT_OQ>(magnitude, amax);
+        amax = select(larger, amax, magnitude);
+        max = select(larger, max, v);
+    }
+    (max, _mm256_cmp_ps::<_CMP_LT_OQ>(amax, _mm256_set1_ps(GROUP_MAX_EPS)))
+}
+
+/// `KVALUES[best_index_int8(KVALUES, x)]` on eight floats. The bisection
+/// ends at the first entry `mu` with `x < KVALUES[mu]`, which is one plus
+/// the count of inner entries that `x` is not below (NaN is below none, and
+/// ends at the top as the bisection does); then the nearer of the two
+/// neighbours, the upper on a tie.
+#[target_feature(enable = "avx2")]
+fn iq4_nearest_value(x: __m256) -> __m256 {
+    let value = |i: usize| _mm256_set1_ps(f32::from(KVALUES[i]));
+    let mut mu = _mm256_set1_epi32(1);
+    for i in 1..KVALUES.len() - 1 {
+        let not_below = _mm256_cmp_ps::<_CMP_NLT_US>(x, value(i));
+        mu = _mm256_sub_epi32(mu, _mm256_castps_si256(not_below));
+    }
+    const TABLE: [f32; 16] = {
+        let mut table = [0.0; 16];
+        let mut i = 0;
+        while i < 16 {
+            table[i] = KVALUES[i] as f32;
+            i += 1;
+        }
+        table
+    };
+    // SAFETY: the table holds sixteen floats, two loads of eight.
+    let (low_half, high_half) = unsafe { (_mm256_loadu_ps(TABLE.as_ptr()), _mm256_loadu_ps(TABLE.as_ptr().add(8))) };
+    let lookup = |index: __m256i| {
+        let upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(index, _mm256_set1_epi32(7)));
+        select(upper, _mm256_permutevar8x32_ps(low_half, index), _mm256_permutevar8x32_ps(high_half, index))
+    };
+    let above = lookup(mu);
+    let below = lookup(_mm256_sub_epi32(mu, _mm256_set1_epi32(1)));
+    let nearer_below = _mm256_cmp_ps::<_CMP_LT_OQ>(_mm256_sub_ps(x, below), _mm256_sub_ps(above, x));
+    let nearest = select(nearer_below, above, below);
+    let last = KVALUES.len() - 1;
+    let nearest = select(_mm256_cmp_ps::<_CMP_GE_OQ>(x, value(last)), nearest, value(last));
+    select(_mm256_cmp_ps::<_CMP_LE_OQ>(x, value(0)), nearest, value(0))
 }
