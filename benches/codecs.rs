@@ -27,8 +27,9 @@ fn weights() -> Vec<f32> {
         .collect()
 }
 
-const TYPES: [GgmlType; 11] = [
+const TYPES: [GgmlType; 14] = [
     GgmlType::F16,
+    GgmlType::BF16,
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
@@ -38,12 +39,28 @@ const TYPES: [GgmlType; 11] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
 ];
 
 fn codecs(c: &mut Criterion) {
     let src = weights();
     let f32_bytes = (src.len() * 4) as u64;
+    // The yardstick for decoding: copying the same f32 bytes, row by row, into the same buffer.
+    let mut group = c.benchmark_group("memcpy");
+    group.throughput(Throughput::Bytes(f32_bytes));
+    group.sample_size(10);
+    let mut copied = vec![0f32; ROW];
+    group.bench_function(BenchmarkId::new("f32", ROW), |b| {
+        b.iter(|| {
+            for row in src.chunks_exact(ROW) {
+                copied.copy_from_slice(std::hint::black_box(row));
+            }
+            std::hint::black_box(&copied);
+        })
+    });
+    group.finish();
     for ty in TYPES {
         let row_bytes = ty.row_size(ROW as u64).unwrap_or(0) as usize;
         let mut encoded = vec![0u8; row_bytes * ROWS];
@@ -63,6 +80,7 @@ fn codecs(c: &mut Criterion) {
                 for row in encoded.chunks_exact(row_bytes) {
                     dequantize_row(ty, row, &mut decoded).unwrap_or(());
                 }
+                std::hint::black_box(&decoded);
             })
         });
         group.finish();

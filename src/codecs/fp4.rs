@@ -3,6 +3,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
+use super::simd::Level;
 use crate::types::GgmlType;
 
 /// E2M1 values, doubled so they are integers (ggml's `kvalues_mxfp4`); the
@@ -42,9 +43,17 @@ fn ue4m3_to_f32_half(x: u8) -> f32 {
     raw * 0.5
 }
 
-pub fn dequantize_mxfp4(blocks: &[BlockMxfp4], out: &mut [f32]) {
+#[inline(always)]
+pub fn dequantize_mxfp4(level: Level, blocks: &[BlockMxfp4], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(32)) {
         let d = e8m0_to_f32_half(b.e);
+        #[cfg(target_arch = "x86_64")]
+        if level >= Level::Avx2 {
+            // SAFETY: callers pass a vector level only where the machine has it;
+            // `d · v` and `v · d` are the same product.
+            unsafe { super::x86::decode_nibble_table_avx2(&E2M1_DOUBLED, &b.qs, d, y) };
+            continue;
+        }
         for (j, &q) in b.qs.iter().enumerate() {
             y[j] = f32::from(E2M1_DOUBLED[usize::from(q & 0xf)]) * d;
             y[j + 16] = f32::from(E2M1_DOUBLED[usize::from(q >> 4)]) * d;

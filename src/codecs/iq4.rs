@@ -43,18 +43,16 @@ struct BlockIq4Xs {
 }
 const _: () = assert!(size_of::<BlockIq4Xs>() as u64 == GgmlType::IQ4_XS.type_size());
 
-pub fn dequantize_iq4_nl(src: &[u8], out: &mut [f32]) {
+#[inline(always)]
+pub fn dequantize_iq4_nl(level: Level, src: &[u8], out: &mut [f32]) {
     let blocks: &[BlockIq4Nl] = bytemuck::cast_slice(src);
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK4_NL)) {
-        let d = b.d.to_f32();
-        for (j, &q) in b.qs.iter().enumerate() {
-            y[j] = d * f32::from(KVALUES[usize::from(q & 0xf)]);
-            y[j + QK4_NL / 2] = d * f32::from(KVALUES[usize::from(q >> 4)]);
-        }
+        decode_sub_block(level, b.d.to_f32(), &b.qs, y);
     }
 }
 
-pub fn dequantize_iq4_xs(src: &[u8], out: &mut [f32]) {
+#[inline(always)]
+pub fn dequantize_iq4_xs(level: Level, src: &[u8], out: &mut [f32]) {
     let blocks: &[BlockIq4Xs] = bytemuck::cast_slice(src);
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
         let d = b.d.to_f32();
@@ -62,12 +60,24 @@ pub fn dequantize_iq4_xs(src: &[u8], out: &mut [f32]) {
         for (ib, (ys, qs)) in y.chunks_exact_mut(SUB_BLOCK).zip(b.qs.chunks_exact(SUB_BLOCK / 2)).enumerate() {
             let ls =
                 i32::from((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) | (i32::from((scales_h >> (2 * ib)) & 3) << 4);
-            let dl = d * (ls - 32) as f32;
-            for (j, &q) in qs.iter().enumerate() {
-                ys[j] = dl * f32::from(KVALUES[usize::from(q & 0xf)]);
-                ys[j + SUB_BLOCK / 2] = dl * f32::from(KVALUES[usize::from(q >> 4)]);
-            }
+            let qs: &[u8; SUB_BLOCK / 2] = qs.try_into().expect("chunks_exact gives half a sub-block");
+            decode_sub_block(level, d * (ls - 32) as f32, qs, ys);
         }
+    }
+}
+
+/// One 32-value sub-block: `d · KVALUES[index]`, low nibbles first.
+#[inline(always)]
+fn decode_sub_block(level: Level, d: f32, qs: &[u8; SUB_BLOCK / 2], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if level >= Level::Avx2 {
+        // SAFETY: callers pass a vector level only where the machine has it.
+        return unsafe { super::x86::decode_nibble_table_avx2(&KVALUES, qs, d, y) };
+    }
+    let _ = level;
+    for (j, &q) in qs.iter().enumerate() {
+        y[j] = d * f32::from(KVALUES[usize::from(q & 0xf)]);
+        y[j + SUB_BLOCK / 2] = d * f32::from(KVALUES[usize::from(q >> 4)]);
     }
 }
 
@@ -300,10 +310,10 @@ mod tests {
         let mut xs = vec![0u8; GgmlType::IQ4_XS.type_size() as usize];
         quantize_iq4_xs(Level::Scalar, &src, None, &mut xs);
         let mut out = [1.0f32; QK_K];
-        dequantize_iq4_nl(&nl, &mut out);
+        dequantize_iq4_nl(Level::Scalar, &nl, &mut out);
         assert!(out.iter().all(|&v| v == 0.0));
         let mut out = [1.0f32; QK_K];
-        dequantize_iq4_xs(&xs, &mut out);
+        dequantize_iq4_xs(Level::Scalar, &xs, &mut out);
         assert!(out.iter().all(|&v| v == 0.0));
     }
 }

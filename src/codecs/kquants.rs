@@ -81,6 +81,7 @@ const _: () = assert!(size_of::<BlockQ8K>() as u64 == GgmlType::Q8_K.type_size()
 
 // ---------------------------------------------------------------- decoding
 
+#[inline(always)]
 pub fn dequantize_q2_k(blocks: &[BlockQ2K], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
         let (d, min) = (b.d.to_f32(), b.dmin.to_f32());
@@ -114,6 +115,7 @@ fn q3_k_scales(packed: &[u8; 12]) -> [i8; 16] {
     scales
 }
 
+#[inline(always)]
 pub fn dequantize_q3_k(blocks: &[BlockQ3K], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
         let d_all = b.d.to_f32();
@@ -147,6 +149,7 @@ fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     }
 }
 
+#[inline(always)]
 pub fn dequantize_q4_k(blocks: &[BlockQ4K], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
         let (d, min) = (b.d.to_f32(), b.dmin.to_f32());
@@ -163,6 +166,7 @@ pub fn dequantize_q4_k(blocks: &[BlockQ4K], out: &mut [f32]) {
     }
 }
 
+#[inline(always)]
 pub fn dequantize_q5_k(blocks: &[BlockQ5K], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
         let (d, min) = (b.d.to_f32(), b.dmin.to_f32());
@@ -182,6 +186,7 @@ pub fn dequantize_q5_k(blocks: &[BlockQ5K], out: &mut [f32]) {
     }
 }
 
+#[inline(always)]
 pub fn dequantize_q6_k(blocks: &[BlockQ6K], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
         let d = b.d.to_f32();

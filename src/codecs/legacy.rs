@@ -64,6 +64,7 @@ pub struct BlockQ8_1 {
 }
 const _: () = assert!(size_of::<BlockQ8_1>() as u64 == GgmlType::Q8_1.type_size());
 
+#[inline(always)]
 pub fn dequantize_q4_0(blocks: &[BlockQ4_0], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
         let d = b.d.to_f32();
@@ -74,6 +75,7 @@ pub fn dequantize_q4_0(blocks: &[BlockQ4_0], out: &mut [f32]) {
     }
 }
 
+#[inline(always)]
 pub fn dequantize_q4_1(blocks: &[BlockQ4_1], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
         let (d, m) = (b.d.to_f32(), b.m.to_f32());
@@ -89,6 +91,7 @@ fn high_bit(qh: [u8; 4], j: usize) -> u8 {
     (((u32::from_le_bytes(qh) >> j) & 1) << 4) as u8
 }
 
+#[inline(always)]
 pub fn dequantize_q5_0(blocks: &[BlockQ5_0], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
         let d = b.d.to_f32();
@@ -101,6 +104,7 @@ pub fn dequantize_q5_0(blocks: &[BlockQ5_0], out: &mut [f32]) {
     }
 }
 
+#[inline(always)]
 pub fn dequantize_q5_1(blocks: &[BlockQ5_1], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
         let (d, m) = (b.d.to_f32(), b.m.to_f32());
@@ -113,6 +117,7 @@ pub fn dequantize_q5_1(blocks: &[BlockQ5_1], out: &mut [f32]) {
     }
 }
 
+#[inline(always)]
 pub fn dequantize_q8_0(blocks: &[BlockQ8_0], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
         let d = b.d.to_f32();

@@ -87,11 +87,51 @@ pub fn can_quantize(ty: GgmlType) -> bool {
 
 /// Decodes one row (or any whole number of blocks) of `ty` into `dst`.
 pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), CodecError> {
+    dequantize_row_at(simd::level(), ty, src, dst)
+}
+
+/// [`dequantize_row`] compiled for the instruction set of `level` (or lower,
+/// where the machine lacks it). Decoding is elementwise (no sums to order),
+/// so the compiler's vectorization of the one scalar definition is exact;
+/// the differential tests check it anyway.
+pub fn dequantize_row_at(level: simd::Level, ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), CodecError> {
     check_len(ty, "the encoded row", src.len(), encoded_len(ty, dst.len())?)?;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use simd::Level;
+        if level >= Level::Avx512 && Level::Avx512.is_supported() {
+            // SAFETY: AVX-512 F/BW is present (checked just above), and F16C and AVX2 with it.
+            return unsafe { decode_avx512(ty, src, dst) };
+        }
+        if level >= Level::Avx2 && Level::Avx2.is_supported() {
+            // SAFETY: AVX2 is present (checked just above), and F16C with it.
+            return unsafe { decode_avx2(ty, src, dst) };
+        }
+    }
+    decode(simd::Level::Scalar, ty, src, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn decode_avx2(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), CodecError> {
+    decode(simd::Level::Avx2, ty, src, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
+unsafe fn decode_avx512(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), CodecError> {
+    decode(simd::Level::Avx512, ty, src, dst)
+}
+
+/// The decoders, inlined into each level's wrapper so that each is compiled
+/// (and vectorized) for that level's instructions; `level` is one the
+/// machine has.
+#[inline(always)]
+fn decode(level: simd::Level, ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), CodecError> {
     use GgmlType::*;
     match ty {
         F32 => float::decode_f32(src, dst),
-        F16 => float::decode_f16(src, dst),
+        F16 => float::decode_f16(level, src, dst),
         BF16 => float::decode_bf16(src, dst),
         F64 => float::decode_f64(src, dst),
         Q4_0 => legacy::dequantize_q4_0(bytemuck::cast_slice(src), dst),
@@ -106,10 +146,10 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), C
         Q5_K => kquants::dequantize_q5_k(bytemuck::cast_slice(src), dst),
         Q6_K => kquants::dequantize_q6_k(bytemuck::cast_slice(src), dst),
         Q8_K => kquants::dequantize_q8_k(bytemuck::cast_slice(src), dst),
-        MXFP4 => fp4::dequantize_mxfp4(bytemuck::cast_slice(src), dst),
+        MXFP4 => fp4::dequantize_mxfp4(level, bytemuck::cast_slice(src), dst),
         NVFP4 => fp4::dequantize_nvfp4(bytemuck::cast_slice(src), dst),
-        IQ4_NL => iq4::dequantize_iq4_nl(src, dst),
-        IQ4_XS => iq4::dequantize_iq4_xs(src, dst),
+        IQ4_NL => iq4::dequantize_iq4_nl(level, src, dst),
+        IQ4_XS => iq4::dequantize_iq4_xs(level, src, dst),
         TQ1_0 => ternary::dequantize_tq1_0(src, dst),
         TQ2_0 => ternary::dequantize_tq2_0(src, dst),
         IQ2_XXS => iq_grid::dequantize_iq2_xxs(src, dst),

@@ -144,3 +144,23 @@ pub unsafe fn symmetric_levels_avx2(x: &[f32], nmax: i32) -> (f32, [u8; QK]) {
     }
     (d, levels.map(|l| l as u8))
 }
+
+/// A 32-value block stored as sixteen bytes of 4-bit indices into a table of
+/// signed bytes (low nibbles are values 0–15, high nibbles 16–31), each
+/// value `scale · table[index]`: IQ4_NL, an IQ4_XS sub-block, MXFP4. The
+/// lookup is a byte shuffle; the product is the scalar one, exactly.
+#[target_feature(enable = "avx2")]
+pub fn decode_nibble_table_avx2(table: &[i8; 16], qs: &[u8; 16], scale: f32, out: &mut [f32]) {
+    let out = &mut out[..32];
+    // SAFETY: both arrays hold sixteen bytes.
+    let (table, q) = unsafe { (_mm_loadu_si128(table.as_ptr().cast()), _mm_loadu_si128(qs.as_ptr().cast())) };
+    let nibble = _mm_set1_epi8(0x0f);
+    let low = _mm_shuffle_epi8(table, _mm_and_si128(q, nibble));
+    let high = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16::<4>(q), nibble));
+    let scale = _mm256_set1_ps(scale);
+    for (k, bytes) in [low, _mm_srli_si128::<8>(low), high, _mm_srli_si128::<8>(high)].into_iter().enumerate() {
+        let values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+        // SAFETY: eight floats fit at 8k of the 32-float block.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * k), _mm256_mul_ps(scale, values)) };
+    }
+}
