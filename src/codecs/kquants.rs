@@ -11,7 +11,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::scalar::{F16, nearest_int};
 use super::search::{
-    BATCH, GROUP_MAX_EPS, MinSearch, QxWeighting, make_q3_quants, make_qkx_quants_batch, make_qp_quants,
+    BATCH, GROUP_MAX_EPS, MinSearch, QxWeighting, make_q3_quants_batch, make_qkx_quants_batch, make_qp_quants,
     make_qx_quants, make_qx_quants_batch, signed_absmax_and_magnitude,
 };
 use super::simd::Level;
@@ -404,18 +404,21 @@ pub fn quantize_q3_k(level: Level, src: &[f32], importance: Option<&[f32]>, bloc
     for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
         match importance {
             None => {
+                let span = 16 * BATCH;
+                for (k, (x, levels)) in x.chunks_exact(span).zip(levels.chunks_exact_mut(span)).enumerate() {
+                    scales[k * BATCH..][..BATCH].copy_from_slice(&make_q3_quants_batch(level, 4, 16, x, levels));
+                }
                 let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
-                for j in 0..16 {
-                    scales[j] = make_q3_quants(4, &x[16 * j..][..16], &mut levels[16 * j..][..16], true);
-                    if scales[j].abs() > amax {
-                        amax = scales[j].abs();
-                        max_scale = scales[j];
+                for &scale in &scales {
+                    if scale.abs() > amax {
+                        amax = scale.abs();
+                        max_scale = scale;
                     }
                 }
                 if max_scale != 0.0 {
                     let iscale = -32.0 / max_scale;
-                    let level = |j: usize| i32::from(nearest_int(iscale * scales[j]) as i8).clamp(-32, 31) + 32;
-                    pack_scales_q3(level, &mut b.scales);
+                    let scale_level = |j: usize| i32::from(nearest_int(iscale * scales[j]) as i8).clamp(-32, 31) + 32;
+                    pack_scales_q3(scale_level, &mut b.scales);
                     b.d = F16::from_f32(1.0 / iscale);
                 } else {
                     b.scales = [0; 12];

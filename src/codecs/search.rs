@@ -316,6 +316,21 @@ pub fn make_qx_quants_batch(
     })
 }
 
+/// [`make_q3_quants`] with `do_rmse` on [`BATCH`] consecutive groups of `n`
+/// values, with the vector kernel of `level` where the machine has it;
+/// returns each group's scale.
+pub fn make_q3_quants_batch(level: Level, nmax: i32, n: usize, x: &[f32], levels: &mut [i8]) -> [f32; BATCH] {
+    #[cfg(target_arch = "x86_64")]
+    if level >= Level::Avx2 && Level::Avx2.is_supported() {
+        // SAFETY: AVX2 is present (checked just above).
+        return unsafe { super::x86_search::make_q3_quants_x8(nmax, n, x, bytemuck::cast_slice_mut(levels)) };
+    }
+    std::array::from_fn(|j| {
+        let group = j * n..(j + 1) * n;
+        make_q3_quants(nmax, &x[group.clone()], &mut levels[group], true)
+    })
+}
+
 /// Quantizes positive scales to `[0, nmax]` levels under importance `weights`
 /// (`make_qp_quants`); returns the scale of the levels.
 pub fn make_qp_quants(nmax: i32, x: &[f32], levels: &mut [u8], weights: &[f32]) -> f32 {

@@ -257,6 +257,73 @@ pub unsafe fn make_qx_quants_x8(
     to_array(select(degenerate, scale, zero))
 }
 
+/// [`super::search::make_q3_quants`] with `do_rmse` on eight groups of `n`
+/// values: levels for group `j` go to `levels[j·n..][..n]` (offset by
+/// `nmax`); returns each group's scale. A lane whose pass changed nothing
+/// would have stopped; passing again over it changes nothing either, so
+/// the lanes stop together, when none changed.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn make_q3_quants_x8(nmax: i32, n: usize, x: &[f32], levels: &mut [u8]) -> [f32; LANES] {
+    let xs = gather_groups(x, n);
+    let xs = &xs[..n];
+    let zero = _mm256_setzero_ps();
+    let (max, degenerate) = signed_absmax(xs);
+    let (low, high) = (_mm256_set1_epi32(-nmax), _mm256_set1_epi32(nmax - 1));
+
+    let iscale = _mm256_div_ps(_mm256_set1_ps(-(nmax as f32)), max);
+    let mut ls = [_mm256_setzero_si256(); MAX_GROUP];
+    let (mut sumlx, mut suml2) = (zero, zero);
+    for (l, &v) in ls.iter_mut().zip(xs) {
+        *l = clamp(nearest_int(_mm256_mul_ps(iscale, v)), low, high);
+        let q = _mm256_cvtepi32_ps(*l);
+        let w = _mm256_mul_ps(v, v);
+        sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(_mm256_mul_ps(w, v), q));
+        suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(w, q), q));
+    }
+    for _ in 0..5 {
+        let mut changed = zero;
+        for (l, &v) in ls.iter_mut().zip(xs) {
+            let w = _mm256_mul_ps(v, v);
+            let wv = _mm256_mul_ps(w, v);
+            let li = _mm256_cvtepi32_ps(*l);
+            let mut slx = _mm256_sub_ps(sumlx, _mm256_mul_ps(wv, li));
+            let positive = _mm256_cmp_ps::<_CMP_GT_OQ>(slx, zero);
+            if !any(positive) {
+                continue;
+            }
+            let mut sl2 = _mm256_sub_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(w, li), li));
+            let new_l = clamp(nearest_int(_mm256_div_ps(_mm256_mul_ps(v, sl2), slx)), low, high);
+            let moved = _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(new_l, *l)), positive);
+            let new_q = _mm256_cvtepi32_ps(new_l);
+            slx = _mm256_add_ps(slx, _mm256_mul_ps(wv, new_q));
+            sl2 = _mm256_add_ps(sl2, _mm256_mul_ps(_mm256_mul_ps(w, new_q), new_q));
+            let gains = _mm256_cmp_ps::<_CMP_GT_OQ>(
+                _mm256_mul_ps(_mm256_mul_ps(slx, slx), suml2),
+                _mm256_mul_ps(_mm256_mul_ps(sumlx, sumlx), sl2),
+            );
+            let accept = _mm256_and_ps(moved, _mm256_and_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(sl2, zero), gains));
+            *l = select_i(accept, *l, new_l);
+            sumlx = select(accept, sumlx, slx);
+            suml2 = select(accept, suml2, sl2);
+            changed = _mm256_or_ps(changed, accept);
+        }
+        if !any(changed) {
+            break;
+        }
+    }
+
+    let offset = _mm256_set1_epi32(nmax);
+    for l in ls.iter_mut().take(n) {
+        *l = select_i(degenerate, _mm256_add_epi32(*l, offset), _mm256_setzero_si256());
+    }
+    scatter_levels(&ls, n, levels, |l| l as u8);
+    let scale = select(_mm256_cmp_ps::<_CMP_GT_OQ>(suml2, zero), zero, _mm256_div_ps(sumlx, suml2));
+    to_array(select(degenerate, scale, zero))
+}
+
 /// The scale search of IQ4_NL and IQ4_XS ([`super::iq4::sub_block_scale`])
 /// on eight consecutive 32-value sub-blocks; returns each one's scale.
 ///
