@@ -43,14 +43,17 @@ pub fn decode_f64(src: &[u8], dst: &mut [f32]) {
     decode(src, dst, |b| f64::from_le_bytes(b) as f32);
 }
 
+#[inline(always)]
 pub fn encode_f32(src: &[f32], dst: &mut [u8]) {
     encode(src, dst, f32::to_le_bytes);
 }
 
+#[inline(always)]
 pub fn encode_f16(src: &[f32], dst: &mut [u8]) {
     encode(src, dst, |v| f32_to_f16_bits(v).to_le_bytes());
 }
 
+#[inline(always)]
 pub fn encode_bf16(src: &[f32], dst: &mut [u8]) {
     encode(src, dst, |v| f32_to_bf16_bits(v).to_le_bytes());
 }

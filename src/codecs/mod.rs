@@ -172,7 +172,8 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], importance: Option<&[f32]>, dst: 
 }
 
 /// [`quantize_row`] with the vector kernels of `level` (or lower, where the
-/// machine lacks it): every level writes the same bytes, which the
+/// machine lacks it), and the rest of the scalar code compiled for that
+/// level's instructions: every level writes the same bytes, which the
 /// differential tests check.
 pub fn quantize_row_at(
     level: simd::Level,
@@ -185,6 +186,49 @@ pub fn quantize_row_at(
     if let Some(weights) = importance {
         check_len(ty, "the importance row", weights.len(), src.len())?;
     }
+    #[cfg(target_arch = "x86_64")]
+    {
+        use simd::Level;
+        if level >= Level::Avx512 && Level::Avx512.is_supported() {
+            // SAFETY: AVX-512 F/BW is present (checked just above), and F16C and AVX2 with it.
+            return unsafe { encode_avx512(ty, src, importance, dst) };
+        }
+        if level >= Level::Avx2 && Level::Avx2.is_supported() {
+            // SAFETY: AVX2 is present (checked just above), and F16C with it.
+            return unsafe { encode_avx2(ty, src, importance, dst) };
+        }
+    }
+    encode(simd::Level::Scalar, ty, src, importance, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn encode_avx2(ty: GgmlType, src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) -> Result<(), CodecError> {
+    encode(simd::Level::Avx2, ty, src, importance, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
+unsafe fn encode_avx512(
+    ty: GgmlType,
+    src: &[f32],
+    importance: Option<&[f32]>,
+    dst: &mut [u8],
+) -> Result<(), CodecError> {
+    encode(simd::Level::Avx512, ty, src, importance, dst)
+}
+
+/// The encoders, inlined into each level's wrapper like [`decode`]; the
+/// compiler never reorders f32 arithmetic, so its vectorization of the
+/// scalar code is exact too.
+#[inline(always)]
+fn encode(
+    level: simd::Level,
+    ty: GgmlType,
+    src: &[f32],
+    importance: Option<&[f32]>,
+    dst: &mut [u8],
+) -> Result<(), CodecError> {
     use GgmlType::*;
     match ty {
         F32 => float::encode_f32(src, dst),

@@ -131,7 +131,11 @@ impl Source {
             // process is outside what any mmap-based loader can defend against,
             // as in llama.cpp. `--no-mmap` avoids the map entirely.
             match unsafe { Mmap::map(&file) } {
-                Ok(map) => (Some(map), None),
+                Ok(map) => {
+                    // Tensors are read front to back, once: read ahead more, keep less.
+                    let _ = map.advise(memmap2::Advice::Sequential);
+                    (Some(map), None)
+                }
                 Err(e) => (None, Some(e.to_string())),
             }
         } else {
