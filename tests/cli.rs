@@ -50,6 +50,7 @@ fn inspect_text_summary() {
     expect![[r#"
         format        GGUF v3, little-endian, alignment 32, data at byte 13920
         architecture  llama
+        family        LLaMA 1/2/3 (llama; by general.architecture)
         hparams       2 blocks, width 256, 4 heads (2 KV) of 64, context 256, vocab 512, rope base 10000
         file type     F16 (id 1)
         tensors       21 tensors, 1443072 elements, 2.8 MiB, 16.01 bits per weight

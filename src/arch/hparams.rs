@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 
+use super::registry::{NormEpsilon, detect};
 use crate::model::{Metadata, TensorInfo, Value};
 
 /// The hyperparameters every decoder-only architecture has, plus the
@@ -63,17 +64,39 @@ pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Op
 
     let embedding_length = required("embedding_length")?;
     let block_count = required("block_count")?;
-    let head_count = required("attention.head_count")?;
-    if head_count == 0 {
+    // Head counts and FFN widths may be per-layer arrays (OpenELM, LFM2):
+    // llama.cpp reads layer 0 where it asks without a layer, as reported here.
+    let per_layer = |name: &str| -> Result<Option<Vec<u64>>, HparamError> {
+        match metadata.get(&key(name)) {
+            None => Ok(None),
+            Some(Value::Array(values)) => {
+                if values.len() as u64 != block_count {
+                    return Err(err(name, format!("has {} entries for {block_count} blocks", values.len())));
+                }
+                let values = (0..values.len()).map(|i| values.get(i).and_then(|v| v.as_u64()));
+                values
+                    .collect::<Option<Vec<u64>>>()
+                    .map(Some)
+                    .ok_or_else(|| err(name, "holds an entry that is not a non-negative integer".into()))
+            }
+            Some(_) => number(name).map(|n| n.map(|n| vec![n; block_count as usize])),
+        }
+    };
+    let first = |layers: &Option<Vec<u64>>| layers.as_ref().and_then(|l| l.first().copied());
+    let heads = per_layer("attention.head_count")?.ok_or_else(|| err("attention.head_count", "missing".into()))?;
+    let head_count = heads.first().copied().ok_or_else(|| err("block_count", "is 0".into()))?;
+    if heads.contains(&0) {
         return Err(err("attention.head_count", "is 0".into()));
     }
-    let head_count_kv = number("attention.head_count_kv")?.unwrap_or(head_count);
-    if head_count_kv == 0 || head_count % head_count_kv != 0 {
+    let kv_heads = per_layer("attention.head_count_kv")?.unwrap_or_else(|| heads.clone());
+    // Zero KV heads mark a layer without attention (LFM2's convolution layers).
+    if let Some((h, kv)) = heads.iter().zip(&kv_heads).find(|&(h, &kv)| kv != 0 && h % kv != 0) {
         return Err(err(
             "attention.head_count_kv",
-            format!("{head_count_kv} does not divide {} = {head_count}", key("attention.head_count")),
+            format!("{kv} does not divide {} = {h}", key("attention.head_count")),
         ));
     }
+    let head_count_kv = kv_heads[0];
     let head_dim = match number("attention.key_length")? {
         Some(length) => length,
         None if embedding_length % head_count == 0 => embedding_length / head_count,
@@ -126,11 +149,30 @@ pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Op
         }
     }
     let expert_count = number("expert_count")?.filter(|&n| n > 0);
-    if let Some(experts) = expert_count
-        && let Some(gate) = tensors.iter().find(|t| t.name.ends_with(".ffn_gate_exps.weight"))
-        && gate.dims.get(2) != Some(&experts)
+    if let Some(experts) = expert_count {
+        // The router maps the width to one logit per expert; expert stacks hold one matrix per expert.
+        let contradiction = tensors.iter().find(|t| {
+            let axis = if t.name.ends_with(".ffn_gate_inp.weight") {
+                1
+            } else if t.name.ends_with("_exps.weight") {
+                2
+            } else {
+                return false;
+            };
+            t.dims.get(axis) != Some(&experts)
+        });
+        if let Some(t) = contradiction {
+            return Err(err("expert_count", format!("is {experts}, but {} is {:?}", t.name, t.dims)));
+        }
+    }
+    let expert_used_count = first(&per_layer("expert_used_count")?);
+    if let Some(used) = expert_used_count
+        && used > expert_count.unwrap_or(0)
     {
-        return Err(err("expert_count", format!("is {experts}, but {} is {:?}", gate.name, gate.dims)));
+        return Err(err(
+            "expert_used_count",
+            format!("is {used}, more than the {} experts", expert_count.unwrap_or(0)),
+        ));
     }
     if let Some(Value::Array(sections)) = metadata.get(&key("rope.dimension_sections")) {
         let total: u64 = (0..sections.len()).filter_map(|i| sections.get(i)).filter_map(|v| v.as_u64()).sum();
@@ -141,6 +183,12 @@ pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Op
             ));
         }
     }
+    // The family's own epsilon key first (Nemotron files carry both).
+    let epsilon = detect(metadata, tensors).family.layout.norm_epsilon;
+    let fallback = match epsilon {
+        NormEpsilon::Rms => NormEpsilon::Layer,
+        NormEpsilon::Layer => NormEpsilon::Rms,
+    };
     Ok(Some(Hyperparameters {
         architecture: arch.to_owned(),
         embedding_length,
@@ -150,11 +198,11 @@ pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Op
         head_dim,
         vocab_size,
         context_length: number("context_length")?,
-        feed_forward_length: number("feed_forward_length")?,
+        feed_forward_length: first(&per_layer("feed_forward_length")?),
         rope_freq_base: float("rope.freq_base"),
-        norm_epsilon: float("attention.layer_norm_rms_epsilon").or_else(|| float("attention.layer_norm_epsilon")),
+        norm_epsilon: float(epsilon.key_suffix()).or_else(|| float(fallback.key_suffix())),
         expert_count,
-        expert_used_count: number("expert_used_count")?,
+        expert_used_count,
     }))
 }
 

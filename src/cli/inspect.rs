@@ -20,6 +20,7 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
         r.data_offset
     )?;
     writeln!(out, "architecture  {}", r.architecture.as_deref().unwrap_or("(none)"))?;
+    writeln!(out, "family        {} ({}; by {})", r.family.name, r.family.id, r.family.detected_by.describe())?;
     if let Some(h) = &r.hyperparameters {
         let optional = |name: &str, v: Option<String>| v.map(|v| format!(", {name} {v}")).unwrap_or_default();
         writeln!(

@@ -7,6 +7,7 @@
 use serde::Serialize;
 use serde_json::{Value as Json, json};
 
+use crate::arch::registry::{DetectedBy, Family, Role, detect, role_of};
 use crate::formats::{LoadReport, ModelFile};
 use crate::model::{Array, TensorInfo, Value};
 use crate::types::{FileType, GgmlType};
@@ -27,6 +28,8 @@ pub struct InspectReport {
     pub alignment: u64,
     pub data_offset: u64,
     pub architecture: Option<String>,
+    /// The model family the registry detected, and the rule that decided.
+    pub family: FamilyReport,
     /// A language model's hyperparameters, checked against its tensors.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hyperparameters: Option<crate::arch::hparams::Hyperparameters>,
@@ -50,6 +53,20 @@ pub struct InspectReport {
     /// every shard's tensors, sizes summed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub split: Option<Vec<ShardRow>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FamilyReport {
+    pub id: &'static str,
+    pub name: &'static str,
+    pub detected_by: DetectedBy,
+}
+
+impl FamilyReport {
+    fn detect(metadata: &crate::model::Metadata, tensors: &[TensorInfo]) -> FamilyReport {
+        let detection = detect(metadata, tensors);
+        FamilyReport { id: detection.family.id, name: detection.family.name, detected_by: detection.by }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -105,6 +122,8 @@ pub struct TensorRow {
     pub offset: u64,
     /// Bytes in the current ggml layout.
     pub bytes: u64,
+    /// What the tensor is for, from its name ([`Role`]).
+    pub role: Role,
     /// The shard (0-based) holding the tensor, when inspecting a split.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<usize>,
@@ -137,6 +156,7 @@ pub fn inspect(model: &ModelFile, options: InspectOptions) -> InspectReport {
         alignment: model.alignment,
         data_offset: model.data_offset,
         architecture: model.metadata.get_str("general.architecture").map(str::to_owned),
+        family: FamilyReport::detect(&model.metadata, &model.tensors),
         hyperparameters: hparams.as_ref().ok().cloned().flatten(),
         hyperparameter_error: hparams.err().map(|e| e.to_string()),
         file_type,
@@ -148,7 +168,10 @@ pub fn inspect(model: &ModelFile, options: InspectOptions) -> InspectReport {
         tensor_bytes,
         bits_per_weight: if element_count == 0 { 0.0 } else { tensor_bytes as f64 * 8.0 / element_count as f64 },
         types: type_totals(&model.tensors),
-        tensors: options.tensors.then(|| model.tensors.iter().map(tensor_row).collect()),
+        tensors: options.tensors.then(|| {
+            let family = detect(&model.metadata, &model.tensors).family;
+            model.tensors.iter().map(|t| tensor_row(family, t)).collect()
+        }),
         split: None,
     }
 }
@@ -164,8 +187,9 @@ fn type_totals(tensors: &[TensorInfo]) -> Vec<TypeTotals> {
         .collect()
 }
 
-fn tensor_row(t: &TensorInfo) -> TensorRow {
+fn tensor_row(family: &Family, t: &TensorInfo) -> TensorRow {
     TensorRow {
+        role: role_of(family, &t.name),
         name: t.name.clone(),
         ggml_type: t.ggml_type.name(),
         shape: t.dims.clone(),
@@ -195,11 +219,13 @@ pub fn inspect_split(shards: &[&ModelFile], options: InspectOptions) -> Option<I
     let hparams = crate::arch::hparams::hyperparameters(&metadata, &tensors);
     report.hyperparameters = hparams.as_ref().ok().cloned().flatten();
     report.hyperparameter_error = hparams.err().map(|e| e.to_string());
+    report.family = FamilyReport::detect(&metadata, &tensors);
+    let family = detect(&metadata, &tensors).family;
     report.tensors = options.tensors.then(|| {
         shards
             .iter()
             .enumerate()
-            .flat_map(|(no, s)| s.tensors.iter().map(move |t| TensorRow { shard: Some(no), ..tensor_row(t) }))
+            .flat_map(|(no, s)| s.tensors.iter().map(move |t| TensorRow { shard: Some(no), ..tensor_row(family, t) }))
             .collect()
     });
     report.split = Some(

@@ -1,0 +1,618 @@
+//! The architecture registry: one descriptor per model family, as data, and
+//! the detection that picks one for a file.
+//!
+//! A descriptor says what llama.cpp calls the family (`general.architecture`,
+//! which is also its metadata key prefix, or the mmproj projector types that
+//! belong to it), how its layout differs from the common one (norm epsilon
+//! key, rotary pairing, fused projections, the final norm's name, tied
+//! output) and how its main tensors are named in Hugging Face checkpoints.
+//! Roles of tensors come from the names llama.cpp uses for every
+//! architecture ([`role_of`]). Detection follows seed 000: the architecture
+//! string, then secondary checks (experts, name hints), then a scan for
+//! tensor-name signatures, then the generic fallback that keeps every tensor
+//! by its raw name.
+
+use super::clip::{Encoder, projector_type};
+use crate::model::{Metadata, TensorInfo};
+
+/// A model family and what is known of its layout.
+#[derive(Debug, PartialEq)]
+pub struct Family {
+    /// Stable identifier (`llama`, `mixtral`, `gemma3`, …), as `inspect` shows it.
+    pub id: &'static str,
+    /// Name for people.
+    pub name: &'static str,
+    /// The `general.architecture` strings that are this family's alone.
+    pub architectures: &'static [&'static str],
+    /// Architecture strings it shares with another family, claimed only
+    /// with evidence: a positive expert count ([`Family::has_experts`]) or a
+    /// name hint.
+    pub refines: &'static [&'static str],
+    /// `clip.projector_type` values of its mmproj files.
+    pub projectors: &'static [&'static str],
+    /// Lower-case fragments of `general.name`/`general.basename` that claim a
+    /// shared architecture string for this family.
+    pub name_hints: &'static [&'static str],
+    /// Whether a positive expert count claims a shared architecture string.
+    pub has_experts: bool,
+    /// Tensor names only this family uses (the scan's evidence).
+    pub signatures: &'static [&'static str],
+    pub layout: Layout,
+}
+
+/// Where a family's layout departs from the common decoder.
+#[derive(Debug, PartialEq)]
+pub struct Layout {
+    pub norm_epsilon: NormEpsilon,
+    pub rope: Rope,
+    /// Tensors holding several projections side by side along `ne[1]`.
+    pub fused: &'static [Fused],
+    /// The final norm's name (LFM2 stores it as `token_embd_norm`).
+    pub output_norm: &'static str,
+    pub output: Output,
+    /// Hugging Face ↔ GGUF names of the main tensors, `{N}` for the block.
+    pub hf_names: &'static [&'static [(&'static str, &'static str)]],
+}
+
+/// The metadata key (after `ARCH.attention.`) llama.cpp reads the norm epsilon from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormEpsilon {
+    Rms,
+    Layer,
+}
+
+impl NormEpsilon {
+    pub fn key_suffix(self) -> &'static str {
+        match self {
+            NormEpsilon::Rms => "attention.layer_norm_rms_epsilon",
+            NormEpsilon::Layer => "attention.layer_norm_epsilon",
+        }
+    }
+}
+
+/// How rotary embeddings pair dimensions: `Norm` pairs neighbours, so
+/// checkpoints that rotate halves have their Q/K rows permuted on conversion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rope {
+    Norm,
+    Neox,
+    /// Interleaved multi-section RoPE (`rope.dimension_sections`).
+    Imrope,
+    None,
+}
+
+/// Whether `output.weight` is present.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Optional: absent means tied to `token_embd.weight`.
+    MayTie,
+    /// Never read: always tied.
+    AlwaysTied,
+    /// Required.
+    Own,
+}
+
+/// A tensor that holds several projections, in order along `ne[1]`.
+#[derive(Debug, PartialEq)]
+pub struct Fused {
+    /// The tensor's name within a block (`attn_qkv`, `ffn_up`).
+    pub tensor: &'static str,
+    pub parts: &'static [&'static str],
+}
+
+const QKV: Fused = Fused { tensor: "attn_qkv", parts: &["q", "k", "v"] };
+const GATE_UP: Fused = Fused { tensor: "ffn_up", parts: &["gate", "up"] };
+
+const COMMON: Layout = Layout {
+    norm_epsilon: NormEpsilon::Rms,
+    rope: Rope::Norm,
+    fused: &[],
+    output_norm: "output_norm",
+    output: Output::MayTie,
+    hf_names: &[DECODER_NAMES],
+};
+
+/// The names every LLaMA-shaped checkpoint shares.
+const DECODER_NAMES: &[(&str, &str)] = &[
+    ("token_embd", "model.embed_tokens"),
+    ("output", "lm_head"),
+    ("output_norm", "model.norm"),
+    ("blk.{N}.attn_norm", "model.layers.{N}.input_layernorm"),
+    ("blk.{N}.attn_q", "model.layers.{N}.self_attn.q_proj"),
+    ("blk.{N}.attn_k", "model.layers.{N}.self_attn.k_proj"),
+    ("blk.{N}.attn_v", "model.layers.{N}.self_attn.v_proj"),
+    ("blk.{N}.attn_output", "model.layers.{N}.self_attn.o_proj"),
+    ("blk.{N}.ffn_gate", "model.layers.{N}.mlp.gate_proj"),
+    ("blk.{N}.ffn_up", "model.layers.{N}.mlp.up_proj"),
+    ("blk.{N}.ffn_down", "model.layers.{N}.mlp.down_proj"),
+];
+const PRE_FFN_NORM: &[(&str, &str)] = &[("blk.{N}.ffn_norm", "model.layers.{N}.post_attention_layernorm")];
+/// Gemma 2/3 and OLMo 2 norm around both halves of a block: HF's
+/// `post_attention_layernorm` is a post-norm there, not the FFN's pre-norm.
+const SANDWICH_NORMS: &[(&str, &str)] = &[
+    ("blk.{N}.post_attention_norm", "model.layers.{N}.post_attention_layernorm"),
+    ("blk.{N}.ffn_norm", "model.layers.{N}.pre_feedforward_layernorm"),
+    ("blk.{N}.post_ffw_norm", "model.layers.{N}.post_feedforward_layernorm"),
+];
+const QK_NORMS: &[(&str, &str)] = &[
+    ("blk.{N}.attn_q_norm", "model.layers.{N}.self_attn.q_norm"),
+    ("blk.{N}.attn_k_norm", "model.layers.{N}.self_attn.k_norm"),
+];
+const MIXTRAL_EXPERTS: &[(&str, &str)] = &[
+    ("blk.{N}.ffn_gate_inp", "model.layers.{N}.block_sparse_moe.gate"),
+    ("blk.{N}.ffn_norm", "model.layers.{N}.post_attention_layernorm"),
+];
+const PHI3_NAMES: &[(&str, &str)] = &[
+    ("blk.{N}.attn_qkv", "model.layers.{N}.self_attn.qkv_proj"),
+    ("blk.{N}.ffn_up", "model.layers.{N}.mlp.gate_up_proj"),
+];
+const CHATGLM_NAMES: &[(&str, &str)] = &[
+    ("token_embd", "transformer.embedding.word_embeddings"),
+    ("output", "transformer.output_layer"),
+    ("output_norm", "transformer.encoder.final_layernorm"),
+    ("blk.{N}.attn_norm", "transformer.encoder.layers.{N}.input_layernorm"),
+    ("blk.{N}.attn_qkv", "transformer.encoder.layers.{N}.self_attention.query_key_value"),
+    ("blk.{N}.attn_output", "transformer.encoder.layers.{N}.self_attention.dense"),
+    ("blk.{N}.ffn_norm", "transformer.encoder.layers.{N}.post_attention_layernorm"),
+    ("blk.{N}.ffn_up", "transformer.encoder.layers.{N}.mlp.dense_h_to_4h"),
+    ("blk.{N}.ffn_down", "transformer.encoder.layers.{N}.mlp.dense_4h_to_h"),
+];
+const GLM4_NORMS: &[(&str, &str)] = &[
+    ("blk.{N}.post_attention_norm", "model.layers.{N}.post_self_attn_layernorm"),
+    ("blk.{N}.ffn_norm", "model.layers.{N}.post_attention_layernorm"),
+    ("blk.{N}.post_ffw_norm", "model.layers.{N}.post_mlp_layernorm"),
+    ("blk.{N}.ffn_up", "model.layers.{N}.mlp.gate_up_proj"),
+];
+const LFM2_NAMES: &[(&str, &str)] = &[
+    ("token_embd", "model.embed_tokens"),
+    ("token_embd_norm", "model.embedding_norm"),
+    ("blk.{N}.attn_norm", "model.layers.{N}.operator_norm"),
+    ("blk.{N}.ffn_norm", "model.layers.{N}.ffn_norm"),
+    ("blk.{N}.attn_q", "model.layers.{N}.self_attn.q_proj"),
+    ("blk.{N}.attn_k", "model.layers.{N}.self_attn.k_proj"),
+    ("blk.{N}.attn_v", "model.layers.{N}.self_attn.v_proj"),
+    ("blk.{N}.attn_output", "model.layers.{N}.self_attn.out_proj"),
+    ("blk.{N}.attn_q_norm", "model.layers.{N}.self_attn.q_layernorm"),
+    ("blk.{N}.attn_k_norm", "model.layers.{N}.self_attn.k_layernorm"),
+    ("blk.{N}.shortconv.conv", "model.layers.{N}.conv.conv"),
+    ("blk.{N}.shortconv.in_proj", "model.layers.{N}.conv.in_proj"),
+    ("blk.{N}.shortconv.out_proj", "model.layers.{N}.conv.out_proj"),
+    ("blk.{N}.ffn_gate", "model.layers.{N}.feed_forward.w1"),
+    ("blk.{N}.ffn_up", "model.layers.{N}.feed_forward.w3"),
+    ("blk.{N}.ffn_down", "model.layers.{N}.feed_forward.w2"),
+];
+const OPENELM_NAMES: &[(&str, &str)] = &[
+    ("token_embd", "transformer.token_embeddings"),
+    ("output_norm", "transformer.norm"),
+    ("blk.{N}.attn_norm", "transformer.layers.{N}.attn_norm"),
+    ("blk.{N}.attn_qkv", "transformer.layers.{N}.attn.qkv_proj"),
+    ("blk.{N}.attn_q_norm", "transformer.layers.{N}.attn.q_norm"),
+    ("blk.{N}.attn_k_norm", "transformer.layers.{N}.attn.k_norm"),
+    ("blk.{N}.attn_output", "transformer.layers.{N}.attn.out_proj"),
+    ("blk.{N}.ffn_norm", "transformer.layers.{N}.ffn_norm"),
+    ("blk.{N}.ffn_down", "transformer.layers.{N}.ffn.proj_2"),
+];
+const WHISPER_NAMES: &[(&str, &str)] = &[
+    ("a.conv1d.1", "encoder.conv1"),
+    ("a.conv1d.2", "encoder.conv2"),
+    ("a.position_embd", "encoder.embed_positions"),
+    ("a.blk.{N}.attn_q", "encoder.layers.{N}.self_attn.q_proj"),
+    ("a.blk.{N}.attn_k", "encoder.layers.{N}.self_attn.k_proj"),
+    ("a.blk.{N}.attn_v", "encoder.layers.{N}.self_attn.v_proj"),
+    ("a.blk.{N}.attn_out", "encoder.layers.{N}.self_attn.out_proj"),
+    ("a.blk.{N}.ln1", "encoder.layers.{N}.self_attn_layer_norm"),
+    ("a.blk.{N}.ln2", "encoder.layers.{N}.final_layer_norm"),
+    ("a.blk.{N}.ffn_up", "encoder.layers.{N}.fc1"),
+    ("a.blk.{N}.ffn_down", "encoder.layers.{N}.fc2"),
+    ("a.post_ln", "encoder.layer_norm"),
+];
+
+const fn family(
+    id: &'static str,
+    name: &'static str,
+    architectures: &'static [&'static str],
+    layout: Layout,
+) -> Family {
+    Family {
+        id,
+        name,
+        architectures,
+        refines: &[],
+        projectors: &[],
+        name_hints: &[],
+        has_experts: false,
+        signatures: &[],
+        layout,
+    }
+}
+
+/// Every family, most specific first within a shared architecture string.
+pub static FAMILIES: &[Family] = &[
+    Family {
+        refines: &["llama"],
+        has_experts: true,
+        ..family("mixtral", "Mixtral", &[], Layout { hf_names: &[DECODER_NAMES, MIXTRAL_EXPERTS], ..COMMON })
+    },
+    Family {
+        refines: &["llama"],
+        projectors: &["idefics3"],
+        name_hints: &["smolvlm"],
+        ..family("smolvlm2", "SmolVLM2", &[], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON })
+    },
+    Family {
+        refines: &["llama"],
+        name_hints: &["mistral", "ministral", "codestral", "devstral", "magistral", "mathstral"],
+        ..family("mistral", "Mistral", &["mistral3"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON })
+    },
+    family("llama", "LLaMA 1/2/3", &["llama"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
+    family("llama4", "LLaMA 4", &["llama4"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
+    family(
+        "gemma2",
+        "Gemma 2",
+        &["gemma2"],
+        Layout { rope: Rope::Neox, output: Output::AlwaysTied, hf_names: &[DECODER_NAMES, SANDWICH_NORMS], ..COMMON },
+    ),
+    family(
+        "gemma3",
+        "Gemma 3",
+        &["gemma3"],
+        Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, SANDWICH_NORMS, QK_NORMS], ..COMMON },
+    ),
+    Family {
+        signatures: &["rope_factors_long.weight"],
+        ..family(
+            "phi3",
+            "Phi-3",
+            &["phi3"],
+            Layout {
+                rope: Rope::Neox,
+                fused: &[QKV, GATE_UP],
+                hf_names: &[DECODER_NAMES, PRE_FFN_NORM, PHI3_NAMES],
+                ..COMMON
+            },
+        )
+    },
+    family("chatglm", "ChatGLM", &["chatglm"], Layout { fused: &[QKV, GATE_UP], hf_names: &[CHATGLM_NAMES], ..COMMON }),
+    family(
+        "glm4",
+        "GLM-4",
+        &["glm4"],
+        Layout { fused: &[QKV, GATE_UP], hf_names: &[DECODER_NAMES, GLM4_NORMS], ..COMMON },
+    ),
+    family("granite", "Granite", &["granite"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
+    Family {
+        signatures: &["blk.0.shortconv.conv.weight"],
+        ..family(
+            "lfm2",
+            "LFM2",
+            &["lfm2"],
+            Layout { rope: Rope::Neox, output_norm: "token_embd_norm", hf_names: &[LFM2_NAMES], ..COMMON },
+        )
+    },
+    family(
+        "nemotron",
+        "Nemotron",
+        &["nemotron"],
+        Layout {
+            norm_epsilon: NormEpsilon::Layer,
+            rope: Rope::Neox,
+            output: Output::Own,
+            hf_names: &[DECODER_NAMES, PRE_FFN_NORM],
+            ..COMMON
+        },
+    ),
+    family(
+        "olmo",
+        "OLMo",
+        &["olmo"],
+        Layout { norm_epsilon: NormEpsilon::Layer, hf_names: &[DECODER_NAMES], ..COMMON },
+    ),
+    family(
+        "olmo2",
+        "OLMo 2",
+        &["olmo2"],
+        Layout {
+            rope: Rope::Neox,
+            output: Output::Own,
+            hf_names: &[DECODER_NAMES, SANDWICH_NORMS, QK_NORMS],
+            ..COMMON
+        },
+    ),
+    family(
+        "openelm",
+        "OpenELM",
+        &["openelm"],
+        Layout { rope: Rope::Neox, fused: &[QKV], output: Output::AlwaysTied, hf_names: &[OPENELM_NAMES], ..COMMON },
+    ),
+    family(
+        "qwen2",
+        "Qwen2",
+        &["qwen2"],
+        Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON },
+    ),
+    family(
+        "qwen3",
+        "Qwen3",
+        &["qwen3"],
+        Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM, QK_NORMS], ..COMMON },
+    ),
+    Family {
+        projectors: &["qwen3vl_merger"],
+        ..family(
+            "qwen3vl",
+            "Qwen3-VL",
+            &["qwen3vl"],
+            Layout { rope: Rope::Imrope, hf_names: &[DECODER_NAMES, PRE_FFN_NORM, QK_NORMS], ..COMMON },
+        )
+    },
+    Family {
+        projectors: &["resampler", "minicpmv4_6"],
+        ..family("minicpmv", "MiniCPM-V", &[], Layout { rope: Rope::None, hf_names: &[], ..COMMON })
+    },
+    Family {
+        projectors: &["ultravox", "qwen2a", "voxtral", "glma", "meralion", "musicflamingo"],
+        signatures: &["a.conv1d.1.weight"],
+        ..family(
+            "whisper",
+            "Whisper (audio encoder)",
+            &[],
+            Layout { rope: Rope::None, hf_names: &[WHISPER_NAMES], ..COMMON },
+        )
+    },
+];
+
+/// The fallback: every tensor kept by its raw name, roles from the names
+/// llama.cpp uses everywhere where they match.
+pub static GENERIC: Family = family("generic", "generic", &[], Layout { hf_names: &[], ..COMMON });
+
+/// Which rule picked the family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DetectedBy {
+    /// `general.architecture` alone.
+    Architecture,
+    /// The architecture string and a positive expert count.
+    ArchitectureAndExperts,
+    /// The architecture string and a name hint (`general.name`/`basename`).
+    ArchitectureAndName,
+    /// An mmproj's `clip.projector_type`.
+    ProjectorType,
+    /// Tensor names only one family uses.
+    Scan,
+    Fallback,
+}
+
+impl DetectedBy {
+    pub fn describe(self) -> &'static str {
+        match self {
+            DetectedBy::Architecture => "general.architecture",
+            DetectedBy::ArchitectureAndExperts => "general.architecture and its expert count",
+            DetectedBy::ArchitectureAndName => "general.architecture and the model's name",
+            DetectedBy::ProjectorType => "clip.projector_type",
+            DetectedBy::Scan => "tensor names",
+            DetectedBy::Fallback => "fallback: no family claims it",
+        }
+    }
+}
+
+/// The family a file belongs to and how that was decided.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Detection {
+    pub family: &'static Family,
+    pub by: DetectedBy,
+}
+
+/// Detects a file's family from its metadata and tensor names.
+pub fn detect(metadata: &Metadata, tensors: &[TensorInfo]) -> Detection {
+    let architecture = metadata.get_str("general.architecture");
+    if architecture == Some("clip") {
+        let projectors: Vec<&str> =
+            [Encoder::Vision, Encoder::Audio].iter().filter_map(|&e| projector_type(metadata, e).ok()).collect();
+        if let Some(family) = FAMILIES.iter().find(|f| projectors.iter().any(|p| f.projectors.contains(p))) {
+            return Detection { family, by: DetectedBy::ProjectorType };
+        }
+    } else if let Some(architecture) = architecture {
+        let refining = || FAMILIES.iter().filter(|f| f.refines.contains(&architecture));
+        if has_experts(metadata, architecture, tensors)
+            && let Some(family) = refining().find(|f| f.has_experts)
+        {
+            return Detection { family, by: DetectedBy::ArchitectureAndExperts };
+        }
+        let names: Vec<String> = ["general.name", "general.basename"]
+            .iter()
+            .filter_map(|k| metadata.get_str(k))
+            .map(str::to_ascii_lowercase)
+            .collect();
+        let hinted = |f: &&Family| f.name_hints.iter().any(|hint| names.iter().any(|n| n.contains(hint)));
+        if let Some(family) = refining().find(hinted) {
+            return Detection { family, by: DetectedBy::ArchitectureAndName };
+        }
+        if let Some(family) = FAMILIES.iter().find(|f| f.architectures.contains(&architecture)) {
+            return Detection { family, by: DetectedBy::Architecture };
+        }
+    }
+    let scanned = FAMILIES.iter().find(|f| f.signatures.iter().any(|s| tensors.iter().any(|t| t.name == *s)));
+    match scanned {
+        Some(family) => Detection { family, by: DetectedBy::Scan },
+        None => Detection { family: &GENERIC, by: DetectedBy::Fallback },
+    }
+}
+
+/// A positive `ARCH.expert_count`, or, without the key, expert tensors.
+fn has_experts(metadata: &Metadata, architecture: &str, tensors: &[TensorInfo]) -> bool {
+    match metadata.get(&format!("{architecture}.expert_count")).and_then(|v| v.as_u64()) {
+        Some(n) => n > 0,
+        None => tensors.iter().any(|t| t.name.ends_with("_exps.weight")),
+    }
+}
+
+/// What a tensor is for, from the names llama.cpp gives tensors in every
+/// architecture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    TokenEmbedding,
+    Output,
+    OutputNorm,
+    Attention,
+    AttentionNorm,
+    Ffn,
+    FfnNorm,
+    /// An expert's FFN (`*_exps`, `*_shexp`).
+    Expert,
+    /// An expert router (`ffn_gate_inp`).
+    Router,
+    /// RoPE frequency factors.
+    Rope,
+    /// Convolution or state-space mixers.
+    Mixer,
+    /// Vision or audio encoder tensors of an mmproj, and its projector.
+    Encoder,
+    Other,
+}
+
+/// The role of tensor `name` in a file of `family`.
+pub fn role_of(family: &Family, name: &str) -> Role {
+    let base = name.strip_suffix(".weight").or_else(|| name.strip_suffix(".bias")).unwrap_or(name);
+    if base == family.layout.output_norm {
+        return Role::OutputNorm;
+    }
+    let part = match base.strip_prefix("blk.") {
+        Some(rest) => rest.split_once('.').map_or(rest, |(_, part)| part),
+        None => base,
+    };
+    if ["v.", "a.", "mm.", "resampler."].iter().any(|p| name.starts_with(p)) {
+        return Role::Encoder;
+    }
+    match part {
+        "token_embd" | "per_layer_token_embd" | "token_embd_norm" => Role::TokenEmbedding,
+        "output" | "cls.output" => Role::Output,
+        "output_norm" => Role::OutputNorm,
+        "rope_freqs" | "rope_factors_long" | "rope_factors_short" => Role::Rope,
+        "attn_norm" | "attn_norm_2" | "attn_q_norm" | "attn_k_norm" | "post_attention_norm" => Role::AttentionNorm,
+        "ffn_norm" | "post_ffw_norm" => Role::FfnNorm,
+        "ffn_gate_inp" | "ffn_gate_inp_shexp" => Role::Router,
+        p if p.ends_with("_exps") || p.ends_with("_shexp") => Role::Expert,
+        p if p.starts_with("attn_") => Role::Attention,
+        p if p.starts_with("ffn_") => Role::Ffn,
+        p if p.starts_with("shortconv.") || p.starts_with("ssm_") => Role::Mixer,
+        _ => Role::Other,
+    }
+}
+
+/// The Hugging Face name of GGUF tensor `name` (`.weight`/`.bias` kept).
+pub fn hf_name(family: &Family, name: &str) -> Option<String> {
+    translate(family, name, |(gguf, hf)| (gguf, hf))
+}
+
+/// The GGUF name of Hugging Face tensor `name`.
+pub fn gguf_name(family: &Family, name: &str) -> Option<String> {
+    translate(family, name, |(gguf, hf)| (hf, gguf))
+}
+
+type NamePair = (&'static str, &'static str);
+
+/// Maps `name` through the family's table; later entries win, so a family's
+/// own names override the shared ones.
+fn translate(family: &Family, name: &str, direction: impl Fn(NamePair) -> NamePair) -> Option<String> {
+    let (stem, suffix) = match name.rsplit_once('.') {
+        Some((stem, suffix @ ("weight" | "bias"))) => (stem, Some(suffix)),
+        _ => (name, None),
+    };
+    let mapped = family.layout.hf_names.iter().flat_map(|table| table.iter()).rev().find_map(|&entry| {
+        let (from, to) = direction(entry);
+        match_pattern(from, stem).map(|block| match block {
+            Some(n) => to.replace("{N}", n),
+            None => to.to_owned(),
+        })
+    })?;
+    Some(match suffix {
+        Some(suffix) => format!("{mapped}.{suffix}"),
+        None => mapped,
+    })
+}
+
+/// Whether `name` matches `pattern`, and the block number `{N}` stood for.
+fn match_pattern<'n>(pattern: &str, name: &'n str) -> Option<Option<&'n str>> {
+    let Some((before, after)) = pattern.split_once("{N}") else {
+        return (pattern == name).then_some(None);
+    };
+    let digits = name.strip_prefix(before)?.strip_suffix(after)?;
+    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then_some(Some(digits))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_architecture_string_has_one_owner() {
+        let mut owned: Vec<_> = FAMILIES.iter().flat_map(|f| f.architectures).collect();
+        owned.sort_unstable();
+        let len = owned.len();
+        owned.dedup();
+        assert_eq!(owned.len(), len);
+        for family in FAMILIES {
+            for shared in family.refines {
+                assert!(owned.contains(&shared), "{} refines {shared}, which no family owns", family.id);
+            }
+        }
+    }
+
+    #[test]
+    fn ids_are_unique() {
+        let mut ids: Vec<_> = FAMILIES.iter().map(|f| f.id).chain([GENERIC.id]).collect();
+        ids.sort_unstable();
+        let len = ids.len();
+        ids.dedup();
+        assert_eq!(ids.len(), len);
+    }
+
+    #[test]
+    fn names_translate_both_ways() {
+        for family in FAMILIES {
+            for table in family.layout.hf_names {
+                for (gguf, hf) in table.iter() {
+                    let (gguf, hf) = (gguf.replace("{N}", "7"), hf.replace("{N}", "7"));
+                    let expected_hf = hf_name(family, &format!("{gguf}.weight"));
+                    let back = expected_hf.as_deref().and_then(|h| gguf_name(family, h));
+                    assert_eq!(back, Some(format!("{gguf}.weight")), "{} {gguf}", family.id);
+                    // A family's own entries shadow shared ones, so from the HF side only
+                    // the translation must be stable, not the entry itself.
+                    let g = gguf_name(family, &format!("{hf}.weight"));
+                    let again = g.as_deref().and_then(|g| hf_name(family, g)).and_then(|h| gguf_name(family, &h));
+                    assert_eq!(again, g, "{} {hf}", family.id);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn family_specific_names_win() {
+        let gemma = FAMILIES.iter().find(|f| f.id == "gemma3").unwrap();
+        assert_eq!(
+            gguf_name(gemma, "model.layers.3.post_attention_layernorm.weight").as_deref(),
+            Some("blk.3.post_attention_norm.weight")
+        );
+        let qwen = FAMILIES.iter().find(|f| f.id == "qwen2").unwrap();
+        assert_eq!(
+            gguf_name(qwen, "model.layers.3.post_attention_layernorm.weight").as_deref(),
+            Some("blk.3.ffn_norm.weight")
+        );
+        assert_eq!(hf_name(qwen, "blk.12.attn_q.bias").as_deref(), Some("model.layers.12.self_attn.q_proj.bias"));
+        assert_eq!(gguf_name(qwen, "model.layers.x.self_attn.q_proj.weight"), None);
+    }
+
+    #[test]
+    fn roles_follow_llama_cpp_names() {
+        let lfm2 = FAMILIES.iter().find(|f| f.id == "lfm2").unwrap();
+        assert_eq!(role_of(lfm2, "token_embd_norm.weight"), Role::OutputNorm);
+        assert_eq!(role_of(&GENERIC, "token_embd_norm.weight"), Role::TokenEmbedding);
+        assert_eq!(role_of(&GENERIC, "blk.0.ffn_up_exps.weight"), Role::Expert);
+        assert_eq!(role_of(&GENERIC, "blk.0.ffn_gate_inp.weight"), Role::Router);
+        assert_eq!(role_of(&GENERIC, "blk.0.attn_qkv.bias"), Role::Attention);
+        assert_eq!(role_of(&GENERIC, "blk.0.post_ffw_norm.weight"), Role::FfnNorm);
+        assert_eq!(role_of(&GENERIC, "v.blk.0.attn_q.weight"), Role::Encoder);
+        assert_eq!(role_of(&GENERIC, "blk.1.mixer.decay"), Role::Other);
+    }
+}

@@ -1,0 +1,458 @@
+#!/usr/bin/env python3
+"""Builds tiny Hugging Face checkpoints for the HF -> GGUF converter tests.
+
+Usage: make_checkpoints.py OUTDIR [FAMILY ...]
+
+Writes one directory per family under OUTDIR (all of them unless families are
+named).  Every checkpoint is a real `transformers` model class with its real
+config class, shrunk (hidden 64, 2 layers, a few heads) and filled with random
+weights from a fixed seed, saved with `save_pretrained(safe_serialization=True)`
+next to a tokenizer trained here on generated text (no hub downloads).
+
+    directory                 class               dtype  shards  tokenizer
+    tiny-llama-3-chat         LlamaForCausalLM    f32    1       SentencePiece BPE + tokenizer.json (fast)
+    Mistral-Tiny-180K-v0.3    MistralForCausalLM  bf16   3+      SentencePiece BPE only (slow: no tokenizer.json)
+    Qwen2.5-Tiny-Instruct     Qwen2ForCausalLM    bf16   1       byte-level BPE tokenizer.json, tied embeddings
+    qwen3                     Qwen3ForCausalLM    f16    3+      byte-level BPE tokenizer.json, tied embeddings
+    gemma-3-tiny-it           Gemma3ForCausalLM   f16    1       SentencePiece BPE (Gemma ids) + tokenizer.json
+    Phi-3-mini-4k-instruct    Phi3ForCausalLM     bf16   1       SentencePiece BPE + added tokens + padding
+
+The directory names are part of the fixture: convert_hf_to_gguf.py derives
+general.name / basename / finetune / version / size_label from them.
+
+Deliberate edge cases (see docs/notes/convert-hf-reference.md):
+  * llama: rope_scaling llama3 (-> rope_freqs.weight), crafted rows 0-3 of
+    embed_tokens (f16 round-to-even ties, f16 overflow, subnormals, -0.0,
+    Q8_0 half-way rounding, an all-zero Q8_0 block).
+  * mistral: MQA (1 kv head), control pieces [INST]/[/INST] in the SP model,
+    no tokenizer.json (special ids then come from config.json).
+  * qwen2: q/k/v biases, config vocab_size > tokenizer size ([PADn] tokens),
+    README.md model card (license, tags, language, base_model).
+  * qwen3: head_dim (32) != hidden/heads (16), q_norm/k_norm, <think> added
+    tokens that are not special, generation_config.json sampling values.
+  * gemma3: norm weights stored as offsets (converter adds 1), f16 source,
+    linear rope scaling, local rope base, list-valued eos_token_id.
+  * phi3: fused qkv_proj and gate_up_proj, intermediate 80 (down_proj rows are
+    not a multiple of 32 -> Q8_0 falls back to F16), vocab padded past the
+    tokenizer, added tokens in tokenizer_config/tokenizer.json.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+SEED = 20240601
+
+FAMILIES = {
+    "llama": "tiny-llama-3-chat",
+    "mistral": "Mistral-Tiny-180K-v0.3",
+    "qwen2": "Qwen2.5-Tiny-Instruct",
+    "qwen3": "qwen3",
+    "gemma3": "gemma-3-tiny-it",
+    "phi3": "Phi-3-mini-4k-instruct",
+}
+
+# --------------------------------------------------------------------------
+# Training text: generated, so the fixture needs nothing from outside.
+# --------------------------------------------------------------------------
+
+_WORDS = """the of and to in is was that for it as with be on not he I this are or his
+from at which but have an they you were her she there been one all we their has would
+when if so no will what can more about time up out them some could other into than then
+now only its my two like our over first new also after use most where because any these
+model token layer weight tensor matrix vector quantize convert float half bfloat scale
+block group head attention rotary embedding norm gate up down output vocabulary merge
+llama mistral qwen gemma phi rust python numpy torch safetensors gguf file header byte
+café naïve résumé façade über straße déjà 日本語 中文 한국어 Привет мир γειά σου 🙂 🚀 ✅""".split()
+
+_CODE = [
+    "fn main() { println!(\"hello\"); }",
+    "def f(x):\n    return x * 2\n",
+    "for (int i = 0; i < n; ++i) { sum += a[i]; }",
+    "let v: Vec<u8> = vec![0, 1, 2, 3];",
+    "{\"key\": [1, 2, 3], \"ok\": true}",
+    "x = 3.14159; y = 2.71828; z = x ** y",
+    "I've been 'told he's there, 'RE you sure? 'M not sure I'll make it",
+]
+
+
+def corpus(n_lines: int = 4000, seed: int = SEED) -> list[str]:
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n_lines):
+        kind = rng.random()
+        if kind < 0.1:
+            lines.append(rng.choice(_CODE))
+        elif kind < 0.2:
+            lines.append(" ".join(str(rng.randrange(0, 10 ** rng.randrange(1, 7))) for _ in range(rng.randrange(1, 6))))
+        else:
+            words = [rng.choice(_WORDS) for _ in range(rng.randrange(3, 16))]
+            s = " ".join(words)
+            s = s[0].upper() + s[1:]
+            s += rng.choice([".", ".", "!", "?", ",", ";", ":", "...", "\n"])
+            if rng.random() < 0.1:
+                s = "  " + s + "\t" + rng.choice(_WORDS)
+            lines.append(s)
+    return lines
+
+
+# --------------------------------------------------------------------------
+# Tokenizers
+# --------------------------------------------------------------------------
+
+def train_sentencepiece(path: Path, vocab_size: int, *, gemma_ids: bool = False,
+                        user_defined: list[str] | None = None,
+                        control: list[str] | None = None,
+                        add_dummy_prefix: bool = True) -> None:
+    import sentencepiece as spm
+
+    spm.set_random_generator_seed(SEED)
+    model = io.BytesIO()
+    kwargs = dict(
+        sentence_iterator=iter(corpus()),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type="bpe",
+        byte_fallback=True,
+        split_digits=True,
+        add_dummy_prefix=add_dummy_prefix,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        allow_whitespace_only_pieces=True,
+        character_coverage=0.9995,
+        max_sentencepiece_length=16,
+        input_sentence_size=0,
+        shuffle_input_sentence=False,
+        num_threads=1,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    if gemma_ids:
+        kwargs.update(pad_id=0, eos_id=1, bos_id=2, unk_id=3,
+                      pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>", unk_piece="<unk>")
+    else:
+        kwargs.update(unk_id=0, bos_id=1, eos_id=2, pad_id=-1)
+    if user_defined:
+        kwargs["user_defined_symbols"] = user_defined
+    if control:
+        kwargs["control_symbols"] = control
+    spm.SentencePieceTrainer.train(**kwargs)
+    path.write_bytes(model.getvalue())
+
+
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_qwen_bpe(vocab_size: int, added: list[tuple[str, bool]]):
+    """Byte-level BPE shaped like Qwen2's tokenizer.json; returns a tokenizers.Tokenizer."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=2, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[],
+    )
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, special in added if special])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t, special in added if not special])
+    return tok
+
+
+LLAMA2_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}{% set system = messages[0]['content'] %}"
+    "{% set messages = messages[1:] %}{% endif %}"
+    "{% for message in messages %}{% if message['role'] == 'user' %}"
+    "{{ bos_token + '[INST] ' + message['content'] | trim + ' [/INST]' }}"
+    "{% else %}{{ ' ' + message['content'] | trim + ' ' + eos_token }}{% endif %}{% endfor %}"
+)
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}"
+)
+PHI3_TEMPLATE = (
+    "{% for message in messages %}{{'<|' + message['role'] + '|>' + '\n' + message['content'] + '<|end|>\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"
+)
+
+# --------------------------------------------------------------------------
+# Weights
+# --------------------------------------------------------------------------
+
+
+def randomize(model, seed: int, *, norm_offset: float = 1.0) -> None:
+    """Deterministic random weights: every parameter, in name order."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            if name.endswith("norm.weight"):
+                value = norm_offset + 0.1 * noise
+            elif name.endswith(".bias"):
+                value = 0.1 * noise
+            else:
+                value = 0.05 * noise
+            p.copy_(value.to(p.dtype))
+
+
+def edge_rows(width: int):
+    """Four crafted rows (f32) for rounding edge cases; width is a multiple of 32."""
+    import numpy as np
+
+    rows = np.zeros((4, width), dtype=np.float32)
+    one = np.float32(1.0)
+    # Row 0: Q8_0 half-way cases in block 0 (d = 127/127 = 1, so x*id = x); block 1 negative max.
+    rows[0, :12] = [127.0, 2.5, -2.5, 0.5, -0.5, 1.5, -1.5, 126.5, -126.5, 3.5, 0.0, -0.0]
+    rows[0, 32:36] = [-100.0, 50.0, 0.25, -0.75]
+    # Row 1: f16 ties (round half to even), overflow, subnormals; bf16 ties.
+    h = 2.0 ** -11  # half an f16 ulp at 1.0
+    rows[1, :14] = [
+        one + h, one + 3 * h, -(one + h), 2049.0, 2051.0,   # ties -> even
+        65504.0, 65519.0, 65520.0, -65520.0,                  # f16 max, below/at the overflow tie
+        2.0 ** -24, 2.0 ** -25, 3 * 2.0 ** -26, 1e-8,         # subnormal, tie to zero, tie up, underflow
+        one + 2.0 ** -8,                                      # bf16 tie -> even (1.0)
+    ]
+    rows[1, 14:18] = [one + 3 * 2.0 ** -8, 6.1e-5, -6.1e-5, 0.1]
+    # Row 2: all zero (Q8_0 d == 0 path, both blocks).
+    # Row 3: tiny values only (Q8_0 with tiny d), and -0.0.
+    rows[3, :] = np.float32(1e-30) * np.arange(width, dtype=np.float32)
+    rows[3, 1] = -0.0
+    return rows
+
+
+# --------------------------------------------------------------------------
+# Families
+# --------------------------------------------------------------------------
+
+
+def save_model(model, out: Path, dtype, *, max_shard_size=None, generation_config=None) -> None:
+    model = model.to(dtype)
+    if generation_config is not None:
+        model.generation_config = generation_config
+    kwargs = {"safe_serialization": True}
+    if max_shard_size is not None:
+        kwargs["max_shard_size"] = max_shard_size
+    model.save_pretrained(out, **kwargs)
+
+
+def make_llama(out: Path) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, LlamaTokenizerFast
+
+    sp = out / "tokenizer.model"
+    train_sentencepiece(sp, 400)
+    tok = LlamaTokenizerFast(vocab_file=str(sp), legacy=False, add_bos_token=True, add_eos_token=False,
+                             chat_template=LLAMA2_TEMPLATE, from_slow=True)
+    n_vocab = len(tok)
+    config = LlamaConfig(
+        vocab_size=n_vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
+        rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                      "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        bos_token_id=1, eos_token_id=2, torch_dtype="float32",
+    )
+    torch.manual_seed(SEED)
+    model = LlamaForCausalLM(config)
+    randomize(model, SEED + 1)
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:4] = torch.from_numpy(edge_rows(64))
+    save_model(model, out, torch.float32)
+    tok.save_pretrained(out)
+
+
+def make_mistral(out: Path) -> None:
+    import torch
+    from transformers import LlamaTokenizer, MistralConfig, MistralForCausalLM
+
+    sp = out / "tokenizer.model"
+    train_sentencepiece(sp, 384, control=["[INST]", "[/INST]"])
+    tok = LlamaTokenizer(vocab_file=str(sp), legacy=False, add_bos_token=True, add_eos_token=False,
+                         chat_template=LLAMA2_TEMPLATE)
+    n_vocab = len(tok)
+    config = MistralConfig(
+        vocab_size=n_vocab, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=32768,
+        rms_norm_eps=1e-5, rope_theta=1000000.0, sliding_window=None, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, torch_dtype="bfloat16",
+    )
+    torch.manual_seed(SEED)
+    model = MistralForCausalLM(config)
+    randomize(model, SEED + 2)
+    save_model(model, out, torch.bfloat16, max_shard_size="60KB")
+    # Older layout: the chat template inside tokenizer_config.json, not chat_template.jinja.
+    tok.save_pretrained(out, save_jinja_files=False)
+    assert not (out / "tokenizer.json").exists()
+
+
+def make_qwen(out: Path, which: str) -> None:
+    import torch
+    from transformers import GenerationConfig, Qwen2TokenizerFast
+
+    added = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True)]
+    if which == "qwen3":
+        added += [("<think>", False), ("</think>", False)]
+    bpe = train_qwen_bpe(420 if which == "qwen2" else 448, added)
+    with tempfile.TemporaryDirectory() as tmp:
+        bpe.save(os.path.join(tmp, "tokenizer.json"))
+        tok = Qwen2TokenizerFast(tokenizer_file=os.path.join(tmp, "tokenizer.json"),
+                                 unk_token=None, bos_token=None, eos_token="<|im_end|>",
+                                 pad_token="<|endoftext|>", add_prefix_space=False, errors="replace",
+                                 chat_template=CHATML_TEMPLATE, model_max_length=32768)
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    pad = tok.convert_tokens_to_ids("<|endoftext|>")
+    n_vocab = len(tok)
+    if which == "qwen2":
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+        config = Qwen2Config(
+            vocab_size=n_vocab + 28, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768,
+            rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+            use_sliding_window=False, sliding_window=32768, max_window_layers=2,
+            bos_token_id=pad, eos_token_id=eos, torch_dtype="bfloat16",
+        )
+        cls, dtype, shard, gen = Qwen2ForCausalLM, torch.bfloat16, None, None
+    else:
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+        config = Qwen3Config(
+            vocab_size=n_vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=40960,
+            rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+            attention_bias=False, bos_token_id=pad, eos_token_id=eos, torch_dtype="float16",
+        )
+        gen = GenerationConfig(bos_token_id=pad, eos_token_id=[eos, pad], pad_token_id=pad,
+                               do_sample=True, temperature=0.6, top_k=20, top_p=0.95)
+        cls, dtype, shard = Qwen3ForCausalLM, torch.float16, "50KB"
+    torch.manual_seed(SEED)
+    model = cls(config)
+    randomize(model, SEED + (3 if which == "qwen2" else 4))
+    save_model(model, out, dtype, max_shard_size=shard, generation_config=gen)
+    tok.save_pretrained(out)
+    if which == "qwen2":
+        (out / "README.md").write_text(
+            "---\nlicense: apache-2.0\nlanguage:\n- en\npipeline_tag: text-generation\n"
+            "tags:\n- chat\nbase_model: Qwen/Qwen2.5-0.5B\nlibrary_name: transformers\n---\n\n"
+            "# Qwen2.5-Tiny-Instruct\n\nA tiny random test model.\n",
+            encoding="utf-8")
+
+
+def make_gemma3(out: Path) -> None:
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, GemmaTokenizerFast
+
+    sp = out / "tokenizer.model"
+    train_sentencepiece(sp, 420, gemma_ids=True, add_dummy_prefix=False,
+                        user_defined=["<mask>", "[@BOS@]", "<start_of_turn>", "<end_of_turn>", "<unused0>", "\n\n"])
+    tok = GemmaTokenizerFast(vocab_file=str(sp), add_bos_token=True, add_eos_token=False,
+                             additional_special_tokens=["<start_of_turn>", "<end_of_turn>"],
+                             chat_template=GEMMA_TEMPLATE, from_slow=True)
+    end_of_turn = tok.convert_tokens_to_ids("<end_of_turn>")
+    n_vocab = len(tok)
+    config = Gemma3TextConfig(
+        vocab_size=n_vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=32, max_position_embeddings=32768,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0, sliding_window=512,
+        query_pre_attn_scalar=32, rope_scaling={"rope_type": "linear", "factor": 8.0},
+        final_logit_softcapping=None, attn_logit_softcapping=None, tie_word_embeddings=True,
+        pad_token_id=0, bos_token_id=2, eos_token_id=[1, end_of_turn], torch_dtype="float16",
+    )
+    config.architectures = ["Gemma3ForCausalLM"]
+    torch.manual_seed(SEED)
+    model = Gemma3ForCausalLM(config)
+    randomize(model, SEED + 5, norm_offset=0.0)
+    save_model(model, out, torch.float16)
+    tok.save_pretrained(out)
+
+
+def make_phi3(out: Path) -> None:
+    import torch
+    from transformers import AddedToken, LlamaTokenizerFast, Phi3Config, Phi3ForCausalLM
+
+    sp = out / "tokenizer.model"
+    train_sentencepiece(sp, 400)
+    tok = LlamaTokenizerFast(vocab_file=str(sp), legacy=False, add_bos_token=False, add_eos_token=False,
+                             chat_template=PHI3_TEMPLATE, from_slow=True)
+    specials = ["<|endoftext|>", "<|assistant|>", "<|placeholder1|>", "<|placeholder2|>", "<|system|>",
+                "<|end|>", "<|user|>"]
+    tok.add_special_tokens({"additional_special_tokens": [AddedToken(t, special=True, normalized=False, rstrip=True)
+                                                          for t in specials]})
+    tok.add_tokens([AddedToken("<|placeholder3|>", special=False, normalized=False)])
+    tok.eos_token = "<|endoftext|>"
+    tok.pad_token = "<|endoftext|>"
+    eos = tok.convert_tokens_to_ids("<|endoftext|>")
+    n_vocab = len(tok)
+    config = Phi3Config(
+        vocab_size=(n_vocab + 63) // 64 * 64, hidden_size=64, intermediate_size=80, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
+        original_max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=None,
+        sliding_window=2047, tie_word_embeddings=False, bos_token_id=1, eos_token_id=eos, pad_token_id=eos,
+        torch_dtype="bfloat16",
+    )
+    torch.manual_seed(SEED)
+    model = Phi3ForCausalLM(config)
+    randomize(model, SEED + 6)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
+MAKERS = {
+    "llama": make_llama,
+    "mistral": make_mistral,
+    "qwen2": lambda out: make_qwen(out, "qwen2"),
+    "qwen3": lambda out: make_qwen(out, "qwen3"),
+    "gemma3": make_gemma3,
+    "phi3": make_phi3,
+}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    outdir = Path(argv[1])
+    families = argv[2:] or list(FAMILIES)
+    for fam in families:
+        if fam not in FAMILIES:
+            print(f"unknown family {fam!r}; known: {', '.join(FAMILIES)}", file=sys.stderr)
+            return 2
+
+    import torch
+    torch.set_num_threads(1)
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    for fam in families:
+        out = outdir / FAMILIES[fam]
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        MAKERS[fam](out)
+        total = sum(p.stat().st_size for p in out.iterdir())
+        files = ", ".join(sorted(p.name for p in out.iterdir()))
+        print(f"{fam}: {out} ({total} bytes: {files})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Builds the reference GGUFs for the HF -> GGUF converter tests, outside git:
+#
+#   OUTDIR/checkpoints/<name>/          tiny HF checkpoints (tests/convert/make_checkpoints.py)
+#   OUTDIR/gguf/<name>-<outtype>.gguf   llama.cpp's convert_hf_to_gguf.py output, through
+#                                       tests/convert/reference_convert.py
+#   OUTDIR/summaries/<name>-<outtype>.json   tests/convert/summarize.py of each GGUF
+#   OUTDIR/logs/<name>-<outtype>.log    the converter's log
+#
+# for every checkpoint and every outtype in f16 bf16 f32 q8_0.
+#
+# Usage: tests/convert/make_references.sh [OUTDIR] [--update-golden]
+#   OUTDIR defaults to ~/.cache/quantforge/convert-refs.
+#   The summaries are compared with the committed ones in tests/data/convert/ and any
+#   difference is reported (exit 1); --update-golden copies them there instead.
+#
+# Needs the environment from scripts/setup-convert-env.sh (run here; fast when present)
+# and llama.cpp from scripts/fetch-references.sh. Exits non-zero when any conversion fails.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+outdir=""
+update_golden=false
+for arg in "$@"; do
+    case "$arg" in
+        --update-golden) update_golden=true ;;
+        -*) echo "unknown option $arg" >&2; exit 2 ;;
+        *) outdir=$arg ;;
+    esac
+done
+outdir=${outdir:-$HOME/.cache/quantforge/convert-refs}
+golden=$repo/tests/data/convert
+outtypes=(f16 bf16 f32 q8_0)
+
+python=$("$repo/scripts/setup-convert-env.sh" | tail -n 1)
+# One thread: the machines are small and shared; the outputs do not depend on it.
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
+# Keep the converter off the network (it never needs it for local directories).
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+
+mkdir -p "$outdir"/{checkpoints,gguf,summaries,logs}
+"$python" "$here/make_checkpoints.py" "$outdir/checkpoints"
+
+failed=()
+n=0
+for ckpt in "$outdir"/checkpoints/*/; do
+    name=$(basename "$ckpt")
+    for t in "${outtypes[@]}"; do
+        out=$outdir/gguf/$name-$t.gguf
+        log=$outdir/logs/$name-$t.log
+        rm -f "$out"
+        if "$python" "$here/reference_convert.py" "$ckpt" --outtype "$t" --outfile "$out" >"$log" 2>&1 \
+            && [ -s "$out" ]; then
+            "$python" "$here/summarize.py" "$out" "$outdir/summaries/$name-$t.json"
+            n=$((n + 1))
+            echo "ok   $name $t ($(stat -c %s "$out") bytes)"
+        else
+            failed+=("$name-$t")
+            echo "FAIL $name $t (see $log)"
+        fi
+    done
+done
+echo "$n conversions succeeded, ${#failed[@]} failed${failed:+: ${failed[*]}}"
+
+status=0
+[ ${#failed[@]} -eq 0 ] || status=1
+if $update_golden; then
+    mkdir -p "$golden"
+    cp "$outdir"/summaries/*.json "$golden"/
+    echo "updated $golden"
+elif [ -d "$golden" ]; then
+    differ=0
+    for s in "$outdir"/summaries/*.json; do
+        g=$golden/$(basename "$s")
+        if [ ! -f "$g" ]; then
+            echo "no golden summary for $(basename "$s")"
+            differ=1
+        elif ! cmp -s "$s" "$g"; then
+            echo "summary differs from golden: $(basename "$s")"
+            diff -u "$g" "$s" | head -40 || true
+            differ=1
+        fi
+    done
+    if [ $differ -eq 0 ]; then
+        echo "all summaries match $golden"
+    else
+        status=1
+    fi
+fi
+exit $status
