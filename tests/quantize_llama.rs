@@ -90,6 +90,31 @@ fn imatrix(format: &str) -> String {
     common::repo().join(format!("tests/data/imatrix/tiny-llama.imatrix.{format}")).display().to_string()
 }
 
+/// Every architecture fixture (language models and mmproj files), whose
+/// families trip different rules: experts, fused projections, per-layer head
+/// counts, `clip` files without language hyperparameters. Not Q2_K on mmproj
+/// files: its `attn_v` rule asks layer 0's head counts of a model with no
+/// layers, where llama-quantize aborts (quantforge reads no grouping there).
+#[test]
+fn every_architecture_fixture() {
+    let dir = common::repo().join("tests/data/arch");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.ends_with(".gguf") && !name.starts_with("broken-") && !name.starts_with("unknown-")
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 26, "{files:?}");
+    for file in files {
+        let mmproj = file.to_string_lossy().ends_with("-mmproj.gguf");
+        let presets: &[&str] = if mmproj { &["Q4_K_M", "Q8_0"] } else { &["Q4_K_M", "Q2_K", "Q8_0"] };
+        check_all(&file, presets, &[&[]]);
+    }
+}
+
 #[test]
 fn tiny_model_every_preset() {
     check_all(&common::tiny_model(), PRESETS, &[&[]]);

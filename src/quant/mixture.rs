@@ -25,6 +25,7 @@ use std::collections::HashSet;
 
 use regex::Regex;
 
+use crate::arch::quant_rules;
 use crate::model::{Array, Metadata, TensorInfo, Value};
 use crate::types::{FileType, GgmlType};
 
@@ -228,7 +229,7 @@ pub fn is_quantizable(arch: &str, name: &str, dims: &[u64], leave_output_tensor:
     if EXCLUDED_NAMES.contains(&name) || EXCLUDED_PARTS.iter().any(|part| name.contains(part)) {
         return false;
     }
-    !(arch == GLM5_NEXT && GLM5_NEXT_EXCLUDED_PARTS.iter().any(|part| name.contains(part)))
+    !quant_rules::keeps_unquantized(arch, name)
 }
 
 /// Whether llama.cpp refuses to write `ty` into this tensor without an
@@ -249,9 +250,6 @@ pub fn requires_imatrix(name: &str, ty: GgmlType, ftype: FileType) -> bool {
 const OUTPUT: &str = "output.weight";
 const TOKEN_EMBD: &str = "token_embd.weight";
 const PER_LAYER_TOKEN_EMBD: &str = "per_layer_token_embd.weight";
-const FALCON: &str = "falcon";
-const GLM5_NEXT: &str = "glm5-next";
-const BAILINGMOE3: &str = "bailingmoe3";
 
 /// Names never quantized: BERT's position embeddings and token types.
 const EXCLUDED_NAMES: &[&str] = &["position_embd.weight", "token_types.weight"];
@@ -302,27 +300,6 @@ const EXCLUDED_PARTS: &[&str] = &[
     "a.rvq.codebook",
     "mm.a.code_embd",
 ];
-
-/// Further name parts kept unquantized in GLM-5-next models.
-const GLM5_NEXT_EXCLUDED_PARTS: &[&str] = &[
-    "hc_",
-    "indexer.attn_q_b",
-    "indexer.attn_k",
-    "indexer.proj",
-    "indexer_compressor_gate",
-    "indexer_compressor_ape",
-    "ssm_f_a.weight",
-    "ssm_f_b.weight",
-    "ssm_g_a.weight",
-    "ssm_g_b.weight",
-    "ssm_beta.weight",
-    "attn_kv_a_mqa.weight",
-    "attn_k_b.weight",
-    "attn_v_b.weight",
-];
-
-/// GLM-5-next tensors that are never quantized below Q8_0.
-const GLM5_NEXT_Q8_FLOOR_PARTS: &[&str] = &["attn_q_a", "attn_q_b", "nextn.eh_proj"];
 
 /// ggml's `ggml_n_dims`: trailing dimensions of 1 do not count, and a tensor
 /// has at least one.
@@ -511,6 +488,9 @@ impl Hparams {
             None => return Err(MixtureError::MissingKey(arch_key.into())),
             Some(v) => v.as_str().ok_or_else(|| bad_key(arch_key, "is not a UTF-8 string"))?.to_owned(),
         };
+        if quant_rules::has_no_language_hparams(&arch) {
+            return Ok(Hparams { arch, n_layer_all: 0, n_layer_nextn: 0, n_head: 0, n_head_kv: 0, n_expert: 0 });
+        }
         let key = |suffix: &str| format!("{arch}.{suffix}");
 
         let block_count = key("block_count");
@@ -540,12 +520,7 @@ impl Hparams {
     /// and not 8 experts.
     fn is_70b(&self) -> bool {
         let n_layer = self.n_layer_all - self.n_layer_nextn;
-        match self.arch.as_str() {
-            "llama" => self.n_expert != 8 && n_layer == 80 && self.n_head != self.n_head_kv,
-            "qwen2" | "deci" | "olmo" => n_layer == 80,
-            "jais2" => n_layer == 68,
-            _ => false,
-        }
+        quant_rules::is_70b(&self.arch, n_layer, self.n_head, self.n_head_kv, self.n_expert)
     }
 }
 
@@ -646,7 +621,7 @@ impl Mixer<'_> {
     /// start from the default type.
     fn mixture_type(&mut self, t: &TensorInfo, category: Category) -> Result<GgmlType, MixtureError> {
         let ty = self.default;
-        if self.hparams.arch == GLM5_NEXT && GLM5_NEXT_Q8_FLOOR_PARTS.iter().any(|p| t.name.contains(p)) {
+        if quant_rules::q8_0_floor(&self.hparams.arch, &t.name) {
             // Never below Q8_0. The default is always a quantized type here,
             // and llama.cpp replaces any quantized type with Q8_0 outright.
             return Ok(GgmlType::Q8_0);
@@ -693,7 +668,10 @@ impl Mixer<'_> {
             return ty;
         }
         let p = self.preset;
-        if p.is("MXFP4_MOE") || self.hparams.arch == FALCON || !row_len(t).is_multiple_of(ty.block_size()) {
+        if p.is("MXFP4_MOE")
+            || quant_rules::uses_falcon_rules(&self.hparams.arch)
+            || !row_len(t).is_multiple_of(ty.block_size())
+        {
             GgmlType::Q8_0
         } else if p.is_any(VERY_LOW_BIT) || p.is("IQ3_XXS") {
             GgmlType::Q5_K
@@ -710,7 +688,11 @@ impl Mixer<'_> {
     fn mxfp4_moe_type(&self, t: &TensorInfo, category: Category) -> GgmlType {
         let n_matrices = t.dims.get(2).copied().unwrap_or(1);
         let is_ffn = matches!(category, Category::FfnUp | Category::FfnGate | Category::FfnDown);
-        if n_matrices > 1 && (self.hparams.arch != BAILINGMOE3 || is_ffn) { GgmlType::MXFP4 } else { GgmlType::Q8_0 }
+        if n_matrices > 1 && (!quant_rules::mxfp4_only_for_ffn_experts(&self.hparams.arch) || is_ffn) {
+            GgmlType::MXFP4
+        } else {
+            GgmlType::Q8_0
+        }
     }
 
     /// Untied token embeddings: cheaper than the output for the lowest presets.
@@ -840,7 +822,7 @@ impl Mixer<'_> {
         let (i, n) = self.layer_info(self.i_ffn_down, name)?;
         self.i_ffn_down += 1;
         let p = self.preset;
-        let falcon = self.hparams.arch == FALCON;
+        let falcon = quant_rules::uses_falcon_rules(&self.hparams.arch);
         let has_imatrix = self.options.has_imatrix;
         Ok(if p.is("Q2_K") {
             G::Q3_K
@@ -892,7 +874,7 @@ impl Mixer<'_> {
     fn attn_output_type(&self, ty: GgmlType) -> GgmlType {
         use GgmlType as G;
         let p = self.preset;
-        if self.hparams.arch == FALCON {
+        if quant_rules::uses_falcon_rules(&self.hparams.arch) {
             return if p.is("Q3_K_L") { G::Q4_K } else { ty };
         }
         if self.hparams.n_expert == 8 {
@@ -994,7 +976,7 @@ mod tests {
         assert!(!is_quantizable("llama", "output.weight", &[256, 256], true));
         assert!(!is_quantizable("bert", "position_embd.weight", &[256, 256], false));
         assert!(is_quantizable("llama", "blk.0.attn_k_b.weight", &[256, 256], false));
-        assert!(!is_quantizable(GLM5_NEXT, "blk.0.attn_k_b.weight", &[256, 256], false));
+        assert!(!is_quantizable("glm5-next", "blk.0.attn_k_b.weight", &[256, 256], false));
         assert_eq!(n_dims(&[]), 1);
         assert_eq!(n_dims(&[7, 1, 3, 1]), 3);
     }
