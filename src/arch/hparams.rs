@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use super::registry::{NormEpsilon, detect};
+use super::registry::{NormEpsilon, block_of, detect};
 use crate::model::{Metadata, TensorInfo, Value};
 
 /// The hyperparameters every decoder-only architecture has, plus the
@@ -204,11 +204,6 @@ pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Op
         expert_count,
         expert_used_count,
     }))
-}
-
-/// `N` of a `blk.N.…` tensor name.
-fn block_of(name: &str) -> Option<u64> {
-    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
 }
 
 #[cfg(test)]

@@ -500,6 +500,11 @@ pub fn role_of(family: &Family, name: &str) -> Role {
     }
 }
 
+/// `N` of a `blk.N.…` tensor name.
+pub fn block_of(name: &str) -> Option<u64> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
 /// The Hugging Face name of GGUF tensor `name` (`.weight`/`.bias` kept).
 pub fn hf_name(family: &Family, name: &str) -> Option<String> {
     translate(family, name, |(gguf, hf)| (gguf, hf))

@@ -8,22 +8,22 @@ pub fn print_text(out: &mut dyn Write, r: &DiffReport) -> io::Result<()> {
     let width = r.tensors.iter().map(|t| t.name.len()).max().unwrap_or(6).max(6);
     writeln!(
         out,
-        "{:width$}  {:>7} {:>7}  {:>12} {:>12} {:>12} {:>10}",
-        "tensor", "A", "B", "MAE", "RMSE", "max", "cosine"
+        "{:width$}  {:>7} {:>7}  {:>12} {:>12} {:>12} {:>10} {:>12}",
+        "tensor", "A", "B", "MAE", "RMSE", "max", "cosine", "weighted SE"
     )?;
     for t in &r.tensors {
         let s = &t.stats;
         writeln!(
             out,
-            "{:width$}  {:>7} {:>7}  {:>12.4e} {:>12.4e} {:>12.4e} {:>10.6}",
-            t.name, t.type_a, t.type_b, s.mae, s.rmse, s.max_abs_error, s.cosine
+            "{:width$}  {:>7} {:>7}  {:>12.4e} {:>12.4e} {:>12.4e} {:>10.6} {:>12.4e}",
+            t.name, t.type_a, t.type_b, s.mae, s.rmse, s.max_abs_error, s.cosine, s.weighted_sq_error
         )?;
     }
     let s = &r.total;
     writeln!(
         out,
-        "{:width$}  {:>7} {:>7}  {:>12.4e} {:>12.4e} {:>12.4e} {:>10.6}",
-        "total", "", "", s.mae, s.rmse, s.max_abs_error, s.cosine
+        "{:width$}  {:>7} {:>7}  {:>12.4e} {:>12.4e} {:>12.4e} {:>10.6} {:>12.4e}",
+        "total", "", "", s.mae, s.rmse, s.max_abs_error, s.cosine, s.weighted_sq_error
     )?;
     for name in &r.only_in_a {
         writeln!(out, "only in A: {name}")?;

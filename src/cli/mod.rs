@@ -6,6 +6,7 @@
 mod cache;
 mod diff;
 mod inspect;
+mod plan_quant;
 mod quantize;
 mod run;
 mod split;
@@ -92,12 +93,17 @@ enum Command {
         #[command(flatten)]
         cache: CacheArgs,
     },
-    /// Compare two models tensor by tensor: MAE, RMSE, max abs error, cosine similarity.
+    /// Plan per-tensor types that fit a file-size budget with the least weighted error.
+    PlanQuant(plan_quant::PlanQuantArgs),
+    /// Compare two models tensor by tensor: MAE, RMSE, max abs error, cosine similarity, weighted squared error.
     Diff {
         a: PathBuf,
         b: PathBuf,
         #[arg(long)]
         json: bool,
+        /// Weigh each squared error by this importance matrix's column weight.
+        #[arg(long, value_name = "FILE")]
+        imatrix: Option<PathBuf>,
     },
     /// Split a GGUF model into OUT_PREFIX-00001-of-0000N.gguf shards, byte-identical to llama-gguf-split.
     Split {
@@ -192,14 +198,18 @@ struct QuantizeArgs {
     /// Write the output as shards like the input's (OUT-0000i-of-0000N.gguf), as llama-quantize does.
     #[arg(long)]
     keep_split: bool,
+    /// Choose each tensor's type to fit this file size (bytes, or 250MB, 2GiB):
+    /// the plan of `plan-quant`.
+    #[arg(long, value_name = "SIZE", value_parser = crate::formats::parse_size)]
+    target_size: Option<u64>,
     /// Worker threads (default: all cores); the positional NTHREADS also sets it.
     #[arg(long)]
     threads: Option<usize>,
     input: PathBuf,
     output: PathBuf,
-    /// A preset (Q4_K_M, Q8_0, …) or its llama ftype number.
-    #[arg(value_name = "TYPE")]
-    preset: String,
+    /// A preset (Q4_K_M, Q8_0, …) or its llama ftype number; left out with --target-size.
+    #[arg(value_name = "TYPE", required_unless_present = "target_size")]
+    preset: Option<String>,
     #[arg(value_name = "NTHREADS")]
     nthreads: Option<usize>,
     #[command(flatten)]
@@ -299,6 +309,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
         }
         Command::Quantize(args) => quantize::run(*args)?,
+        Command::PlanQuant(args) => plan_quant::run(args)?,
         Command::Dequantize { input, output, ty, threads, cache } => {
             // clap allows only the float type names.
             let options = DequantizeOptions::from_name(&ty).with_context(|| format!("unknown float type `{ty}`"))?;
@@ -308,8 +319,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot dequantize {}", input.display()))?;
             eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
         }
-        Command::Diff { a, b, json } => {
-            let report = crate::ops::diff::diff_files(&a, &b)?;
+        Command::Diff { a, b, json, imatrix } => {
+            let imatrix = imatrix.map(|path| crate::quant::imatrix::ImportanceMatrix::load(&path)).transpose()?;
+            let report = crate::ops::diff::diff_files(&a, &b, imatrix.as_ref())?;
             let mut out = io::stdout().lock();
             if json {
                 serde_json::to_writer_pretty(&mut out, &report)?;

@@ -4,16 +4,28 @@ use std::io::{self, Write};
 
 use anyhow::Context;
 
-use super::{QuantizeArgs, default_threads};
+use super::{QuantizeArgs, default_threads, plan_quant};
 use crate::exec::oneshot;
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::ops::Op;
 use crate::ops::export::SplitMode;
 use crate::ops::quantize::{self, QuantizeOptions, QuantizePlan, parse_preset};
+use crate::quant::budget::Target;
 use crate::quant::mixture::MixtureOptions;
 
-pub(super) fn run(args: QuantizeArgs) -> anyhow::Result<()> {
-    let ftype = parse_preset(&args.preset).map_err(|e| anyhow::anyhow!("{e}"))?;
+pub(super) fn run(mut args: QuantizeArgs) -> anyhow::Result<()> {
+    // With --target-size the type is the planner's: `IN OUT NTHREADS` then
+    // puts the thread count where the type would be.
+    if args.target_size.is_some()
+        && let Some(threads) = args.preset.as_deref().and_then(|p| p.parse::<usize>().ok())
+    {
+        args.nthreads = args.nthreads.or(Some(threads));
+        args.preset = None;
+    }
+    let ftype = match &args.preset {
+        Some(preset) => parse_preset(preset).map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => plan_quant::base_options().mixture.ftype,
+    };
     let mut mixture = MixtureOptions::new(ftype);
     mixture.pure = args.pure;
     mixture.leave_output_tensor = args.leave_output_tensor;
@@ -21,13 +33,27 @@ pub(super) fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     mixture.token_embedding_type = args.token_embedding_type;
     mixture.tensor_types = args.tensor_type;
     mixture.keep_split = args.keep_split;
-    let options = QuantizeOptions {
+    let mut options = QuantizeOptions {
         mixture,
         allow_requantize: args.allow_requantize,
         include_weights: args.include_weights,
         exclude_weights: args.exclude_weights,
         override_kv: args.override_kv,
     };
+    let mut budget = None;
+    if let Some(size) = args.target_size {
+        anyhow::ensure!(args.preset.is_none(), "give either a TYPE or --target-size, not both");
+        let plan = plan_quant::plan_for(&args.input, Target::Size(size), args.imatrix.as_deref(), true, options)?;
+        eprintln!(
+            "planned {} for a budget of {}, predicted weighted squared error {:.4e}",
+            human_bytes(plan.file_size as f64),
+            human_bytes(size as f64),
+            plan.predicted_error
+        );
+        budget = Some(size);
+        options = plan.options;
+    }
+    let ftype = options.mixture.ftype;
     if args.dry_run {
         let model = ModelFile::open(&args.input, OpenOptions::default())?;
         let imatrix = match &args.imatrix {
@@ -48,6 +74,13 @@ pub(super) fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     let jobs = args.threads.or(args.nthreads).unwrap_or_else(default_threads);
     let settings = args.cache.settings(Some(jobs), OpenOptions::default());
     let report = oneshot::run(job, &settings).with_context(|| format!("cannot quantize {}", args.input.display()))?;
+    if let Some(budget) = budget {
+        anyhow::ensure!(
+            report.output_bytes() <= budget,
+            "wrote {} bytes, over the budget of {budget}: a bug in the planner",
+            report.output_bytes()
+        );
+    }
     let totals = &report.totals;
     eprintln!(
         "wrote {}: {} ({}), {} tensors encoded, {} from cache, {} copied, in {:.2} s",

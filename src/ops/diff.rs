@@ -1,8 +1,10 @@
 //! `diff`: how far apart two models' tensors are, whatever their types.
 //!
 //! Both sides are decoded to f32 row by row and compared in f64: mean
-//! absolute error, root-mean-square error, largest absolute error and cosine
-//! similarity per tensor, plus totals over all compared elements.
+//! absolute error, root-mean-square error, largest absolute error, cosine
+//! similarity and the weighted squared error (Σ w·(a − b)², weights from an
+//! importance matrix as the budget planner weighs them, else 1) per tensor,
+//! plus totals over all compared elements.
 
 use std::path::Path;
 
@@ -11,6 +13,8 @@ use serde::Serialize;
 use crate::codecs::{self, CodecError};
 use crate::formats::{FormatError, ModelFile, OpenOptions};
 use crate::model::TensorInfo;
+use crate::quant::budget::ErrorWeights;
+use crate::quant::imatrix::{ImatrixError, ImportanceMatrix};
 use crate::types::GgmlType;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +27,8 @@ pub enum DiffError {
     Codec { tensor: String, source: CodecError },
     #[error("the models share no tensor names")]
     NothingInCommon,
+    #[error(transparent)]
+    Imatrix(#[from] ImatrixError),
 }
 
 /// Running sums for one comparison, in f64.
@@ -35,6 +41,7 @@ struct Sums {
     dot: f64,
     norm_a: f64,
     norm_b: f64,
+    weighted_sq: f64,
 }
 
 impl Sums {
@@ -60,6 +67,7 @@ impl Sums {
         self.dot += other.dot;
         self.norm_a += other.norm_a;
         self.norm_b += other.norm_b;
+        self.weighted_sq += other.weighted_sq;
     }
 
     fn stats(&self) -> Stats {
@@ -70,6 +78,7 @@ impl Sums {
             mae: self.abs / n,
             rmse: (self.sq / n).sqrt(),
             max_abs_error: self.max_abs,
+            weighted_sq_error: self.weighted_sq,
             // Two all-zero tensors are the same direction.
             cosine: if norms > 0.0 {
                 self.dot / norms
@@ -89,6 +98,8 @@ pub struct Stats {
     pub rmse: f64,
     pub max_abs_error: f64,
     pub cosine: f64,
+    /// Σ w·(a − b)² (see [`ErrorWeights`]).
+    pub weighted_sq_error: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -109,8 +120,10 @@ pub struct DiffReport {
     pub total: Stats,
 }
 
-/// Compares every tensor name `a` and `b` share, in `a`'s order.
-pub fn diff_files(a: &Path, b: &Path) -> Result<DiffReport, DiffError> {
+/// Compares every tensor name `a` and `b` share, in `a`'s order; the
+/// weighted error weighs by `imatrix` when given.
+pub fn diff_files(a: &Path, b: &Path, imatrix: Option<&ImportanceMatrix>) -> Result<DiffReport, DiffError> {
+    let weights = ErrorWeights::new(imatrix);
     let (a, b) = (ModelFile::open(a, OpenOptions::default())?, ModelFile::open(b, OpenOptions::default())?);
     let find = |m: &ModelFile, name: &str| m.tensors.iter().position(|t| t.name == name);
     let mut total = Sums::default();
@@ -121,7 +134,7 @@ pub fn diff_files(a: &Path, b: &Path) -> Result<DiffReport, DiffError> {
         if ta.dims != tb.dims {
             return Err(DiffError::ShapeMismatch { tensor: ta.name.clone(), a: ta.dims.clone(), b: tb.dims.clone() });
         }
-        let sums = compare(&a, ta, &b, tb)?;
+        let sums = compare(&a, ta, &b, tb, &weights)?;
         total.merge(&sums);
         tensors.push(TensorDiff {
             name: ta.name.clone(),
@@ -139,7 +152,14 @@ pub fn diff_files(a: &Path, b: &Path) -> Result<DiffReport, DiffError> {
     Ok(DiffReport { only_in_a: only(&a, &b), only_in_b: only(&b, &a), tensors, total: total.stats() })
 }
 
-fn compare(a: &ModelFile, ta: &TensorInfo, b: &ModelFile, tb: &TensorInfo) -> Result<Sums, DiffError> {
+fn compare(
+    a: &ModelFile,
+    ta: &TensorInfo,
+    b: &ModelFile,
+    tb: &TensorInfo,
+    weights: &ErrorWeights,
+) -> Result<Sums, DiffError> {
+    let (columns, rows_per_expert) = weights.for_tensor(ta)?;
     let codec_err = |source| DiffError::Codec { tensor: ta.name.clone(), source };
     let n_per_row = ta.dims[0] as usize;
     let (da, db) = (a.tensor_data(ta)?, b.tensor_data(tb)?);
@@ -147,10 +167,11 @@ fn compare(a: &ModelFile, ta: &TensorInfo, b: &ModelFile, tb: &TensorInfo) -> Re
     let (ra, rb) = (row_size(ta.ggml_type), row_size(tb.ggml_type));
     let (mut xa, mut xb) = (vec![0f32; n_per_row], vec![0f32; n_per_row]);
     let mut sums = Sums::default();
-    for (row_a, row_b) in da.chunks_exact(ra.max(1)).zip(db.chunks_exact(rb.max(1))) {
+    for (row, (row_a, row_b)) in da.chunks_exact(ra.max(1)).zip(db.chunks_exact(rb.max(1))).enumerate() {
         codecs::dequantize_row(ta.ggml_type, row_a, &mut xa).map_err(codec_err)?;
         codecs::dequantize_row(tb.ggml_type, row_b, &mut xb).map_err(codec_err)?;
         sums.add_row(&xa, &xb);
+        sums.weighted_sq += weights.row_error(columns, rows_per_expert, row, &xa, &xb);
     }
     Ok(sums)
 }

@@ -1,5 +1,7 @@
 //! Quantization policy: which type each tensor gets (llama-quantize's
-//! mixture presets) and the importance matrices that steer the searches.
+//! mixture presets, or the size-budget planner) and the importance matrices
+//! that steer the searches.
 
+pub mod budget;
 pub mod imatrix;
 pub mod mixture;
