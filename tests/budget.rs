@@ -99,3 +99,30 @@ fn diff_weighted_error_without_an_imatrix_is_the_squared_error() {
         assert!((weighted - n * rmse * rmse).abs() <= 1e-9 * weighted.max(1e-30), "{t}");
     }
 }
+
+#[test]
+fn recipe_budget_writes_what_the_one_shot_plan_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = common::tiny_model();
+    let budget = "880KiB";
+    let one_shot = dir.path().join("one-shot.gguf");
+    run(&["quantize", "--target-size", budget, path(&tiny), path(&one_shot)]);
+    let recipe = dir.path().join("budget.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "[recipe]\nname = \"budget\"\n\n[input.tiny]\npath = {:?}\n\n[step.fit]\nop = \"quantize\"\nfrom = \"tiny\"\n\
+             budget = \"{budget}\"\n\n[step.out]\nop = \"export\"\nfrom = \"fit\"\npath = \"fit.gguf\"\n",
+            path(&tiny)
+        ),
+    )
+    .unwrap();
+    let cache = dir.path().join("cache");
+    let first = json(&["run", path(&recipe), "--json", "--cache-dir", path(&cache)]);
+    let written = dir.path().join("fit.gguf");
+    assert_eq!(std::fs::read(&written).unwrap(), std::fs::read(&one_shot).unwrap());
+    assert!(std::fs::metadata(&written).unwrap().len() <= 880 * 1024);
+    assert!(first["totals"]["tensors_encoded"].as_u64().unwrap() > 0, "{first}");
+    let second = json(&["run", path(&recipe), "--json", "--cache-dir", path(&cache)]);
+    assert_eq!(second["totals"]["tensors_encoded"].as_u64(), Some(0), "{second}");
+}

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::formats::parse_size;
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::ops::quantize::{QuantizeOptions, load_imatrix, parse_preset};
-use crate::quant::budget::{BudgetPlan, Target, plan_budget};
+use crate::quant::budget::{BudgetPlan, Model, Target, plan_budget};
 
 #[derive(Debug, clap::Args)]
 pub struct PlanQuantArgs {
@@ -74,7 +74,8 @@ pub fn plan_for(
         Some(path) => load_imatrix(path, &base)?,
         None => None,
     };
-    Ok(plan_budget(&model, &base, imatrix.as_ref(), target, protect)?)
+    let planned = Model { metadata: &model.metadata, tensors: &model.tensors, rows: &model };
+    Ok(plan_budget(&planned, &base, imatrix.as_ref(), target, protect)?)
 }
 
 fn print_text(out: &mut dyn Write, plan: &BudgetPlan) -> io::Result<()> {

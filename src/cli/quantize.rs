@@ -39,6 +39,7 @@ pub(super) fn run(mut args: QuantizeArgs) -> anyhow::Result<()> {
         include_weights: args.include_weights,
         exclude_weights: args.exclude_weights,
         override_kv: args.override_kv,
+        budget: None,
     };
     let mut budget = None;
     if let Some(size) = args.target_size {

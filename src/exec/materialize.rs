@@ -17,10 +17,11 @@ use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
-use crate::artifact::{Tensor, TensorData};
+use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::codecs::{self, CodecError};
 use crate::formats::{FormatError, ModelFile, OpenOptions, copy_file_range_at};
 use crate::ops::quantize::importance_from_blob;
+use crate::quant::budget::{BudgetError, RowSource};
 use crate::store::{ActionKind, Key, Store, StoreError};
 
 /// Rows converted per slab: bounds memory at about this many f32 values per
@@ -281,6 +282,30 @@ impl Materializer<'_> {
             }
             TensorData::Blob { .. } => {}
         }
+    }
+}
+
+/// A step's tensor set as the budget planner reads it: the sampled rows
+/// computed as an export would compute them (conversions included), decoded.
+pub struct SetRows<'a> {
+    pub materializer: &'a Materializer<'a>,
+    pub set: &'a TensorSet,
+}
+
+impl RowSource for SetRows<'_> {
+    fn rows(&self, index: usize, rows: &[usize], out: &mut [f32]) -> Result<(), BudgetError> {
+        let tensor = &self.set.tensors[index];
+        let (n_per_row, _) = rows_of(tensor);
+        for (&r, out) in rows.iter().zip(out.chunks_exact_mut(n_per_row)) {
+            let encoded = self
+                .materializer
+                .rows(tensor, r, 1)
+                .map_err(|e| BudgetError::Rows { tensor: tensor.name.clone(), source: Box::new(e) })?;
+            codecs::dequantize_row(tensor.ggml_type, &encoded, out)
+                .map_err(|source| BudgetError::Codec { tensor: tensor.name.clone(), source })?;
+            self.materializer.release(tensor, r, 1);
+        }
+        Ok(())
     }
 }
 

@@ -32,9 +32,10 @@ use crate::formats::safetensors::{SafeTensorsIndex, read_index};
 use crate::formats::{FormatError, OpenOptions, gguf};
 use crate::ops::split::SplitError;
 use crate::ops::{self, Op};
+use crate::quant::budget;
 use crate::recipe::{NodeDecl, Recipe, Source};
 use crate::store::{ActionKind, Key, KeyBuilder, Store, StoreError};
-use materialize::{InputFiles, MaterializeError, Materializer};
+use materialize::{InputFiles, MaterializeError, Materializer, SetRows};
 use report::{InputReport, NodeReport, RunReport, Status};
 use schedule::Outcome;
 
@@ -71,6 +72,8 @@ pub enum NodeError {
     Quantize(#[from] ops::quantize::QuantizeError),
     #[error(transparent)]
     Imatrix(#[from] crate::quant::imatrix::ImatrixError),
+    #[error(transparent)]
+    Budget(#[from] budget::BudgetError),
     #[error(transparent)]
     Rename(#[from] ops::rename::RenameError),
     #[error(transparent)]
@@ -557,7 +560,20 @@ impl Shared {
                     Some(&j) => ops::quantize::load_imatrix(&self.bound.recipe.inputs[j].path, o)?,
                     None => None,
                 };
-                ops::quantize::apply(input()?, o, imatrix.as_ref(), &self.store)?
+                let input = input()?;
+                match o.budget {
+                    Some(budget) => {
+                        let m = self.materializer();
+                        let infos = input.infos();
+                        let rows = SetRows { materializer: &m, set: input };
+                        let model = budget::Model { metadata: &input.metadata, tensors: &infos, rows: &rows };
+                        let target = budget::Target::Size(budget);
+                        let plan =
+                            self.pool.install(|| budget::plan_budget(&model, o, imatrix.as_ref(), target, true))?;
+                        ops::quantize::apply(input, &plan.options, imatrix.as_ref(), &self.store)?
+                    }
+                    None => ops::quantize::apply(input, o, imatrix.as_ref(), &self.store)?,
+                }
             }
             Op::Filter(o) => ops::filter::apply(input()?, o),
             Op::Rename(o) => ops::rename::apply(input()?, o)?,

@@ -22,7 +22,8 @@ pub const SPEC: OpSpec = OpSpec {
     name: "quantize",
     version: 1,
     params: &[
-        ParamSpec::required("preset", ParamKind::Str).fanning_out(),
+        ParamSpec::optional("preset", ParamKind::Str).fanning_out(),
+        ParamSpec::optional("budget", ParamKind::Str).fanning_out(),
         ParamSpec::optional("override", ParamKind::TableList),
         ParamSpec::optional("imatrix", ParamKind::InputName),
         ParamSpec::optional("include_weights", ParamKind::StrList),
@@ -82,6 +83,9 @@ pub struct QuantizeOptions {
     pub include_weights: Vec<String>,
     pub exclude_weights: Vec<String>,
     pub override_kv: Vec<KvOverride>,
+    /// Instead of a preset: the output file's size in bytes, the types
+    /// chosen by the budget planner (`quant::budget`).
+    pub budget: Option<u64>,
 }
 
 impl QuantizeOptions {
@@ -93,15 +97,26 @@ impl QuantizeOptions {
             include_weights: Vec::new(),
             exclude_weights: Vec::new(),
             override_kv: Vec::new(),
+            budget: None,
         }
     }
 
     /// Reads a recipe step's parameters.
     pub fn from_params(p: &Params) -> Result<QuantizeOptions, Vec<Diagnostic>> {
         let mut problems = Vec::new();
-        let ftype = match p.str("preset") {
-            Some((name, _)) => parse_preset(name).map_err(|e| problems.push(p.error("preset", e))).ok(),
+        let budget = match p.str("budget") {
+            Some((text, _)) => crate::formats::parse_size(text).map_err(|e| problems.push(p.error("budget", e))).ok(),
             None => None,
+        };
+        let ftype = match (p.str("preset"), budget) {
+            (Some(_), Some(_)) => {
+                problems.push(p.error("budget", "give a `preset` or a `budget`, not both"));
+                None
+            }
+            (Some((name, _)), None) => parse_preset(name).map_err(|e| problems.push(p.error("preset", e))).ok(),
+            // The planner labels the file; Q8_0 only decides which tensors are quantizable.
+            (None, Some(_)) => parse_preset("Q8_0").ok(),
+            (None, None) => None,
         };
         let mut ggml_type = |name: &str| match p.str(name) {
             Some((text, _)) => match GgmlType::from_name(text) {
@@ -150,7 +165,7 @@ impl QuantizeOptions {
         }
         let Some(ftype) = ftype else {
             if problems.is_empty() {
-                problems.push(p.error("preset", "`quantize` needs a `preset`"));
+                problems.push(p.error("preset", "`quantize` needs a `preset` or a `budget`"));
             }
             return Err(problems);
         };
@@ -169,6 +184,7 @@ impl QuantizeOptions {
             include_weights: p.str_list("include_weights").into_iter().map(|(s, _)| s.to_owned()).collect(),
             exclude_weights: p.str_list("exclude_weights").into_iter().map(|(s, _)| s.to_owned()).collect(),
             override_kv,
+            budget,
         })
     }
 
@@ -188,6 +204,7 @@ impl QuantizeOptions {
             "include_weights": self.include_weights,
             "exclude_weights": self.exclude_weights,
             "override_kv": self.override_kv.iter().map(|o| format!("{}={:?}", o.key, o.value)).collect::<Vec<_>>(),
+            "budget": self.budget,
         })
     }
 }

@@ -21,7 +21,7 @@ use crate::arch::registry::{Role, block_of, detect, role_of};
 use crate::codecs::{self, CodecError};
 use crate::formats::gguf::{DEFAULT_ALIGNMENT, align_up};
 use crate::formats::{FormatError, ModelFile};
-use crate::model::TensorInfo;
+use crate::model::{Metadata, TensorInfo};
 use crate::ops::quantize::{self, QuantizeError, QuantizeOptions};
 use crate::types::{FileType, GgmlType};
 
@@ -51,10 +51,36 @@ pub enum BudgetError {
     Imatrix(#[from] ImatrixError),
     #[error("tensor `{tensor}`: {source}")]
     Codec { tensor: String, source: CodecError },
+    #[error("tensor `{tensor}`: {source}")]
+    Rows { tensor: String, source: Box<dyn std::error::Error + Send + Sync> },
     #[error(
         "a budget of {budget} bytes is below the smallest plan, {smallest} bytes (every tensor at its smallest type)"
     )]
     TooSmall { budget: u64, smallest: u64 },
+}
+
+/// Where the planner reads the rows it samples, decoded to f32: a model
+/// file, or a recipe step's tensor set.
+pub trait RowSource: Sync {
+    /// Rows `rows` of tensor `index` (ascending), one after another in `out`.
+    fn rows(&self, index: usize, rows: &[usize], out: &mut [f32]) -> Result<(), BudgetError>;
+}
+
+impl RowSource for ModelFile {
+    fn rows(&self, index: usize, rows: &[usize], out: &mut [f32]) -> Result<(), BudgetError> {
+        let tensor = &self.tensors[index];
+        let n_per_row = tensor.dims[0] as usize;
+        let row_bytes = tensor.ggml_type.row_size(n_per_row as u64).unwrap_or(0) as usize;
+        let data = self.tensor_data(tensor)?;
+        for (&r, out) in rows.iter().zip(out.chunks_exact_mut(n_per_row)) {
+            codecs::dequantize_row(tensor.ggml_type, &data[r * row_bytes..][..row_bytes], out)
+                .map_err(|source| BudgetError::Codec { tensor: tensor.name.clone(), source })?;
+        }
+        // The rows are copied out: keep no pages of the input.
+        drop(data);
+        self.release_tensor_range(tensor, 0, tensor.n_bytes());
+        Ok(())
+    }
 }
 
 /// What to fit.
@@ -177,21 +203,28 @@ pub struct BudgetPlan {
     pub options: QuantizeOptions,
 }
 
+/// A model to plan: its metadata, tensors, and where their rows come from.
+pub struct Model<'a> {
+    pub metadata: &'a Metadata,
+    pub tensors: &'a [TensorInfo],
+    pub rows: &'a dyn RowSource,
+}
+
 /// Plans a quantization of `model` under `target`. `base` supplies the
 /// options beyond the types (imatrix filters, `override_kv`, …); its preset
-/// decides only which tensors are quantizable and the file-type label.
+/// decides only which tensors are quantizable.
 pub fn plan_budget(
-    model: &ModelFile,
+    model: &Model,
     base: &QuantizeOptions,
     imatrix: Option<&ImportanceMatrix>,
     target: Target,
     protect: bool,
 ) -> Result<BudgetPlan, BudgetError> {
-    let tensors = &model.tensors;
+    let tensors = model.tensors;
     let mut probe = base.clone();
     probe.mixture.ftype = FileType::from_name("Q8_0").expect("Q8_0 is a llama file type");
     probe.mixture.tensor_types.clear();
-    let probe_plan = quantize::plan(&model.metadata, tensors, &probe, imatrix)?;
+    let probe_plan = quantize::plan(model.metadata, tensors, &probe, imatrix)?;
     let quantizable: Vec<bool> = {
         let mut q = vec![false; tensors.len()];
         for p in &probe_plan.tensors {
@@ -199,14 +232,13 @@ pub fn plan_budget(
         }
         q
     };
-    let family = detect(&model.metadata, tensors).family;
+    let family = detect(model.metadata, tensors).family;
     let last_block = tensors.iter().filter_map(|t| block_of(&t.name)).max();
     let weights = ErrorWeights::new(imatrix);
 
-    let measured: Vec<Option<(Vec<Candidate>, Stats)>> = tensors
-        .par_iter()
-        .zip(&quantizable)
-        .map(|(t, &q)| if q { measure(model, t, imatrix, &weights).map(Some) } else { Ok(None) })
+    let measured: Vec<Option<(Vec<Candidate>, Stats)>> = (0..tensors.len())
+        .into_par_iter()
+        .map(|i| if quantizable[i] { measure(model, i, imatrix, &weights).map(Some) } else { Ok(None) })
         .collect::<Result<_, BudgetError>>()?;
 
     let mut planned: Vec<PlannedTensor> = tensors
@@ -301,13 +333,14 @@ pub fn plan_budget(
 /// The quantization options that write `types` (one per input tensor;
 /// `None` keeps the tensor as the base preset would), and their plan.
 fn realise(
-    model: &ModelFile,
+    model: &Model,
     base: &QuantizeOptions,
     imatrix: Option<&ImportanceMatrix>,
     planned: &[PlannedTensor],
     types: &[Option<GgmlType>],
 ) -> Result<(QuantizeOptions, quantize::QuantizePlan), BudgetError> {
     let mut options = base.clone();
+    options.budget = None;
     options.mixture.ftype = label(planned, types);
     options.mixture.tensor_types = planned
         .iter()
@@ -318,7 +351,7 @@ fn realise(
                 .expect("an escaped name and a known type make a valid override")
         })
         .collect();
-    let plan = quantize::plan(&model.metadata, &model.tensors, &options, imatrix)?;
+    let plan = quantize::plan(model.metadata, model.tensors, &options, imatrix)?;
     Ok((options, plan))
 }
 
@@ -356,11 +389,12 @@ fn label(planned: &[PlannedTensor], types: &[Option<GgmlType>]) -> FileType {
 /// Each candidate's predicted error on `tensor`, smallest type first, and
 /// the distribution of its sampled rows.
 fn measure(
-    model: &ModelFile,
-    tensor: &TensorInfo,
+    model: &Model,
+    index: usize,
     imatrix: Option<&ImportanceMatrix>,
     weights: &ErrorWeights,
 ) -> Result<(Vec<Candidate>, Stats), BudgetError> {
+    let tensor = &model.tensors[index];
     let codec = |source| BudgetError::Codec { tensor: tensor.name.clone(), source };
     let n_per_row = tensor.dims[0] as usize;
     let n_rows = (tensor.n_elements() / n_per_row as u64) as usize;
@@ -373,17 +407,10 @@ fn measure(
         None => None,
     };
     let (columns, rows_per_expert) = weights.for_tensor(tensor)?;
-    let data = model.tensor_data(tensor)?;
-    let row_bytes = tensor.ggml_type.row_size(n_per_row as u64).unwrap_or(0) as usize;
     let sampled: Vec<usize> = (0..SAMPLE_ROWS.min(n_rows)).map(|k| k * n_rows / SAMPLE_ROWS.min(n_rows)).collect();
 
     let mut rows = vec![0f32; sampled.len() * n_per_row];
-    for (&r, out) in sampled.iter().zip(rows.chunks_exact_mut(n_per_row)) {
-        codecs::dequantize_row(tensor.ggml_type, &data[r * row_bytes..][..row_bytes], out).map_err(codec)?;
-    }
-    // Only the sampled rows are needed, and they are copied: keep no pages of the input.
-    drop(data);
-    model.release_tensor_range(tensor, 0, tensor.n_bytes());
+    model.rows.rows(index, &sampled, &mut rows)?;
     let scale = n_rows as f64 / sampled.len() as f64;
     let mut encoded = Vec::new();
     let mut decoded = vec![0f32; n_per_row];
