@@ -534,7 +534,10 @@ fn inspect_names_the_format() {
         (&json!("SafeTensors"), &json!(0), &json!(155))
     );
     assert_eq!(report["metadata"][0]["key"], "safetensors.metadata.format");
-    assert_eq!(report["tensors"][1], json!({"name": "mask", "type": "I8", "shape": [4], "offset": 167, "bytes": 4}));
+    assert_eq!(
+        report["tensors"][1],
+        json!({"name": "mask", "type": "I8", "shape": [4], "offset": 167, "bytes": 4, "role": "other"})
+    );
 }
 
 #[test]
