@@ -14,6 +14,7 @@ pub mod ggml_legacy;
 pub mod gguf;
 mod output;
 pub mod safetensors;
+pub mod sentencepiece;
 mod source;
 
 use std::borrow::Cow;
