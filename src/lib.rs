@@ -12,6 +12,7 @@ pub mod arch;
 pub mod artifact;
 pub mod cli;
 pub mod codecs;
+pub mod convert;
 pub mod exec;
 pub mod formats;
 pub mod model;

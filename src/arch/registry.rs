@@ -37,6 +37,9 @@ pub struct Family {
     pub has_experts: bool,
     /// Tensor names only this family uses (the scan's evidence).
     pub signatures: &'static [&'static str],
+    /// Hugging Face `architectures` classes converted as this family, with
+    /// the `general.architecture` the converter gives them.
+    pub hf_architectures: &'static [(&'static str, &'static str)],
     pub layout: Layout,
 }
 
@@ -222,6 +225,7 @@ const fn family(
         name_hints: &[],
         has_experts: false,
         signatures: &[],
+        hf_architectures: &[],
         layout,
     }
 }
@@ -244,7 +248,16 @@ pub static FAMILIES: &[Family] = &[
         name_hints: &["mistral", "ministral", "codestral", "devstral", "magistral", "mathstral"],
         ..family("mistral", "Mistral", &["mistral3"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON })
     },
-    family("llama", "LLaMA 1/2/3", &["llama"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
+    Family {
+        // Mistral's HF checkpoints convert as LLaMA (no sliding window is kept).
+        hf_architectures: &[
+            ("LlamaForCausalLM", "llama"),
+            ("LLaMAForCausalLM", "llama"),
+            ("LlamaModel", "llama"),
+            ("MistralForCausalLM", "llama"),
+        ],
+        ..family("llama", "LLaMA 1/2/3", &["llama"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON })
+    },
     family("llama4", "LLaMA 4", &["llama4"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
     family(
         "gemma2",
@@ -252,14 +265,18 @@ pub static FAMILIES: &[Family] = &[
         &["gemma2"],
         Layout { rope: Rope::Neox, output: Output::AlwaysTied, hf_names: &[DECODER_NAMES, SANDWICH_NORMS], ..COMMON },
     ),
-    family(
-        "gemma3",
-        "Gemma 3",
-        &["gemma3"],
-        Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, SANDWICH_NORMS, QK_NORMS], ..COMMON },
-    ),
+    Family {
+        hf_architectures: &[("Gemma3ForCausalLM", "gemma3")],
+        ..family(
+            "gemma3",
+            "Gemma 3",
+            &["gemma3"],
+            Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, SANDWICH_NORMS, QK_NORMS], ..COMMON },
+        )
+    },
     Family {
         signatures: &["rope_factors_long.weight"],
+        hf_architectures: &[("Phi3ForCausalLM", "phi3")],
         ..family(
             "phi3",
             "Phi-3",
@@ -324,18 +341,24 @@ pub static FAMILIES: &[Family] = &[
         &["openelm"],
         Layout { rope: Rope::Neox, fused: &[QKV], output: Output::AlwaysTied, hf_names: &[OPENELM_NAMES], ..COMMON },
     ),
-    family(
-        "qwen2",
-        "Qwen2",
-        &["qwen2"],
-        Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON },
-    ),
-    family(
-        "qwen3",
-        "Qwen3",
-        &["qwen3"],
-        Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM, QK_NORMS], ..COMMON },
-    ),
+    Family {
+        hf_architectures: &[("Qwen2ForCausalLM", "qwen2"), ("Qwen2Model", "qwen2")],
+        ..family(
+            "qwen2",
+            "Qwen2",
+            &["qwen2"],
+            Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON },
+        )
+    },
+    Family {
+        hf_architectures: &[("Qwen3ForCausalLM", "qwen3"), ("Qwen3Model", "qwen3")],
+        ..family(
+            "qwen3",
+            "Qwen3",
+            &["qwen3"],
+            Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM, QK_NORMS], ..COMMON },
+        )
+    },
     Family {
         projectors: &["qwen3vl_merger"],
         ..family(

@@ -1,0 +1,90 @@
+//! A Hugging Face checkpoint directory: `config.json`, the SafeTensors
+//! shards in the converter's order, and the tensors in each shard sorted by
+//! name (the converter's order, not the header's).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value as Json;
+
+use crate::formats::{FormatError, ModelFile, OpenOptions};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{}: {problem}", path.display())]
+    Json { path: PathBuf, problem: String },
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error("{}: no model*.safetensors files", .0.display())]
+    NoWeights(PathBuf),
+}
+
+pub struct Checkpoint {
+    pub dir: PathBuf,
+    pub config: Json,
+    /// The shards, in the converter's order.
+    pub shards: Vec<ModelFile>,
+}
+
+impl Checkpoint {
+    pub fn open(dir: &Path) -> Result<Checkpoint, CheckpointError> {
+        let config = read_json(&dir.join("config.json"))?;
+        let index = dir.join("model.safetensors.index.json");
+        let mut names: Vec<String> = if index.exists() {
+            let index = read_json(&index)?;
+            let map = index["weight_map"].as_object().ok_or_else(|| CheckpointError::Json {
+                path: dir.join("model.safetensors.index.json"),
+                problem: "no `weight_map` object".into(),
+            })?;
+            map.values().filter_map(Json::as_str).map(str::to_owned).collect()
+        } else {
+            let entries =
+                std::fs::read_dir(dir).map_err(|source| CheckpointError::Io { path: dir.to_owned(), source })?;
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with("model") && n.ends_with(".safetensors"))
+                .collect()
+        };
+        // Python's sorted(set(...)): code-point order, which is UTF-8 byte order.
+        names.sort();
+        names.dedup();
+        if names.is_empty() {
+            return Err(CheckpointError::NoWeights(dir.to_owned()));
+        }
+        let shards = names
+            .iter()
+            .map(|n| ModelFile::open(&dir.join(n), OpenOptions::default()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Checkpoint { dir: dir.to_owned(), config, shards })
+    }
+
+    /// (shard, tensor index) of every tensor in the converter's order: shard
+    /// by shard, each shard's tensors sorted by name; a name seen again keeps
+    /// its first place and takes the later shard's data.
+    pub fn tensor_order(&self) -> Vec<(usize, usize)> {
+        let mut order: Vec<(usize, usize)> = Vec::new();
+        for (s, shard) in self.shards.iter().enumerate() {
+            let mut indices: Vec<usize> = (0..shard.tensors.len()).collect();
+            indices.sort_by(|&a, &b| shard.tensors[a].name.cmp(&shard.tensors[b].name));
+            for t in indices {
+                let name = &shard.tensors[t].name;
+                match order.iter_mut().find(|(s0, t0)| self.shards[*s0].tensors[*t0].name == *name) {
+                    Some(slot) => *slot = (s, t),
+                    None => order.push((s, t)),
+                }
+            }
+        }
+        order
+    }
+
+    /// A config value by the first of `keys` present (the converter's `find_hparam`).
+    pub fn hparam(&self, keys: &[&str]) -> Option<&Json> {
+        keys.iter().find_map(|k| self.config.get(*k))
+    }
+}
+
+fn read_json(path: &Path) -> Result<Json, CheckpointError> {
+    let text = std::fs::read_to_string(path).map_err(|source| CheckpointError::Io { path: path.to_owned(), source })?;
+    serde_json::from_str(&text).map_err(|e| CheckpointError::Json { path: path.to_owned(), problem: e.to_string() })
+}

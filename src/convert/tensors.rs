@@ -1,0 +1,237 @@
+//! The tensors of a converted checkpoint: names, order, family transforms
+//! and output types, as `convert_hf_to_gguf.py` makes them.
+
+use crate::arch::registry::{FAMILIES, Family, gguf_name};
+use crate::codecs::{self, CodecError, scalar};
+use crate::model::TensorInfo;
+use crate::types::GgmlType;
+
+use super::checkpoint::{Checkpoint, CheckpointError};
+
+/// `--outtype`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutType {
+    F32,
+    F16,
+    BF16,
+    Q8_0,
+}
+
+impl OutType {
+    pub fn from_name(name: &str) -> Option<OutType> {
+        Some(match name.to_ascii_lowercase().as_str() {
+            "f32" => OutType::F32,
+            "f16" => OutType::F16,
+            "bf16" => OutType::BF16,
+            "q8_0" => OutType::Q8_0,
+            _ => return None,
+        })
+    }
+
+    fn ggml(self) -> GgmlType {
+        match self {
+            OutType::F32 => GgmlType::F32,
+            OutType::F16 => GgmlType::F16,
+            OutType::BF16 => GgmlType::BF16,
+            OutType::Q8_0 => GgmlType::Q8_0,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("config.json: {0}")]
+    Config(String),
+    #[error("`{architecture}` checkpoints are not supported (known: {known})")]
+    Architecture { architecture: String, known: String },
+    #[error("tensor `{0}` has no GGUF name in this family")]
+    Unmapped(String),
+    #[error("tensor `{tensor}`: {source}")]
+    Codec { tensor: String, source: CodecError },
+    #[error(transparent)]
+    Format(#[from] crate::formats::FormatError),
+}
+
+pub struct ConvertedTensor {
+    pub info: TensorInfo,
+    pub data: Vec<u8>,
+}
+
+/// The family and GGUF architecture of the checkpoint's first `architectures` entry.
+pub fn family_of(ckpt: &Checkpoint) -> Result<(&'static Family, &'static str), ConvertError> {
+    let architecture = ckpt.config["architectures"][0]
+        .as_str()
+        .ok_or_else(|| ConvertError::Config("no `architectures` list".into()))?;
+    FAMILIES
+        .iter()
+        .find_map(|f| f.hf_architectures.iter().find(|(class, _)| *class == architecture).map(|&(_, arch)| (f, arch)))
+        .ok_or_else(|| {
+            let known: Vec<&str> = FAMILIES.iter().flat_map(|f| f.hf_architectures.iter().map(|(c, _)| *c)).collect();
+            ConvertError::Architecture { architecture: architecture.to_owned(), known: known.join(", ") }
+        })
+}
+
+/// Every tensor of the converted file, in file order.
+pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<ConvertedTensor>, ConvertError> {
+    let (family, _) = family_of(ckpt)?;
+    let number = |keys: &[&str]| ckpt.hparam(keys).and_then(serde_json::Value::as_u64);
+    let n_head = number(&["n_heads", "num_attention_heads"]);
+    let n_head_kv = number(&["n_kv_heads", "num_key_value_heads"]);
+    let mut out = Vec::new();
+    if family.id == "llama"
+        && let Some(freqs) = llama3_rope_freqs(ckpt)
+    {
+        let data = freqs.iter().flat_map(|v| v.to_le_bytes()).collect();
+        out.push(ConvertedTensor {
+            info: TensorInfo::new("rope_freqs.weight", vec![freqs.len() as u64], GgmlType::F32),
+            data,
+        });
+    }
+    for (s, t) in ckpt.tensor_order() {
+        let shard = &ckpt.shards[s];
+        let source = &shard.tensors[t];
+        let hf = source.name.strip_prefix("language_model.").unwrap_or(&source.name);
+        if [".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq"].iter().any(|s| hf.ends_with(s)) {
+            continue;
+        }
+        let name = gguf_name(family, hf).ok_or_else(|| ConvertError::Unmapped(hf.to_owned()))?;
+        let codec = |source| ConvertError::Codec { tensor: hf.to_owned(), source };
+        let mut dims = source.dims.clone();
+        let mut values = vec![0f32; source.n_elements() as usize];
+        codecs::dequantize_row(source.ggml_type, &shard.tensor_data(source)?, &mut values).map_err(codec)?;
+
+        if family.id == "llama" {
+            // K rows group by KV head, Q rows by head.
+            let groups = if hf.ends_with("q_proj.weight") || hf.ends_with("q_proj.bias") {
+                n_head
+            } else if hf.ends_with("k_proj.weight") || hf.ends_with("k_proj.bias") {
+                n_head_kv.or(n_head)
+            } else {
+                None
+            };
+            if let Some(groups) = groups {
+                values = permute_rows(&values, &dims, groups as usize);
+            }
+        }
+        if family.id == "gemma3" {
+            if hf.ends_with("norm.weight") {
+                // Added in the tensor's own dtype: an f16 checkpoint rounds the sum to f16.
+                let f16 = source.ggml_type == GgmlType::F16;
+                for v in &mut values {
+                    let sum = *v + 1.0;
+                    *v = if f16 { scalar::f16_bits_to_f32(scalar::f32_to_f16_bits(sum)) } else { sum };
+                }
+            }
+            if hf == "model.embed_tokens.weight"
+                && let Some(vocab) = number(&["vocab_size"])
+                && dims.len() == 2
+                && dims[1] > vocab
+            {
+                values.truncate((dims[0] * vocab) as usize);
+                dims[1] = vocab;
+            }
+        }
+
+        let ty = output_type(&name, &dims, outtype);
+        let info = TensorInfo::new(&name, dims.clone(), ty);
+        let n_per_row = dims[0] as usize;
+        let row_bytes = ty.row_size(n_per_row as u64).unwrap_or(0) as usize;
+        let mut data = vec![0u8; info.n_bytes() as usize];
+        for (row, dst) in values.chunks_exact(n_per_row.max(1)).zip(data.chunks_exact_mut(row_bytes.max(1))) {
+            codecs::quantize_row(ty, row, None, dst).map_err(codec)?;
+        }
+        out.push(ConvertedTensor { info, data });
+    }
+    Ok(out)
+}
+
+/// The converter's type for a tensor: 1-D tensors, norms and anything not
+/// a `.weight` stay F32; Q8_0 rows that are not whole blocks fall back to F16.
+fn output_type(name: &str, dims: &[u64], outtype: OutType) -> GgmlType {
+    if dims.len() <= 1 || name.ends_with("_norm.weight") || !name.ends_with(".weight") {
+        return GgmlType::F32;
+    }
+    let ty = outtype.ggml();
+    if !dims[0].is_multiple_of(ty.block_size()) { GgmlType::F16 } else { ty }
+}
+
+/// LLaMA's Q/K permutation from Hugging Face's rotate-half layout to
+/// ggml's interleaved one: within each of `n_head` heads of `hd` rows,
+/// row `2i + j` takes row `j·hd/2 + i`. Whole rows move.
+fn permute_rows(values: &[f32], dims: &[u64], n_head: usize) -> Vec<f32> {
+    let row_len = if dims.len() >= 2 { dims[0] as usize } else { 1 };
+    let rows = values.len() / row_len;
+    let hd = rows / n_head;
+    let mut out = vec![0f32; values.len()];
+    for h in 0..n_head {
+        for i in 0..hd / 2 {
+            for j in 0..2 {
+                let (to, from) = (h * hd + 2 * i + j, h * hd + j * hd / 2 + i);
+                out[to * row_len..][..row_len].copy_from_slice(&values[from * row_len..][..row_len]);
+            }
+        }
+    }
+    out
+}
+
+/// LLaMA 3's `rope_freqs`: the per-frequency scaling factors of its
+/// "llama3" RoPE, computed in f32 as the converter's torch code does.
+fn llama3_rope_freqs(ckpt: &Checkpoint) -> Option<Vec<f32>> {
+    let scaling = ckpt.hparam(&["rope_scaling"])?;
+    let kind = scaling.get("rope_type").or_else(|| scaling.get("type"))?.as_str()?;
+    if !kind.eq_ignore_ascii_case("llama3") {
+        return None;
+    }
+    let float = |v: Option<&serde_json::Value>, default: f64| v.and_then(serde_json::Value::as_f64).unwrap_or(default);
+    let base = float(ckpt.hparam(&["rope_theta"]), 10000.0) as f32;
+    let n_head = ckpt.hparam(&["num_attention_heads"])?.as_u64()?;
+    let dim = match ckpt.hparam(&["head_dim"]).and_then(serde_json::Value::as_u64) {
+        Some(d) => d,
+        None => ckpt.hparam(&["hidden_size"])?.as_u64()? / n_head,
+    };
+    let factor = float(scaling.get("factor"), 8.0);
+    let low = float(scaling.get("low_freq_factor"), 1.0);
+    let high = float(scaling.get("high_freq_factor"), 4.0);
+    let old = float(scaling.get("original_max_position_embeddings"), 8192.0);
+    let (low_wavelen, high_wavelen) = (old / low, old / high);
+    let two_pi = (2.0 * std::f64::consts::PI) as f32;
+    Some(
+        (0..dim)
+            .step_by(2)
+            .map(|i| {
+                let freq = 1.0f32 / base.powf(i as f32 / dim as f32);
+                let wavelen = two_pi / freq;
+                if f64::from(wavelen) < high_wavelen {
+                    1.0
+                } else if f64::from(wavelen) > low_wavelen {
+                    factor as f32
+                } else {
+                    let smooth = (old as f32 / wavelen - low as f32) / (high as f32 - low as f32);
+                    1.0 / ((1.0 - smooth) / factor as f32 + smooth)
+                }
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permutation_interleaves_halves_per_head() {
+        // Two heads of four one-element rows: [a0 a1 b0 b1] → [a0 b0 a1 b1].
+        let values = [0.0, 1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 13.0];
+        assert_eq!(permute_rows(&values, &[8], 2), vec![0.0, 2.0, 1.0, 3.0, 10.0, 12.0, 11.0, 13.0]);
+    }
+
+    #[test]
+    fn types_follow_the_converter() {
+        assert_eq!(output_type("blk.0.attn_norm.weight", &[64], OutType::F16), GgmlType::F32);
+        assert_eq!(output_type("blk.0.attn_q.bias", &[64], OutType::Q8_0), GgmlType::F32);
+        assert_eq!(output_type("blk.0.attn_q.weight", &[64, 64], OutType::BF16), GgmlType::BF16);
+        assert_eq!(output_type("blk.0.ffn_down.weight", &[80, 64], OutType::Q8_0), GgmlType::F16);
+    }
+}

@@ -1,0 +1,79 @@
+//! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on six
+//! tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3; made by
+//! `tests/convert/make_checkpoints.py`, references by
+//! `tests/convert/make_references.sh`, summarised in `tests/data/convert/*.json`):
+//! every tensor's name, type, shape, place and bytes (sha256), in order, for
+//! `--outtype` f32, f16, bf16 and q8_0.
+
+mod common;
+
+use std::io::Write;
+use std::process::Command;
+
+use quantforge::convert::{Checkpoint, ConvertedTensor, OutType, convert_tensors};
+use quantforge::formats::gguf::{TensorDataSource, write_gguf};
+use quantforge::model::{Endian, Metadata, TensorInfo, Value};
+use serde_json::Value as Json;
+
+struct Tensors<'a>(&'a [ConvertedTensor]);
+
+impl TensorDataSource for Tensors<'_> {
+    fn write_tensor(&mut self, tensor_idx: usize, out: &mut dyn Write) -> std::io::Result<()> {
+        out.write_all(&self.0[tensor_idx].data)
+    }
+}
+
+/// The tensor section of `summarize.py`'s summary of our tensors, written as a GGUF.
+fn summarize(python: &str, tensors: &[ConvertedTensor], dir: &std::path::Path) -> Json {
+    let mut metadata = Metadata::new();
+    metadata.set("general.architecture", Value::string("test"));
+    let infos: Vec<TensorInfo> = tensors.iter().map(|t| t.info.clone()).collect();
+    let path = dir.join("ours.gguf");
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    write_gguf(&mut file, Endian::Little, &metadata, &infos, &mut Tensors(tensors)).unwrap();
+    file.flush().unwrap();
+    drop(file);
+    let script = common::repo().join("tests/convert/summarize.py");
+    let output = Command::new(python).arg(script).arg(&path).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let summary: Json = serde_json::from_slice(&output.stdout).unwrap();
+    summary["tensors"].clone()
+}
+
+#[test]
+fn tensors_equal_convert_hf_to_gguf() {
+    let Some(python) = common::python_with_gguf() else { return };
+    let data = common::repo().join("tests/data/convert");
+    let dir = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else { continue };
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let (model, outtype) = stem.rsplit_once('-').unwrap();
+        let outtype = OutType::from_name(outtype).unwrap();
+        let checkpoint = Checkpoint::open(&data.join("checkpoints").join(model)).unwrap();
+        let tensors = convert_tensors(&checkpoint, outtype).unwrap();
+        let ours = summarize(&python, &tensors, dir.path());
+        let golden: Json = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let theirs = &golden["tensors"];
+        if ours.as_array().map(Vec::len) != theirs.as_array().map(Vec::len) {
+            failures.push(format!(
+                "{stem}: {} tensors, reference {}",
+                ours.as_array().unwrap().len(),
+                theirs.as_array().unwrap().len()
+            ));
+        }
+        for (a, b) in ours.as_array().unwrap().iter().zip(theirs.as_array().unwrap()) {
+            if a != b {
+                failures.push(format!("{stem}: ours {a}\n  reference {b}"));
+            }
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 24);
+    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+}
