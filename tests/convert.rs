@@ -2,18 +2,19 @@
 //! tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3; made by
 //! `tests/convert/make_checkpoints.py`, references by
 //! `tests/convert/make_references.sh`, summarised in `tests/data/convert/*.json`):
-//! every tensor's name, type, shape, place and bytes (sha256), in order, for
-//! `--outtype` f32, f16, bf16 and q8_0.
+//! every tensor's name, type, shape, place and bytes (sha256), in order, and
+//! the architecture keys with their types and values, for `--outtype` f32,
+//! f16, bf16 and q8_0.
 
 mod common;
 
 use std::io::Write;
 use std::process::Command;
 
-use quantforge::convert::{Checkpoint, ConvertedTensor, OutType, convert_tensors};
+use quantforge::convert::{Checkpoint, ConvertedTensor, OutType, architecture_keys, convert_tensors, family_of};
 use quantforge::formats::gguf::{TensorDataSource, write_gguf};
 use quantforge::model::{Endian, Metadata, TensorInfo, Value};
-use serde_json::Value as Json;
+use serde_json::{Value as Json, json};
 
 struct Tensors<'a>(&'a [ConvertedTensor]);
 
@@ -76,4 +77,55 @@ fn tensors_equal_convert_hf_to_gguf() {
     }
     assert_eq!(checked, 24);
     assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// `(key, type, value)` as `summarize.py` spells scalars.
+fn scalar(key: &str, value: &Value) -> (String, String, Json) {
+    let (ty, v) = match value {
+        Value::U32(v) => ("u32", json!(v)),
+        Value::F32(v) => ("f32", json!(f64::from(*v))),
+        Value::Bool(v) => ("bool", json!(v)),
+        Value::String(s) => ("str", json!(String::from_utf8_lossy(s.as_bytes()))),
+        other => panic!("{key}: unexpected {other:?}"),
+    };
+    (key.to_owned(), ty.to_owned(), v)
+}
+
+#[test]
+fn architecture_keys_equal_convert_hf_to_gguf() {
+    let data = common::repo().join("tests/data/convert");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else { continue };
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let (model, outtype) = stem.rsplit_once('-').unwrap();
+        let outtype = OutType::from_name(outtype).unwrap();
+        let checkpoint = Checkpoint::open(&data.join("checkpoints").join(model)).unwrap();
+        let (family, arch) = family_of(&checkpoint).unwrap();
+        let ours: Vec<_> = architecture_keys(&checkpoint, family.id, arch, outtype)
+            .into_vec()
+            .iter()
+            .map(|(k, v)| scalar(k, v))
+            .collect();
+        let golden: Json = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let prefix = format!("{arch}.");
+        let theirs: Vec<_> = golden["metadata"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| {
+                let k = m["key"].as_str().unwrap();
+                k.starts_with(&prefix) || k == "general.file_type" || k == "general.quantization_version"
+            })
+            .map(|m| {
+                (m["key"].as_str().unwrap().to_owned(), m["type"].as_str().unwrap().to_owned(), m["value"].clone())
+            })
+            .collect();
+        assert_eq!(ours, theirs, "{stem}");
+        checked += 1;
+    }
+    assert_eq!(checked, 24);
 }

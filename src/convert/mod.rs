@@ -5,10 +5,13 @@
 //! order, under which GGUF names (the registry's HF ↔ GGUF tables), with
 //! which family transforms (LLaMA's Q/K row permutation, Gemma's norm +1
 //! and vocabulary cut, LLaMA 3's generated `rope_freqs`) and which output
-//! type per tensor. Metadata and the tokenizer are not converted yet.
+//! type per tensor; and the architecture keys. The `general.*` naming keys
+//! and the tokenizer are not converted yet.
 
 mod checkpoint;
+mod hparams;
 mod tensors;
 
 pub use checkpoint::{Checkpoint, CheckpointError};
-pub use tensors::{ConvertedTensor, OutType, convert_tensors};
+pub use hparams::{Keys, architecture_keys};
+pub use tensors::{ConvertError, ConvertedTensor, OutType, convert_tensors, family_of};

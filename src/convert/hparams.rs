@@ -1,0 +1,131 @@
+//! The architecture keys of a converted checkpoint (`{arch}.*`, with
+//! `general.file_type` and `general.quantization_version`), in the order and
+//! with the types `convert_hf_to_gguf.py` writes them: the common text-model
+//! keys, then each family's own (reference: sec. 4–5 of
+//! `docs/notes/convert-hf-reference.md`).
+
+use serde_json::Value as Json;
+
+use super::checkpoint::Checkpoint;
+use super::tensors::OutType;
+use crate::model::Value;
+use crate::ops::quantize::QUANTIZATION_VERSION;
+
+/// Keys in insertion order; writing a key again keeps its first place and
+/// takes the new value, as the converter's dict does.
+#[derive(Default)]
+pub struct Keys(Vec<(String, Value)>);
+
+impl Keys {
+    fn set(&mut self, key: String, value: Value) {
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => *v = value,
+            None => self.0.push((key, value)),
+        }
+    }
+
+    pub fn into_vec(self) -> Vec<(String, Value)> {
+        self.0
+    }
+}
+
+/// `general.file_type` of an outtype (llama's ftype numbers).
+fn file_type(outtype: OutType) -> u32 {
+    match outtype {
+        OutType::F32 => 0,
+        OutType::F16 => 1,
+        OutType::Q8_0 => 7,
+        OutType::BF16 => 32,
+    }
+}
+
+pub fn architecture_keys(ckpt: &Checkpoint, family: &str, arch: &str, outtype: OutType) -> Keys {
+    let mut keys = Keys::default();
+    let hp = |names: &[&str]| ckpt.hparam(names).filter(|v| !v.is_null());
+    let u32_of = |v: &Json| v.as_u64().map(|n| Value::U32(n as u32));
+    // JSON decimals become f64 (correctly rounded), then f32, as Python's struct.pack does.
+    let f32_of = |v: &Json| v.as_f64().map(|x| Value::F32(x as f32));
+    let key = |name: &str| format!("{arch}.{name}");
+    let put = |keys: &mut Keys, name: &str, value: Option<Value>| {
+        if let Some(value) = value {
+            keys.set(key(name), value);
+        }
+    };
+    let block_count = hp(&["n_layers", "num_hidden_layers", "n_layer", "num_layers"]).and_then(u32_of);
+    let context = hp(&["max_position_embeddings", "n_ctx", "n_positions", "max_length", "max_sequence_length"]);
+    let embedding = hp(&["hidden_size", "n_embd", "dim"]);
+    let feed_forward = hp(&["intermediate_size", "n_inner", "hidden_dim"]);
+    let heads = hp(&["num_attention_heads", "n_head", "n_heads"]);
+    let kv_heads = hp(&["num_key_value_heads", "n_kv_heads"]);
+    let rms_eps = hp(&["rms_norm_eps", "norm_eps"]).and_then(f32_of);
+    let rope_theta = hp(&["rope_theta"]).and_then(f32_of);
+    let head_dim = hp(&["head_dim"]).and_then(Json::as_u64).or_else(|| match family {
+        // LlamaConfig always fills head_dim in; Qwen3Config defaults it to 128.
+        "llama" if ckpt.config["architectures"][0] != "MistralForCausalLM" => {
+            Some(embedding?.as_u64()? / heads?.as_u64()?)
+        }
+        "qwen3" => Some(128),
+        _ => None,
+    });
+
+    if family == "phi3" {
+        put(&mut keys, "context_length", hp(&["n_positions", "max_position_embeddings"]).and_then(u32_of));
+        put(
+            &mut keys,
+            "rope.scaling.original_context_length",
+            hp(&["original_max_position_embeddings"]).and_then(u32_of),
+        );
+        put(&mut keys, "embedding_length", embedding.and_then(u32_of));
+        put(&mut keys, "feed_forward_length", feed_forward.and_then(u32_of));
+        put(&mut keys, "block_count", block_count);
+        put(&mut keys, "attention.head_count", heads.and_then(u32_of));
+        put(&mut keys, "attention.head_count_kv", kv_heads.and_then(u32_of));
+        put(&mut keys, "attention.layer_norm_rms_epsilon", rms_eps);
+        let partial = hp(&["partial_rotary_factor"]).and_then(Json::as_f64).unwrap_or(1.0);
+        let rot = embedding.and_then(Json::as_u64).zip(heads.and_then(Json::as_u64));
+        put(&mut keys, "rope.dimension_count", rot.map(|(e, h)| Value::U32(((partial * e as f64) as u64 / h) as u32)));
+        put(&mut keys, "rope.freq_base", rope_theta);
+        keys.set("general.file_type".into(), Value::U32(file_type(outtype)));
+        let window = hp(&["sliding_window"]).and_then(Json::as_u64).unwrap_or(0);
+        put(&mut keys, "attention.sliding_window", Some(Value::U32(window as u32)));
+    } else {
+        put(&mut keys, "block_count", block_count);
+        put(&mut keys, "context_length", context.and_then(u32_of));
+        put(&mut keys, "embedding_length", embedding.and_then(u32_of));
+        put(&mut keys, "feed_forward_length", feed_forward.and_then(u32_of));
+        put(&mut keys, "attention.head_count", heads.and_then(u32_of));
+        put(&mut keys, "attention.head_count_kv", kv_heads.and_then(u32_of));
+        if let Some(scaling) = hp(&["rope_scaling"]) {
+            let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(Json::as_str);
+            if kind == Some("linear")
+                && let Some(factor) = scaling.get("factor").and_then(f32_of)
+            {
+                put(&mut keys, "rope.scaling.type", Some(Value::string("linear")));
+                put(&mut keys, "rope.scaling.factor", Some(factor));
+            }
+        }
+        put(&mut keys, "rope.freq_base", rope_theta);
+        put(&mut keys, "rope.freq_base_swa", hp(&["rope_local_base_freq"]).and_then(f32_of));
+        put(&mut keys, "attention.layer_norm_rms_epsilon", rms_eps);
+        put(&mut keys, "attention.key_length", head_dim.map(|d| Value::U32(d as u32)));
+        put(&mut keys, "attention.value_length", head_dim.map(|d| Value::U32(d as u32)));
+        keys.set("general.file_type".into(), Value::U32(file_type(outtype)));
+        match family {
+            "llama" => {
+                put(&mut keys, "vocab_size", hp(&["vocab_size"]).and_then(u32_of));
+                let rot = head_dim.or_else(|| Some(embedding?.as_u64()? / heads?.as_u64()?));
+                put(&mut keys, "rope.dimension_count", rot.map(|d| Value::U32(d as u32)));
+            }
+            "gemma3" => {
+                let softcap = hp(&["final_logit_softcapping"]).filter(|v| v.as_f64().is_some_and(|x| x != 0.0));
+                put(&mut keys, "final_logit_softcapping", softcap.and_then(f32_of));
+                if hp(&["sliding_window_pattern"]).and_then(Json::as_u64) != Some(1) {
+                    put(&mut keys, "attention.sliding_window", hp(&["sliding_window"]).and_then(u32_of));
+                }
+            }
+            _ => {}
+        }
+    }
+    keys.set("general.quantization_version".into(), Value::U32(QUANTIZATION_VERSION));
+    keys
+}
