@@ -11,7 +11,9 @@ mod common;
 use std::io::Write;
 use std::process::Command;
 
-use quantforge::convert::{Checkpoint, ConvertedTensor, OutType, architecture_keys, convert_tensors, family_of};
+use quantforge::convert::{
+    Checkpoint, ConvertedTensor, Keys, OutType, architecture_keys, convert_tensors, family_of, tokenizer_keys,
+};
 use quantforge::formats::gguf::{TensorDataSource, write_gguf};
 use quantforge::model::{Endian, Metadata, TensorInfo, Value};
 use serde_json::{Value as Json, json};
@@ -24,21 +26,76 @@ impl TensorDataSource for Tensors<'_> {
     }
 }
 
-/// The tensor section of `summarize.py`'s summary of our tensors, written as a GGUF.
-fn summarize(python: &str, tensors: &[ConvertedTensor], dir: &std::path::Path) -> Json {
-    let mut metadata = Metadata::new();
-    metadata.set("general.architecture", Value::string("test"));
+/// `summarize.py`'s summary of a GGUF of `metadata` and `tensors`.
+fn summarize(python: &str, metadata: &Metadata, tensors: &[ConvertedTensor], dir: &std::path::Path) -> Json {
     let infos: Vec<TensorInfo> = tensors.iter().map(|t| t.info.clone()).collect();
     let path = dir.join("ours.gguf");
     let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-    write_gguf(&mut file, Endian::Little, &metadata, &infos, &mut Tensors(tensors)).unwrap();
+    write_gguf(&mut file, Endian::Little, metadata, &infos, &mut Tensors(tensors)).unwrap();
     file.flush().unwrap();
     drop(file);
     let script = common::repo().join("tests/convert/summarize.py");
     let output = Command::new(python).arg(script).arg(&path).output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let summary: Json = serde_json::from_slice(&output.stdout).unwrap();
-    summary["tensors"].clone()
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Every reference: its stem, checkpoint, outtype and golden summary.
+fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
+    let data = common::repo().join("tests/data/convert");
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else { continue };
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let (model, outtype) = stem.rsplit_once('-').unwrap();
+        let outtype = OutType::from_name(outtype).unwrap();
+        let checkpoint = Checkpoint::open(&data.join("checkpoints").join(model)).unwrap();
+        let golden: Json = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        all.push((stem.to_owned(), checkpoint, outtype, golden));
+    }
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(all.len(), 24);
+    all
+}
+
+#[test]
+fn tokenizer_keys_equal_convert_hf_to_gguf() {
+    let Some(python) = common::python_with_gguf() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for (stem, checkpoint, _, golden) in references() {
+        let (family, _) = family_of(&checkpoint).unwrap();
+        let mut keys = Keys::default();
+        tokenizer_keys(&checkpoint, family.id, "qwen2", &mut keys).unwrap();
+        let mut metadata = Metadata::new();
+        for (k, v) in keys.into_vec() {
+            metadata.set(&k, v);
+        }
+        let ours = summarize(&python, &metadata, &[], dir.path());
+        let pick = |summary: &Json| -> Vec<Json> {
+            summary["metadata"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["key"].as_str().unwrap().starts_with("tokenizer."))
+                .cloned()
+                .collect()
+        };
+        let (ours, theirs) = (pick(&ours), pick(&golden));
+        if ours != theirs {
+            let keys = |v: &[Json]| v.iter().map(|m| m["key"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
+            failures.push(format!("{stem}: ours {:?}\n  reference {:?}", keys(&ours), keys(&theirs)));
+            for (a, b) in ours.iter().zip(&theirs) {
+                if a != b {
+                    failures.push(format!("  {a}\n  {b}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
@@ -58,7 +115,9 @@ fn tensors_equal_convert_hf_to_gguf() {
         let outtype = OutType::from_name(outtype).unwrap();
         let checkpoint = Checkpoint::open(&data.join("checkpoints").join(model)).unwrap();
         let tensors = convert_tensors(&checkpoint, outtype).unwrap();
-        let ours = summarize(&python, &tensors, dir.path());
+        let mut metadata = Metadata::new();
+        metadata.set("general.architecture", Value::string("test"));
+        let ours = summarize(&python, &metadata, &tensors, dir.path())["tensors"].clone();
         let golden: Json = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let theirs = &golden["tensors"];
         if ours.as_array().map(Vec::len) != theirs.as_array().map(Vec::len) {

@@ -6,28 +6,11 @@
 
 use serde_json::Value as Json;
 
+use super::Keys;
 use super::checkpoint::Checkpoint;
 use super::tensors::OutType;
 use crate::model::Value;
 use crate::ops::quantize::QUANTIZATION_VERSION;
-
-/// Keys in insertion order; writing a key again keeps its first place and
-/// takes the new value, as the converter's dict does.
-#[derive(Default)]
-pub struct Keys(Vec<(String, Value)>);
-
-impl Keys {
-    fn set(&mut self, key: String, value: Value) {
-        match self.0.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, v)) => *v = value,
-            None => self.0.push((key, value)),
-        }
-    }
-
-    pub fn into_vec(self) -> Vec<(String, Value)> {
-        self.0
-    }
-}
 
 /// `general.file_type` of an outtype (llama's ftype numbers).
 fn file_type(outtype: OutType) -> u32 {

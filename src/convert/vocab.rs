@@ -1,0 +1,437 @@
+//! The tokenizer keys of a converted checkpoint (`tokenizer.*`), as
+//! `convert_hf_to_gguf.py` writes them: a SentencePiece vocabulary from
+//! `tokenizer.model` (LLaMA, Mistral, Gemma 3, and Phi-3's own variant) or a
+//! GPT-2 BPE one from `tokenizer.json` (Qwen2, Qwen3), then gguf-py's
+//! `SpecialVocab`: merges, special token ids, add-token flags, chat template
+//! (reference: sec. 7 of `docs/notes/convert-hf-reference.md`).
+
+use std::path::Path;
+
+use serde_json::Value as Json;
+
+use super::Keys;
+use super::checkpoint::Checkpoint;
+use super::tensors::ConvertError;
+use crate::formats::sentencepiece::{PieceType, SentencePieceModel};
+use crate::model::{Array, GgufString, Value};
+
+/// GGUF token types (`tokenizer.ggml.token_type`).
+const NORMAL: i32 = 1;
+const UNKNOWN: i32 = 2;
+const CONTROL: i32 = 3;
+const USER_DEFINED: i32 = 4;
+const UNUSED: i32 = 5;
+const BYTE: i32 = 6;
+
+/// `SpecialVocab`'s token kinds, in its order.
+const SPECIAL_TYPES: [&str; 7] = ["bos", "eos", "unk", "sep", "pad", "cls", "mask"];
+
+/// Writes the tokenizer keys of `family`'s checkpoint; `pre` names the BPE
+/// pre-tokenizer (the converter tells it by hashing a tokenization, which
+/// needs the Hugging Face tokenizer itself).
+pub fn tokenizer_keys(ckpt: &Checkpoint, family: &str, pre: &str, keys: &mut Keys) -> Result<(), ConvertError> {
+    let dir = &ckpt.dir;
+    let tokenizer_config = read_json(&dir.join("tokenizer_config.json"))?;
+    match family {
+        "phi3" => {
+            let class = tokenizer_config.as_ref().and_then(|c| c.get("tokenizer_class")).and_then(Json::as_str);
+            if class == Some("GPT2Tokenizer") {
+                return gpt2(ckpt, pre, keys);
+            }
+            let (tokens, scores, types) = sentencepiece_lists(ckpt, true)?;
+            sentencepiece_keys(tokens, scores, types, dir, keys)
+        }
+        "llama" | "gemma3" | "qwen2" | "qwen3" if dir.join("tokenizer.model").is_file() => {
+            if family == "llama"
+                && let Some(Json::Bool(add)) = tokenizer_config.as_ref().and_then(|c| c.get("add_prefix_space"))
+            {
+                keys.set("tokenizer.ggml.add_space_prefix".into(), Value::Bool(*add));
+            }
+            let (tokens, scores, types) = sentencepiece_lists(ckpt, false)?;
+            sentencepiece_keys(tokens, scores, types, dir, keys)?;
+            if family == "gemma3" {
+                keys.set("tokenizer.ggml.add_space_prefix".into(), Value::Bool(false));
+            }
+            Ok(())
+        }
+        _ => gpt2(ckpt, pre, keys),
+    }
+}
+
+fn read_json(path: &Path) -> Result<Option<Json>, ConvertError> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| ConvertError::Config(format!("{}: {e}", path.display())))?;
+    serde_json::from_str(&text).map(Some).map_err(|e| ConvertError::Config(format!("{}: {e}", path.display())))
+}
+
+/// The converter's `does_token_look_special`.
+fn looks_special(text: &str) -> bool {
+    matches!(text, "<pad>" | "<mask>" | "<2mass>" | "[@BOS@]")
+        || (text.starts_with("<|") && text.ends_with("|>"))
+        || (text.starts_with("<｜") && text.ends_with("｜>"))
+        || (text.starts_with("<unused") && text.ends_with('>'))
+}
+
+type Lists = (Vec<String>, Vec<f32>, Vec<i32>);
+
+/// Tokens, scores and types from `tokenizer.model`, overlaid with
+/// `added_tokens.json` and `tokenizer_config.json`'s `added_tokens_decoder`
+/// (Phi-3's variant: no look-special test, no `▁` replacement, then
+/// `tokenizer.json`'s `added_tokens` too).
+fn sentencepiece_lists(ckpt: &Checkpoint, phi3: bool) -> Result<Lists, ConvertError> {
+    let model =
+        SentencePieceModel::load(&ckpt.dir.join("tokenizer.model")).map_err(|e| ConvertError::Config(e.to_string()))?;
+    let config_vocab = if phi3 {
+        ckpt.config.get("vocab_size")
+    } else {
+        ckpt.hparam(&["vocab_size_per_layer_input", "vocab_size"]).filter(|v| !v.is_null())
+    };
+    let vocab_size = config_vocab.and_then(Json::as_u64).map_or(model.pieces.len(), |n| n as usize);
+    let mut tokens: Vec<String> = (0..vocab_size).map(|i| format!("[PAD{i}]")).collect();
+    let mut scores = vec![-10000.0f32; vocab_size];
+    let mut types = vec![UNUSED; vocab_size];
+    for (id, piece) in model.pieces.iter().enumerate().take(vocab_size) {
+        tokens[id] = piece.piece.clone();
+        scores[id] = piece.score;
+        types[id] = match piece.kind {
+            PieceType::Unknown => UNKNOWN,
+            PieceType::Control => CONTROL,
+            PieceType::Unused => UNUSED,
+            PieceType::Byte => BYTE,
+            PieceType::Normal | PieceType::UserDefined => NORMAL,
+        };
+    }
+    if let Some(Json::Object(added)) = read_json(&ckpt.dir.join("added_tokens.json"))? {
+        for (text, id) in added {
+            let Some(id) = id.as_u64().map(|i| i as usize).filter(|&i| i < vocab_size) else { continue };
+            (tokens[id], scores[id], types[id]) = (text, -1000.0, USER_DEFINED);
+        }
+    }
+    let config = read_json(&ckpt.dir.join("tokenizer_config.json"))?;
+    if let Some(Json::Object(decoder)) = config.as_ref().and_then(|c| c.get("added_tokens_decoder")) {
+        for (id, data) in decoder {
+            let Some(id) = id.parse::<usize>().ok().filter(|&i| i < vocab_size) else { continue };
+            let content = data.get("content").and_then(Json::as_str).unwrap_or_default();
+            let special = data.get("special").and_then(Json::as_bool).unwrap_or(false);
+            let (text, kind) = if phi3 {
+                (content.to_owned(), if special { CONTROL } else { USER_DEFINED })
+            } else if special || looks_special(content) {
+                (content.to_owned(), CONTROL)
+            } else {
+                (content.replace('▁', " "), USER_DEFINED)
+            };
+            (tokens[id], scores[id], types[id]) = (text, -1000.0, kind);
+        }
+    }
+    if phi3 && let Some(tokenizer) = read_json(&ckpt.dir.join("tokenizer.json"))? {
+        for data in tokenizer.get("added_tokens").and_then(Json::as_array).into_iter().flatten() {
+            let Some(id) = data.get("id").and_then(Json::as_u64).map(|i| i as usize).filter(|&i| i < vocab_size) else {
+                continue;
+            };
+            let content = data.get("content").and_then(Json::as_str).unwrap_or_default();
+            let special = data.get("special").and_then(Json::as_bool).unwrap_or(false);
+            (tokens[id], scores[id], types[id]) =
+                (content.to_owned(), -1000.0, if special { CONTROL } else { USER_DEFINED });
+        }
+    }
+    Ok((tokens, scores, types))
+}
+
+fn sentencepiece_keys(
+    tokens: Vec<String>,
+    scores: Vec<f32>,
+    types: Vec<i32>,
+    dir: &Path,
+    keys: &mut Keys,
+) -> Result<(), ConvertError> {
+    let n_vocab = tokens.len();
+    keys.set("tokenizer.ggml.model".into(), Value::string("llama"));
+    keys.set("tokenizer.ggml.pre".into(), Value::string("default"));
+    keys.set("tokenizer.ggml.tokens".into(), string_array(tokens));
+    keys.set("tokenizer.ggml.scores".into(), Value::Array(Array::F32(scores)));
+    keys.set("tokenizer.ggml.token_type".into(), Value::Array(Array::I32(types)));
+    SpecialVocab::load(dir, false, Some(n_vocab))?.write(keys);
+    Ok(())
+}
+
+fn string_array(strings: Vec<String>) -> Value {
+    Value::Array(Array::String(strings.into_iter().map(GgufString::from).collect()))
+}
+
+/// A GPT-2 BPE vocabulary from `tokenizer.json`: the model's vocabulary and
+/// the added tokens by id, `[PADn]` for ids neither has.
+fn gpt2(ckpt: &Checkpoint, pre: &str, keys: &mut Keys) -> Result<(), ConvertError> {
+    let tokenizer = read_json(&ckpt.dir.join("tokenizer.json"))?
+        .ok_or_else(|| ConvertError::Config(format!("{}: no tokenizer.model or tokenizer.json", ckpt.dir.display())))?;
+    let vocab = tokenizer["model"]["vocab"]
+        .as_object()
+        .ok_or_else(|| ConvertError::Config("tokenizer.json: no model.vocab".into()))?;
+    let added: Vec<&Json> = tokenizer.get("added_tokens").and_then(Json::as_array).into_iter().flatten().collect();
+    let mut by_id: std::collections::BTreeMap<usize, (String, Option<bool>)> = std::collections::BTreeMap::new();
+    for (text, id) in vocab {
+        if let Some(id) = id.as_u64() {
+            by_id.insert(id as usize, (text.clone(), None));
+        }
+    }
+    for data in &added {
+        if let (Some(id), Some(content)) =
+            (data.get("id").and_then(Json::as_u64), data.get("content").and_then(Json::as_str))
+        {
+            let special = data.get("special").and_then(Json::as_bool).unwrap_or(false);
+            by_id.insert(id as usize, (content.to_owned(), Some(special)));
+        }
+    }
+    let vocab_size = ckpt.config.get("vocab_size").and_then(Json::as_u64).map_or(by_id.len(), |n| n as usize);
+    let mut tokens = Vec::with_capacity(vocab_size);
+    let mut types = Vec::with_capacity(vocab_size);
+    for i in 0..vocab_size {
+        match by_id.get(&i) {
+            None => {
+                tokens.push(format!("[PAD{i}]"));
+                types.push(UNUSED);
+            }
+            Some((text, None)) => {
+                tokens.push(text.clone());
+                types.push(NORMAL);
+            }
+            Some((text, Some(special))) => {
+                if *special || looks_special(text) {
+                    tokens.push(text.clone());
+                    types.push(CONTROL);
+                } else {
+                    tokens.push(text.replace('▁', " "));
+                    types.push(USER_DEFINED);
+                }
+            }
+        }
+    }
+    keys.set("tokenizer.ggml.model".into(), Value::string("gpt2"));
+    keys.set("tokenizer.ggml.pre".into(), Value::string(pre));
+    keys.set("tokenizer.ggml.tokens".into(), string_array(tokens));
+    keys.set("tokenizer.ggml.token_type".into(), Value::Array(Array::I32(types)));
+    SpecialVocab::load(&ckpt.dir, true, None)?.write(keys);
+    Ok(())
+}
+
+/// gguf-py's `SpecialVocab`: what it reads from `tokenizer.json`,
+/// `tokenizer_config.json` and `config.json`, in its insertion orders.
+struct SpecialVocab {
+    merges: Vec<String>,
+    ids: Vec<(String, u64)>,
+    add: Vec<(String, bool)>,
+    chat_template: Option<String>,
+    n_vocab: Option<usize>,
+}
+
+impl SpecialVocab {
+    fn load(dir: &Path, load_merges: bool, n_vocab: Option<usize>) -> Result<SpecialVocab, ConvertError> {
+        let mut v = SpecialVocab { merges: Vec::new(), ids: Vec::new(), add: Vec::new(), chat_template: None, n_vocab };
+        let tokenizer = read_json(&dir.join("tokenizer.json"))?;
+        let config = read_json(&dir.join("tokenizer_config.json"))?;
+        let added: Vec<Json> = tokenizer
+            .as_ref()
+            .and_then(|t| t.get("added_tokens"))
+            .and_then(Json::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if let Some(tokenizer) = &tokenizer {
+            if load_merges && let Some(merges) = tokenizer["model"].get("merges").and_then(Json::as_array) {
+                v.merges = merges
+                    .iter()
+                    .filter_map(|m| match m {
+                        Json::String(s) => Some(s.clone()),
+                        // Pairs (transformers ≥ 4.45): spaces inside a part become U+0120.
+                        Json::Array(pair) => Some(
+                            pair.iter()
+                                .filter_map(Json::as_str)
+                                .map(|p| p.replace(' ', "\u{120}"))
+                                .collect::<Vec<_>>()
+                                .join(" "),
+                        ),
+                        _ => None,
+                    })
+                    .collect();
+            }
+            v.post_processor(tokenizer, config.as_ref());
+        }
+        if let Some(config) = config.as_ref().filter(|c| c.as_object().is_some_and(|o| !o.is_empty())) {
+            v.chat_template = match config.get("chat_template") {
+                Some(Json::String(t)) => Some(t.clone()),
+                Some(_) => None,
+                None => chat_template_file(dir)?,
+            };
+            for typ in SPECIAL_TYPES {
+                if let Some(Json::Bool(add)) = config.get(format!("add_{typ}_token").as_str())
+                    && !v.add.iter().any(|(t, _)| t == typ)
+                {
+                    v.add.push((typ.to_owned(), *add));
+                }
+                let content = match config.get(format!("{typ}_token").as_str()) {
+                    Some(Json::String(s)) => s.as_str(),
+                    Some(Json::Object(o)) => match o.get("content") {
+                        Some(Json::String(s)) => s.as_str(),
+                        _ => continue,
+                    },
+                    _ => continue,
+                };
+                let id = added
+                    .iter()
+                    .find(|a| a.get("content").and_then(Json::as_str) == Some(content))
+                    .and_then(|a| a.get("id"));
+                v.set_special(typ, id);
+            }
+        }
+        if let Some(model_config) = read_json(&dir.join("config.json"))? {
+            for typ in SPECIAL_TYPES {
+                let key = format!("{typ}_token_id");
+                let id = model_config
+                    .get(&key)
+                    .filter(|v| !v.is_null())
+                    .or_else(|| model_config.get("text_config")?.get(&key));
+                v.set_special(typ, id);
+            }
+        }
+        Ok(v)
+    }
+
+    /// `_set_special_token`: ints only, below the vocabulary size, first one wins.
+    fn set_special(&mut self, typ: &str, id: Option<&Json>) {
+        let Some(id) = id.and_then(Json::as_u64) else { return };
+        if self.n_vocab.is_some_and(|n| id as usize >= n) || self.ids.iter().any(|(t, _)| t == typ) {
+            return;
+        }
+        self.ids.push((typ.to_owned(), id));
+    }
+
+    /// The add-token flags `tokenizer.json`'s post-processor implies (the
+    /// converter's own crude reading of `ByteLevel`, `RobertaProcessing` and
+    /// `TemplateProcessing`). The converter also rewrites the tokenizer
+    /// config's special tokens in unusual templates (an EOS that differs from
+    /// the template's last token becomes EOT); that is not ported yet.
+    fn post_processor(&mut self, tokenizer: &Json, config: Option<&Json>) {
+        let Some(post) = tokenizer.get("post_processor").filter(|p| !p.is_null()) else { return };
+        let processors: Vec<&Json> = match post.get("processors").and_then(Json::as_array) {
+            Some(list) => list.iter().collect(),
+            None => vec![post],
+        };
+        let config_str = |key: &str| -> Option<String> { config?.get(key)?.as_str().map(str::to_owned) };
+        let special_bos = config_str("bos_token");
+        let special_cls = config_str("cls_token");
+        let special_eos = config_str("eos_token");
+        let special_sep = config_str("sep_token");
+        // Without a tokenizer config the template's own tokens count as BOS and EOS.
+        let no_config = config.is_none_or(|c| c.as_object().is_none_or(|o| o.is_empty()));
+        let set_default = |add: &mut Vec<(String, bool)>, typ: &str, value: bool| {
+            if !add.iter().any(|(t, _)| t == typ) {
+                add.push((typ.to_owned(), value));
+            }
+        };
+        let set = |add: &mut Vec<(String, bool)>, typ: &str, value: bool| match add.iter_mut().find(|(t, _)| t == typ) {
+            Some((_, v)) => *v = value,
+            None => add.push((typ.to_owned(), value)),
+        };
+        let special_id = |entry: &Json| {
+            entry.get("SpecialToken").and_then(|s| s.get("id")).and_then(Json::as_str).map(str::to_owned)
+        };
+        for processor in processors {
+            match processor.get("type").and_then(Json::as_str) {
+                Some("ByteLevel") => {
+                    set_default(&mut self.add, "bos", false);
+                    set_default(&mut self.add, "eos", false);
+                }
+                Some("RobertaProcessing") => {
+                    for typ in ["bos", "eos", "sep"] {
+                        set(&mut self.add, typ, true);
+                    }
+                }
+                Some("TemplateProcessing") => {
+                    let single: Vec<&Json> =
+                        processor.get("single").and_then(Json::as_array).into_iter().flatten().collect();
+                    let pair: Vec<&Json> =
+                        processor.get("pair").and_then(Json::as_array).into_iter().flatten().collect();
+                    let (mut first, mut last) = (None, None);
+                    if single.len() > 1 {
+                        first = special_id(single[0]);
+                        if let Some(f) = &first {
+                            let known = no_config || Some(f) == special_bos.as_ref() || Some(f) == special_cls.as_ref();
+                            set(&mut self.add, "bos", known);
+                        }
+                        last = special_id(single[single.len() - 1]);
+                        if let Some(l) = &last {
+                            set(&mut self.add, "eos", no_config || Some(l) == special_eos.as_ref());
+                        }
+                    }
+                    if !pair.is_empty() {
+                        let start = usize::from(first.is_some() && special_id(pair[0]) == first);
+                        let stop = if last.is_some() && special_id(pair[pair.len() - 1]) == last {
+                            pair.len() - 1
+                        } else {
+                            pair.len()
+                        };
+                        let inner = if start <= stop { &pair[start..stop] } else { &pair[0..0] };
+                        let seq = |e: &Json| {
+                            e.get("Sequence").and_then(|s| s.get("id")).and_then(Json::as_str).map(str::to_owned)
+                        };
+                        if !inner.is_empty()
+                            && seq(inner[0]).as_deref() == Some("A")
+                            && seq(inner[inner.len() - 1]).as_deref() == Some("B")
+                            && inner.len() > 2
+                        {
+                            let middle = &inner[1..inner.len() - 1];
+                            let is_sep = |e: &Json| {
+                                special_id(e).is_some_and(|id| {
+                                    Some(&id) == special_sep.as_ref() || Some(&id) == special_eos.as_ref()
+                                })
+                            };
+                            let mut add_sep = is_sep(middle[0]) && last.is_none();
+                            if middle.len() == 2 && is_sep(middle[1]) {
+                                add_sep = true;
+                            }
+                            set(&mut self.add, "sep", add_sep);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn write(self, keys: &mut Keys) {
+        if !self.merges.is_empty() {
+            keys.set("tokenizer.ggml.merges".into(), string_array(self.merges));
+        }
+        for (typ, id) in self.ids {
+            let key = match typ.as_str() {
+                "bos" => "tokenizer.ggml.bos_token_id",
+                "eos" => "tokenizer.ggml.eos_token_id",
+                "unk" => "tokenizer.ggml.unknown_token_id",
+                "sep" => "tokenizer.ggml.seperator_token_id",
+                "pad" => "tokenizer.ggml.padding_token_id",
+                "mask" => "tokenizer.ggml.mask_token_id",
+                _ => continue,
+            };
+            keys.set(key.into(), Value::U32(id as u32));
+        }
+        for (typ, add) in self.add {
+            if matches!(typ.as_str(), "bos" | "eos" | "sep") {
+                keys.set(format!("tokenizer.ggml.add_{typ}_token"), Value::Bool(add));
+            }
+        }
+        if let Some(template) = self.chat_template.filter(|t| !t.is_empty()) {
+            keys.set("tokenizer.chat_template".into(), Value::string(&template));
+        }
+    }
+}
+
+/// `chat_template.jinja` (read with universal newlines) or `chat_template.json`.
+fn chat_template_file(dir: &Path) -> Result<Option<String>, ConvertError> {
+    let jinja = dir.join("chat_template.jinja");
+    if jinja.is_file() {
+        let text =
+            std::fs::read_to_string(&jinja).map_err(|e| ConvertError::Config(format!("{}: {e}", jinja.display())))?;
+        return Ok(Some(text.replace("\r\n", "\n").replace('\r', "\n")));
+    }
+    Ok(read_json(&dir.join("chat_template.json"))?.and_then(|j| j.get("chat_template")?.as_str().map(str::to_owned)))
+}
