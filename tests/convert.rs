@@ -188,3 +188,33 @@ fn architecture_keys_equal_convert_hf_to_gguf() {
     }
     assert_eq!(checked, 24);
 }
+
+/// The whole file: every byte (its sha256 and size), metadata key for key.
+#[test]
+fn whole_files_equal_convert_hf_to_gguf() {
+    let Some(python) = common::python_with_gguf() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for (stem, checkpoint, outtype, golden) in references() {
+        let (metadata, tensors) = quantforge::convert::convert(&checkpoint, outtype, "qwen2").unwrap();
+        let ours = summarize(&python, &metadata, &tensors, dir.path());
+        if ours["metadata"] != golden["metadata"] {
+            let (a, b) = (ours["metadata"].as_array().unwrap(), golden["metadata"].as_array().unwrap());
+            for (x, y) in a.iter().zip(b) {
+                if x != y {
+                    failures.push(format!("{stem}: ours {x}\n  reference {y}"));
+                    break;
+                }
+            }
+            if a.len() != b.len() {
+                failures.push(format!("{stem}: {} keys, reference {}", a.len(), b.len()));
+            }
+        }
+        for field in ["size", "sha256"] {
+            if ours["file"][field] != golden["file"][field] {
+                failures.push(format!("{stem}: file {field} {} vs {}", ours["file"][field], golden["file"][field]));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
