@@ -69,7 +69,7 @@ fn tokenizer_keys_equal_convert_hf_to_gguf() {
     for (stem, checkpoint, _, golden) in references() {
         let (family, _) = family_of(&checkpoint).unwrap();
         let mut keys = Keys::default();
-        tokenizer_keys(&checkpoint, family.id, "qwen2", &mut keys).unwrap();
+        tokenizer_keys(&checkpoint, family.id, None, &mut keys).unwrap();
         let mut metadata = Metadata::new();
         for (k, v) in keys.into_vec() {
             metadata.set(&k, v);
@@ -196,7 +196,7 @@ fn whole_files_equal_convert_hf_to_gguf() {
     let dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
     for (stem, checkpoint, outtype, golden) in references() {
-        let (metadata, tensors) = quantforge::convert::convert(&checkpoint, outtype, "qwen2").unwrap();
+        let (metadata, tensors) = quantforge::convert::convert(&checkpoint, outtype, None).unwrap();
         let ours = summarize(&python, &metadata, &tensors, dir.path());
         if ours["metadata"] != golden["metadata"] {
             let (a, b) = (ours["metadata"].as_array().unwrap(), golden["metadata"].as_array().unwrap());
@@ -217,4 +217,33 @@ fn whole_files_equal_convert_hf_to_gguf() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn run_quantforge(args: &[&std::ffi::OsStr]) {
+    let output = common::quantforge(args);
+    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[test]
+fn the_command_writes_the_reference_and_quantizes_without_an_f16_file() {
+    let Some(python) = common::python_with_gguf() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let data = common::repo().join("tests/data/convert");
+    let checkpoint = data.join("checkpoints/Qwen2.5-Tiny-Instruct");
+    let os = std::ffi::OsStr::new;
+    let f16 = dir.path().join("f16.gguf");
+    run_quantforge(&[os("convert"), checkpoint.as_os_str(), f16.as_os_str()]);
+    let golden: Json =
+        serde_json::from_str(&std::fs::read_to_string(data.join("Qwen2.5-Tiny-Instruct-f16.json")).unwrap()).unwrap();
+    let script = common::repo().join("tests/convert/summarize.py");
+    let summary = Command::new(&python).arg(script).arg(&f16).output().unwrap();
+    let summary: Json = serde_json::from_slice(&summary.stdout).unwrap();
+    assert_eq!(summary["file"]["sha256"], golden["file"]["sha256"]);
+
+    // A preset quantizes the checkpoint's own values: the same bytes as quantizing the F32 conversion.
+    let (direct, f32, via) = (dir.path().join("direct.gguf"), dir.path().join("f32.gguf"), dir.path().join("via.gguf"));
+    run_quantforge(&[os("convert"), checkpoint.as_os_str(), direct.as_os_str(), os("--outtype"), os("Q4_K_M")]);
+    run_quantforge(&[os("convert"), checkpoint.as_os_str(), f32.as_os_str(), os("--outtype"), os("f32")]);
+    run_quantforge(&[os("quantize"), f32.as_os_str(), via.as_os_str(), os("Q4_K_M")]);
+    assert!(std::fs::read(&direct).unwrap() == std::fs::read(&via).unwrap());
 }

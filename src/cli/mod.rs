@@ -4,6 +4,7 @@
 //! stdout, logs to stderr; a closed pipe ends the program quietly.
 
 mod cache;
+mod convert;
 mod diff;
 mod inspect;
 mod plan_quant;
@@ -93,6 +94,8 @@ enum Command {
         #[command(flatten)]
         cache: CacheArgs,
     },
+    /// Convert a Hugging Face checkpoint to GGUF, as convert_hf_to_gguf.py writes it (or quantized straight away).
+    Convert(convert::ConvertArgs),
     /// Plan per-tensor types that fit a file-size budget with the least weighted error.
     PlanQuant(plan_quant::PlanQuantArgs),
     /// Compare two models tensor by tensor: MAE, RMSE, max abs error, cosine similarity, weighted squared error.
@@ -310,6 +313,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Quantize(args) => quantize::run(*args)?,
         Command::PlanQuant(args) => plan_quant::run(args)?,
+        Command::Convert(args) => convert::run(args)?,
         Command::Dequantize { input, output, ty, threads, cache } => {
             // clap allows only the float type names.
             let options = DequantizeOptions::from_name(&ty).with_context(|| format!("unknown float type `{ty}`"))?;

@@ -26,7 +26,7 @@ use crate::model::{Metadata, TensorInfo};
 pub fn convert(
     ckpt: &Checkpoint,
     outtype: OutType,
-    pre: &str,
+    pre: Option<&str>,
 ) -> Result<(Metadata, Vec<ConvertedTensor>), ConvertError> {
     let (family, arch) = family_of(ckpt)?;
     let tensors = convert_tensors(ckpt, outtype)?;

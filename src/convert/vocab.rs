@@ -28,8 +28,14 @@ const SPECIAL_TYPES: [&str; 7] = ["bos", "eos", "unk", "sep", "pad", "cls", "mas
 
 /// Writes the tokenizer keys of `family`'s checkpoint; `pre` names the BPE
 /// pre-tokenizer (the converter tells it by hashing a tokenization, which
-/// needs the Hugging Face tokenizer itself).
-pub fn tokenizer_keys(ckpt: &Checkpoint, family: &str, pre: &str, keys: &mut Keys) -> Result<(), ConvertError> {
+/// needs the Hugging Face tokenizer itself), by default the family's usual one.
+pub fn tokenizer_keys(ckpt: &Checkpoint, family: &str, pre: Option<&str>, keys: &mut Keys) -> Result<(), ConvertError> {
+    let pre = match (pre, family) {
+        (Some(pre), _) => pre,
+        (None, "qwen2" | "qwen3") => "qwen2",
+        (None, "llama") => "llama-bpe",
+        (None, _) => "default",
+    };
     let dir = &ckpt.dir;
     let tokenizer_config = read_json(&dir.join("tokenizer_config.json"))?;
     match family {
