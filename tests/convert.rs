@@ -247,3 +247,38 @@ fn the_command_writes_the_reference_and_quantizes_without_an_f16_file() {
     run_quantforge(&[os("quantize"), f32.as_os_str(), via.as_os_str(), os("Q4_K_M")]);
     assert!(std::fs::read(&direct).unwrap() == std::fs::read(&via).unwrap());
 }
+
+#[test]
+fn the_recipe_op_writes_what_the_command_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = common::repo().join("tests/data/convert/checkpoints/gemma-3-tiny-it");
+    let os = std::ffi::OsStr::new;
+    let recipe = dir.path().join("convert.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "[recipe]\nname = \"convert\"\n\n[input.hf]\npath = {:?}\n\n[step.gguf]\nop = \"convert\"\nfrom = \"hf\"\n\
+             outtype = [\"bf16\", \"Q4_K_M\"]\n\n[step.out]\nop = \"export\"\nfrom = \"gguf\"\npath = \"gemma-{{outtype}}.gguf\"\n",
+            checkpoint.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let cache = dir.path().join("cache");
+    let run = || {
+        let output =
+            common::quantforge(&[os("run"), recipe.as_os_str(), os("--json"), os("--cache-dir"), cache.as_os_str()]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice::<Json>(&output.stdout).unwrap()
+    };
+    run();
+    for outtype in ["bf16", "Q4_K_M"] {
+        let by_command = dir.path().join(format!("command-{outtype}.gguf"));
+        run_quantforge(&[os("convert"), checkpoint.as_os_str(), by_command.as_os_str(), os("--outtype"), os(outtype)]);
+        let by_recipe = std::fs::read(dir.path().join(format!("gemma-{outtype}.gguf"))).unwrap();
+        assert!(by_recipe == std::fs::read(&by_command).unwrap(), "{outtype}");
+    }
+    let again = run();
+    let statuses: Vec<&str> =
+        again["nodes"].as_array().unwrap().iter().map(|n| n["status"].as_str().unwrap()).collect();
+    assert!(statuses.iter().all(|s| *s != "ran"), "{statuses:?}");
+}

@@ -7,14 +7,12 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use rayon::prelude::*;
 
-use crate::codecs;
-use crate::convert::{Checkpoint, ConvertedTensor, OutType, convert, infos};
+use crate::convert::{Checkpoint, ConvertedTensor, OutType, convert, convert_quantized, infos};
 use crate::formats::gguf::{TensorDataSource, write_gguf};
 use crate::formats::{AtomicOutput, human_bytes};
-use crate::model::{Endian, TensorInfo};
-use crate::ops::quantize::{self, QuantizeOptions, parse_preset};
+use crate::model::Endian;
+use crate::ops::quantize::parse_preset;
 
 #[derive(Debug, clap::Args)]
 pub struct ConvertArgs {
@@ -45,8 +43,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
         Some(outtype) => convert(&checkpoint, outtype, args.pre.as_deref())?,
         None => {
             let ftype = parse_preset(&args.outtype).map_err(|e| anyhow::anyhow!("--outtype: {e}"))?;
-            let (metadata, tensors) = convert(&checkpoint, OutType::F32, args.pre.as_deref())?;
-            quantize_in_memory(metadata, tensors, &QuantizeOptions::new(ftype))?
+            convert_quantized(&checkpoint, ftype, args.pre.as_deref())?
         }
     };
     let mut out =
@@ -62,36 +59,4 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-/// The preset's plan (llama-quantize's mixture, order and metadata) applied
-/// to F32 tensors held in memory.
-fn quantize_in_memory(
-    metadata: crate::model::Metadata,
-    tensors: Vec<ConvertedTensor>,
-    options: &QuantizeOptions,
-) -> anyhow::Result<(crate::model::Metadata, Vec<ConvertedTensor>)> {
-    let plan = quantize::plan(&metadata, &infos(&tensors), options, None)?;
-    let quantized = plan
-        .tensors
-        .par_iter()
-        .map(|planned| {
-            let source = &tensors[planned.input_idx];
-            if !planned.converts() {
-                return Ok(ConvertedTensor { info: planned.info.clone(), data: source.data.clone() });
-            }
-            let info: &TensorInfo = &planned.info;
-            let n_per_row = info.dims[0] as usize;
-            let row_bytes = info.ggml_type.row_size(n_per_row as u64).unwrap_or(0) as usize;
-            let values: Vec<f32> =
-                source.data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-            let mut data = vec![0u8; info.n_bytes() as usize];
-            for (row, dst) in values.chunks_exact(n_per_row).zip(data.chunks_exact_mut(row_bytes)) {
-                codecs::quantize_row(info.ggml_type, row, None, dst)
-                    .with_context(|| format!("tensor {}", info.name))?;
-            }
-            Ok(ConvertedTensor { info: info.clone(), data })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok((plan.metadata, quantized))
 }

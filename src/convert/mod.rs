@@ -19,7 +19,12 @@ pub use hparams::architecture_keys;
 pub use tensors::{ConvertError, ConvertedTensor, OutType, convert_tensors, family_of};
 pub use vocab::tokenizer_keys;
 
+use rayon::prelude::*;
+
+use crate::codecs;
 use crate::model::{Metadata, TensorInfo};
+use crate::ops::quantize::{self, QuantizeOptions};
+use crate::types::FileType;
 
 /// A whole conversion: the metadata in the converter's key order and the
 /// tensors in its tensor order. `pre` names a BPE vocabulary's pre-tokenizer.
@@ -43,6 +48,40 @@ pub fn convert(
         metadata.set(&k, v);
     }
     Ok((metadata, tensors))
+}
+
+/// A conversion quantized to preset `ftype` straight from the checkpoint's
+/// values (converted to F32 in memory, no F16 file in between), with
+/// llama-quantize's plan: its mixture, tensor order and metadata.
+pub fn convert_quantized(
+    ckpt: &Checkpoint,
+    ftype: FileType,
+    pre: Option<&str>,
+) -> Result<(Metadata, Vec<ConvertedTensor>), ConvertError> {
+    let (metadata, tensors) = convert(ckpt, OutType::F32, pre)?;
+    let plan = quantize::plan(&metadata, &infos(&tensors), &QuantizeOptions::new(ftype), None)?;
+    let quantized = plan
+        .tensors
+        .par_iter()
+        .map(|planned| {
+            let source = &tensors[planned.input_idx];
+            let info = &planned.info;
+            if !planned.converts() {
+                return Ok(ConvertedTensor { info: info.clone(), data: source.data.clone() });
+            }
+            let n_per_row = info.dims[0] as usize;
+            let row_bytes = info.ggml_type.row_size(n_per_row as u64).unwrap_or(0) as usize;
+            let values: Vec<f32> =
+                source.data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let mut data = vec![0u8; info.n_bytes() as usize];
+            for (row, dst) in values.chunks_exact(n_per_row).zip(data.chunks_exact_mut(row_bytes)) {
+                codecs::quantize_row(info.ggml_type, row, None, dst)
+                    .map_err(|source| ConvertError::Codec { tensor: info.name.clone(), source })?;
+            }
+            Ok(ConvertedTensor { info: info.clone(), data })
+        })
+        .collect::<Result<Vec<_>, ConvertError>>()?;
+    Ok((plan.metadata, quantized))
 }
 
 /// The tensor descriptors of a conversion, in order.

@@ -52,6 +52,8 @@ pub enum ConvertError {
     Codec { tensor: String, source: CodecError },
     #[error(transparent)]
     Format(#[from] crate::formats::FormatError),
+    #[error(transparent)]
+    Quantize(#[from] crate::ops::quantize::QuantizeError),
 }
 
 pub struct ConvertedTensor {

@@ -75,6 +75,8 @@ pub enum NodeError {
     #[error(transparent)]
     Budget(#[from] budget::BudgetError),
     #[error(transparent)]
+    Convert(#[from] ops::convert::ConvertOpError),
+    #[error(transparent)]
     Rename(#[from] ops::rename::RenameError),
     #[error(transparent)]
     Metadata(#[from] ops::metadata::NoSuchKey),
@@ -184,8 +186,12 @@ impl Engine {
                 ),
                 false => None,
             };
+            let directory = decl.path.is_dir();
             let files = match &index {
                 Some(index) => index.shards(),
+                // A checkpoint directory: its files, by name.
+                None if directory => directory_files(&decl.path)
+                    .map_err(|source| input_err(crate::store::StoreError { path: decl.path.clone(), source }))?,
                 None => ops::split::shard_set(&decl.path).unwrap_or_else(|| vec![decl.path.clone()]),
             };
             let mut shards = Vec::with_capacity(files.len());
@@ -218,6 +224,13 @@ impl Engine {
                 rehashed |= content.rehashed;
             }
             let key = match (&index, shards.as_slice()) {
+                (None, _) if directory => {
+                    let mut key = KeyBuilder::new("input.directory");
+                    for (file, hash) in files.iter().zip(&shards) {
+                        key.str(&file.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()).key(hash);
+                    }
+                    key.finish()
+                }
                 (None, [single]) => *single,
                 (None, _) => {
                     let mut key = KeyBuilder::new("input.split");
@@ -421,6 +434,14 @@ fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
 }
 
+/// The regular files of a checkpoint directory, sorted by name.
+fn directory_files(dir: &std::path::Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect();
+    files.sort();
+    Ok(files)
+}
+
 fn total_bytes(set: &TensorSet) -> u64 {
     set.tensors.iter().map(Tensor::n_bytes).sum()
 }
@@ -553,6 +574,12 @@ impl Shared {
                         ops::load::apply_split(&with_keys, options)?
                     }
                 }
+            }
+            Op::Convert(o) => {
+                let Some(&Source::Input(j)) = node.from.first() else {
+                    return Err(NodeError::Upstream(node.id.clone()));
+                };
+                ops::convert::apply(&self.bound.recipe.inputs[j].path, o, &self.store)?
             }
             Op::Dequantize(o) => ops::quantize::apply(input()?, &o.quantize_options(), None, &self.store)?,
             Op::Quantize(o) => {

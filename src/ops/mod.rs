@@ -1,4 +1,4 @@
-//! Operations. The recipe ops (`load`, `merge-shards`, `dequantize`,
+//! Operations. The recipe ops (`load`, `merge-shards`, `convert`, `dequantize`,
 //! `quantize`, `filter`, `rename`, `set-metadata`, `delete-metadata`,
 //! `assemble`, `unbundle`, `export`) are each a pure
 //! function of their input tensor sets and parameters, one file each, with
@@ -7,6 +7,7 @@
 //! return reports. None parses arguments or prints.
 
 pub mod assemble;
+pub mod convert;
 pub mod dequantize;
 pub mod diff;
 pub mod edit;
@@ -24,6 +25,7 @@ use std::path::PathBuf;
 use crate::recipe::{Diagnostic, OpSpec, Params};
 
 use assemble::UnbundleOptions;
+use convert::ConvertOptions;
 use dequantize::DequantizeOptions;
 use export::ExportOptions;
 use filter::FilterOptions;
@@ -33,9 +35,10 @@ use quantize::QuantizeOptions;
 use rename::RenameOptions;
 
 /// Every recipe op, in the order the docs list them.
-pub const SPECS: [OpSpec; 11] = [
+pub const SPECS: [OpSpec; 12] = [
     load::SPEC,
     load::MERGE_SPEC,
+    convert::SPEC,
     dequantize::SPEC,
     quantize::SPEC,
     filter::SPEC,
@@ -56,6 +59,7 @@ pub fn spec(name: &str) -> Option<&'static OpSpec> {
 pub enum Op {
     Load,
     MergeShards(MergeOptions),
+    Convert(Box<ConvertOptions>),
     Dequantize(DequantizeOptions),
     Quantize(Box<QuantizeOptions>),
     Filter(FilterOptions),
@@ -74,6 +78,7 @@ impl Op {
         Ok(match spec.name {
             "load" => Op::Load,
             "merge-shards" => Op::MergeShards(MergeOptions::from_params(params)?),
+            "convert" => Op::Convert(Box::new(ConvertOptions::from_params(params)?)),
             "dequantize" => Op::Dequantize(DequantizeOptions::from_params(params)?),
             "quantize" => Op::Quantize(Box::new(QuantizeOptions::from_params(params)?)),
             "filter" => Op::Filter(FilterOptions::from_params(params)?),
@@ -94,6 +99,7 @@ impl Op {
         match self {
             Op::Load => &load::SPEC,
             Op::MergeShards(_) => &load::MERGE_SPEC,
+            Op::Convert(_) => &convert::SPEC,
             Op::Dequantize(_) => &dequantize::SPEC,
             Op::Quantize(_) => &quantize::SPEC,
             Op::Filter(_) => &filter::SPEC,
@@ -116,6 +122,7 @@ impl Op {
         match self {
             Op::Load => serde_json::json!({}),
             Op::MergeShards(o) => o.key_params(),
+            Op::Convert(o) => o.key_params(),
             Op::Dequantize(o) => o.key_params(),
             Op::Quantize(o) => o.key_params(),
             Op::Filter(o) => o.key_params(),
@@ -130,6 +137,6 @@ impl Op {
 
     /// Whether the op encodes tensors (so a codec change changes its result).
     pub fn converts(&self) -> bool {
-        matches!(self, Op::Dequantize(_) | Op::Quantize(_))
+        matches!(self, Op::Dequantize(_) | Op::Quantize(_) | Op::Convert(_))
     }
 }
