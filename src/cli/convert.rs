@@ -3,15 +3,12 @@
 //! with a preset (Q4_K_M, …) the tensors are quantized straight from the
 //! checkpoint's values, with no F16 file in between.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::convert::{Checkpoint, ConvertedTensor, OutType, convert, convert_quantized, infos};
-use crate::formats::gguf::{TensorDataSource, write_gguf};
+use crate::convert::{Checkpoint, OutType, convert, convert_quantized, write};
 use crate::formats::{AtomicOutput, human_bytes};
-use crate::model::Endian;
 use crate::ops::quantize::parse_preset;
 
 #[derive(Debug, clap::Args)]
@@ -28,14 +25,6 @@ pub struct ConvertArgs {
     pre: Option<String>,
 }
 
-struct Tensors<'a>(&'a [ConvertedTensor]);
-
-impl TensorDataSource for Tensors<'_> {
-    fn write_tensor(&mut self, tensor_idx: usize, out: &mut dyn Write) -> std::io::Result<()> {
-        out.write_all(&self.0[tensor_idx].data)
-    }
-}
-
 pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let checkpoint = Checkpoint::open(&args.input)?;
@@ -48,7 +37,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
     };
     let mut out =
         AtomicOutput::create(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
-    write_gguf(out.writer(), Endian::Little, &metadata, &infos(&tensors), &mut Tensors(&tensors))?;
+    write(out.writer(), &metadata, &tensors)?;
     out.commit()?;
     let bytes: u64 = tensors.iter().map(|t| t.data.len() as u64).sum();
     eprintln!(

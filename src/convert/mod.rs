@@ -22,7 +22,8 @@ pub use vocab::tokenizer_keys;
 use rayon::prelude::*;
 
 use crate::codecs;
-use crate::model::{Metadata, TensorInfo};
+use crate::formats::gguf::{TensorDataSource, write_gguf};
+use crate::model::{Endian, Metadata, TensorInfo};
 use crate::ops::quantize::{self, QuantizeOptions};
 use crate::types::FileType;
 
@@ -82,6 +83,17 @@ pub fn convert_quantized(
         })
         .collect::<Result<Vec<_>, ConvertError>>()?;
     Ok((plan.metadata, quantized))
+}
+
+/// Writes a conversion as a GGUF file.
+pub fn write(out: &mut dyn std::io::Write, metadata: &Metadata, tensors: &[ConvertedTensor]) -> std::io::Result<()> {
+    struct Data<'a>(&'a [ConvertedTensor]);
+    impl TensorDataSource for Data<'_> {
+        fn write_tensor(&mut self, tensor_idx: usize, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+            out.write_all(&self.0[tensor_idx].data)
+        }
+    }
+    write_gguf(out, Endian::Little, metadata, &infos(tensors), &mut Data(tensors)).map(|_| ())
 }
 
 /// The tensor descriptors of a conversion, in order.
