@@ -228,12 +228,22 @@ struct SpecialVocab {
     ids: Vec<(String, u64)>,
     add: Vec<(String, bool)>,
     chat_template: Option<String>,
+    normalizer_lowercase: Option<bool>,
+    normalizer_strip_accents: Option<bool>,
     n_vocab: Option<usize>,
 }
 
 impl SpecialVocab {
     fn load(dir: &Path, load_merges: bool, n_vocab: Option<usize>) -> Result<SpecialVocab, ConvertError> {
-        let mut v = SpecialVocab { merges: Vec::new(), ids: Vec::new(), add: Vec::new(), chat_template: None, n_vocab };
+        let mut v = SpecialVocab {
+            merges: Vec::new(),
+            ids: Vec::new(),
+            add: Vec::new(),
+            chat_template: None,
+            normalizer_lowercase: None,
+            normalizer_strip_accents: None,
+            n_vocab,
+        };
         let tokenizer = read_json(&dir.join("tokenizer.json"))?;
         let config = read_json(&dir.join("tokenizer_config.json"))?;
         let added: Vec<Json> = tokenizer
@@ -259,6 +269,9 @@ impl SpecialVocab {
                         _ => None,
                     })
                     .collect();
+            }
+            if let Some(normalizer) = tokenizer.get("normalizer").filter(|n| !n.is_null()) {
+                v.normalizer(normalizer);
             }
             v.post_processor(tokenizer, config.as_ref());
         }
@@ -300,6 +313,29 @@ impl SpecialVocab {
             }
         }
         Ok(v)
+    }
+
+    /// The lowercase and strip-accents flags of `tokenizer.json`'s normalizer
+    /// (standalone, a `BertNormalizer`'s attributes, or inside a `Sequence`).
+    fn normalizer(&mut self, normalizer: &Json) {
+        match normalizer.get("type").and_then(Json::as_str) {
+            Some("Lowercase") => self.normalizer_lowercase = Some(true),
+            Some("StripAccents") => self.normalizer_strip_accents = Some(true),
+            Some("BertNormalizer") => {
+                if let Some(v) = normalizer.get("lowercase") {
+                    self.normalizer_lowercase = v.as_bool();
+                }
+                if let Some(v) = normalizer.get("strip_accents") {
+                    self.normalizer_strip_accents = v.as_bool();
+                }
+            }
+            Some("Sequence") => {
+                for inner in normalizer.get("normalizers").and_then(Json::as_array).into_iter().flatten() {
+                    self.normalizer(inner);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// `_set_special_token`: ints only, below the vocabulary size, first one wins.
@@ -428,6 +464,12 @@ impl SpecialVocab {
         if let Some(template) = self.chat_template.filter(|t| !t.is_empty()) {
             keys.set("tokenizer.chat_template".into(), Value::string(&template));
         }
+        if let Some(lowercase) = self.normalizer_lowercase {
+            keys.set("tokenizer.ggml.normalizer.lowercase".into(), Value::Bool(lowercase));
+        }
+        if let Some(strip) = self.normalizer_strip_accents {
+            keys.set("tokenizer.ggml.normalizer.strip_accents".into(), Value::Bool(strip));
+        }
     }
 }
 
@@ -440,4 +482,51 @@ fn chat_template_file(dir: &Path) -> Result<Option<String>, ConvertError> {
         return Ok(Some(text.replace("\r\n", "\n").replace('\r', "\n")));
     }
     Ok(read_json(&dir.join("chat_template.json"))?.and_then(|j| j.get("chat_template")?.as_str().map(str::to_owned)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn empty() -> SpecialVocab {
+        SpecialVocab {
+            merges: Vec::new(),
+            ids: Vec::new(),
+            add: Vec::new(),
+            chat_template: None,
+            normalizer_lowercase: None,
+            normalizer_strip_accents: None,
+            n_vocab: None,
+        }
+    }
+
+    #[test]
+    fn normalizer_flags_nest_like_gguf_py() {
+        let mut v = empty();
+        let sequence = serde_json::json!({"type": "Sequence", "normalizers": [
+            {"type": "NFD"}, {"type": "Lowercase"}, {"type": "BertNormalizer", "strip_accents": false}
+        ]});
+        v.normalizer(&sequence);
+        assert_eq!((v.normalizer_lowercase, v.normalizer_strip_accents), (Some(true), Some(false)));
+        let mut keys = Keys::default();
+        v.write(&mut keys);
+        let written: Vec<String> = keys.into_vec().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(written, ["tokenizer.ggml.normalizer.lowercase", "tokenizer.ggml.normalizer.strip_accents"]);
+    }
+
+    #[test]
+    fn special_ids_keep_the_first_and_respect_the_vocabulary() {
+        let mut v = SpecialVocab { n_vocab: Some(10), ..empty() };
+        v.set_special("bos", Some(&serde_json::json!(1)));
+        v.set_special("bos", Some(&serde_json::json!(2)));
+        v.set_special("eos", Some(&serde_json::json!(10)));
+        v.set_special("pad", Some(&serde_json::json!([1, 2])));
+        assert_eq!(v.ids, [("bos".to_owned(), 1)]);
+    }
+
+    #[test]
+    fn look_special_heuristic() {
+        assert!(looks_special("<|im_start|>") && looks_special("<unused12>") && looks_special("<pad>"));
+        assert!(!looks_special("<think>") && !looks_special("hello"));
+    }
 }
