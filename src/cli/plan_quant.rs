@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::formats::parse_size;
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
-use crate::ops::quantize::{QuantizeOptions, load_imatrix, parse_preset};
-use crate::quant::budget::{BudgetPlan, Model, Target, plan_budget};
+use crate::ops::quantize::{QuantizeOptions, load_imatrix};
+use crate::quant::budget::{BudgetPlan, Model, Target, plan_budget, probe_preset};
 
 #[derive(Debug, clap::Args)]
 pub struct PlanQuantArgs {
@@ -58,7 +58,7 @@ pub fn run(args: PlanQuantArgs) -> anyhow::Result<()> {
 
 /// Options that leave every choice to the planner.
 pub fn base_options() -> QuantizeOptions {
-    QuantizeOptions::new(parse_preset("Q8_0").expect("Q8_0 is a preset"))
+    QuantizeOptions::new(probe_preset())
 }
 
 /// Plans `input` under `target`, `base` supplying the options beyond the types.

@@ -159,23 +159,18 @@ fn super_block_weights(x: &[f32], quant_weights: Option<&[f32]>, weights: &mut [
 /// each 32-value sub-block of `x`, [`BATCH`] sub-blocks at a time with the
 /// vector kernel of `level` where the machine has it.
 fn sub_block_scales(level: Level, x: &[f32], weights: &[f32], scales: &mut [f32]) {
-    let span = SUB_BLOCK * BATCH;
-    let batched = scales.len() / BATCH * BATCH;
+    let mut batched = 0;
     #[cfg(target_arch = "x86_64")]
-    let batched = if level >= Level::Avx2 && Level::Avx2.is_supported() {
+    if level >= Level::Avx2 && Level::Avx2.is_supported() {
+        let span = SUB_BLOCK * BATCH;
         for ((x, w), s) in x.chunks_exact(span).zip(weights.chunks_exact(span)).zip(scales.chunks_exact_mut(BATCH)) {
             // SAFETY: AVX2 is present (checked just above).
             s.copy_from_slice(&unsafe { super::x86_search::iq4_scales_x8(x, w) });
         }
-        batched
-    } else {
-        0
-    };
+        batched = scales.len() / BATCH * BATCH;
+    }
     #[cfg(not(target_arch = "x86_64"))]
-    let batched = {
-        let _ = (level, batched);
-        0
-    };
+    let _ = level;
     for (ib, scale) in scales.iter_mut().enumerate().skip(batched) {
         *scale = sub_block_scale(&x[ib * SUB_BLOCK..][..SUB_BLOCK], &weights[ib * SUB_BLOCK..][..SUB_BLOCK]);
     }

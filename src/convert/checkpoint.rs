@@ -64,14 +64,17 @@ impl Checkpoint {
     /// its first place and takes the later shard's data.
     pub fn tensor_order(&self) -> Vec<(usize, usize)> {
         let mut order: Vec<(usize, usize)> = Vec::new();
+        let mut place: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         for (s, shard) in self.shards.iter().enumerate() {
             let mut indices: Vec<usize> = (0..shard.tensors.len()).collect();
             indices.sort_by(|&a, &b| shard.tensors[a].name.cmp(&shard.tensors[b].name));
             for t in indices {
-                let name = &shard.tensors[t].name;
-                match order.iter_mut().find(|(s0, t0)| self.shards[*s0].tensors[*t0].name == *name) {
-                    Some(slot) => *slot = (s, t),
-                    None => order.push((s, t)),
+                match place.get(shard.tensors[t].name.as_str()) {
+                    Some(&at) => order[at] = (s, t),
+                    None => {
+                        place.insert(&shard.tensors[t].name, order.len());
+                        order.push((s, t));
+                    }
                 }
             }
         }
@@ -85,6 +88,19 @@ impl Checkpoint {
 }
 
 fn read_json(path: &Path) -> Result<Json, CheckpointError> {
+    read_optional_json(path)?.ok_or_else(|| CheckpointError::Io {
+        path: path.to_owned(),
+        source: std::io::Error::from(std::io::ErrorKind::NotFound),
+    })
+}
+
+/// A JSON file of the checkpoint, or `None` if it has none.
+pub(super) fn read_optional_json(path: &Path) -> Result<Option<Json>, CheckpointError> {
+    if !path.is_file() {
+        return Ok(None);
+    }
     let text = std::fs::read_to_string(path).map_err(|source| CheckpointError::Io { path: path.to_owned(), source })?;
-    serde_json::from_str(&text).map_err(|e| CheckpointError::Json { path: path.to_owned(), problem: e.to_string() })
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| CheckpointError::Json { path: path.to_owned(), problem: e.to_string() })
 }

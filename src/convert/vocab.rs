@@ -10,7 +10,7 @@ use std::path::Path;
 use serde_json::Value as Json;
 
 use super::Keys;
-use super::checkpoint::Checkpoint;
+use super::checkpoint::{Checkpoint, read_optional_json};
 use super::tensors::ConvertError;
 use crate::formats::sentencepiece::{PieceType, SentencePieceModel};
 use crate::model::{Array, GgufString, Value};
@@ -36,40 +36,46 @@ pub fn tokenizer_keys(ckpt: &Checkpoint, family: &str, pre: Option<&str>, keys: 
         (None, "llama") => "llama-bpe",
         (None, _) => "default",
     };
-    let dir = &ckpt.dir;
-    let tokenizer_config = read_json(&dir.join("tokenizer_config.json"))?;
+    let files = TokenizerFiles::read(&ckpt.dir)?;
     match family {
         "phi3" => {
-            let class = tokenizer_config.as_ref().and_then(|c| c.get("tokenizer_class")).and_then(Json::as_str);
+            let class = files.config.as_ref().and_then(|c| c.get("tokenizer_class")).and_then(Json::as_str);
             if class == Some("GPT2Tokenizer") {
-                return gpt2(ckpt, pre, keys);
+                return gpt2(ckpt, &files, pre, keys);
             }
-            let (tokens, scores, types) = sentencepiece_lists(ckpt, true)?;
-            sentencepiece_keys(tokens, scores, types, dir, keys)
+            let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, true)?;
+            sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)
         }
-        "llama" | "gemma3" | "qwen2" | "qwen3" if dir.join("tokenizer.model").is_file() => {
+        "llama" | "gemma3" | "qwen2" | "qwen3" if ckpt.dir.join("tokenizer.model").is_file() => {
             if family == "llama"
-                && let Some(Json::Bool(add)) = tokenizer_config.as_ref().and_then(|c| c.get("add_prefix_space"))
+                && let Some(Json::Bool(add)) = files.config.as_ref().and_then(|c| c.get("add_prefix_space"))
             {
                 keys.set("tokenizer.ggml.add_space_prefix".into(), Value::Bool(*add));
             }
-            let (tokens, scores, types) = sentencepiece_lists(ckpt, false)?;
-            sentencepiece_keys(tokens, scores, types, dir, keys)?;
+            let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, false)?;
+            sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)?;
             if family == "gemma3" {
                 keys.set("tokenizer.ggml.add_space_prefix".into(), Value::Bool(false));
             }
             Ok(())
         }
-        _ => gpt2(ckpt, pre, keys),
+        _ => gpt2(ckpt, &files, pre, keys),
     }
 }
 
-fn read_json(path: &Path) -> Result<Option<Json>, ConvertError> {
-    if !path.is_file() {
-        return Ok(None);
+/// `tokenizer.json` and `tokenizer_config.json`, read once (either may be absent).
+struct TokenizerFiles {
+    tokenizer: Option<Json>,
+    config: Option<Json>,
+}
+
+impl TokenizerFiles {
+    fn read(dir: &Path) -> Result<TokenizerFiles, ConvertError> {
+        Ok(TokenizerFiles {
+            tokenizer: read_optional_json(&dir.join("tokenizer.json"))?,
+            config: read_optional_json(&dir.join("tokenizer_config.json"))?,
+        })
     }
-    let text = std::fs::read_to_string(path).map_err(|e| ConvertError::Config(format!("{}: {e}", path.display())))?;
-    serde_json::from_str(&text).map(Some).map_err(|e| ConvertError::Config(format!("{}: {e}", path.display())))
 }
 
 /// The converter's `does_token_look_special`.
@@ -86,7 +92,7 @@ type Lists = (Vec<String>, Vec<f32>, Vec<i32>);
 /// `added_tokens.json` and `tokenizer_config.json`'s `added_tokens_decoder`
 /// (Phi-3's variant: no look-special test, no `▁` replacement, then
 /// `tokenizer.json`'s `added_tokens` too).
-fn sentencepiece_lists(ckpt: &Checkpoint, phi3: bool) -> Result<Lists, ConvertError> {
+fn sentencepiece_lists(ckpt: &Checkpoint, files: &TokenizerFiles, phi3: bool) -> Result<Lists, ConvertError> {
     let model =
         SentencePieceModel::load(&ckpt.dir.join("tokenizer.model")).map_err(|e| ConvertError::Config(e.to_string()))?;
     let config_vocab = if phi3 {
@@ -109,14 +115,13 @@ fn sentencepiece_lists(ckpt: &Checkpoint, phi3: bool) -> Result<Lists, ConvertEr
             PieceType::Normal | PieceType::UserDefined => NORMAL,
         };
     }
-    if let Some(Json::Object(added)) = read_json(&ckpt.dir.join("added_tokens.json"))? {
+    if let Some(Json::Object(added)) = read_optional_json(&ckpt.dir.join("added_tokens.json"))? {
         for (text, id) in added {
             let Some(id) = id.as_u64().map(|i| i as usize).filter(|&i| i < vocab_size) else { continue };
             (tokens[id], scores[id], types[id]) = (text, -1000.0, USER_DEFINED);
         }
     }
-    let config = read_json(&ckpt.dir.join("tokenizer_config.json"))?;
-    if let Some(Json::Object(decoder)) = config.as_ref().and_then(|c| c.get("added_tokens_decoder")) {
+    if let Some(Json::Object(decoder)) = files.config.as_ref().and_then(|c| c.get("added_tokens_decoder")) {
         for (id, data) in decoder {
             let Some(id) = id.parse::<usize>().ok().filter(|&i| i < vocab_size) else { continue };
             let content = data.get("content").and_then(Json::as_str).unwrap_or_default();
@@ -131,7 +136,7 @@ fn sentencepiece_lists(ckpt: &Checkpoint, phi3: bool) -> Result<Lists, ConvertEr
             (tokens[id], scores[id], types[id]) = (text, -1000.0, kind);
         }
     }
-    if phi3 && let Some(tokenizer) = read_json(&ckpt.dir.join("tokenizer.json"))? {
+    if phi3 && let Some(tokenizer) = &files.tokenizer {
         for data in tokenizer.get("added_tokens").and_then(Json::as_array).into_iter().flatten() {
             let Some(id) = data.get("id").and_then(Json::as_u64).map(|i| i as usize).filter(|&i| i < vocab_size) else {
                 continue;
@@ -149,7 +154,8 @@ fn sentencepiece_keys(
     tokens: Vec<String>,
     scores: Vec<f32>,
     types: Vec<i32>,
-    dir: &Path,
+    ckpt: &Checkpoint,
+    files: &TokenizerFiles,
     keys: &mut Keys,
 ) -> Result<(), ConvertError> {
     let n_vocab = tokens.len();
@@ -158,7 +164,7 @@ fn sentencepiece_keys(
     keys.set("tokenizer.ggml.tokens".into(), string_array(tokens));
     keys.set("tokenizer.ggml.scores".into(), Value::Array(Array::F32(scores)));
     keys.set("tokenizer.ggml.token_type".into(), Value::Array(Array::I32(types)));
-    SpecialVocab::load(dir, false, Some(n_vocab))?.write(keys);
+    SpecialVocab::load(ckpt, files, false, Some(n_vocab))?.write(keys);
     Ok(())
 }
 
@@ -168,8 +174,10 @@ fn string_array(strings: Vec<String>) -> Value {
 
 /// A GPT-2 BPE vocabulary from `tokenizer.json`: the model's vocabulary and
 /// the added tokens by id, `[PADn]` for ids neither has.
-fn gpt2(ckpt: &Checkpoint, pre: &str, keys: &mut Keys) -> Result<(), ConvertError> {
-    let tokenizer = read_json(&ckpt.dir.join("tokenizer.json"))?
+fn gpt2(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Keys) -> Result<(), ConvertError> {
+    let tokenizer = files
+        .tokenizer
+        .as_ref()
         .ok_or_else(|| ConvertError::Config(format!("{}: no tokenizer.model or tokenizer.json", ckpt.dir.display())))?;
     let vocab = tokenizer["model"]["vocab"]
         .as_object()
@@ -217,12 +225,13 @@ fn gpt2(ckpt: &Checkpoint, pre: &str, keys: &mut Keys) -> Result<(), ConvertErro
     keys.set("tokenizer.ggml.pre".into(), Value::string(pre));
     keys.set("tokenizer.ggml.tokens".into(), string_array(tokens));
     keys.set("tokenizer.ggml.token_type".into(), Value::Array(Array::I32(types)));
-    SpecialVocab::load(&ckpt.dir, true, None)?.write(keys);
+    SpecialVocab::load(ckpt, files, true, None)?.write(keys);
     Ok(())
 }
 
 /// gguf-py's `SpecialVocab`: what it reads from `tokenizer.json`,
-/// `tokenizer_config.json` and `config.json`, in its insertion orders.
+/// `tokenizer_config.json` and `config.json` (the checkpoint's), in its
+/// insertion orders.
 struct SpecialVocab {
     merges: Vec<String>,
     ids: Vec<(String, u64)>,
@@ -234,7 +243,12 @@ struct SpecialVocab {
 }
 
 impl SpecialVocab {
-    fn load(dir: &Path, load_merges: bool, n_vocab: Option<usize>) -> Result<SpecialVocab, ConvertError> {
+    fn load(
+        ckpt: &Checkpoint,
+        files: &TokenizerFiles,
+        load_merges: bool,
+        n_vocab: Option<usize>,
+    ) -> Result<SpecialVocab, ConvertError> {
         let mut v = SpecialVocab {
             merges: Vec::new(),
             ids: Vec::new(),
@@ -244,15 +258,10 @@ impl SpecialVocab {
             normalizer_strip_accents: None,
             n_vocab,
         };
-        let tokenizer = read_json(&dir.join("tokenizer.json"))?;
-        let config = read_json(&dir.join("tokenizer_config.json"))?;
-        let added: Vec<Json> = tokenizer
-            .as_ref()
-            .and_then(|t| t.get("added_tokens"))
-            .and_then(Json::as_array)
-            .cloned()
-            .unwrap_or_default();
-        if let Some(tokenizer) = &tokenizer {
+        let (tokenizer, config) = (&files.tokenizer, &files.config);
+        let added: &[Json] =
+            tokenizer.as_ref().and_then(|t| t.get("added_tokens")).and_then(Json::as_array).map_or(&[], Vec::as_slice);
+        if let Some(tokenizer) = tokenizer {
             if load_merges && let Some(merges) = tokenizer["model"].get("merges").and_then(Json::as_array) {
                 v.merges = merges
                     .iter()
@@ -279,7 +288,7 @@ impl SpecialVocab {
             v.chat_template = match config.get("chat_template") {
                 Some(Json::String(t)) => Some(t.clone()),
                 Some(_) => None,
-                None => chat_template_file(dir)?,
+                None => chat_template_file(&ckpt.dir)?,
             };
             for typ in SPECIAL_TYPES {
                 if let Some(Json::Bool(add)) = config.get(format!("add_{typ}_token").as_str())
@@ -302,15 +311,11 @@ impl SpecialVocab {
                 v.set_special(typ, id);
             }
         }
-        if let Some(model_config) = read_json(&dir.join("config.json"))? {
-            for typ in SPECIAL_TYPES {
-                let key = format!("{typ}_token_id");
-                let id = model_config
-                    .get(&key)
-                    .filter(|v| !v.is_null())
-                    .or_else(|| model_config.get("text_config")?.get(&key));
-                v.set_special(typ, id);
-            }
+        for typ in SPECIAL_TYPES {
+            let key = format!("{typ}_token_id");
+            let id =
+                ckpt.config.get(&key).filter(|v| !v.is_null()).or_else(|| ckpt.config.get("text_config")?.get(&key));
+            v.set_special(typ, id);
         }
         Ok(v)
     }
@@ -481,7 +486,8 @@ fn chat_template_file(dir: &Path) -> Result<Option<String>, ConvertError> {
             std::fs::read_to_string(&jinja).map_err(|e| ConvertError::Config(format!("{}: {e}", jinja.display())))?;
         return Ok(Some(text.replace("\r\n", "\n").replace('\r', "\n")));
     }
-    Ok(read_json(&dir.join("chat_template.json"))?.and_then(|j| j.get("chat_template")?.as_str().map(str::to_owned)))
+    Ok(read_optional_json(&dir.join("chat_template.json"))?
+        .and_then(|j| j.get("chat_template")?.as_str().map(str::to_owned)))
 }
 
 #[cfg(test)]

@@ -114,8 +114,7 @@ impl QuantizeOptions {
                 None
             }
             (Some((name, _)), None) => parse_preset(name).map_err(|e| problems.push(p.error("preset", e))).ok(),
-            // The planner labels the file; Q8_0 only decides which tensors are quantizable.
-            (None, Some(_)) => parse_preset("Q8_0").ok(),
+            (None, Some(_)) => Some(crate::quant::budget::probe_preset()),
             (None, None) => None,
         };
         let mut ggml_type = |name: &str| match p.str(name) {

@@ -129,7 +129,7 @@ impl<'a> ErrorWeights<'a> {
         };
         match columns {
             Some(w) => {
-                let w = &w[(row / rows_per_expert.max(1)) * a.len()..][..a.len()];
+                let w = row_columns(w, rows_per_expert, row, a.len());
                 a.iter().zip(b).zip(w).map(|(pair, &w)| f64::from(w) * squared(pair)).sum()
             }
             None => f64::from(self.uncovered) * a.iter().zip(b).map(squared).sum::<f64>(),
@@ -142,6 +142,11 @@ impl<'a> ErrorWeights<'a> {
         let experts = tensor.dims.get(2).copied().unwrap_or(1) as usize;
         Ok((self.columns(tensor)?, rows / experts.max(1)))
     }
+}
+
+/// The column weights of `row`: its expert's slice of a tensor's weights.
+fn row_columns(columns: &[f32], rows_per_expert: usize, row: usize, n_per_row: usize) -> &[f32] {
+    &columns[(row / rows_per_expert.max(1)) * n_per_row..][..n_per_row]
 }
 
 /// A candidate type for one tensor.
@@ -203,6 +208,13 @@ pub struct BudgetPlan {
     pub options: QuantizeOptions,
 }
 
+/// The preset a budgeted quantization is planned from: its mixture only
+/// decides which tensors are quantizable; the written file's preset label
+/// comes from the plan.
+pub fn probe_preset() -> FileType {
+    FileType::from_name("Q8_0").expect("Q8_0 is a llama file type")
+}
+
 /// A model to plan: its metadata, tensors, and where their rows come from.
 pub struct Model<'a> {
     pub metadata: &'a Metadata,
@@ -222,7 +234,7 @@ pub fn plan_budget(
 ) -> Result<BudgetPlan, BudgetError> {
     let tensors = model.tensors;
     let mut probe = base.clone();
-    probe.mixture.ftype = FileType::from_name("Q8_0").expect("Q8_0 is a llama file type");
+    probe.mixture.ftype = probe_preset();
     probe.mixture.tensor_types.clear();
     let probe_plan = quantize::plan(model.metadata, tensors, &probe, imatrix)?;
     let quantizable: Vec<bool> = {
@@ -238,7 +250,7 @@ pub fn plan_budget(
 
     let measured: Vec<Option<(Vec<Candidate>, Stats)>> = (0..tensors.len())
         .into_par_iter()
-        .map(|i| if quantizable[i] { measure(model, i, imatrix, &weights).map(Some) } else { Ok(None) })
+        .map(|i| if quantizable[i] { measure(model, i, &weights).map(Some) } else { Ok(None) })
         .collect::<Result<_, BudgetError>>()?;
 
     let mut planned: Vec<PlannedTensor> = tensors
@@ -388,12 +400,7 @@ fn label(planned: &[PlannedTensor], types: &[Option<GgmlType>]) -> FileType {
 
 /// Each candidate's predicted error on `tensor`, smallest type first, and
 /// the distribution of its sampled rows.
-fn measure(
-    model: &Model,
-    index: usize,
-    imatrix: Option<&ImportanceMatrix>,
-    weights: &ErrorWeights,
-) -> Result<(Vec<Candidate>, Stats), BudgetError> {
+fn measure(model: &Model, index: usize, weights: &ErrorWeights) -> Result<(Vec<Candidate>, Stats), BudgetError> {
     let tensor = &model.tensors[index];
     let codec = |source| BudgetError::Codec { tensor: tensor.name.clone(), source };
     let n_per_row = tensor.dims[0] as usize;
@@ -402,10 +409,7 @@ fn measure(
     let ladder: &[GgmlType] = if whole_super_blocks { &K_LADDER } else { &LEGACY_LADDER };
     let ladder: Vec<GgmlType> =
         ladder.iter().copied().filter(|t| (n_per_row as u64).is_multiple_of(t.block_size())).collect();
-    let importance = match imatrix {
-        Some(m) => m.weights_for(tensor)?,
-        None => None,
-    };
+    // The importance the quantizers steer by is the same column weighting the error is measured with.
     let (columns, rows_per_expert) = weights.for_tensor(tensor)?;
     let sampled: Vec<usize> = (0..SAMPLE_ROWS.min(n_rows)).map(|k| k * n_rows / SAMPLE_ROWS.min(n_rows)).collect();
 
@@ -420,7 +424,7 @@ fn measure(
         encoded.resize(row_size, 0);
         let mut error = 0.0f64;
         for (&r, x) in sampled.iter().zip(rows.chunks_exact(n_per_row)) {
-            let row_importance = importance.map(|w| &w[(r / rows_per_expert.max(1)) * n_per_row..][..n_per_row]);
+            let row_importance = columns.map(|w| row_columns(w, rows_per_expert, r, n_per_row));
             codecs::quantize_row(ty, x, row_importance, &mut encoded).map_err(codec)?;
             codecs::dequantize_row(ty, &encoded, &mut decoded).map_err(codec)?;
             error += weights.row_error(columns, rows_per_expert, r, x, &decoded);
