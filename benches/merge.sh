@@ -6,8 +6,8 @@
 # Splits MODEL with quantforge (MAX_SIZE per shard, default 100M), then
 # ROUNDS times (default 5): `cp MODEL` and `quantforge merge SHARD` into the
 # same directory, each followed by removing its output and preceded by an
-# untimed `sync`. Prints the median
-# wall times and merge throughput as a fraction of cp's. The merged file is
+# untimed `sync`. Prints the median and best
+# wall times, every time measured, and merge throughput as a fraction of cp's. The merged file is
 # checked to equal MODEL byte for byte.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,8 +23,13 @@ trap 'rm -rf "$work"' EXIT
 first=$(ls "$work"/shard-00001-of-*.gguf)
 cat "$model" "$work"/shard-* >/dev/null   # warm the page cache
 
-seconds() { /usr/bin/time -f '%e' -o "$work/time" "$@" >/dev/null 2>&1; cat "$work/time"; }
+seconds() {
+    local start=$EPOCHREALTIME
+    "$@" >/dev/null 2>&1
+    awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.4f\n", b - a }'
+}
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+best() { sort -n | head -1; }
 
 : > "$work/cp"; : > "$work/merge"
 # Each timed command starts with no dirty pages pending (sync, untimed), so
@@ -38,10 +43,13 @@ for _ in $(seq "$rounds"); do
     cmp -s "$model" "$work/merged.gguf" || { echo "merge differs from the original" >&2; exit 1; }
     rm -f "$work/merged.gguf"
 done
-cp_s=$(median < "$work/cp")
-merge_s=$(median < "$work/merge")
 bytes=$(stat -c %s "$model")
-awk -v c="$cp_s" -v m="$merge_s" -v b="$bytes" -v n="$(ls "$work"/shard-* | wc -l)" 'BEGIN {
-    printf "%d bytes in %d shards: cp %.3f s (%.2f GB/s), merge %.3f s (%.2f GB/s), merge/cp throughput %.2f\n",
-        b, n, c, b / c / 1e9, m, b / m / 1e9, c / m
-}'
+echo "$bytes bytes in $(ls "$work"/shard-* | wc -l) shards, $rounds rounds"
+for stat in median best; do
+    awk -v s="$stat" -v c="$($stat < "$work/cp")" -v m="$($stat < "$work/merge")" -v b="$bytes" 'BEGIN {
+        printf "%-6s cp %.3f s (%.2f GB/s), merge %.3f s (%.2f GB/s), merge/cp throughput %.2f\n",
+            s, c, b / c / 1e9, m, b / m / 1e9, c / m
+    }'
+done
+echo "cp:    $(sort -n "$work/cp" | tr '\n' ' ')"
+echo "merge: $(sort -n "$work/merge" | tr '\n' ' ')"

@@ -180,14 +180,14 @@ impl gguf::TensorDataSource for NoTensors {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Array, GgufString, Value};
+    use crate::model::{Array, Value};
 
     #[test]
     fn manifest_round_trips() {
         let mut metadata = Metadata::new();
         metadata.set("general.name", Value::string("tiny"));
         metadata.set("f", Value::F32(f32::NAN));
-        metadata.set("tokens", Value::Array(Array::String(vec![GgufString::from_bytes(vec![0xff, 0x00])])));
+        metadata.set("tokens", Value::Array(Array::String([[0xff, 0x00]].into())));
         let file = Key::of_bytes(b"model");
         let input = Tensor::from_input(file, 3, &TensorInfo::new("w", vec![256, 2], GgmlType::F16));
         let q = Tensor::convert(input, GgmlType::Q4_K, Some(Key::of_bytes(b"weights")));

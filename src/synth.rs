@@ -155,7 +155,7 @@ fn add_vocab(m: &mut Metadata, n_vocab: u64) {
     types.truncate(n_vocab as usize);
     let scores: Vec<f32> = (0..tokens.len()).map(|i| 0.0 - i as f32).collect();
     m.set("tokenizer.ggml.model", Value::string("llama"));
-    m.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
+    m.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens.into_iter().collect())));
     m.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
     m.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     m.set("tokenizer.ggml.bos_token_id", Value::U32(1));

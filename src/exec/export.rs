@@ -84,14 +84,8 @@ fn write_gguf_file(
     let tensors: Vec<&Tensor> = file.plan.tensors.iter().map(|&t| &set.tensors[t]).collect();
     let infos: Vec<_> = tensors.iter().map(|t| t.info()).collect();
     let layout = gguf::write_header(out.writer(), set.endian, &file.plan.metadata, &infos)?;
-    let output: &std::fs::File = out.file()?;
-    for (k, tensor) in tensors.iter().enumerate() {
-        let at = layout.data_offset + layout.tensor_offsets[k];
-        place(m, tensor, output, at)?;
-        let end = at + tensor.n_bytes();
-        write_zeros_at(output, end, gguf::align_up(end, layout.alignment) - end)?;
-        bar.inc(tensor.n_bytes());
-    }
+    let offsets: Vec<u64> = layout.tensor_offsets.iter().map(|o| layout.data_offset + o).collect();
+    place_all(m, &tensors, &offsets, layout.alignment, out.file()?, bar)?;
     Ok(layout.file_len)
 }
 
@@ -116,19 +110,40 @@ fn write_safetensors_file(
     let layout = header_bytes(&entries, (!metadata.is_empty()).then_some(metadata.as_slice()))
         .map_err(WriteFailure::SafeTensors)?;
     out.writer().write_all(&layout.header)?;
-    let output: &std::fs::File = out.file()?;
     let data = layout.header.len() as u64;
-    for &e in &layout.order {
-        place(m, tensors[e], output, data + layout.data_offsets[e].0)?;
-        bar.inc(tensors[e].n_bytes());
-    }
+    let in_order: Vec<&Tensor> = layout.order.iter().map(|&e| tensors[e]).collect();
+    let offsets: Vec<u64> = layout.order.iter().map(|&e| data + layout.data_offsets[e].0).collect();
+    place_all(m, &in_order, &offsets, 1, out.file()?, bar)?;
     Ok(layout.file_len)
 }
 
-/// Puts a tensor's bytes at `at`: copied if they exist, else encoded.
-fn place(m: &Materializer<'_>, tensor: &Tensor, output: &std::fs::File, at: u64) -> Result<(), MaterializeError> {
-    if !m.copy_at(tensor, output, at)? {
-        m.encode_at(tensor, output, at)?;
+/// Puts each tensor's bytes at its offset (increasing), zeros after each up
+/// to `alignment`: runs that lie in an input file as they will lie here in
+/// one copy each, other existing bytes copied, the rest encoded.
+fn place_all(
+    m: &Materializer<'_>,
+    tensors: &[&Tensor],
+    offsets: &[u64],
+    alignment: u64,
+    output: &std::fs::File,
+    bar: &ProgressBar,
+) -> Result<(), WriteFailure> {
+    let mut k = 0;
+    while k < tensors.len() {
+        let n = match m.copy_run_at(&tensors[k..], &offsets[k..], output)? {
+            0 => {
+                if !m.copy_at(tensors[k], output, offsets[k])? {
+                    m.encode_at(tensors[k], output, offsets[k])?;
+                }
+                1
+            }
+            n => n,
+        };
+        let last = k + n - 1;
+        let end = offsets[last] + tensors[last].n_bytes();
+        write_zeros_at(output, end, gguf::align_up(end, alignment) - end)?;
+        bar.inc(offsets[last] - offsets[k] + tensors[last].n_bytes());
+        k += n;
     }
     Ok(())
 }

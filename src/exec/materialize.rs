@@ -19,7 +19,8 @@ use rayon::prelude::*;
 
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::codecs::{self, CodecError};
-use crate::formats::{FormatError, ModelFile, OpenOptions, copy_file_range_at};
+use crate::formats::{FormatError, ModelFile, OpenOptions, Source};
+use crate::model::StoredLayout;
 use crate::ops::quantize::importance_from_blob;
 use crate::quant::budget::{BudgetError, RowSource};
 use crate::store::{ActionKind, Key, Store, StoreError};
@@ -116,10 +117,43 @@ impl Materializer<'_> {
             TensorData::Convert { .. } => self.cached(&tensor.key),
         };
         let Some(hash) = blob else { return Ok(false) };
-        let file = File::open(self.store.blob_path(&hash)).map_err(io_err)?;
-        copy_file_range_at(&file, 0, out, offset, tensor.n_bytes()).map_err(io_err)?;
+        let blob = Source::open(&self.store.blob_path(&hash), self.files.options)?;
+        blob.copy_range_to_file_at(0, tensor.n_bytes(), out, offset).map_err(io_err)?;
         self.counters.reused.fetch_add(1, Ordering::Relaxed);
         Ok(true)
+    }
+
+    /// Copies, with one copy, the longest run at the head of `tensors` whose
+    /// bytes lie in one input file exactly as they are to lie in `out` (at
+    /// `offsets`): unchanged, spaced alike, only zeros between them — a
+    /// merged shard's whole data section, say. Returns how many it wrote; 0
+    /// when the first's bytes are not in an input file as they are.
+    pub fn copy_run_at(&self, tensors: &[&Tensor], offsets: &[u64], out: &File) -> Result<usize, MaterializeError> {
+        let (Some(first), Some(&out_start)) = (tensors.first(), offsets.first()) else { return Ok(0) };
+        let Some((model, start, len)) = self.input_range(first)? else { return Ok(0) };
+        let mut end = start + len;
+        let mut n = 1;
+        while let (Some(tensor), Some(&out_offset)) = (tensors.get(n), offsets.get(n)) {
+            let Some((next, offset, len)) = self.input_range(tensor)? else { break };
+            let spaced_alike = offset.checked_sub(start) == out_offset.checked_sub(out_start) && offset >= end;
+            if !Arc::ptr_eq(&model, &next) || !spaced_alike || !model.is_zero_range(end, offset - end)? {
+                break;
+            }
+            (end, n) = (offset + len, n + 1);
+        }
+        let io_err = |source| MaterializeError::Io { tensor: first.name.clone(), source };
+        model.copy_range_to_file_at(start, end - start, out, out_start).map_err(io_err)?;
+        self.counters.copied.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// The input file and range holding `tensor`'s bytes as they are, if any.
+    fn input_range(&self, tensor: &Tensor) -> Result<Option<(Arc<ModelFile>, u64, u64)>, MaterializeError> {
+        let TensorData::Input { file, index } = &tensor.data else { return Ok(None) };
+        let model = self.files.model(file)?;
+        let info = self.input_info(&model, *index, tensor)?;
+        let (offset, len) = (info.file_offset, info.stored_len);
+        Ok(matches!(info.layout, StoredLayout::Native).then_some((model, offset, len)))
     }
 
     /// Encodes `tensor` into `out` at `offset` (and a blob).

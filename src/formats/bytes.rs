@@ -75,7 +75,8 @@ impl<'a> ByteReader<'a> {
         FormatError::at(self.path, offset, kind)
     }
 
-    fn need(&self, n: u64, what: Field<'_>) -> Result<()> {
+    /// Fails unless `n` more bytes are left.
+    pub fn need(&self, n: u64, what: Field<'_>) -> Result<()> {
         if n > self.remaining() {
             return Err(self.error(ErrorKind::Truncated {
                 what: what.to_string(),
@@ -112,6 +113,13 @@ impl<'a> ByteReader<'a> {
         let mut buf = vec![0u8; n as usize];
         self.fill(&mut buf, what)?;
         Ok(buf)
+    }
+
+    /// Reads exactly `buf.len()` bytes into `buf`, after checking that the
+    /// file holds them.
+    pub fn read_into(&mut self, buf: &mut [u8], what: Field<'_>) -> Result<()> {
+        self.need(buf.len() as u64, what)?;
+        self.fill(buf, what)
     }
 
     pub fn skip(&mut self, n: u64, what: Field<'_>) -> Result<()> {

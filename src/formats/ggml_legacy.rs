@@ -19,7 +19,9 @@ use half::f16;
 
 use super::bytes::{ByteReader, Field};
 use super::error::{ErrorKind, Result};
-use crate::model::{Array, Endian, GgufString, Metadata, StoredLayout, TensorInfo, Value, element_count, tensor_bytes};
+use crate::model::{
+    Array, Endian, Metadata, StoredLayout, StringArray, TensorInfo, Value, element_count, tensor_bytes,
+};
 use crate::types::{FileType, GgmlType};
 
 /// The magics, as the little-endian `u32` the files start with.
@@ -413,8 +415,8 @@ const SPM_SPACE: &str = "\u{2581}";
 /// The vocabulary as `convert_llama_ggml_to_gguf.py` rewrites it: the first
 /// three ids are `<unk>`, `<s>`, `</s>`; single bytes at ids 3–258 become
 /// `<0xXX>` byte tokens; spaces become SentencePiece's marker.
-fn gguf_vocab(vocab: Vec<VocabEntry>) -> (Vec<GgufString>, Vec<f32>, Vec<i32>) {
-    let mut tokens = Vec::with_capacity(vocab.len());
+fn gguf_vocab(vocab: Vec<VocabEntry>) -> (StringArray, Vec<f32>, Vec<i32>) {
+    let mut tokens = StringArray::with_capacity(vocab.len(), 0);
     let mut scores = Vec::with_capacity(vocab.len());
     let mut types = Vec::with_capacity(vocab.len());
     for (id, entry) in vocab.into_iter().enumerate() {
@@ -428,7 +430,7 @@ fn gguf_vocab(vocab: Vec<VocabEntry>) -> (Vec<GgufString>, Vec<f32>, Vec<i32>) {
             }
             _ => (Cow::Owned(replace_spaces(&entry.text)), TOKEN_NORMAL),
         };
-        tokens.push(GgufString::from_bytes(text.into_owned()));
+        tokens.push(&text);
         scores.push(entry.score);
         types.push(ty);
     }

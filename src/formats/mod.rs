@@ -28,7 +28,7 @@ pub use ggml_legacy::{LegacyBlockLayout, LegacyVariant};
 pub use gguf::TensorDataSource;
 pub use output::{AtomicOutput, same_file};
 pub use safetensors::ElementConversion;
-pub use source::{AccessMode, LoadReport, OpenOptions, Source, copy_file_range_at, human_bytes, parse_size};
+pub use source::{AccessMode, LoadReport, OpenOptions, Source, human_bytes, parse_size};
 
 use crate::model::{Endian, Metadata, StoredLayout, TensorInfo};
 use crate::types::{GgmlType, RemovedGgmlType};
@@ -228,6 +228,18 @@ impl ModelFile {
             done += len;
         }
         Ok(())
+    }
+
+    /// Whether the file's bytes `[offset, offset + len)` are all zero: the
+    /// padding between two tensors, before one copy takes both.
+    pub fn is_zero_range(&self, offset: u64, len: u64) -> Result<bool> {
+        Ok(self.source.read_range(offset, len)?.iter().all(|&b| b == 0))
+    }
+
+    /// Copies the file's own bytes `[offset, offset + len)` into `out` at
+    /// `out_offset` (see [`Source::copy_range_to_file_at`]).
+    pub fn copy_range_to_file_at(&self, offset: u64, len: u64, out: &std::fs::File, out_offset: u64) -> io::Result<()> {
+        self.source.copy_range_to_file_at(offset, len, out, out_offset)
     }
 
     /// Copies a tensor's bytes (in the current layout) into `out` at

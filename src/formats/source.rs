@@ -227,13 +227,43 @@ impl Source {
         self.copy_from_file(offset, len, out)
     }
 
-    /// Copies `[offset, offset + len)` into `out` at `out_offset` (see
-    /// [`copy_file_range_at`]): copies into one file can run in parallel.
+    /// Copies `[offset, offset + len)` into `out` at `out_offset`, one copy
+    /// made by the kernel; copies into one file can run in parallel.
+    ///
+    /// Where both offsets sit at the same place in a page, or the file is not
+    /// mapped, that is copy_file_range ([`copy_file_range_at`]): a file system
+    /// that shares extents copies nothing, and elsewhere splice moves whole
+    /// pages. Where they do not, splice copies every page in two pieces
+    /// (ext4: 0.23 s against 0.16 s for 543 MB, docs/PERFORMANCE.md), so the
+    /// mapped bytes are written with pwrite instead, a window at a time, each
+    /// window paged in with one call and released after.
     pub fn copy_range_to_file_at(&self, offset: u64, len: u64, out: &File, out_offset: u64) -> io::Result<()> {
         if offset.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "range past the end of the file"));
         }
-        copy_file_range_at(&self.file, offset, out, out_offset, len)
+        let page = page_size();
+        match &self.mmap {
+            Some(map) if offset % page != out_offset % page => self.write_mapped_at(map, offset, len, out, out_offset),
+            _ => copy_file_range_at(&self.file, offset, out, out_offset, len),
+        }
+    }
+
+    fn write_mapped_at(&self, map: &Mmap, offset: u64, len: u64, out: &File, out_offset: u64) -> io::Result<()> {
+        /// Large enough that the page-in and pwrite calls cost nothing next
+        /// to the copy. Larger windows were no faster on ext4 and sometimes
+        /// three times slower (docs/PERFORMANCE.md).
+        const WINDOW: u64 = 2 << 20;
+        let mut done = 0;
+        while done < len {
+            let n = WINDOW.min(len - done);
+            let (at, end) = ((offset + done) as usize, (offset + done + n) as usize);
+            // A hint: where the kernel lacks it, the copy faults pages in.
+            let _ = map.advise_range(memmap2::Advice::PopulateRead, at, end - at);
+            out.write_all_at(&map[at..end], out_offset + done)?;
+            self.release_range(offset + done, n);
+            done += n;
+        }
+        Ok(())
     }
 
     /// `io::copy` from the file itself; generic so a `File` writer keeps
@@ -261,10 +291,17 @@ impl Source {
     }
 }
 
+/// The size of a memory page, which file offsets are compared against.
+fn page_size() -> u64 {
+    static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    // SAFETY: sysconf reads a constant of the running system.
+    *PAGE.get_or_init(|| u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1))
+}
+
 /// Copies `len` bytes of `src` from `src_offset` to `dst` at `dst_offset`,
 /// in the kernel (copy_file_range) where the file systems allow, else
 /// through a buffer. Neither file's position is used or moved.
-pub fn copy_file_range_at(src: &File, src_offset: u64, dst: &File, dst_offset: u64, len: u64) -> io::Result<()> {
+fn copy_file_range_at(src: &File, src_offset: u64, dst: &File, dst_offset: u64, len: u64) -> io::Result<()> {
     copy_piece(src, src_offset, dst, dst_offset, len)
 }
 

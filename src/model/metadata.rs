@@ -137,6 +137,91 @@ impl fmt::Display for GgufString {
     }
 }
 
+impl AsRef<[u8]> for GgufString {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// An array of GGUF strings packed into one buffer: a 262k-token vocabulary
+/// is two allocations, to read, share, write and drop, instead of 262k.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct StringArray {
+    bytes: Vec<u8>,
+    /// Where each string ends in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl StringArray {
+    /// Room for `n` strings of `bytes` bytes in all.
+    pub fn with_capacity(n: usize, bytes: usize) -> StringArray {
+        StringArray { bytes: Vec::with_capacity(bytes), ends: Vec::with_capacity(n) }
+    }
+
+    pub fn push(&mut self, s: &[u8]) {
+        self.bytes.extend_from_slice(s);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// Appends a string written by `fill` into `len` zeroed bytes; the
+    /// string is kept only when `fill` succeeds.
+    pub fn push_with<E>(&mut self, len: usize, fill: impl FnOnce(&mut [u8]) -> Result<(), E>) -> Result<(), E> {
+        let start = self.bytes.len();
+        self.bytes.resize(start + len, 0);
+        match fill(&mut self.bytes[start..]) {
+            Ok(()) => {
+                self.ends.push(self.bytes.len());
+                Ok(())
+            }
+            Err(e) => {
+                self.bytes.truncate(start);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    pub fn get(&self, idx: usize) -> Option<&[u8]> {
+        let end = *self.ends.get(idx)?;
+        let start = idx.checked_sub(1).map_or(0, |prev| self.ends[prev]);
+        Some(&self.bytes[start..end])
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        (0..self.len()).map(|i| {
+            let start = i.checked_sub(1).map_or(0, |prev| self.ends[prev]);
+            &self.bytes[start..self.ends[i]]
+        })
+    }
+}
+
+impl<S: AsRef<[u8]>> FromIterator<S> for StringArray {
+    fn from_iter<I: IntoIterator<Item = S>>(iter: I) -> StringArray {
+        let mut array = StringArray::default();
+        iter.into_iter().for_each(|s| array.push(s.as_ref()));
+        array
+    }
+}
+
+impl<S: AsRef<[u8]>, const N: usize> From<[S; N]> for StringArray {
+    fn from(strings: [S; N]) -> StringArray {
+        strings.into_iter().collect()
+    }
+}
+
+impl fmt::Debug for StringArray {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter().map(String::from_utf8_lossy)).finish()
+    }
+}
+
 /// One metadata value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -166,7 +251,7 @@ pub enum Array {
     I32(Vec<i32>),
     F32(Vec<f32>),
     Bool(Vec<bool>),
-    String(Vec<GgufString>),
+    String(StringArray),
     Array(Vec<Array>),
     U64(Vec<u64>),
     I64(Vec<i64>),
@@ -299,7 +384,7 @@ impl Array {
             Array::I32(v) => Value::I32(*v.get(idx)?),
             Array::F32(v) => Value::F32(*v.get(idx)?),
             Array::Bool(v) => Value::Bool(*v.get(idx)?),
-            Array::String(v) => Value::String(v.get(idx)?.clone()),
+            Array::String(v) => Value::String(GgufString::from_bytes(v.get(idx)?.to_vec())),
             Array::Array(v) => Value::Array(v.get(idx)?.clone()),
             Array::U64(v) => Value::U64(*v.get(idx)?),
             Array::I64(v) => Value::I64(*v.get(idx)?),

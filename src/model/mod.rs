@@ -7,5 +7,5 @@
 mod metadata;
 mod tensor;
 
-pub use metadata::{Array, GgufString, Metadata, Value, ValueType};
+pub use metadata::{Array, GgufString, Metadata, StringArray, Value, ValueType};
 pub use tensor::{Endian, StoredLayout, TensorInfo, element_count, tensor_bytes};

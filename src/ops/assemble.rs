@@ -9,7 +9,7 @@
 
 use crate::arch::clip::{self, ClipError, Encoder, InputWidth, PartRole, ProjectorWidth};
 use crate::artifact::{Tensor, TensorSet};
-use crate::model::{Array, Endian, GgufString, Metadata, Value};
+use crate::model::{Array, Endian, Metadata, Value};
 use crate::recipe::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 
 pub const ASSEMBLE_SPEC: OpSpec =
@@ -140,7 +140,7 @@ pub fn assemble(parts: &[&TensorSet]) -> Result<TensorSet, AssembleError> {
     metadata.set(ARCHITECTURE_KEY, Value::string(BUNDLE));
     metadata.set(TYPE_KEY, Value::string(BUNDLE));
     metadata.set(VERSION_KEY, Value::U32(FORMAT_VERSION));
-    let part_names = bundle_order.iter().map(|part| GgufString::from(part.role.name())).collect();
+    let part_names = bundle_order.iter().map(|part| part.role.name()).collect();
     metadata.set(PARTS_KEY, Value::Array(Array::String(part_names)));
     let mut tensors = Vec::with_capacity(bundle_order.iter().map(|part| part.set.tensors.len()).sum());
     for part in &bundle_order {
@@ -254,9 +254,9 @@ pub fn bundle_parts(metadata: &Metadata) -> Result<Vec<PartRole>, AssembleError>
     let Some(Value::Array(Array::String(names))) = metadata.get(PARTS_KEY) else {
         return Err(AssembleError::Malformed { problem: format!("{PARTS_KEY} is not an array of strings") });
     };
-    let role = |name: &GgufString| {
-        name.as_str().and_then(PartRole::from_name).ok_or_else(|| AssembleError::Malformed {
-            problem: format!("{PARTS_KEY} holds `{name}`, which is not a part role"),
+    let role = |name: &[u8]| {
+        std::str::from_utf8(name).ok().and_then(PartRole::from_name).ok_or_else(|| AssembleError::Malformed {
+            problem: format!("{PARTS_KEY} holds `{}`, which is not a part role", String::from_utf8_lossy(name)),
         })
     };
     names.iter().map(role).collect()
@@ -300,7 +300,7 @@ mod tests {
                 ("general.architecture", Value::string("llama")),
                 ("general.type", Value::string("model")),
                 ("llama.embedding_length", Value::U32(width)),
-                ("tokenizer.ggml.tokens", Value::Array(Array::String(vec!["a".into(), "b".into()]))),
+                ("tokenizer.ggml.tokens", Value::Array(Array::String(["a", "b"].into()))),
             ],
             &[("token_embd.weight", &[32, 2]), ("output_norm.weight", &[32])],
         )
@@ -353,7 +353,7 @@ mod tests {
         let bundle = assemble(&[&a, &lm, &v]).unwrap();
         assert_eq!(bundle_parts(&bundle.metadata).unwrap(), [PartRole::Language, PartRole::Audio, PartRole::Vision]);
         let head: Vec<_> = bundle.metadata.iter().take(4).collect();
-        let parts = Value::Array(Array::String(vec!["language".into(), "audio".into(), "vision".into()]));
+        let parts = Value::Array(Array::String(["language", "audio", "vision"].into()));
         assert_eq!(
             head,
             [
@@ -463,12 +463,12 @@ mod tests {
         assert_eq!(err.to_string(), "bundle.version is 2: this quantforge reads bundle version 1 (u32)");
 
         let mut odd = bundle.clone();
-        odd.metadata.set("bundle.parts", Value::Array(Array::String(vec!["language".into(), "smell".into()])));
+        odd.metadata.set("bundle.parts", Value::Array(Array::String(["language", "smell"].into())));
         let err = unbundle(&odd, PartRole::Language).unwrap_err();
         assert_eq!(err.to_string(), "malformed bundle: bundle.parts holds `smell`, which is not a part role");
 
         let mut hollow = bundle.clone();
-        hollow.metadata.set("bundle.parts", Value::Array(Array::String(vec!["language".into(), "audio".into()])));
+        hollow.metadata.set("bundle.parts", Value::Array(Array::String(["language", "audio"].into())));
         let err = unbundle(&hollow, PartRole::Audio).unwrap_err();
         assert_eq!(err.to_string(), "malformed bundle: bundle.parts lists audio, but no key starts with `audio.`");
     }

@@ -562,7 +562,7 @@ fn load_gguf(path: &Path) -> Result<ImportanceMatrix> {
     let md = &model.metadata;
     let mut datasets = Vec::new();
     if let Some(Value::Array(Array::String(names))) = md.get(KV_IMATRIX_DATASETS) {
-        datasets = names.iter().map(|n| GgufString::from_bytes(c_string(n.as_bytes(), usize::MAX).to_vec())).collect();
+        datasets = names.iter().map(|n| GgufString::from_bytes(c_string(n, usize::MAX).to_vec())).collect();
     }
     // llama.cpp asserts these are u32 (and aborts otherwise), then keeps
     // them in `int32_t`s.

@@ -6,7 +6,8 @@ use crate::formats::bytes::{ByteReader, Field};
 use crate::formats::error::{ErrorKind, Result};
 use crate::formats::resolve_tensor_type;
 use crate::model::{
-    Array, Endian, GgufString, Metadata, StoredLayout, TensorInfo, Value, ValueType, element_count, tensor_bytes,
+    Array, Endian, GgufString, Metadata, StoredLayout, StringArray, TensorInfo, Value, ValueType, element_count,
+    tensor_bytes,
 };
 use crate::types::GgmlType;
 
@@ -193,9 +194,11 @@ fn read_array(r: &mut ByteReader<'_>, dialect: Dialect, key: &str, depth: u32) -
             Array::Bool(values)
         }
         ValueType::String => {
-            let mut values = Vec::with_capacity(n_usize);
+            let mut values = StringArray::with_capacity(n_usize, 0);
             for _ in 0..n {
-                values.push(GgufString::from_bytes(read_string(r, dialect, what)?));
+                let len = read_count(r, dialect, what)?;
+                r.need(len, what)?;
+                values.push_with(len as usize, |buf| r.read_into(buf, what))?;
             }
             Array::String(values)
         }

@@ -208,7 +208,7 @@ impl Encoder {
             Array::I32(v) => v.iter().for_each(|&x| self.i32(x)),
             Array::F32(v) => v.iter().for_each(|&x| self.f32(x)),
             Array::Bool(v) => v.iter().for_each(|&x| self.u8(u8::from(x))),
-            Array::String(v) => v.iter().for_each(|s| self.string(s.as_bytes())),
+            Array::String(v) => v.iter().for_each(|s| self.string(s)),
             Array::Array(v) => v.iter().for_each(|a| self.array(a)),
             Array::U64(v) => v.iter().for_each(|&x| self.u64(x)),
             Array::I64(v) => v.iter().for_each(|&x| self.i64(x)),
