@@ -298,3 +298,31 @@ fn inspect_reports_validated_hyperparameters() {
             .collect();
     assert_eq!(numbers, [18, 640, 4, 1, 256, 262144]);
 }
+
+/// Tensors copied unchanged go out in runs, one copy per run, taking the
+/// bytes between tensors along only when they are the zeros we would write:
+/// whatever padding a file holds, ours is zero.
+#[test]
+fn copies_write_zero_padding_whatever_the_input_holds() {
+    let file = |padding: [u8; 2]| {
+        let mut g = common::RawGguf::default();
+        g.kv_str("general.architecture", "llama");
+        // 12, 20 and 32 bytes of F32 at 0, 32 and 64: padding after the first two.
+        g.tensor(b"a", &[3], 0, 0).tensor(b"b", &[5], 0, 32).tensor(b"c", &[8], 0, 64);
+        g.data = [common::noise(1, 12), vec![padding[0]; 20], common::noise(2, 20), vec![padding[1]; 12]].concat();
+        g.data.extend(common::noise(3, 32));
+        g.bytes()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let clean = common::write_temp(dir.path(), "clean.gguf", &file([0, 0]));
+    for (name, padding) in [("clean", [0, 0]), ("first", [0xaa, 0]), ("second", [0, 0x55]), ("both", [1, 2])] {
+        let input = common::write_temp(dir.path(), &format!("{name}-in.gguf"), &file(padding));
+        for access in [&[][..], &["--no-mmap"][..]] {
+            let output = dir.path().join(format!("{name}-out.gguf"));
+            let mut args: Vec<&OsStr> = vec!["edit".as_ref(), input.as_os_str(), output.as_os_str()];
+            args.extend(access.iter().map(OsStr::new));
+            run(&args);
+            assert!(std::fs::read(&output).unwrap() == std::fs::read(&clean).unwrap(), "{name} {access:?}");
+        }
+    }
+}

@@ -350,3 +350,33 @@ fn copy_through_buffer(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every way a range reaches another file gives its bytes: offsets in
+    /// the same place of a page (copy_file_range) or not (pwrite from the
+    /// map, over several windows), mapped or not.
+    #[test]
+    fn ranges_copy_exactly_at_any_page_phase() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in");
+        let bytes: Vec<u8> = (0..5_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        for use_mmap in [true, false] {
+            let source = Source::open(&path, OpenOptions { use_mmap }).unwrap();
+            for (offset, len, out_offset) in [(4096, 4_500_000, 8192), (100, 4_999_900, 7), (33, 1, 0), (0, 0, 5)] {
+                let out = tempfile::tempfile().unwrap();
+                source.copy_range_to_file_at(offset, len, &out, out_offset).unwrap();
+                let mut copied = vec![0u8; len as usize];
+                out.read_exact_at(&mut copied, out_offset).unwrap();
+                assert!(copied == bytes[offset as usize..][..len as usize], "{use_mmap} {offset} {len} {out_offset}");
+                let written = if len == 0 { 0 } else { out_offset + len };
+                assert_eq!(out.metadata().unwrap().len(), written);
+            }
+            let out = tempfile::tempfile().unwrap();
+            assert!(source.copy_range_to_file_at(4_999_999, 2, &out, 0).is_err());
+        }
+    }
+}

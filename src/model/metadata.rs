@@ -495,6 +495,23 @@ mod tests {
     }
 
     #[test]
+    fn string_arrays_keep_every_string_and_drop_a_failed_one() {
+        let mut array: StringArray = ["", "ab", "\u{2581}c"].into();
+        array.push(&[0xff]);
+        assert_eq!(array.push_with(3, |_| Err("short read")), Err("short read"));
+        let fill = |buf: &mut [u8]| {
+            buf.copy_from_slice(b"xy");
+            Ok::<_, ()>(())
+        };
+        array.push_with(2, fill).unwrap();
+        let expected: [&[u8]; 5] = [b"", b"ab", "\u{2581}c".as_bytes(), &[0xff], b"xy"];
+        assert_eq!(array.iter().collect::<Vec<_>>(), expected);
+        assert_eq!((array.len(), array.get(4), array.get(5)), (5, Some(&b"xy"[..]), None));
+        assert_eq!(array, expected.into_iter().collect());
+        assert_eq!(format!("{array:?}"), "[\"\", \"ab\", \"\u{2581}c\", \"\u{fffd}\", \"xy\"]");
+    }
+
+    #[test]
     fn prefixing_and_stripping_share_values_and_keep_order() {
         let mut part = Metadata::new();
         part.set("b", Value::U32(1));
