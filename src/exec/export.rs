@@ -71,9 +71,8 @@ impl From<MaterializeError> for WriteFailure {
 }
 
 /// Writes one GGUF file of an export; returns its length. The layout is
-/// known, so every tensor goes straight to its offset, its padding written
-/// after it: a file written in order, without holes, is the cheapest for
-/// the file system to extend.
+/// known, so the file's blocks are reserved first and every tensor goes
+/// straight to its offset, its padding written after it, in file order.
 fn write_gguf_file(
     m: &Materializer<'_>,
     set: &TensorSet,
@@ -83,7 +82,9 @@ fn write_gguf_file(
 ) -> Result<u64, WriteFailure> {
     let tensors: Vec<&Tensor> = file.plan.tensors.iter().map(|&t| &set.tensors[t]).collect();
     let infos: Vec<_> = tensors.iter().map(|t| t.info()).collect();
-    let layout = gguf::write_header(out.writer(), set.endian, &file.plan.metadata, &infos)?;
+    let gguf::EncodedHeader { bytes: header, layout } = gguf::encode_header(set.endian, &file.plan.metadata, &infos)?;
+    out.preallocate(layout.file_len)?;
+    out.writer().write_all(&header)?;
     let offsets: Vec<u64> = layout.tensor_offsets.iter().map(|o| layout.data_offset + o).collect();
     place_all(m, &tensors, &offsets, layout.alignment, out.file()?, bar)?;
     Ok(layout.file_len)
@@ -109,6 +110,7 @@ fn write_safetensors_file(
     let metadata = safetensors_metadata(&set.metadata).map_err(WriteFailure::SafeTensors)?;
     let layout = header_bytes(&entries, (!metadata.is_empty()).then_some(metadata.as_slice()))
         .map_err(WriteFailure::SafeTensors)?;
+    out.preallocate(layout.file_len)?;
     out.writer().write_all(&layout.header)?;
     let data = layout.header.len() as u64;
     let in_order: Vec<&Tensor> = layout.order.iter().map(|&e| tensors[e]).collect();

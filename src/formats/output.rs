@@ -47,6 +47,30 @@ impl AtomicOutput {
         Ok(self.writer.get_mut().as_file_mut())
     }
 
+    /// Reserves the file's final length before its bytes are written: the
+    /// blocks allocated in one call, not page by page as writes land (ext4:
+    /// a 543 MB merge's copies in 0.08 s instead of 0.11 s,
+    /// docs/PERFORMANCE.md), and a full disk reported before any byte is
+    /// written. Where the file system cannot preallocate, blocks are
+    /// allocated as the writes land, as without this call.
+    pub fn preallocate(&mut self, len: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let Ok(len) = libc::off_t::try_from(len) else { return Ok(()) };
+        if len == 0 {
+            return Ok(());
+        }
+        let file = self.file()?;
+        // SAFETY: a plain system call on a descriptor this output owns.
+        if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) } == 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        match error.raw_os_error() {
+            Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL) => Ok(()),
+            _ => Err(error),
+        }
+    }
+
     /// Flushes and renames the file into place. Not synced: like `cp`, the
     /// file is whole or absent if the process dies, and on power loss it is
     /// as durable as the filesystem makes renamed files (outputs can be

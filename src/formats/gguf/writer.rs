@@ -37,7 +37,8 @@ pub fn write_gguf(
     tensors: &[TensorInfo],
     data: &mut dyn TensorDataSource,
 ) -> io::Result<GgufLayout> {
-    let layout = write_header(out, endian, metadata, tensors)?;
+    let header = encode_header(endian, metadata, tensors)?;
+    out.write_all(&header.bytes)?;
     for (tensor_idx, tensor) in tensors.iter().enumerate() {
         let mut counted = CountingWriter::new(&mut *out);
         data.write_tensor(tensor_idx, &mut counted)?;
@@ -49,21 +50,23 @@ pub fn write_gguf(
                 tensor.n_bytes()
             )));
         }
-        write_padding(out, written, layout.alignment)?;
+        write_padding(out, written, header.layout.alignment)?;
     }
-    Ok(layout)
+    Ok(header.layout)
 }
 
-/// Writes the header and the padding before the data section, and returns
-/// the layout: the caller then writes each tensor's bytes in order, each
-/// followed by [`write_padding`]. For callers that move tensor bytes without
-/// a `Write` in between (copy_file_range); everyone else uses [`write_gguf`].
-pub fn write_header(
-    out: &mut dyn Write,
-    endian: Endian,
-    metadata: &Metadata,
-    tensors: &[TensorInfo],
-) -> io::Result<GgufLayout> {
+/// A header ready to write: its bytes, up to the data section, and where
+/// every tensor goes after it.
+pub struct EncodedHeader {
+    /// Magic through tensor infos, then zeros up to the data section.
+    pub bytes: Vec<u8>,
+    pub layout: GgufLayout,
+}
+
+/// The header of a file of these tensors, and its layout: for callers that
+/// place tensor bytes themselves (each tensor at its offset, followed by
+/// [`write_padding`]'s zeros); everyone else uses [`write_gguf`].
+pub fn encode_header(endian: Endian, metadata: &Metadata, tensors: &[TensorInfo]) -> io::Result<EncodedHeader> {
     let alignment = alignment_of(metadata)?;
     let mut tensor_offsets = Vec::with_capacity(tensors.len());
     let mut next = 0u64;
@@ -71,12 +74,12 @@ pub fn write_header(
         tensor_offsets.push(next);
         next = align_up(next + tensor.n_bytes(), alignment);
     }
-    let header = encode_header(endian, metadata, tensors.iter().zip(&tensor_offsets));
-    let header_len = header.len() as u64;
+    let mut bytes = encode(endian, metadata, tensors.iter().zip(&tensor_offsets));
+    let header_len = bytes.len() as u64;
     let data_offset = align_up(header_len, alignment);
-    out.write_all(&header)?;
-    write_zeros(out, data_offset - header_len)?;
-    Ok(GgufLayout { alignment, header_len, data_offset, tensor_offsets, file_len: data_offset + next })
+    bytes.resize(data_offset as usize, 0);
+    let layout = GgufLayout { alignment, header_len, data_offset, tensor_offsets, file_len: data_offset + next };
+    Ok(EncodedHeader { bytes, layout })
 }
 
 /// The length of the file [`write_gguf`] writes for this metadata and these
@@ -95,10 +98,10 @@ pub fn write_padding(out: &mut dyn Write, written: u64, alignment: u64) -> io::R
 /// Bytes of the header (magic through tensor infos, before padding) that
 /// [`write_gguf`] writes for this metadata and these tensors.
 pub fn header_len<'a>(metadata: &Metadata, tensors: impl Iterator<Item = &'a TensorInfo> + Clone) -> u64 {
-    encode_header(Endian::Little, metadata, tensors.map(|t| (t, &0))).len() as u64
+    encode(Endian::Little, metadata, tensors.map(|t| (t, &0))).len() as u64
 }
 
-fn encode_header<'a>(
+fn encode<'a>(
     endian: Endian,
     metadata: &Metadata,
     tensors: impl Iterator<Item = (&'a TensorInfo, &'a u64)> + Clone,
