@@ -28,8 +28,14 @@ impl fmt::Display for Field<'_> {
     }
 }
 
+/// Where the bytes come from: a mapped or in-memory file is read in place.
+enum Input<'a> {
+    Bytes(&'a [u8]),
+    Stream(Box<dyn Read + 'a>),
+}
+
 pub struct ByteReader<'a> {
-    inner: Box<dyn Read + 'a>,
+    inner: Input<'a>,
     path: &'a Path,
     pos: u64,
     len: u64,
@@ -49,8 +55,28 @@ macro_rules! read_num {
 }
 
 impl<'a> ByteReader<'a> {
-    pub fn new(inner: Box<dyn Read + 'a>, path: &'a Path, len: u64) -> ByteReader<'a> {
-        ByteReader { inner, path, pos: 0, len, endian: Endian::Little }
+    /// A reader of bytes in memory (a mapped file).
+    pub fn over_bytes(bytes: &'a [u8], path: &'a Path) -> ByteReader<'a> {
+        ByteReader { inner: Input::Bytes(bytes), path, pos: 0, len: bytes.len() as u64, endian: Endian::Little }
+    }
+
+    /// A reader of a stream of `len` bytes (a file read without a map).
+    pub fn over_stream(inner: Box<dyn Read + 'a>, path: &'a Path, len: u64) -> ByteReader<'a> {
+        ByteReader { inner: Input::Stream(inner), path, pos: 0, len, endian: Endian::Little }
+    }
+
+    /// The bytes not read yet, when they are in memory: a parser can scan
+    /// them in place and then [`ByteReader::advance`] past what it took.
+    pub fn unread(&self) -> Option<&'a [u8]> {
+        match self.inner {
+            Input::Bytes(bytes) => bytes.get(self.pos as usize..),
+            Input::Stream(_) => None,
+        }
+    }
+
+    /// Moves past `n` bytes a parser took from [`ByteReader::unread`].
+    pub fn advance(&mut self, n: u64, what: Field<'_>) -> Result<()> {
+        self.skip(n, what)
     }
 
     pub fn pos(&self) -> u64 {
@@ -124,8 +150,14 @@ impl<'a> ByteReader<'a> {
 
     pub fn skip(&mut self, n: u64, what: Field<'_>) -> Result<()> {
         self.need(n, what)?;
-        let copied =
-            io::copy(&mut (&mut self.inner).take(n), &mut io::sink()).map_err(|e| FormatError::io(self.path, e))?;
+        let stream = match &mut self.inner {
+            Input::Bytes(_) => {
+                self.pos += n;
+                return Ok(());
+            }
+            Input::Stream(stream) => stream,
+        };
+        let copied = io::copy(&mut stream.take(n), &mut io::sink()).map_err(|e| FormatError::io(self.path, e))?;
         self.pos += copied;
         if copied != n {
             return Err(self.error(ErrorKind::Truncated { what: what.to_string(), needed: n - copied, available: 0 }));
@@ -134,7 +166,24 @@ impl<'a> ByteReader<'a> {
     }
 
     fn fill(&mut self, buf: &mut [u8], what: Field<'_>) -> Result<()> {
-        match self.inner.read_exact(buf) {
+        let stream = match &mut self.inner {
+            Input::Bytes(bytes) => {
+                let available = bytes.len().saturating_sub(self.pos as usize);
+                let Some(src) = bytes.get(self.pos as usize..).and_then(|rest| rest.get(..buf.len())) else {
+                    let needed = buf.len() as u64;
+                    return Err(self.error(ErrorKind::Truncated {
+                        what: what.to_string(),
+                        needed,
+                        available: available as u64,
+                    }));
+                };
+                buf.copy_from_slice(src);
+                self.pos += buf.len() as u64;
+                return Ok(());
+            }
+            Input::Stream(stream) => stream,
+        };
+        match stream.read_exact(buf) {
             Ok(()) => {
                 self.pos += buf.len() as u64;
                 Ok(())

@@ -94,7 +94,10 @@ impl ModelFile {
         let detected = detect_bytes(&head, source.len()).ok_or_else(|| {
             FormatError::at(path, 0, ErrorKind::UnknownFormat { first_bytes: HexBytes(head.to_vec()) })
         })?;
-        let mut reader = ByteReader::new(source.reader()?, path, source.len());
+        let mut reader = match source.mapped() {
+            Some(bytes) => ByteReader::over_bytes(bytes, path),
+            None => ByteReader::over_stream(source.stream()?, path, source.len()),
+        };
         let (format, endian, alignment, metadata, tensors, data_offset) = match detected {
             DetectedFormat::Gguf => {
                 let h = gguf::read_header(&mut reader)?;

@@ -164,16 +164,17 @@ impl Source {
         self.mmap_fallback.as_deref()
     }
 
-    /// A sequential reader over the whole file, for parsing headers.
-    pub fn reader(&self) -> Result<Box<dyn Read + '_>> {
-        match &self.mmap {
-            Some(map) => Ok(Box::new(&map[..])),
-            None => {
-                let mut file = &self.file;
-                file.seek(SeekFrom::Start(0)).map_err(|e| FormatError::io(&self.path, e))?;
-                Ok(Box::new(BufReader::with_capacity(1 << 16, file)))
-            }
-        }
+    /// The whole file in memory, when it is mapped.
+    pub fn mapped(&self) -> Option<&[u8]> {
+        self.mmap.as_deref()
+    }
+
+    /// A buffered sequential reader of the file from its start, for parsing
+    /// the header of a file that is not mapped (see [`Source::mapped`]).
+    pub fn stream(&self) -> Result<Box<dyn Read + '_>> {
+        let mut file = &self.file;
+        file.seek(SeekFrom::Start(0)).map_err(|e| FormatError::io(&self.path, e))?;
+        Ok(Box::new(BufReader::with_capacity(1 << 16, file)))
     }
 
     /// The bytes `[offset, offset + len)`, borrowed from the map when there

@@ -143,38 +143,63 @@ impl AsRef<[u8]> for GgufString {
     }
 }
 
-/// An array of GGUF strings packed into one buffer: a 262k-token vocabulary
-/// is two allocations, to read, share, write and drop, instead of 262k.
+/// An array of GGUF strings packed into one buffer, laid out as a
+/// little-endian GGUF file lays them out (each string's `u64` length, then its
+/// bytes): a 262k-token vocabulary is two allocations, read from a mapped
+/// file with one copy and written with another.
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct StringArray {
-    bytes: Vec<u8>,
-    /// Where each string ends in `bytes`.
+    encoded: Vec<u8>,
+    /// Where each string ends in `encoded`.
     ends: Vec<usize>,
 }
+
+/// Bytes of the length before each string.
+const LEN_BYTES: usize = 8;
 
 impl StringArray {
     /// Room for `n` strings of `bytes` bytes in all.
     pub fn with_capacity(n: usize, bytes: usize) -> StringArray {
-        StringArray { bytes: Vec::with_capacity(bytes), ends: Vec::with_capacity(n) }
+        StringArray { encoded: Vec::with_capacity(bytes + n * LEN_BYTES), ends: Vec::with_capacity(n) }
+    }
+
+    /// The `n` strings GGUF little-endian encoded at the start of `bytes`,
+    /// and the bytes they take; `None` when `bytes` ends first.
+    pub fn decode_prefix(bytes: &[u8], n: usize) -> Option<(StringArray, usize)> {
+        let mut ends = Vec::with_capacity(n);
+        let mut at = 0usize;
+        for _ in 0..n {
+            let len = u64::from_le_bytes(bytes.get(at..at + LEN_BYTES)?.try_into().ok()?);
+            at = (at + LEN_BYTES).checked_add(usize::try_from(len).ok()?).filter(|&end| end <= bytes.len())?;
+            ends.push(at);
+        }
+        Some((StringArray { encoded: bytes[..at].to_vec(), ends }, at))
+    }
+
+    /// The strings as a little-endian GGUF file holds them.
+    pub fn encoded(&self) -> &[u8] {
+        &self.encoded
     }
 
     pub fn push(&mut self, s: &[u8]) {
-        self.bytes.extend_from_slice(s);
-        self.ends.push(self.bytes.len());
+        self.encoded.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        self.encoded.extend_from_slice(s);
+        self.ends.push(self.encoded.len());
     }
 
     /// Appends a string written by `fill` into `len` zeroed bytes; the
     /// string is kept only when `fill` succeeds.
     pub fn push_with<E>(&mut self, len: usize, fill: impl FnOnce(&mut [u8]) -> Result<(), E>) -> Result<(), E> {
-        let start = self.bytes.len();
-        self.bytes.resize(start + len, 0);
-        match fill(&mut self.bytes[start..]) {
+        let start = self.encoded.len();
+        self.encoded.extend_from_slice(&(len as u64).to_le_bytes());
+        self.encoded.resize(start + LEN_BYTES + len, 0);
+        match fill(&mut self.encoded[start + LEN_BYTES..]) {
             Ok(()) => {
-                self.ends.push(self.bytes.len());
+                self.ends.push(self.encoded.len());
                 Ok(())
             }
             Err(e) => {
-                self.bytes.truncate(start);
+                self.encoded.truncate(start);
                 Err(e)
             }
         }
@@ -190,14 +215,14 @@ impl StringArray {
 
     pub fn get(&self, idx: usize) -> Option<&[u8]> {
         let end = *self.ends.get(idx)?;
-        let start = idx.checked_sub(1).map_or(0, |prev| self.ends[prev]);
-        Some(&self.bytes[start..end])
+        let start = idx.checked_sub(1).map_or(0, |prev| self.ends[prev]) + LEN_BYTES;
+        Some(&self.encoded[start..end])
     }
 
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
         (0..self.len()).map(|i| {
-            let start = i.checked_sub(1).map_or(0, |prev| self.ends[prev]);
-            &self.bytes[start..self.ends[i]]
+            let start = i.checked_sub(1).map_or(0, |prev| self.ends[prev]) + LEN_BYTES;
+            &self.encoded[start..self.ends[i]]
         })
     }
 }
@@ -508,6 +533,12 @@ mod tests {
         assert_eq!(array.iter().collect::<Vec<_>>(), expected);
         assert_eq!((array.len(), array.get(4), array.get(5)), (5, Some(&b"xy"[..]), None));
         assert_eq!(array, expected.into_iter().collect());
+        let encoded = [array.encoded(), b"rest"].concat();
+        assert_eq!(StringArray::decode_prefix(&encoded, 5), Some((array.clone(), encoded.len() - 4)));
+        assert_eq!(StringArray::decode_prefix(&encoded, 2), Some((array.iter().take(2).collect(), 18)));
+        assert_eq!(StringArray::decode_prefix(&encoded[..20], 5), None);
+        assert_eq!(StringArray::decode_prefix(&[1, 0, 0, 0, 0, 0, 0, 0x80], 1), None);
+        assert_eq!(StringArray::decode_prefix(&[], 0), Some((StringArray::default(), 0)));
         assert_eq!(format!("{array:?}"), "[\"\", \"ab\", \"\u{2581}c\", \"\u{fffd}\", \"xy\"]");
     }
 

@@ -40,7 +40,7 @@ struct Dialect {
 
 /// Parses a GGUF held in memory; `path` names it in errors.
 pub fn read_header_bytes(bytes: &[u8], path: &std::path::Path) -> Result<GgufHeader> {
-    read_header(&mut ByteReader::new(Box::new(bytes), path, bytes.len() as u64))
+    read_header(&mut ByteReader::over_bytes(bytes, path))
 }
 
 pub fn read_header(r: &mut ByteReader<'_>) -> Result<GgufHeader> {
@@ -148,6 +148,25 @@ fn read_bool(r: &mut ByteReader<'_>, key: &str) -> Result<bool> {
     }
 }
 
+/// `n` strings: from a mapped little-endian file, found in place and copied
+/// at once (they are laid out as [`StringArray`] keeps them); otherwise, or
+/// when they do not fit, one by one, which also names what is wrong.
+fn read_strings(r: &mut ByteReader<'_>, dialect: Dialect, n: usize, what: Field<'_>) -> Result<StringArray> {
+    let in_place = dialect.wide && r.endian == Endian::Little;
+    if let Some((strings, len)) = r.unread().filter(|_| in_place).and_then(|bytes| StringArray::decode_prefix(bytes, n))
+    {
+        r.advance(len as u64, what)?;
+        return Ok(strings);
+    }
+    let mut strings = StringArray::with_capacity(n, 0);
+    for _ in 0..n {
+        let len = read_count(r, dialect, what)?;
+        r.need(len, what)?;
+        strings.push_with(len as usize, |buf| r.read_into(buf, what))?;
+    }
+    Ok(strings)
+}
+
 fn read_array(r: &mut ByteReader<'_>, dialect: Dialect, key: &str, depth: u32) -> Result<Array> {
     let what = Field::Value(key);
     if depth > MAX_ARRAY_NESTING {
@@ -193,15 +212,7 @@ fn read_array(r: &mut ByteReader<'_>, dialect: Dialect, key: &str, depth: u32) -
             }
             Array::Bool(values)
         }
-        ValueType::String => {
-            let mut values = StringArray::with_capacity(n_usize, 0);
-            for _ in 0..n {
-                let len = read_count(r, dialect, what)?;
-                r.need(len, what)?;
-                values.push_with(len as usize, |buf| r.read_into(buf, what))?;
-            }
-            Array::String(values)
-        }
+        ValueType::String => Array::String(read_strings(r, dialect, n_usize, what)?),
         ValueType::Array => {
             let mut values = Vec::with_capacity(n_usize);
             for _ in 0..n {

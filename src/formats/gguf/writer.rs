@@ -176,6 +176,16 @@ impl Encoder {
         u64: u64, i64: i64, f32: f32, f64: f64,
     }
 
+    /// Numbers in the file's byte order: where that is the host's, their
+    /// bytes as they lie, in one copy.
+    fn numbers<T: bytemuck::Pod>(&mut self, values: &[T], one: fn(&mut Encoder, T)) {
+        let host = if cfg!(target_endian = "little") { Endian::Little } else { Endian::Big };
+        match self.endian == host {
+            true => self.buf.extend_from_slice(bytemuck::cast_slice(values)),
+            false => values.iter().for_each(|&x| one(self, x)),
+        }
+    }
+
     fn string(&mut self, bytes: &[u8]) {
         self.u64(bytes.len() as u64);
         self.buf.extend_from_slice(bytes);
@@ -204,18 +214,21 @@ impl Encoder {
         self.u64(array.len() as u64);
         match array {
             Array::U8(v) => self.buf.extend_from_slice(v),
-            Array::I8(v) => v.iter().for_each(|&x| self.i8(x)),
-            Array::U16(v) => v.iter().for_each(|&x| self.u16(x)),
-            Array::I16(v) => v.iter().for_each(|&x| self.i16(x)),
-            Array::U32(v) => v.iter().for_each(|&x| self.u32(x)),
-            Array::I32(v) => v.iter().for_each(|&x| self.i32(x)),
-            Array::F32(v) => v.iter().for_each(|&x| self.f32(x)),
+            Array::I8(v) => self.numbers(v, Encoder::i8),
+            Array::U16(v) => self.numbers(v, Encoder::u16),
+            Array::I16(v) => self.numbers(v, Encoder::i16),
+            Array::U32(v) => self.numbers(v, Encoder::u32),
+            Array::I32(v) => self.numbers(v, Encoder::i32),
+            Array::F32(v) => self.numbers(v, Encoder::f32),
             Array::Bool(v) => v.iter().for_each(|&x| self.u8(u8::from(x))),
-            Array::String(v) => v.iter().for_each(|s| self.string(s)),
+            Array::String(v) => match self.endian {
+                Endian::Little => self.buf.extend_from_slice(v.encoded()),
+                Endian::Big => v.iter().for_each(|s| self.string(s)),
+            },
             Array::Array(v) => v.iter().for_each(|a| self.array(a)),
-            Array::U64(v) => v.iter().for_each(|&x| self.u64(x)),
-            Array::I64(v) => v.iter().for_each(|&x| self.i64(x)),
-            Array::F64(v) => v.iter().for_each(|&x| self.f64(x)),
+            Array::U64(v) => self.numbers(v, Encoder::u64),
+            Array::I64(v) => self.numbers(v, Encoder::i64),
+            Array::F64(v) => self.numbers(v, Encoder::f64),
         }
     }
 }
