@@ -66,17 +66,12 @@ impl<'a> ByteReader<'a> {
     }
 
     /// The bytes not read yet, when they are in memory: a parser can scan
-    /// them in place and then [`ByteReader::advance`] past what it took.
+    /// them in place and then [`ByteReader::skip`] what it took.
     pub fn unread(&self) -> Option<&'a [u8]> {
         match self.inner {
             Input::Bytes(bytes) => bytes.get(self.pos as usize..),
             Input::Stream(_) => None,
         }
-    }
-
-    /// Moves past `n` bytes a parser took from [`ByteReader::unread`].
-    pub fn advance(&mut self, n: u64, what: Field<'_>) -> Result<()> {
-        self.skip(n, what)
     }
 
     pub fn pos(&self) -> u64 {

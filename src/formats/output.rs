@@ -49,9 +49,8 @@ impl AtomicOutput {
 
     /// Reserves the file's final length before its bytes are written: the
     /// blocks allocated in one call, not page by page as writes land (ext4:
-    /// a 543 MB merge's copies in 0.08 s instead of 0.11 s,
-    /// docs/PERFORMANCE.md), and a full disk reported before any byte is
-    /// written. Where the file system cannot preallocate, blocks are
+    /// merge/cp throughput 0.88 before, 1.07 after, docs/PERFORMANCE.md),
+    /// and a full disk reported before any byte is written. Where the file system cannot preallocate, blocks are
     /// allocated as the writes land, as without this call.
     pub fn preallocate(&mut self, len: u64) -> io::Result<()> {
         use std::os::fd::AsRawFd;

@@ -327,16 +327,10 @@ fn splice_at(src: &File, mut src_offset: u64, dst: &File, mut dst_offset: u64, l
         let mut pending = match n {
             0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while copying")),
             n if n > 0 => n as u64,
-            _ => {
-                let error = io::Error::last_os_error();
-                match error.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP) if moved == 0 => {
-                        return Err(io::Error::new(io::ErrorKind::Unsupported, error));
-                    }
-                    _ => return Err(error),
-                }
-            }
+            _ => match splice_error(moved) {
+                Some(error) => return Err(error),
+                None => continue,
+            },
         };
         src_offset += pending;
         while pending > 0 {
@@ -353,23 +347,32 @@ fn splice_at(src: &File, mut src_offset: u64, dst: &File, mut dst_offset: u64, l
                 )
             };
             match n {
+                0 => return Err(io::Error::new(io::ErrorKind::WriteZero, "the output took no bytes")),
                 n if n > 0 => {
                     (pending, dst_offset, moved) = (pending - n as u64, dst_offset + n as u64, moved + n as u64)
                 }
-                _ => {
-                    let error = io::Error::last_os_error();
-                    match error.raw_os_error() {
-                        Some(libc::EINTR) => continue,
-                        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP) if moved == 0 => {
-                            return Err(io::Error::new(io::ErrorKind::Unsupported, error));
-                        }
-                        _ => return Err(error),
-                    }
-                }
+                _ => match splice_error(moved) {
+                    Some(error) => return Err(error),
+                    None => continue,
+                },
             }
         }
     }
     Ok(())
+}
+
+/// Why the splice just made failed, after `moved` bytes: `None` when it
+/// was interrupted (make it again), `Unsupported` when these files cannot be
+/// spliced and nothing has moved yet.
+fn splice_error(moved: u64) -> Option<io::Error> {
+    let error = io::Error::last_os_error();
+    match error.raw_os_error() {
+        Some(libc::EINTR) => None,
+        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP) if moved == 0 => {
+            Some(io::Error::new(io::ErrorKind::Unsupported, error))
+        }
+        _ => Some(error),
+    }
 }
 
 fn copy_piece(src: &File, src_offset: u64, dst: &File, dst_offset: u64, len: u64) -> io::Result<()> {

@@ -155,7 +155,7 @@ fn read_strings(r: &mut ByteReader<'_>, dialect: Dialect, n: usize, what: Field<
     let in_place = dialect.wide && r.endian == Endian::Little;
     if let Some((strings, len)) = r.unread().filter(|_| in_place).and_then(|bytes| StringArray::decode_prefix(bytes, n))
     {
-        r.advance(len as u64, what)?;
+        r.skip(len as u64, what)?;
         return Ok(strings);
     }
     let mut strings = StringArray::with_capacity(n, 0);
