@@ -144,7 +144,7 @@ fn place_all(
         let last = k + n - 1;
         let end = offsets[last] + tensors[last].n_bytes();
         write_zeros_at(output, end, gguf::align_up(end, alignment) - end)?;
-        bar.inc(offsets[last] - offsets[k] + tensors[last].n_bytes());
+        bar.inc(tensors[k..=last].iter().map(|t| t.n_bytes()).sum());
         k += n;
     }
     Ok(())
