@@ -18,10 +18,16 @@ use quantforge::model::{Metadata, Value};
 use serde_json::{Value as Json, json};
 
 /// `summarize.py`'s summary of a GGUF of `metadata` and `tensors`.
-fn summarize(python: &str, metadata: &Metadata, tensors: &[ConvertedTensor], dir: &std::path::Path) -> Json {
+fn summarize(
+    python: &str,
+    checkpoint: &Checkpoint,
+    metadata: &Metadata,
+    tensors: &[ConvertedTensor],
+    dir: &std::path::Path,
+) -> Json {
     let path = dir.join("ours.gguf");
     let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-    quantforge::convert::write(&mut file, metadata, tensors).unwrap();
+    quantforge::convert::write(&mut file, checkpoint, metadata, tensors).unwrap();
     file.flush().unwrap();
     drop(file);
     let script = common::repo().join("tests/convert/summarize.py");
@@ -64,7 +70,7 @@ fn tokenizer_keys_equal_convert_hf_to_gguf() {
         for (k, v) in keys.into_vec() {
             metadata.set(&k, v);
         }
-        let ours = summarize(&python, &metadata, &[], dir.path());
+        let ours = summarize(&python, &checkpoint, &metadata, &[], dir.path());
         let pick = |summary: &Json| -> Vec<Json> {
             summary["metadata"]
                 .as_array()
@@ -97,7 +103,7 @@ fn tensors_equal_convert_hf_to_gguf() {
         let tensors = convert_tensors(&checkpoint, outtype).unwrap();
         let mut metadata = Metadata::new();
         metadata.set("general.architecture", Value::string("test"));
-        let ours = summarize(&python, &metadata, &tensors, dir.path())["tensors"].clone();
+        let ours = summarize(&python, &checkpoint, &metadata, &tensors, dir.path())["tensors"].clone();
         let theirs = &golden["tensors"];
         if ours.as_array().map(Vec::len) != theirs.as_array().map(Vec::len) {
             failures.push(format!(
@@ -161,7 +167,7 @@ fn whole_files_equal_convert_hf_to_gguf() {
     let mut failures = Vec::new();
     for (stem, checkpoint, outtype, golden) in references() {
         let (metadata, tensors) = quantforge::convert::convert(&checkpoint, outtype, None).unwrap();
-        let ours = summarize(&python, &metadata, &tensors, dir.path());
+        let ours = summarize(&python, &checkpoint, &metadata, &tensors, dir.path());
         if ours["metadata"] != golden["metadata"] {
             let (a, b) = (ours["metadata"].as_array().unwrap(), golden["metadata"].as_array().unwrap());
             for (x, y) in a.iter().zip(b) {

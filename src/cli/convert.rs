@@ -37,9 +37,9 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
     };
     let mut out =
         AtomicOutput::create(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
-    write(out.writer(), &metadata, &tensors)?;
+    write(out.writer(), &checkpoint, &metadata, &tensors)?;
     out.commit()?;
-    let bytes: u64 = tensors.iter().map(|t| t.data.len() as u64).sum();
+    let bytes: u64 = tensors.iter().map(|t| t.info.n_bytes()).sum();
     eprintln!(
         "wrote {}: {} tensors, {} of tensor data, in {:.2} s",
         args.output.display(),

@@ -19,9 +19,6 @@ pub use hparams::architecture_keys;
 pub use tensors::{ConvertError, ConvertedTensor, OutType, convert_tensors, family_of};
 pub use vocab::tokenizer_keys;
 
-use rayon::prelude::*;
-
-use crate::codecs;
 use crate::formats::gguf::{TensorDataSource, write_gguf};
 use crate::model::{Endian, Metadata, TensorInfo};
 use crate::ops::quantize::{self, QuantizeOptions};
@@ -52,8 +49,8 @@ pub fn convert(
 }
 
 /// A conversion quantized to preset `ftype` straight from the checkpoint's
-/// values (converted to F32 in memory, no F16 file in between), with
-/// llama-quantize's plan: its mixture, tensor order and metadata.
+/// values (in f32, no F16 file in between), with llama-quantize's plan: its
+/// mixture, tensor order and metadata.
 pub fn convert_quantized(
     ckpt: &Checkpoint,
     ftype: FileType,
@@ -61,39 +58,25 @@ pub fn convert_quantized(
 ) -> Result<(Metadata, Vec<ConvertedTensor>), ConvertError> {
     let (metadata, tensors) = convert(ckpt, OutType::F32, pre)?;
     let plan = quantize::plan(&metadata, &infos(&tensors), &QuantizeOptions::new(ftype), None)?;
-    let quantized = plan
-        .tensors
-        .par_iter()
-        .map(|planned| {
-            let source = &tensors[planned.input_idx];
-            let info = &planned.info;
-            if !planned.converts() {
-                return Ok(ConvertedTensor { info: info.clone(), data: source.data.clone() });
-            }
-            let n_per_row = info.dims[0] as usize;
-            let row_bytes = info.ggml_type.row_size(n_per_row as u64).unwrap_or(0) as usize;
-            let values: Vec<f32> =
-                source.data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-            let mut data = vec![0u8; info.n_bytes() as usize];
-            for (row, dst) in values.chunks_exact(n_per_row).zip(data.chunks_exact_mut(row_bytes)) {
-                codecs::quantize_row(info.ggml_type, row, None, dst)
-                    .map_err(|source| ConvertError::Codec { tensor: info.name.clone(), source })?;
-            }
-            Ok(ConvertedTensor { info: info.clone(), data })
-        })
-        .collect::<Result<Vec<_>, ConvertError>>()?;
-    Ok((plan.metadata, quantized))
+    let quantized = plan.tensors.iter().map(|planned| tensors[planned.input_idx].stored_as(planned.info.clone()));
+    Ok((plan.metadata, quantized.collect()))
 }
 
-/// Writes a conversion as a GGUF file.
-pub fn write(out: &mut dyn std::io::Write, metadata: &Metadata, tensors: &[ConvertedTensor]) -> std::io::Result<()> {
-    struct Data<'a>(&'a [ConvertedTensor]);
+/// Writes a conversion of `ckpt` as a GGUF file, one tensor computed at a
+/// time.
+pub fn write(
+    out: &mut dyn std::io::Write,
+    ckpt: &Checkpoint,
+    metadata: &Metadata,
+    tensors: &[ConvertedTensor],
+) -> std::io::Result<()> {
+    struct Data<'a>(&'a Checkpoint, &'a [ConvertedTensor]);
     impl TensorDataSource for Data<'_> {
         fn write_tensor(&mut self, tensor_idx: usize, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-            out.write_all(&self.0[tensor_idx].data)
+            out.write_all(&self.1[tensor_idx].data(self.0).map_err(std::io::Error::other)?)
         }
     }
-    write_gguf(out, Endian::Little, metadata, &infos(tensors), &mut Data(tensors)).map(|_| ())
+    write_gguf(out, Endian::Little, metadata, &infos(tensors), &mut Data(ckpt, tensors)).map(|_| ())
 }
 
 /// The tensor descriptors of a conversion, in order.

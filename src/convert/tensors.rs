@@ -1,6 +1,8 @@
 //! The tensors of a converted checkpoint: names, order, family transforms
 //! and output types, as `convert_hf_to_gguf.py` makes them.
 
+use rayon::prelude::*;
+
 use crate::arch::registry::{FAMILIES, Family, gguf_name};
 use crate::codecs::{self, CodecError, scalar};
 use crate::model::TensorInfo;
@@ -56,9 +58,83 @@ pub enum ConvertError {
     Quantize(#[from] crate::ops::quantize::QuantizeError),
 }
 
+/// One tensor of a converted file: its descriptor, and how its bytes are
+/// made from the checkpoint when they are asked for ([`ConvertedTensor::data`]),
+/// so a conversion holds one tensor's values at a time, not the model.
+#[derive(Debug, Clone)]
 pub struct ConvertedTensor {
     pub info: TensorInfo,
-    pub data: Vec<u8>,
+    values: Values,
+}
+
+/// Where a converted tensor's values come from.
+#[derive(Debug, Clone)]
+enum Values {
+    /// Computed from the configuration (LLaMA 3's `rope_freqs`).
+    Generated(Vec<f32>),
+    /// A checkpoint tensor, through the family's transforms.
+    Checkpoint { shard: usize, tensor: usize, transform: Transform },
+}
+
+/// The family transforms of one checkpoint tensor, in the order applied.
+#[derive(Debug, Clone, Copy, Default)]
+struct Transform {
+    /// LLaMA's Q/K row permutation, over this many heads.
+    permute_heads: Option<usize>,
+    /// Gemma's norm +1, in the checkpoint tensor's own dtype.
+    plus_one: bool,
+    /// Gemma's vocabulary cut: the elements of the rows kept.
+    keep_elements: Option<usize>,
+}
+
+impl ConvertedTensor {
+    /// The same values stored as `info` says (a preset's type for the tensor).
+    pub fn stored_as(&self, info: TensorInfo) -> ConvertedTensor {
+        ConvertedTensor { info, values: self.values.clone() }
+    }
+
+    /// The tensor's bytes in its type, rows encoded in parallel.
+    pub fn data(&self, ckpt: &Checkpoint) -> Result<Vec<u8>, ConvertError> {
+        let values = self.values(ckpt)?;
+        let ty = self.info.ggml_type;
+        let n_per_row = (self.info.dims.first().copied().unwrap_or(1) as usize).max(1);
+        let row_bytes = ty.row_size(n_per_row as u64).unwrap_or(0) as usize;
+        let mut data = vec![0u8; self.info.n_bytes() as usize];
+        data.par_chunks_mut(row_bytes.max(1)).zip(values.par_chunks(n_per_row)).try_for_each(|(dst, row)| {
+            codecs::quantize_row(ty, row, None, dst)
+                .map_err(|source| ConvertError::Codec { tensor: self.info.name.clone(), source })
+        })?;
+        Ok(data)
+    }
+
+    /// The tensor's values in f32, the family's transforms applied.
+    fn values(&self, ckpt: &Checkpoint) -> Result<Vec<f32>, ConvertError> {
+        let (shard, tensor, transform) = match &self.values {
+            Values::Generated(values) => return Ok(values.clone()),
+            Values::Checkpoint { shard, tensor, transform } => (&ckpt.shards[*shard], *tensor, transform),
+        };
+        let source = &shard.tensors[tensor];
+        let mut values = vec![0f32; source.n_elements() as usize];
+        codecs::dequantize_row(source.ggml_type, &shard.tensor_data(source)?, &mut values)
+            .map_err(|e| ConvertError::Codec { tensor: self.info.name.clone(), source: e })?;
+        // Read once: its mapped pages need not stay resident.
+        shard.release_tensor_range(source, 0, source.n_bytes());
+        if let Some(heads) = transform.permute_heads {
+            values = permute_rows(&values, &source.dims, heads);
+        }
+        if transform.plus_one {
+            // Added in the tensor's own dtype: an f16 checkpoint rounds the sum to f16.
+            let f16 = source.ggml_type == GgmlType::F16;
+            for v in &mut values {
+                let sum = *v + 1.0;
+                *v = if f16 { scalar::f16_bits_to_f32(scalar::f32_to_f16_bits(sum)) } else { sum };
+            }
+        }
+        if let Some(n) = transform.keep_elements {
+            values.truncate(n);
+        }
+        Ok(values)
+    }
 }
 
 /// The family and GGUF architecture of the checkpoint's first `architectures` entry.
@@ -85,66 +161,43 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
     if family.id == "llama"
         && let Some(freqs) = llama3_rope_freqs(ckpt)
     {
-        let data = freqs.iter().flat_map(|v| v.to_le_bytes()).collect();
-        out.push(ConvertedTensor {
-            info: TensorInfo::new("rope_freqs.weight", vec![freqs.len() as u64], GgmlType::F32),
-            data,
-        });
+        let info = TensorInfo::new("rope_freqs.weight", vec![freqs.len() as u64], GgmlType::F32);
+        out.push(ConvertedTensor { info, values: Values::Generated(freqs) });
     }
     for (s, t) in ckpt.tensor_order() {
-        let shard = &ckpt.shards[s];
-        let source = &shard.tensors[t];
+        let source = &ckpt.shards[s].tensors[t];
         let hf = source.name.strip_prefix("language_model.").unwrap_or(&source.name);
         if [".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq"].iter().any(|s| hf.ends_with(s)) {
             continue;
         }
         let name = gguf_name(family, hf).ok_or_else(|| ConvertError::Unmapped(hf.to_owned()))?;
-        let codec = |source| ConvertError::Codec { tensor: hf.to_owned(), source };
         let mut dims = source.dims.clone();
-        let mut values = vec![0f32; source.n_elements() as usize];
-        codecs::dequantize_row(source.ggml_type, &shard.tensor_data(source)?, &mut values).map_err(codec)?;
-
+        let mut transform = Transform::default();
         if family.id == "llama" {
             // K rows group by KV head, Q rows by head.
-            let groups = if hf.ends_with("q_proj.weight") || hf.ends_with("q_proj.bias") {
+            let heads = if hf.ends_with("q_proj.weight") || hf.ends_with("q_proj.bias") {
                 n_head
             } else if hf.ends_with("k_proj.weight") || hf.ends_with("k_proj.bias") {
                 n_head_kv.or(n_head)
             } else {
                 None
             };
-            if let Some(groups) = groups {
-                values = permute_rows(&values, &dims, groups as usize);
-            }
+            transform.permute_heads = heads.map(|h| h as usize);
         }
         if family.id == "gemma3" {
-            if hf.ends_with("norm.weight") {
-                // Added in the tensor's own dtype: an f16 checkpoint rounds the sum to f16.
-                let f16 = source.ggml_type == GgmlType::F16;
-                for v in &mut values {
-                    let sum = *v + 1.0;
-                    *v = if f16 { scalar::f16_bits_to_f32(scalar::f32_to_f16_bits(sum)) } else { sum };
-                }
-            }
+            transform.plus_one = hf.ends_with("norm.weight");
             if hf == "model.embed_tokens.weight"
                 && let Some(vocab) = number(&["vocab_size"])
                 && dims.len() == 2
                 && dims[1] > vocab
             {
-                values.truncate((dims[0] * vocab) as usize);
+                transform.keep_elements = Some((dims[0] * vocab) as usize);
                 dims[1] = vocab;
             }
         }
-
         let ty = output_type(&name, &dims, outtype);
-        let info = TensorInfo::new(&name, dims.clone(), ty);
-        let n_per_row = dims[0] as usize;
-        let row_bytes = ty.row_size(n_per_row as u64).unwrap_or(0) as usize;
-        let mut data = vec![0u8; info.n_bytes() as usize];
-        for (row, dst) in values.chunks_exact(n_per_row.max(1)).zip(data.chunks_exact_mut(row_bytes.max(1))) {
-            codecs::quantize_row(ty, row, None, dst).map_err(codec)?;
-        }
-        out.push(ConvertedTensor { info, data });
+        let values = Values::Checkpoint { shard: s, tensor: t, transform };
+        out.push(ConvertedTensor { info: TensorInfo::new(&name, dims, ty), values });
     }
     Ok(out)
 }

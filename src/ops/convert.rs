@@ -1,6 +1,6 @@
 //! `convert`: a Hugging Face checkpoint directory (a recipe input) as a
 //! tensor set, as `convert_hf_to_gguf.py` would write it, or quantized
-//! straight to a preset. The tensors are computed in memory and kept as
+//! straight to a preset. The tensors are computed one at a time and kept as
 //! blobs of the store.
 
 use std::path::Path;
@@ -78,15 +78,15 @@ pub fn apply(dir: &Path, options: &ConvertOptions, store: &Store) -> Result<Tens
     let tensors = converted
         .into_iter()
         .map(|t| {
-            let hash = store.put_blob(&t.data)?;
+            let hash = store.put_blob(&t.data(&checkpoint)?)?;
             Ok(Tensor {
-                name: t.info.name.clone(),
-                dims: t.info.dims.clone(),
+                name: t.info.name,
+                dims: t.info.dims,
                 ggml_type: t.info.ggml_type,
                 key: hash,
                 data: TensorData::Blob { hash },
             })
         })
-        .collect::<Result<Vec<_>, StoreError>>()?;
+        .collect::<Result<Vec<_>, ConvertOpError>>()?;
     Ok(TensorSet { endian: Endian::Little, metadata, tensors })
 }
