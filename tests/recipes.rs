@@ -127,8 +127,13 @@ fn run_equals_one_shot_quantize_for_any_job_count() {
         .collect();
     std::fs::remove_dir_all(ws.path("out")).unwrap();
     std::fs::remove_dir_all(ws.cache()).unwrap();
-    let report = run(&recipe, &ws.cache(), &["--jobs", "4"]);
-    assert_eq!(totals(&report, "tensors_reused"), 0, "a fresh cache reuses nothing");
+    let placed = |report: &Value| totals(report, "tensors_encoded") + totals(report, "tensors_reused");
+    let parallel = run(&recipe, &ws.cache(), &["--jobs", "4"]);
+    // A fresh cache: every tensor one export needs is encoded in this run at
+    // least once. Exports running side by side may both encode a tensor they
+    // share, or one may reuse what the other has just stored.
+    assert!(totals(&parallel, "tensors_encoded") >= totals(&report, "tensors_encoded"), "{parallel}");
+    assert_eq!(placed(&parallel), placed(&report), "{parallel}");
     for (preset, bytes) in ["Q8_0", "Q4_K_M", "Q3_K_S"].iter().zip(&first) {
         assert!(&std::fs::read(ws.path(&format!("out/tiny-{preset}.gguf"))).unwrap() == bytes, "{preset}: jobs 1 vs 4");
     }
