@@ -428,8 +428,8 @@ fn check_access_paths(model: &ModelFile) {
         let mut copied = Vec::new();
         model.copy_tensor_data(tensor, &mut copied).unwrap();
         assert_eq!(copied, all, "{}", tensor.name);
-        let mut out = tempfile::NamedTempFile::new().unwrap();
-        model.copy_tensor_data_to_file(tensor, out.as_file_mut()).unwrap();
+        let out = tempfile::NamedTempFile::new().unwrap();
+        model.copy_tensor_data_to_file_at(tensor, out.as_file(), 0).unwrap();
         assert_eq!(std::fs::read(out.path()).unwrap(), all, "{}", tensor.name);
         model.release_tensor_range(tensor, 0, n);
     }

@@ -203,16 +203,6 @@ impl ModelFile {
         }
     }
 
-    /// Copies a tensor's bytes (in the current layout) to the file `out`,
-    /// file to file in the kernel when its stored layout is current.
-    pub fn copy_tensor_data_to_file(&self, tensor: &TensorInfo, out: &mut std::fs::File) -> io::Result<()> {
-        match tensor.layout {
-            StoredLayout::Native => self.source.copy_range_to_file(tensor.file_offset, tensor.stored_len, out),
-            StoredLayout::LegacyBlocks(_) => out.write_all(&self.tensor_data(tensor).map_err(io::Error::other)?),
-            StoredLayout::Converted(conversion) => self.copy_converted(tensor, conversion, out),
-        }
-    }
-
     /// Converts a tensor a slab at a time, so a large one never exists
     /// converted in memory all at once.
     fn copy_converted(

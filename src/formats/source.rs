@@ -221,13 +221,6 @@ impl Source {
         };
     }
 
-    /// Copies `[offset, offset + len)` into the file `out`, in the kernel
-    /// (copy_file_range) where the file systems allow: no bytes through user
-    /// space, no pages of the input left resident.
-    pub fn copy_range_to_file(&self, offset: u64, len: u64, out: &mut File) -> io::Result<()> {
-        self.copy_from_file(offset, len, out)
-    }
-
     /// Copies `[offset, offset + len)` into `out` at `out_offset`, one copy
     /// made by the kernel (see [`copy_file_at`]); copies into one file can
     /// run in parallel.
@@ -238,9 +231,8 @@ impl Source {
         copy_file_at(&self.file, offset, out, out_offset, len)
     }
 
-    /// `io::copy` from the file itself; generic so a `File` writer keeps
-    /// std's copy_file_range specialisation.
-    fn copy_from_file<W: Write + ?Sized>(&self, offset: u64, len: u64, out: &mut W) -> io::Result<()> {
+    /// `io::copy` from the file itself.
+    fn copy_from_file(&self, offset: u64, len: u64, out: &mut dyn Write) -> io::Result<()> {
         let mut file = &self.file;
         file.seek(SeekFrom::Start(offset))?;
         let copied = io::copy(&mut file.take(len), out)?;
