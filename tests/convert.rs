@@ -12,7 +12,7 @@ use std::io::Write as _;
 use std::process::Command;
 
 use quantforge::convert::{
-    Checkpoint, ConvertedTensor, Keys, OutType, architecture_keys, convert_tensors, family_of, tokenizer_keys,
+    Checkpoint, ConvertedTensor, OutType, architecture_keys, convert_tensors, family_of, tokenizer_keys,
 };
 use quantforge::model::{Metadata, Value};
 use serde_json::{Value as Json, json};
@@ -64,12 +64,8 @@ fn tokenizer_keys_equal_convert_hf_to_gguf() {
     let mut failures = Vec::new();
     for (stem, checkpoint, _, golden) in references() {
         let (family, _) = family_of(&checkpoint).unwrap();
-        let mut keys = Keys::default();
-        tokenizer_keys(&checkpoint, family.id, None, &mut keys).unwrap();
         let mut metadata = Metadata::new();
-        for (k, v) in keys.into_vec() {
-            metadata.set(&k, v);
-        }
+        tokenizer_keys(&checkpoint, family.id, None, &mut metadata).unwrap();
         let ours = summarize(&python, &checkpoint, &metadata, &[], dir.path());
         let pick = |summary: &Json| -> Vec<Json> {
             summary["metadata"]
@@ -137,11 +133,8 @@ fn scalar(key: &str, value: &Value) -> (String, String, Json) {
 fn architecture_keys_equal_convert_hf_to_gguf() {
     for (stem, checkpoint, outtype, golden) in references() {
         let (family, arch) = family_of(&checkpoint).unwrap();
-        let ours: Vec<_> = architecture_keys(&checkpoint, family.id, arch, outtype)
-            .into_vec()
-            .iter()
-            .map(|(k, v)| scalar(k, v))
-            .collect();
+        let ours: Vec<_> =
+            architecture_keys(&checkpoint, family.id, arch, outtype).iter().map(|(k, v)| scalar(k, v)).collect();
         let prefix = format!("{arch}.");
         let theirs: Vec<_> = golden["metadata"]
             .as_array()

@@ -6,10 +6,9 @@
 
 use serde_json::Value as Json;
 
-use super::Keys;
 use super::checkpoint::Checkpoint;
 use super::tensors::OutType;
-use crate::model::Value;
+use crate::model::{Metadata, Value};
 use crate::ops::quantize::QUANTIZATION_VERSION;
 
 /// `general.file_type` of an outtype (llama's ftype numbers).
@@ -22,16 +21,16 @@ fn file_type(outtype: OutType) -> u32 {
     }
 }
 
-pub fn architecture_keys(ckpt: &Checkpoint, family: &str, arch: &str, outtype: OutType) -> Keys {
-    let mut keys = Keys::default();
+pub fn architecture_keys(ckpt: &Checkpoint, family: &str, arch: &str, outtype: OutType) -> Metadata {
+    let mut keys = Metadata::new();
     let hp = |names: &[&str]| ckpt.hparam(names).filter(|v| !v.is_null());
     let u32_of = |v: &Json| v.as_u64().map(|n| Value::U32(n as u32));
     // JSON decimals become f64 (correctly rounded), then f32, as Python's struct.pack does.
     let f32_of = |v: &Json| v.as_f64().map(|x| Value::F32(x as f32));
     let key = |name: &str| format!("{arch}.{name}");
-    let put = |keys: &mut Keys, name: &str, value: Option<Value>| {
+    let put = |keys: &mut Metadata, name: &str, value: Option<Value>| {
         if let Some(value) = value {
-            keys.set(key(name), value);
+            keys.set(&key(name), value);
         }
     };
     let block_count = hp(&["n_layers", "num_hidden_layers", "n_layer", "num_layers"]).and_then(u32_of);
@@ -68,7 +67,7 @@ pub fn architecture_keys(ckpt: &Checkpoint, family: &str, arch: &str, outtype: O
         let rot = embedding.and_then(Json::as_u64).zip(heads.and_then(Json::as_u64));
         put(&mut keys, "rope.dimension_count", rot.map(|(e, h)| Value::U32(((partial * e as f64) as u64 / h) as u32)));
         put(&mut keys, "rope.freq_base", rope_theta);
-        keys.set("general.file_type".into(), Value::U32(file_type(outtype)));
+        keys.set("general.file_type", Value::U32(file_type(outtype)));
         let window = hp(&["sliding_window"]).and_then(Json::as_u64).unwrap_or(0);
         put(&mut keys, "attention.sliding_window", Some(Value::U32(window as u32)));
     } else {
@@ -92,7 +91,7 @@ pub fn architecture_keys(ckpt: &Checkpoint, family: &str, arch: &str, outtype: O
         put(&mut keys, "attention.layer_norm_rms_epsilon", rms_eps);
         put(&mut keys, "attention.key_length", head_dim.map(|d| Value::U32(d as u32)));
         put(&mut keys, "attention.value_length", head_dim.map(|d| Value::U32(d as u32)));
-        keys.set("general.file_type".into(), Value::U32(file_type(outtype)));
+        keys.set("general.file_type", Value::U32(file_type(outtype)));
         match family {
             "llama" => {
                 put(&mut keys, "vocab_size", hp(&["vocab_size"]).and_then(u32_of));
@@ -109,6 +108,6 @@ pub fn architecture_keys(ckpt: &Checkpoint, family: &str, arch: &str, outtype: O
             _ => {}
         }
     }
-    keys.set("general.quantization_version".into(), Value::U32(QUANTIZATION_VERSION));
+    keys.set("general.quantization_version", Value::U32(QUANTIZATION_VERSION));
     keys
 }

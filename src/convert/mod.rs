@@ -20,7 +20,7 @@ pub use tensors::{ConvertError, ConvertedTensor, OutType, convert_tensors, famil
 pub use vocab::tokenizer_keys;
 
 use crate::formats::gguf::{TensorDataSource, write_gguf};
-use crate::model::{Endian, Metadata, TensorInfo};
+use crate::model::{Endian, Metadata, TensorInfo, Value};
 use crate::ops::quantize::{self, QuantizeOptions};
 use crate::types::FileType;
 
@@ -34,17 +34,13 @@ pub fn convert(
     let (family, arch) = family_of(ckpt)?;
     let tensors = convert_tensors(ckpt, outtype)?;
     let total_params = tensors.iter().map(|t| t.info.n_elements()).sum();
-    let mut keys = Keys::default();
-    keys.set("general.architecture".into(), Value::string(arch));
-    naming::general_keys(ckpt, total_params, &mut keys);
-    for (k, v) in architecture_keys(ckpt, family.id, arch, outtype).into_vec() {
-        keys.set(k, v);
-    }
-    tokenizer_keys(ckpt, family.id, pre, &mut keys)?;
+    // Keys in the converter's order: writing one again keeps its first
+    // place and takes the new value, as its dict does (and `Metadata::set`).
     let mut metadata = Metadata::new();
-    for (k, v) in keys.into_vec() {
-        metadata.set(&k, v);
-    }
+    metadata.set("general.architecture", Value::string(arch));
+    naming::general_keys(ckpt, total_params, &mut metadata);
+    metadata.append_prefixed("", &architecture_keys(ckpt, family.id, arch, outtype));
+    tokenizer_keys(ckpt, family.id, pre, &mut metadata)?;
     Ok((metadata, tensors))
 }
 
@@ -82,24 +78,4 @@ pub fn write(
 /// The tensor descriptors of a conversion, in order.
 pub fn infos(tensors: &[ConvertedTensor]) -> Vec<TensorInfo> {
     tensors.iter().map(|t| t.info.clone()).collect()
-}
-
-use crate::model::Value;
-
-/// Keys in insertion order; writing a key again keeps its first place and
-/// takes the new value, as the converter's dict does.
-#[derive(Default)]
-pub struct Keys(Vec<(String, Value)>);
-
-impl Keys {
-    pub fn set(&mut self, key: String, value: Value) {
-        match self.0.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, v)) => *v = value,
-            None => self.0.push((key, value)),
-        }
-    }
-
-    pub fn into_vec(self) -> Vec<(String, Value)> {
-        self.0
-    }
 }

@@ -10,9 +10,8 @@ use std::collections::BTreeMap;
 use regex::Regex;
 use serde_json::Value as Json;
 
-use super::Keys;
 use super::checkpoint::Checkpoint;
-use crate::model::{Array, GgufString, Value};
+use crate::model::{Array, Metadata, Value};
 
 /// What the heuristics fill in; `None` is Python's `None`.
 #[derive(Default)]
@@ -268,7 +267,7 @@ fn strings(v: &Json) -> Vec<String> {
 }
 
 /// `general.type`, the sampling keys and the naming keys, in the converter's order.
-pub fn general_keys(ckpt: &Checkpoint, total_params: u64, keys: &mut Keys) {
+pub fn general_keys(ckpt: &Checkpoint, total_params: u64, keys: &mut Metadata) {
     let mut m = Naming::default();
     let card = model_card(&ckpt.dir);
     let from_card = |field: &mut Option<String>, names: &[&str]| {
@@ -346,13 +345,13 @@ pub fn general_keys(ckpt: &Checkpoint, total_params: u64, keys: &mut Keys) {
         m.size_label = Some(rounded_count(total_params));
     }
 
-    keys.set("general.type".into(), Value::string("model"));
+    keys.set("general.type", Value::string("model"));
     let generation = std::fs::read_to_string(ckpt.dir.join("generation_config.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<Json>(&t).ok())
         .unwrap_or(Json::Null);
     if let Some(sequence) = generation.get("sequence").and_then(Json::as_str) {
-        keys.set("general.sampling.sequence".into(), Value::string(sequence));
+        keys.set("general.sampling.sequence", Value::string(sequence));
     }
     // (key, generation_config names, written as i32 rather than f32)
     let sampling: [(&str, &[&str], bool); 11] = [
@@ -373,15 +372,15 @@ pub fn general_keys(ckpt: &Checkpoint, total_params: u64, keys: &mut Keys) {
         let value =
             if integer { v.as_i64().map(|n| Value::I32(n as i32)) } else { v.as_f64().map(|x| Value::F32(x as f32)) };
         if let Some(value) = value {
-            keys.set(format!("general.sampling.{key}"), value);
+            keys.set(&format!("general.sampling.{key}"), value);
         }
     }
-    let text = |keys: &mut Keys, key: &str, value: Option<String>| {
+    let text = |keys: &mut Metadata, key: &str, value: Option<String>| {
         if let Some(v) = value.filter(|v| !v.is_empty()) {
-            keys.set(key.into(), Value::string(&v));
+            keys.set(key, Value::string(&v));
         }
     };
-    keys.set("general.name".into(), Value::string(m.name.as_deref().unwrap_or_default()));
+    keys.set("general.name", Value::string(m.name.as_deref().unwrap_or_default()));
     text(keys, "general.author", m.author);
     text(keys, "general.version", m.version);
     text(keys, "general.organization", m.organization);
@@ -393,7 +392,7 @@ pub fn general_keys(ckpt: &Checkpoint, total_params: u64, keys: &mut Keys) {
     text(keys, "general.license.name", m.license_name);
     text(keys, "general.license.link", m.license_link);
     if let Some(models) = m.base_models {
-        keys.set("general.base_model.count".into(), Value::U32(models.len() as u32));
+        keys.set("general.base_model.count", Value::U32(models.len() as u32));
         for (i, model) in models.into_iter().enumerate() {
             for field in ["name", "author", "version", "organization", "description", "url", "doi", "uuid", "repo_url"]
             {
@@ -403,7 +402,7 @@ pub fn general_keys(ckpt: &Checkpoint, total_params: u64, keys: &mut Keys) {
     }
     for (key, list) in [("general.tags", m.tags), ("general.languages", m.languages)] {
         if let Some(list) = list.filter(|l| !l.is_empty()) {
-            keys.set(key.into(), Value::Array(Array::String(list.into_iter().map(GgufString::from).collect())));
+            keys.set(key, Value::Array(Array::String(list.into_iter().collect())));
         }
     }
 }

@@ -9,11 +9,10 @@ use std::path::Path;
 
 use serde_json::Value as Json;
 
-use super::Keys;
 use super::checkpoint::{Checkpoint, read_optional_json};
 use super::tensors::ConvertError;
 use crate::formats::sentencepiece::{PieceType, SentencePieceModel};
-use crate::model::{Array, GgufString, Value};
+use crate::model::{Array, Metadata, Value};
 
 /// GGUF token types (`tokenizer.ggml.token_type`).
 const NORMAL: i32 = 1;
@@ -29,7 +28,12 @@ const SPECIAL_TYPES: [&str; 7] = ["bos", "eos", "unk", "sep", "pad", "cls", "mas
 /// Writes the tokenizer keys of `family`'s checkpoint; `pre` names the BPE
 /// pre-tokenizer (the converter tells it by hashing a tokenization, which
 /// needs the Hugging Face tokenizer itself), by default the family's usual one.
-pub fn tokenizer_keys(ckpt: &Checkpoint, family: &str, pre: Option<&str>, keys: &mut Keys) -> Result<(), ConvertError> {
+pub fn tokenizer_keys(
+    ckpt: &Checkpoint,
+    family: &str,
+    pre: Option<&str>,
+    keys: &mut Metadata,
+) -> Result<(), ConvertError> {
     let pre = match (pre, family) {
         (Some(pre), _) => pre,
         (None, "qwen2" | "qwen3") => "qwen2",
@@ -50,12 +54,12 @@ pub fn tokenizer_keys(ckpt: &Checkpoint, family: &str, pre: Option<&str>, keys: 
             if family == "llama"
                 && let Some(Json::Bool(add)) = files.config.as_ref().and_then(|c| c.get("add_prefix_space"))
             {
-                keys.set("tokenizer.ggml.add_space_prefix".into(), Value::Bool(*add));
+                keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(*add));
             }
             let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, false)?;
             sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)?;
             if family == "gemma3" {
-                keys.set("tokenizer.ggml.add_space_prefix".into(), Value::Bool(false));
+                keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(false));
             }
             Ok(())
         }
@@ -156,25 +160,25 @@ fn sentencepiece_keys(
     types: Vec<i32>,
     ckpt: &Checkpoint,
     files: &TokenizerFiles,
-    keys: &mut Keys,
+    keys: &mut Metadata,
 ) -> Result<(), ConvertError> {
     let n_vocab = tokens.len();
-    keys.set("tokenizer.ggml.model".into(), Value::string("llama"));
-    keys.set("tokenizer.ggml.pre".into(), Value::string("default"));
-    keys.set("tokenizer.ggml.tokens".into(), string_array(tokens));
-    keys.set("tokenizer.ggml.scores".into(), Value::Array(Array::F32(scores)));
-    keys.set("tokenizer.ggml.token_type".into(), Value::Array(Array::I32(types)));
+    keys.set("tokenizer.ggml.model", Value::string("llama"));
+    keys.set("tokenizer.ggml.pre", Value::string("default"));
+    keys.set("tokenizer.ggml.tokens", string_array(tokens));
+    keys.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
+    keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     SpecialVocab::load(ckpt, files, false, Some(n_vocab))?.write(keys);
     Ok(())
 }
 
 fn string_array(strings: Vec<String>) -> Value {
-    Value::Array(Array::String(strings.into_iter().map(GgufString::from).collect()))
+    Value::Array(Array::String(strings.into_iter().collect()))
 }
 
 /// A GPT-2 BPE vocabulary from `tokenizer.json`: the model's vocabulary and
 /// the added tokens by id, `[PADn]` for ids neither has.
-fn gpt2(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Keys) -> Result<(), ConvertError> {
+fn gpt2(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Metadata) -> Result<(), ConvertError> {
     let tokenizer = files
         .tokenizer
         .as_ref()
@@ -221,10 +225,10 @@ fn gpt2(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Keys) -
             }
         }
     }
-    keys.set("tokenizer.ggml.model".into(), Value::string("gpt2"));
-    keys.set("tokenizer.ggml.pre".into(), Value::string(pre));
-    keys.set("tokenizer.ggml.tokens".into(), string_array(tokens));
-    keys.set("tokenizer.ggml.token_type".into(), Value::Array(Array::I32(types)));
+    keys.set("tokenizer.ggml.model", Value::string("gpt2"));
+    keys.set("tokenizer.ggml.pre", Value::string(pre));
+    keys.set("tokenizer.ggml.tokens", string_array(tokens));
+    keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     SpecialVocab::load(ckpt, files, true, None)?.write(keys);
     Ok(())
 }
@@ -232,6 +236,7 @@ fn gpt2(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Keys) -
 /// gguf-py's `SpecialVocab`: what it reads from `tokenizer.json`,
 /// `tokenizer_config.json` and `config.json` (the checkpoint's), in its
 /// insertion orders.
+#[derive(Default)]
 struct SpecialVocab {
     merges: Vec<String>,
     ids: Vec<(String, u64)>,
@@ -249,15 +254,7 @@ impl SpecialVocab {
         load_merges: bool,
         n_vocab: Option<usize>,
     ) -> Result<SpecialVocab, ConvertError> {
-        let mut v = SpecialVocab {
-            merges: Vec::new(),
-            ids: Vec::new(),
-            add: Vec::new(),
-            chat_template: None,
-            normalizer_lowercase: None,
-            normalizer_strip_accents: None,
-            n_vocab,
-        };
+        let mut v = SpecialVocab { n_vocab, ..SpecialVocab::default() };
         let (tokenizer, config) = (&files.tokenizer, &files.config);
         let added: &[Json] =
             tokenizer.as_ref().and_then(|t| t.get("added_tokens")).and_then(Json::as_array).map_or(&[], Vec::as_slice);
@@ -445,9 +442,9 @@ impl SpecialVocab {
         }
     }
 
-    fn write(self, keys: &mut Keys) {
+    fn write(self, keys: &mut Metadata) {
         if !self.merges.is_empty() {
-            keys.set("tokenizer.ggml.merges".into(), string_array(self.merges));
+            keys.set("tokenizer.ggml.merges", string_array(self.merges));
         }
         for (typ, id) in self.ids {
             let key = match typ.as_str() {
@@ -459,21 +456,21 @@ impl SpecialVocab {
                 "mask" => "tokenizer.ggml.mask_token_id",
                 _ => continue,
             };
-            keys.set(key.into(), Value::U32(id as u32));
+            keys.set(key, Value::U32(id as u32));
         }
         for (typ, add) in self.add {
             if matches!(typ.as_str(), "bos" | "eos" | "sep") {
-                keys.set(format!("tokenizer.ggml.add_{typ}_token"), Value::Bool(add));
+                keys.set(&format!("tokenizer.ggml.add_{typ}_token"), Value::Bool(add));
             }
         }
         if let Some(template) = self.chat_template.filter(|t| !t.is_empty()) {
-            keys.set("tokenizer.chat_template".into(), Value::string(&template));
+            keys.set("tokenizer.chat_template", Value::string(&template));
         }
         if let Some(lowercase) = self.normalizer_lowercase {
-            keys.set("tokenizer.ggml.normalizer.lowercase".into(), Value::Bool(lowercase));
+            keys.set("tokenizer.ggml.normalizer.lowercase", Value::Bool(lowercase));
         }
         if let Some(strip) = self.normalizer_strip_accents {
-            keys.set("tokenizer.ggml.normalizer.strip_accents".into(), Value::Bool(strip));
+            keys.set("tokenizer.ggml.normalizer.strip_accents", Value::Bool(strip));
         }
     }
 }
@@ -494,35 +491,23 @@ fn chat_template_file(dir: &Path) -> Result<Option<String>, ConvertError> {
 mod tests {
     use super::*;
 
-    fn empty() -> SpecialVocab {
-        SpecialVocab {
-            merges: Vec::new(),
-            ids: Vec::new(),
-            add: Vec::new(),
-            chat_template: None,
-            normalizer_lowercase: None,
-            normalizer_strip_accents: None,
-            n_vocab: None,
-        }
-    }
-
     #[test]
     fn normalizer_flags_nest_like_gguf_py() {
-        let mut v = empty();
+        let mut v = SpecialVocab::default();
         let sequence = serde_json::json!({"type": "Sequence", "normalizers": [
             {"type": "NFD"}, {"type": "Lowercase"}, {"type": "BertNormalizer", "strip_accents": false}
         ]});
         v.normalizer(&sequence);
         assert_eq!((v.normalizer_lowercase, v.normalizer_strip_accents), (Some(true), Some(false)));
-        let mut keys = Keys::default();
+        let mut keys = Metadata::new();
         v.write(&mut keys);
-        let written: Vec<String> = keys.into_vec().into_iter().map(|(k, _)| k).collect();
+        let written: Vec<&str> = keys.iter().map(|(k, _)| k).collect();
         assert_eq!(written, ["tokenizer.ggml.normalizer.lowercase", "tokenizer.ggml.normalizer.strip_accents"]);
     }
 
     #[test]
     fn special_ids_keep_the_first_and_respect_the_vocabulary() {
-        let mut v = SpecialVocab { n_vocab: Some(10), ..empty() };
+        let mut v = SpecialVocab { n_vocab: Some(10), ..SpecialVocab::default() };
         v.set_special("bos", Some(&serde_json::json!(1)));
         v.set_special("bos", Some(&serde_json::json!(2)));
         v.set_special("eos", Some(&serde_json::json!(10)));
