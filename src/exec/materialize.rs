@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::codecs::{self, CodecError};
-use crate::formats::{FormatError, ModelFile, OpenOptions, Source};
+use crate::formats::{FormatError, ModelFile, OpenOptions, copy_file_at};
 use crate::model::StoredLayout;
 use crate::ops::quantize::importance_from_blob;
 use crate::quant::budget::{BudgetError, RowSource};
@@ -117,8 +117,8 @@ impl Materializer<'_> {
             TensorData::Convert { .. } => self.cached(&tensor.key),
         };
         let Some(hash) = blob else { return Ok(false) };
-        let blob = Source::open(&self.store.blob_path(&hash), self.files.options)?;
-        blob.copy_range_to_file_at(0, tensor.n_bytes(), out, offset).map_err(io_err)?;
+        let blob = File::open(self.store.blob_path(&hash)).map_err(io_err)?;
+        copy_file_at(&blob, 0, out, offset, tensor.n_bytes()).map_err(io_err)?;
         self.counters.reused.fetch_add(1, Ordering::Relaxed);
         Ok(true)
     }

@@ -416,7 +416,7 @@ const SPM_SPACE: &str = "\u{2581}";
 /// three ids are `<unk>`, `<s>`, `</s>`; single bytes at ids 3–258 become
 /// `<0xXX>` byte tokens; spaces become SentencePiece's marker.
 fn gguf_vocab(vocab: Vec<VocabEntry>) -> (StringArray, Vec<f32>, Vec<i32>) {
-    let mut tokens = StringArray::with_capacity(vocab.len(), 0);
+    let mut tokens = StringArray::with_capacity(vocab.len());
     let mut scores = Vec::with_capacity(vocab.len());
     let mut types = Vec::with_capacity(vocab.len());
     for (id, entry) in vocab.into_iter().enumerate() {

@@ -28,7 +28,7 @@ pub use ggml_legacy::{LegacyBlockLayout, LegacyVariant};
 pub use gguf::TensorDataSource;
 pub use output::{AtomicOutput, same_file};
 pub use safetensors::ElementConversion;
-pub use source::{AccessMode, LoadReport, OpenOptions, Source, human_bytes, parse_size};
+pub use source::{AccessMode, LoadReport, OpenOptions, Source, copy_file_at, human_bytes, parse_size};
 
 use crate::model::{Endian, Metadata, StoredLayout, TensorInfo};
 use crate::types::{GgmlType, RemovedGgmlType};

@@ -158,9 +158,9 @@ pub struct StringArray {
 const LEN_BYTES: usize = 8;
 
 impl StringArray {
-    /// Room for `n` strings of `bytes` bytes in all.
-    pub fn with_capacity(n: usize, bytes: usize) -> StringArray {
-        StringArray { encoded: Vec::with_capacity(bytes + n * LEN_BYTES), ends: Vec::with_capacity(n) }
+    /// Room for `n` strings (their bytes come as they are pushed).
+    pub fn with_capacity(n: usize) -> StringArray {
+        StringArray { encoded: Vec::with_capacity(n * LEN_BYTES), ends: Vec::with_capacity(n) }
     }
 
     /// The `n` strings GGUF little-endian encoded at the start of `bytes`,
@@ -215,15 +215,13 @@ impl StringArray {
 
     pub fn get(&self, idx: usize) -> Option<&[u8]> {
         let end = *self.ends.get(idx)?;
+        // The string starts after its length, which follows the previous string.
         let start = idx.checked_sub(1).map_or(0, |prev| self.ends[prev]) + LEN_BYTES;
         Some(&self.encoded[start..end])
     }
 
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
-        (0..self.len()).map(|i| {
-            let start = i.checked_sub(1).map_or(0, |prev| self.ends[prev]) + LEN_BYTES;
-            &self.encoded[start..self.ends[i]]
-        })
+        (0..self.len()).map(|i| self.get(i).expect("every index below len has a string"))
     }
 }
 

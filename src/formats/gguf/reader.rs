@@ -158,7 +158,7 @@ fn read_strings(r: &mut ByteReader<'_>, dialect: Dialect, n: usize, what: Field<
         r.skip(len as u64, what)?;
         return Ok(strings);
     }
-    let mut strings = StringArray::with_capacity(n, 0);
+    let mut strings = StringArray::with_capacity(n);
     for _ in 0..n {
         let len = read_count(r, dialect, what)?;
         r.need(len, what)?;
