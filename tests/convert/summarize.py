@@ -15,7 +15,7 @@ Everything that decides byte identity is in it, in file order:
              (ne0 first, as written in the file), element count, offset relative
              to the data section, byte size, sha256 of the data bytes
 
-Type names match tests/gguf_py/dump.py.  Used to make tests/data/convert/*.json.
+Type names are tests/gguf_py/dump.py's.  Used to make tests/data/convert/*.json.
 """
 from __future__ import annotations
 
@@ -27,15 +27,9 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
 
-TYPE_NAMES = {
-    GGUFValueType.UINT8: "u8", GGUFValueType.INT8: "i8",
-    GGUFValueType.UINT16: "u16", GGUFValueType.INT16: "i16",
-    GGUFValueType.UINT32: "u32", GGUFValueType.INT32: "i32",
-    GGUFValueType.FLOAT32: "f32", GGUFValueType.BOOL: "bool",
-    GGUFValueType.STRING: "str", GGUFValueType.ARRAY: "arr",
-    GGUFValueType.UINT64: "u64", GGUFValueType.INT64: "i64",
-    GGUFValueType.FLOAT64: "f64",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gguf_py"))
+from dump import TYPE_NAMES  # noqa: E402
+
 STRING_INLINE_MAX = 160
 ARRAY_HEAD = 8
 
