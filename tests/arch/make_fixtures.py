@@ -906,47 +906,36 @@ def unknown_arch(out: Path, file: str) -> tuple[Model, dict]:
 # broken files
 
 
-def broken_head_count(out: Path, file: str) -> Model:
-    """LLaMA 3 tensors for 4 heads of 8, metadata claims 5 heads: 5 does not
-    divide the width 32 and there is no key_length to say otherwise."""
+def broken_llama3(out: Path, file: str, edited: str, *, n_layer=2, n_head=4, n_head_kv=1,
+                  n_kv=8) -> Model:
+    """LLaMA 3 tensors (width 32, heads of 8, `n_kv` K and V rows, 2 blocks)
+    under metadata with one hyperparameter edited to disagree with them."""
     m = Model(out, file, "llama")
-    general(m.w, "Llama 3.1 8B Instruct, head count edited", "Llama-3.1")
-    base_params(m, n_layer=2, n_ctx=131072, n_embd=32, n_ff=64, n_head=5, n_head_kv=1,
+    general(m.w, f"Llama 3.1 8B Instruct, {edited} edited", "Llama-3.1")
+    base_params(m, n_layer=n_layer, n_ctx=131072, n_embd=32, n_ff=64, n_head=n_head, n_head_kv=n_head_kv,
                 rope_theta=500000.0, rms_eps=1e-5)
     m.w.add_vocab_size(V)
     m.w.add_rope_dimension_count(8)
     m.w.add_quantization_version(2)
     bpe_vocab(m.w, V, "llama-bpe", LLAMA3_SPECIALS, LLAMA3_IDS, add_bos=True)
-    llama_body(m, n_embd=32, n_q=32, n_kv=8, n_ff=64, n_layer=2)
+    llama_body(m, n_embd=32, n_q=32, n_kv=n_kv, n_ff=64, n_layer=2)
     return m
+
+
+def broken_head_count(out: Path, file: str) -> Model:
+    """Metadata claims 5 heads: 5 does not divide the width 32 and there is
+    no key_length to say otherwise."""
+    return broken_llama3(out, file, "head count", n_head=5)
 
 
 def broken_head_count_kv(out: Path, file: str) -> Model:
     """4 heads with 3 KV heads: 3 does not divide 4 (attn_k is sized for 2)."""
-    m = Model(out, file, "llama")
-    general(m.w, "Llama 3.1 8B Instruct, KV head count edited", "Llama-3.1")
-    base_params(m, n_layer=2, n_ctx=131072, n_embd=32, n_ff=64, n_head=4, n_head_kv=3,
-                rope_theta=500000.0, rms_eps=1e-5)
-    m.w.add_vocab_size(V)
-    m.w.add_rope_dimension_count(8)
-    m.w.add_quantization_version(2)
-    bpe_vocab(m.w, V, "llama-bpe", LLAMA3_SPECIALS, LLAMA3_IDS, add_bos=True)
-    llama_body(m, n_embd=32, n_q=32, n_kv=16, n_ff=64, n_layer=2)
-    return m
+    return broken_llama3(out, file, "KV head count", n_head_kv=3, n_kv=16)
 
 
 def broken_block_count(out: Path, file: str) -> Model:
     """block_count 3, but the tensors stop at blk.1."""
-    m = Model(out, file, "llama")
-    general(m.w, "Llama 3.1 8B Instruct, block count edited", "Llama-3.1")
-    base_params(m, n_layer=3, n_ctx=131072, n_embd=32, n_ff=64, n_head=4, n_head_kv=1,
-                rope_theta=500000.0, rms_eps=1e-5)
-    m.w.add_vocab_size(V)
-    m.w.add_rope_dimension_count(8)
-    m.w.add_quantization_version(2)
-    bpe_vocab(m.w, V, "llama-bpe", LLAMA3_SPECIALS, LLAMA3_IDS, add_bos=True)
-    llama_body(m, n_embd=32, n_q=32, n_kv=8, n_ff=64, n_layer=2)
-    return m
+    return broken_llama3(out, file, "block count", n_layer=3)
 
 
 def broken_expert_count(out: Path, file: str) -> Model:
