@@ -14,6 +14,7 @@ pub mod cli;
 pub mod codecs;
 pub mod convert;
 pub mod exec;
+pub mod files;
 pub mod formats;
 pub mod model;
 pub mod ops;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use crate::formats::human_bytes;
-use crate::store::{GcOptions, Store};
+use crate::store::{GcOptions, LocalStore};
 
 #[derive(Debug, clap::Subcommand)]
 pub(super) enum CacheCommand {
@@ -28,6 +28,9 @@ pub(super) enum CacheCommand {
     Verify {
         #[command(flatten)]
         dir: CacheDir,
+        /// Move what is corrupt or broken to quarantine, so the next run recomputes it.
+        #[arg(long)]
+        repair: bool,
         #[arg(long)]
         json: bool,
     },
@@ -44,7 +47,7 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
     let mut out = io::stdout().lock();
     match command {
         CacheCommand::Ls(dir) => {
-            let store = Store::open(&dir.cache_dir)?;
+            let store = LocalStore::open_existing(&dir.cache_dir)?;
             for entry in store.list()? {
                 let field = |name: &str| entry.detail.get(name).and_then(|v| v.as_str()).unwrap_or("?").to_owned();
                 let age = SystemTime::now().duration_since(entry.modified).unwrap_or_default();
@@ -62,7 +65,7 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
             }
         }
         CacheCommand::Du(dir) => {
-            let usage = Store::open(&dir.cache_dir)?.usage()?;
+            let usage = LocalStore::open_existing(&dir.cache_dir)?.usage()?;
             writeln!(
                 out,
                 "{}: {} in {} blobs",
@@ -72,28 +75,34 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
             )?;
             writeln!(
                 out,
-                "entries: {} tensors, {} nodes, {} exports; {} temporary files ({})",
+                "entries: {} tensors, {} nodes, {} exports; {} temporary files ({}); {} quarantined",
                 usage.tensor_entries,
                 usage.node_entries,
                 usage.export_entries,
                 usage.temp_files,
-                human_bytes(usage.temp_bytes as f64)
+                human_bytes(usage.temp_bytes as f64),
+                usage.quarantined
             )?;
         }
         CacheCommand::Gc { dir, max_size, older_than } => {
-            let store = Store::open_exclusive(&dir.cache_dir)?;
+            let store = LocalStore::open_exclusive(&dir.cache_dir)?;
             let report = store.gc(GcOptions { older_than, max_size })?;
             writeln!(
                 out,
-                "removed {} entries, {} blobs ({}), {} temporary files",
+                "removed {} entries, {} blobs ({}), {} temporary files, {} quarantined files",
                 report.entries_removed,
                 report.blobs_removed,
                 human_bytes(report.bytes_freed as f64),
-                report.temp_files_removed
+                report.temp_files_removed,
+                report.quarantined_removed
             )?;
         }
-        CacheCommand::Verify { dir, json } => {
-            let report = Store::open(&dir.cache_dir)?.verify()?;
+        CacheCommand::Verify { dir, repair, json } => {
+            let store = match repair {
+                true => LocalStore::open_exclusive(&dir.cache_dir)?,
+                false => LocalStore::open_existing(&dir.cache_dir)?,
+            };
+            let report = store.verify(repair)?;
             if json {
                 serde_json::to_writer_pretty(&mut out, &report)?;
                 writeln!(out)?;
@@ -104,6 +113,9 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
                 for path in &report.broken_entries {
                     writeln!(out, "broken entry {}", path.display())?;
                 }
+                for path in &report.special_files {
+                    writeln!(out, "not a regular file: {}", path.display())?;
+                }
                 writeln!(
                     out,
                     "checked {} blobs ({}) and {} entries",
@@ -113,11 +125,13 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
                 )?;
             }
             out.flush()?;
-            if !report.is_clean() {
+            if !report.is_clean() && !repair {
                 anyhow::bail!(
-                    "the cache has {} corrupt blobs and {} broken entries",
+                    "the cache has {} corrupt blobs, {} broken entries and {} special files \
+                     (`quantforge cache verify --repair` quarantines them)",
                     report.corrupt_blobs.len(),
-                    report.broken_entries.len()
+                    report.broken_entries.len(),
+                    report.special_files.len()
                 );
             }
         }

@@ -3,13 +3,14 @@
 
 use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::cache::CacheDir;
 use crate::exec::Engine;
 use crate::exec::report::{RunReport, Status};
 use crate::formats::human_bytes;
 use crate::recipe::Recipe;
-use crate::store::Store;
+use crate::store::{LocalStore, MemoryStore, Store};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct RunArgs {
@@ -44,7 +45,8 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         return plan(PlanArgs { recipe: args.recipe, cache: args.cache, json: args.json });
     }
     let recipe = Recipe::load(&args.recipe)?;
-    let engine = Engine::new(Store::open(&args.cache.cache_dir)?, args.jobs.unwrap_or_else(super::default_threads))?;
+    let store = Arc::new(LocalStore::open(&args.cache.cache_dir)?);
+    let engine = Engine::new(store, args.jobs.unwrap_or_else(super::default_threads))?;
     let progress = !args.json && io::stderr().is_terminal();
     let report = engine.run(&recipe, progress)?;
     let mut out = io::stdout().lock();
@@ -63,7 +65,14 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
 
 pub(super) fn plan(args: PlanArgs) -> anyhow::Result<()> {
     let recipe = Recipe::load(&args.recipe)?;
-    let engine = Engine::new(Store::open(&args.cache.cache_dir)?, 1)?;
+    // Planning reads the cache and never creates one: without a cache,
+    // every node is a miss.
+    let store: Arc<dyn Store> = match LocalStore::open_existing(&args.cache.cache_dir) {
+        Ok(store) => Arc::new(store),
+        Err(_) if !args.cache.cache_dir.exists() => Arc::new(MemoryStore::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let engine = Engine::new(store, 1)?;
     let report = engine.plan(&recipe)?;
     let mut out = io::stdout().lock();
     if args.json {

@@ -4,7 +4,7 @@
 
 use crate::codecs::CODEC_VERSION;
 use crate::recipe::Source;
-use crate::store::{KEY_SCHEME_VERSION, Key, KeyBuilder};
+use crate::store::{ActionKind, KEY_SCHEME_VERSION, Key, KeyBuilder};
 
 use super::{Shared, input_hash};
 
@@ -52,13 +52,13 @@ impl Shared {
     /// Records the parts of node `i`'s key, unless already recorded.
     pub(super) fn remember(&self, i: usize) {
         let recent = self.recent_key(i);
-        let recorded = self.store.get_recent(&recent).and_then(|b| serde_json::from_slice::<KeyParts>(&b).ok());
+        let recorded = self.store.get_action(ActionKind::Recent, &recent).and_then(|b| serde_json::from_slice::<KeyParts>(&b).ok());
         if recorded.is_some_and(|r| r.key == self.bound.keys[i]) {
             return;
         }
         if let Ok(json) = serde_json::to_vec(&self.key_parts(i)) {
             // Best effort: without the record, plan can only say "not cached".
-            let _ = self.store.put_recent(&recent, &json);
+            let _ = self.store.put_action(ActionKind::Recent, &recent, &json);
         }
     }
 
@@ -66,7 +66,7 @@ impl Shared {
     pub(super) fn why(&self, i: usize) -> Vec<String> {
         let now = self.key_parts(i);
         let Some(before) =
-            self.store.get_recent(&self.recent_key(i)).and_then(|b| serde_json::from_slice::<KeyParts>(&b).ok())
+            self.store.get_action(ActionKind::Recent, &self.recent_key(i)).and_then(|b| serde_json::from_slice::<KeyParts>(&b).ok())
         else {
             return vec!["never built with this cache".into()];
         };

@@ -259,13 +259,13 @@ impl Shared {
             out.commit().map_err(write_err)?;
             report.bytes_out += len;
             report.files.push(report::FileReport { path: path.clone(), bytes: len, tensors });
-            if self.store.persists_tensors() {
+            if self.store.keeps_results() {
                 let meta = std::fs::metadata(&path).map_err(write_err)?;
                 let file_hash = hash_file(&path).map_err(write_err)?;
                 records.push(ExportedFile { file_hash, len, fingerprints: vec![stat_key(&meta)] });
             }
         }
-        if self.store.persists_tensors() {
+        if self.store.keeps_results() {
             let entry = ExportEntry {
                 blobs: Vec::new(),
                 recipe: self.bound.recipe.name.clone(),

@@ -19,10 +19,11 @@ use rayon::prelude::*;
 
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::codecs::{self, CodecError};
-use crate::formats::{FormatError, ModelFile, OpenOptions, copy_file_at};
+use crate::formats::{FormatError, ModelFile, OpenOptions};
 use crate::model::StoredLayout;
 use crate::ops::quantize::importance_from_blob;
 use crate::quant::budget::{BudgetError, RowSource};
+use crate::store::fingerprint::stat_key;
 use crate::store::{ActionKind, Key, Store, StoreError};
 
 /// Rows converted per slab: bounds memory at about this many f32 values per
@@ -43,6 +44,8 @@ pub enum MaterializeError {
     Io { tensor: String, source: io::Error },
     #[error("no input file has content hash {0}")]
     UnknownInput(Key),
+    #[error("input {} changed during the run; nothing computed from it was kept (run again)", .0.display())]
+    InputChanged(PathBuf),
 }
 
 /// What the tensors written so far cost.
@@ -53,35 +56,58 @@ pub struct Counters {
     pub copied: AtomicU64,
 }
 
-/// The input files of a run, by content hash, opened on first use.
+/// An input file as it was when the run hashed it.
+#[derive(Debug, Clone)]
+pub struct PinnedFile {
+    pub path: PathBuf,
+    /// Its stat fingerprint then: while it holds, the content hash does.
+    pub stat: Key,
+}
+
+/// The input files of a run, by content hash, opened on first use and
+/// pinned: a file whose stat moved since it was hashed is refused, so
+/// nothing computed from other bytes is ever stored under its key.
 pub struct InputFiles {
-    paths: HashMap<Key, PathBuf>,
+    files: HashMap<Key, PinnedFile>,
     options: OpenOptions,
     open: Mutex<HashMap<Key, Arc<ModelFile>>>,
 }
 
 impl InputFiles {
-    pub fn new(paths: HashMap<Key, PathBuf>, options: OpenOptions) -> InputFiles {
-        InputFiles { paths, options, open: Mutex::new(HashMap::new()) }
+    pub fn new(files: HashMap<Key, PinnedFile>, options: OpenOptions) -> InputFiles {
+        InputFiles { files, options, open: Mutex::new(HashMap::new()) }
     }
 
     pub fn path(&self, content: &Key) -> Option<&PathBuf> {
-        self.paths.get(content)
+        self.files.get(content).map(|f| &f.path)
     }
 
     pub fn paths(&self) -> impl Iterator<Item = &PathBuf> {
-        self.paths.values()
+        self.files.values().map(|f| &f.path)
     }
 
     pub fn model(&self, content: &Key) -> Result<Arc<ModelFile>, MaterializeError> {
-        let path = self.paths.get(content).ok_or(MaterializeError::UnknownInput(*content))?;
+        let pinned = self.files.get(content).ok_or(MaterializeError::UnknownInput(*content))?;
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(model) = open.get(content) {
             return Ok(Arc::clone(model));
         }
-        let model = Arc::new(ModelFile::open(path, self.options)?);
+        let model = Arc::new(ModelFile::open(&pinned.path, self.options)?);
+        self.check(pinned)?;
         open.insert(*content, Arc::clone(&model));
         Ok(model)
+    }
+
+    /// Fails when any input's stat moved since the run hashed it.
+    pub fn check_unchanged(&self) -> Result<(), MaterializeError> {
+        self.files.values().try_for_each(|pinned| self.check(pinned))
+    }
+
+    fn check(&self, pinned: &PinnedFile) -> Result<(), MaterializeError> {
+        match std::fs::metadata(&pinned.path) {
+            Ok(meta) if stat_key(&meta) == pinned.stat => Ok(()),
+            _ => Err(MaterializeError::InputChanged(pinned.path.clone())),
+        }
     }
 }
 
@@ -93,7 +119,7 @@ struct TensorEntry {
 }
 
 pub struct Materializer<'a> {
-    pub store: &'a Store,
+    pub store: &'a dyn Store,
     pub files: &'a InputFiles,
     pub pool: &'a rayon::ThreadPool,
     pub counters: Counters,
@@ -101,11 +127,13 @@ pub struct Materializer<'a> {
 
 impl Materializer<'_> {
     /// Copies `tensor`'s bytes into `out` at `offset` if they already exist
-    /// (an input range or a blob), file to file in the kernel; false when
-    /// they must be encoded. Safe to call for many tensors of one file at once.
+    /// (an input range, file to file in the kernel, or a blob, checked as it
+    /// is copied); false when they must be encoded — also when the cached
+    /// blob turns out corrupt (the store quarantined it). Safe to call for
+    /// many tensors of one file at once.
     pub fn copy_at(&self, tensor: &Tensor, out: &File, offset: u64) -> Result<bool, MaterializeError> {
         let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
-        let blob = match &tensor.data {
+        let (hash, recomputable) = match &tensor.data {
             TensorData::Input { file, index } => {
                 let model = self.files.model(file)?;
                 let info = self.input_info(&model, *index, tensor)?;
@@ -113,14 +141,24 @@ impl Materializer<'_> {
                 self.counters.copied.fetch_add(1, Ordering::Relaxed);
                 return Ok(true);
             }
-            TensorData::Blob { hash } => Some(*hash),
-            TensorData::Convert { .. } => self.cached(&tensor.key),
+            TensorData::Blob { hash } => (*hash, false),
+            TensorData::Convert { .. } => match self.cached(tensor) {
+                Some(hash) => (hash, true),
+                None => return Ok(false),
+            },
         };
-        let Some(hash) = blob else { return Ok(false) };
-        let blob = File::open(self.store.blob_path(&hash)).map_err(io_err)?;
-        copy_file_at(&blob, 0, out, offset, tensor.n_bytes()).map_err(io_err)?;
-        self.counters.reused.fetch_add(1, Ordering::Relaxed);
-        Ok(true)
+        match self.store.copy_blob_into(&hash, out, offset) {
+            Ok(len) if len == tensor.n_bytes() => {
+                self.counters.reused.fetch_add(1, Ordering::Relaxed);
+                Ok(true)
+            }
+            Ok(len) => Err(io_err(io::Error::other(format!(
+                "cached blob {hash} holds {len} bytes, the tensor {}",
+                tensor.n_bytes()
+            )))),
+            Err(e) if recomputable && e.is_recoverable() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Copies, with one copy, the longest run at the head of `tensors` whose
@@ -161,28 +199,32 @@ impl Materializer<'_> {
         self.encode(tensor, &mut PositionedWriter { file: out, offset })
     }
 
-    /// `tensor` with its bytes in a blob (same key), for a step that keeps
-    /// its result.
-    pub fn persist(&self, tensor: &Tensor) -> Result<Tensor, MaterializeError> {
+    /// Puts a derived tensor's bytes in the store under its key, for a step
+    /// that keeps its result. The descriptor stays a conversion, so a kept
+    /// blob found corrupt later is computed again, never a dead end.
+    pub fn persist(&self, tensor: &Tensor) -> Result<(), MaterializeError> {
         if !tensor.is_derived() {
-            return Ok(tensor.clone());
+            return Ok(());
         }
-        if self.cached(&tensor.key).is_none() {
-            self.encode(tensor, &mut io::sink())?;
-        } else {
-            self.counters.reused.fetch_add(1, Ordering::Relaxed);
+        match self.cached(tensor) {
+            Some(_) => {
+                self.counters.reused.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            None => self.encode(tensor, &mut io::sink()),
         }
-        let hash = self.cached(&tensor.key).ok_or_else(|| MaterializeError::Io {
-            tensor: tensor.name.clone(),
-            source: io::Error::other("the store does not keep tensors"),
-        })?;
-        Ok(Tensor { data: TensorData::Blob { hash }, ..tensor.clone() })
+    }
+
+    /// Whether a derived tensor's bytes are in the store.
+    pub fn is_cached(&self, tensor: &Tensor) -> bool {
+        self.cached(tensor).is_some()
     }
 
     /// The blob holding a derived tensor's bytes, if the store has it.
-    fn cached(&self, key: &Key) -> Option<Key> {
+    fn cached(&self, tensor: &Tensor) -> Option<Key> {
+        let key = &tensor.key;
         let entry: TensorEntry = serde_json::from_slice(&self.store.get_action(ActionKind::Tensor, key)?).ok()?;
-        self.store.has_blob(&entry.blob).then(|| {
+        (entry.len == tensor.n_bytes() && self.store.has_blob(&entry.blob)).then(|| {
             self.store.touch_action(ActionKind::Tensor, key);
             entry.blob
         })
@@ -205,10 +247,7 @@ impl Materializer<'_> {
     /// Computes a conversion slab by slab into `out` (and a blob).
     fn encode(&self, tensor: &Tensor, out: &mut dyn Write) -> Result<(), MaterializeError> {
         let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
-        let mut blob = match self.store.persists_tensors() {
-            true => Some(self.store.blob_writer()?),
-            false => None,
-        };
+        let mut blob = self.store.blob_writer()?;
         let (n_per_row, n_rows) = rows_of(tensor);
         let slab_rows = (SLAB_ELEMENTS / n_per_row.max(1)).max(1);
         for first in (0..n_rows).step_by(slab_rows) {
@@ -221,7 +260,10 @@ impl Materializer<'_> {
             self.release(tensor, first, rows);
         }
         if let Some(blob) = blob {
-            let (hash, len) = self.store.commit_blob(blob)?;
+            let (hash, len) = blob.commit()?;
+            // Bytes computed from an input that moved under the run are
+            // never recorded under a key derived from its old content.
+            self.files.check_unchanged()?;
             let entry = TensorEntry { blob: hash, len, blobs: vec![hash] };
             let json = serde_json::to_vec(&entry).map_err(|e| io_err(e.into()))?;
             self.store.put_action(ActionKind::Tensor, &tensor.key, &json)?;
@@ -240,10 +282,15 @@ impl Materializer<'_> {
                 let info = self.input_info(&model, *index, tensor)?;
                 Ok(model.tensor_data_range(info, offset, len)?.into_owned())
             }
-            TensorData::Blob { hash } => self.blob_range(tensor, hash, offset, len),
+            TensorData::Blob { hash } => Ok(self.store.read_blob_range(hash, offset, len)?),
             TensorData::Convert { from, importance } => {
-                if let Some(hash) = self.cached(&tensor.key) {
-                    return self.blob_range(tensor, &hash, offset, len);
+                if let Some(hash) = self.cached(tensor) {
+                    match self.store.read_blob_range(&hash, offset, len) {
+                        Ok(bytes) => return Ok(bytes),
+                        // Quarantined: computed below instead.
+                        Err(e) if e.is_recoverable() => {}
+                        Err(e) => return Err(e.into()),
+                    }
                 }
                 let weights = match importance {
                     Some(hash) => Some(importance_from_blob(&self.store.read_blob(hash)?)),
@@ -261,14 +308,6 @@ impl Materializer<'_> {
                 self.convert_rows(tensor, from, &source, first, weights.as_deref())
             }
         }
-    }
-
-    fn blob_range(&self, tensor: &Tensor, hash: &Key, offset: u64, len: u64) -> Result<Vec<u8>, MaterializeError> {
-        let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
-        let file = File::open(self.store.blob_path(hash)).map_err(io_err)?;
-        let mut buf = vec![0u8; len as usize];
-        file.read_exact_at(&mut buf, offset).map_err(io_err)?;
-        Ok(buf)
     }
 
     fn convert_rows(

@@ -34,14 +34,14 @@ use crate::ops::split::SplitError;
 use crate::ops::{self, Op};
 use crate::quant::budget;
 use crate::recipe::{NodeDecl, Recipe, Source};
-use crate::store::{ActionKind, Key, KeyBuilder, Store, StoreError};
-use materialize::{InputFiles, MaterializeError, Materializer, SetRows};
+use crate::store::{ActionKind, Key, KeyBuilder, Store, StoreError, fingerprint};
+use materialize::{InputFiles, MaterializeError, Materializer, PinnedFile, SetRows};
 use report::{InputReport, NodeReport, RunReport, Status};
 use schedule::Outcome;
 
 /// Where a run's heavy work happens and what it shares.
 pub struct Engine {
-    store: Arc<Store>,
+    store: Arc<dyn Store>,
     pool: Arc<rayon::ThreadPool>,
     jobs: usize,
     open: OpenOptions,
@@ -139,14 +139,14 @@ struct Bound {
 impl Engine {
     /// An engine over `store` with `jobs` workers (nodes at once and codec
     /// threads share this budget).
-    pub fn new(store: Store, jobs: usize) -> Result<Engine, RunError> {
+    pub fn new(store: Arc<dyn Store>, jobs: usize) -> Result<Engine, RunError> {
         let jobs = jobs.max(1);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(jobs)
             .thread_name(|i| format!("quantforge-worker-{i}"))
             .build()
             .map_err(|e| RunError::Workers(e.to_string()))?;
-        Ok(Engine { store: Arc::new(store), pool: Arc::new(pool), jobs, open: OpenOptions::default() })
+        Ok(Engine { store, pool: Arc::new(pool), jobs, open: OpenOptions::default() })
     }
 
     /// How input files are opened (`--no-mmap`).
@@ -155,8 +155,8 @@ impl Engine {
         self
     }
 
-    pub fn store(&self) -> &Store {
-        &self.store
+    pub fn store(&self) -> &dyn Store {
+        &*self.store
     }
 
     /// Hashes the inputs (through the stat table) and keys every node.
@@ -191,7 +191,7 @@ impl Engine {
                 Some(index) => index.shards(),
                 // A checkpoint directory: its files, by name.
                 None if directory => directory_files(&decl.path)
-                    .map_err(|source| input_err(crate::store::StoreError { path: decl.path.clone(), source }))?,
+                    .map_err(|source| input_err(StoreError::io(&decl.path, source)))?,
                 None => ops::split::shard_set(&decl.path).unwrap_or_else(|| vec![decl.path.clone()]),
             };
             let mut shards = Vec::with_capacity(files.len());
@@ -202,9 +202,9 @@ impl Engine {
                     return Err(RunError::Split { name: decl.name.clone(), source: Box::new(source) });
                 }
                 // A store that keeps nothing needs keys unique to this run only.
-                let content = match self.store.persists_tensors() || decl.pin.is_some() {
-                    true => self.store.content_hash(file),
-                    false => self.store.stat_identity(file),
+                let content = match self.store.keeps_results() || decl.pin.is_some() {
+                    true => fingerprint::content_hash(&*self.store, file),
+                    false => fingerprint::stat_identity(file),
                 };
                 let content = content.map_err(input_err)?;
                 if let Some(expected) = decl.pin
@@ -218,7 +218,7 @@ impl Engine {
                         actual: content.hash,
                     });
                 }
-                paths.insert(content.hash, file.clone());
+                paths.insert(content.hash, PinnedFile { path: file.clone(), stat: content.stat });
                 shards.push(content.hash);
                 bytes += content.len;
                 rehashed |= content.rehashed;
@@ -241,7 +241,7 @@ impl Engine {
                 }
                 (Some(_), _) => {
                     // The index's weight map is checked against the shards.
-                    let index_hash = self.store.content_hash(&decl.path).map_err(input_err)?.hash;
+                    let index_hash = fingerprint::content_hash(&*self.store, &decl.path).map_err(input_err)?.hash;
                     let mut key = KeyBuilder::new("input.safetensors-index");
                     key.key(&index_hash);
                     shards.iter().for_each(|h| {
@@ -410,14 +410,16 @@ impl Engine {
     }
 
     fn node_entry(&self, key: &Key) -> Option<NodeEntry> {
-        node_entry(&self.store, key)
+        node_entry(&*self.store, key)
     }
 }
 
-/// A node's cache entry, if it and its manifest are in the store.
-fn node_entry(store: &Store, key: &Key) -> Option<NodeEntry> {
+/// A node's cache entry, if it, its manifest and every blob it names are in
+/// the store.
+fn node_entry(store: &dyn Store, key: &Key) -> Option<NodeEntry> {
     let entry: NodeEntry = serde_json::from_slice(&store.get_action(ActionKind::Node, key)?).ok()?;
-    store.has_blob(&entry.manifest).then_some(entry)
+    let complete = entry.blobs.iter().chain([&entry.manifest]).all(|b| store.has_blob(b));
+    complete.then_some(entry)
 }
 
 /// `model.safetensors.index.json` and the like name a sharded checkpoint.
@@ -449,7 +451,7 @@ fn total_bytes(set: &TensorSet) -> u64 {
 /// What the node tasks share.
 struct Shared {
     bound: Bound,
-    store: Arc<Store>,
+    store: Arc<dyn Store>,
     pool: Arc<rayon::ThreadPool>,
     progress: MultiProgress,
 }
@@ -508,21 +510,29 @@ impl Shared {
     /// and cached. `dry` computes without caching (for `plan`).
     fn manifest(&self, i: usize, inputs: Vec<Arc<TensorSet>>, dry: bool) -> Result<Arc<TensorSet>, NodeError> {
         let key = &self.bound.keys[i];
-        if let Some(entry) = node_entry(&self.store, key) {
-            let bytes = self.store.read_blob(&entry.manifest)?;
-            self.store.touch_action(ActionKind::Node, key);
-            return Ok(Arc::new(TensorSet::decode(&bytes, &entry.manifest.hex())?));
+        if let Some(entry) = node_entry(&*self.store, key) {
+            match self.store.read_blob(&entry.manifest) {
+                Ok(bytes) => {
+                    self.store.touch_action(ActionKind::Node, key);
+                    return Ok(Arc::new(TensorSet::decode(&bytes, &entry.manifest.hex())?));
+                }
+                // Quarantined by the store: computed again below.
+                Err(e) if e.is_recoverable() => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         let set = self.compute(i, &inputs)?;
-        if !dry && self.store.persists_tensors() {
-            self.cache_manifest(i, &set)?;
+        if !dry && self.store.keeps_results() {
+            self.cache_manifest(i, &set, !set.tensors.iter().any(Tensor::is_derived))?;
         }
         Ok(Arc::new(set))
     }
 
-    fn cache_manifest(&self, i: usize, set: &TensorSet) -> Result<(), NodeError> {
+    /// Records node `i`'s result; `kept` when every derived tensor of it is
+    /// in the store.
+    fn cache_manifest(&self, i: usize, set: &TensorSet, kept: bool) -> Result<(), NodeError> {
         let node = &self.bound.recipe.nodes[i];
-        let encoded = set.encode().map_err(|source| NodeError::Write { path: self.store.root().into(), source })?;
+        let encoded = set.encode().map_err(|source| NodeError::Write { path: self.store.location().into(), source })?;
         let manifest = self.store.put_blob(&encoded)?;
         let (mut blobs, _) = set.references();
         blobs.push(manifest);
@@ -534,10 +544,10 @@ impl Shared {
             op: node.op.name().to_owned(),
             tensors: set.tensors.len(),
             bytes: total_bytes(set),
-            kept: !set.tensors.iter().any(Tensor::is_derived),
+            kept,
         };
         let json = serde_json::to_vec(&entry)
-            .map_err(|e| NodeError::Write { path: self.store.root().into(), source: e.into() })?;
+            .map_err(|e| NodeError::Write { path: self.store.location().into(), source: e.into() })?;
         self.store.put_action(ActionKind::Node, &self.bound.keys[i], &json)?;
         Ok(())
     }
@@ -579,9 +589,9 @@ impl Shared {
                 let Some(&Source::Input(j)) = node.from.first() else {
                     return Err(NodeError::Upstream(node.id.clone()));
                 };
-                ops::convert::apply(&self.bound.recipe.inputs[j].path, o, &self.store)?
+                ops::convert::apply(&self.bound.recipe.inputs[j].path, o, &*self.store)?
             }
-            Op::Dequantize(o) => ops::quantize::apply(input()?, &o.quantize_options(), None, &self.store)?,
+            Op::Dequantize(o) => ops::quantize::apply(input()?, &o.quantize_options(), None, &*self.store)?,
             Op::Quantize(o) => {
                 let imatrix = match node.uses.first() {
                     Some(&j) => ops::quantize::load_imatrix(&self.bound.recipe.inputs[j].path, o)?,
@@ -597,9 +607,9 @@ impl Shared {
                         let target = budget::Target::Size(budget);
                         let plan =
                             self.pool.install(|| budget::plan_budget(&model, o, imatrix.as_ref(), target, true))?;
-                        ops::quantize::apply(input, &plan.options, imatrix.as_ref(), &self.store)?
+                        ops::quantize::apply(input, &plan.options, imatrix.as_ref(), &*self.store)?
                     }
-                    None => ops::quantize::apply(input, o, imatrix.as_ref(), &self.store)?,
+                    None => ops::quantize::apply(input, o, imatrix.as_ref(), &*self.store)?,
                 }
             }
             Op::Filter(o) => ops::filter::apply(input()?, o),
@@ -613,17 +623,16 @@ impl Shared {
     }
 
     fn materializer(&self) -> Materializer<'_> {
-        Materializer { store: &self.store, files: &self.bound.files, pool: &self.pool, counters: Default::default() }
+        Materializer { store: &*self.store, files: &self.bound.files, pool: &self.pool, counters: Default::default() }
     }
 
     /// Puts every derived tensor of `set` in the store (`keep = true`).
     fn keep(&self, i: usize, set: Arc<TensorSet>, report: &mut NodeReport) -> Result<Arc<TensorSet>, NodeError> {
         let m = self.materializer();
-        let tensors = set.tensors.iter().map(|t| m.persist(t)).collect::<Result<Vec<_>, _>>()?;
-        let kept = TensorSet { tensors, ..(*set).clone() };
-        self.cache_manifest(i, &kept)?;
+        set.tensors.iter().try_for_each(|t| m.persist(t))?;
+        self.cache_manifest(i, &set, true)?;
         report.tensors_encoded = m.counters.encoded.load(Ordering::Relaxed);
         report.tensors_reused = m.counters.reused.load(Ordering::Relaxed);
-        Ok(Arc::new(kept))
+        Ok(set)
     }
 }

@@ -13,7 +13,7 @@ use crate::formats::OpenOptions;
 use crate::ops::Op;
 use crate::ops::export::SplitMode;
 use crate::recipe::{OneShot, Recipe};
-use crate::store::{Store, StoreError};
+use crate::store::{Ephemeral, LocalStore, Store, StoreError};
 
 /// How a one-shot command runs.
 #[derive(Debug, Clone, Default)]
@@ -40,9 +40,9 @@ pub fn run(job: OneShot<'_>, settings: &OneShotSettings) -> Result<RunReport, On
 }
 
 fn run_recipe(recipe: &Recipe, settings: &OneShotSettings) -> Result<RunReport, OneShotError> {
-    let store = match &settings.cache_dir {
-        Some(dir) => Store::open(dir)?,
-        None => Store::ephemeral()?,
+    let store: std::sync::Arc<dyn Store> = match &settings.cache_dir {
+        Some(dir) => std::sync::Arc::new(LocalStore::open(dir)?),
+        None => std::sync::Arc::new(Ephemeral::new()),
     };
     let engine = Engine::new(store, settings.jobs)?.with_open_options(settings.open);
     let report = engine.run(recipe, false)?;

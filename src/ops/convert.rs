@@ -68,7 +68,7 @@ impl ConvertOptions {
 }
 
 /// The converted checkpoint in `dir`, its tensors stored as blobs.
-pub fn apply(dir: &Path, options: &ConvertOptions, store: &Store) -> Result<TensorSet, ConvertOpError> {
+pub fn apply(dir: &Path, options: &ConvertOptions, store: &dyn Store) -> Result<TensorSet, ConvertOpError> {
     let checkpoint = Checkpoint::open(dir).map_err(ConvertError::from)?;
     let pre = options.pre.as_deref();
     let (metadata, converted) = match options.target {

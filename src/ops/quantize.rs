@@ -345,7 +345,7 @@ pub fn apply(
     input: &TensorSet,
     options: &QuantizeOptions,
     imatrix: Option<&ImportanceMatrix>,
-    store: &Store,
+    store: &dyn Store,
 ) -> Result<TensorSet, QuantizeError> {
     if input.endian == Endian::Big {
         return Err(QuantizeError::BigEndian);

@@ -13,7 +13,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use super::{Key, KeyBuilder, Result, Store, at, sharded, write_atomically};
+use super::{ActionKind, Key, KeyBuilder, Result, Store, StoreError};
 
 const RACY_WINDOW: Duration = Duration::from_secs(2);
 
@@ -23,6 +23,8 @@ pub struct ContentHash {
     pub hash: Key,
     pub rehashed: bool,
     pub len: u64,
+    /// The stat fingerprint the file had when it was hashed (or looked up).
+    pub stat: Key,
 }
 
 /// The identity of a file's current version as `stat` sees it.
@@ -43,7 +45,7 @@ const HASH_CHUNK: usize = 16 << 20;
 /// cores.
 pub fn hash_file(path: &Path) -> std::io::Result<Key> {
     use std::io::Read;
-    let mut file = fs::File::open(path)?;
+    let mut file = crate::files::open_regular(path, crate::files::Symlinks::Follow)?;
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; HASH_CHUNK];
     loop {
@@ -64,27 +66,46 @@ pub fn hash_file(path: &Path) -> std::io::Result<Key> {
     Ok(Key(*hasher.finalize().as_bytes()))
 }
 
-impl Store {
-    /// A key for `path`'s current version without reading it: its stat
-    /// fingerprint. Only for a store that keeps nothing, where a key needs to
-    /// be unique within one run and never outlives it.
-    pub fn stat_identity(&self, path: &Path) -> Result<ContentHash> {
-        let meta = fs::metadata(path).map_err(at(path))?;
-        Ok(ContentHash { hash: stat_key(&meta), rehashed: false, len: meta.size() })
-    }
+/// A key for `path`'s current version without reading it: its stat
+/// fingerprint. Only for a store that keeps nothing, where a key needs to be
+/// unique within one run and never outlives it.
+pub fn stat_identity(path: &Path) -> Result<ContentHash> {
+    let meta = input_metadata(path)?;
+    let stat = stat_key(&meta);
+    Ok(ContentHash { hash: stat, rehashed: false, len: meta.size(), stat })
+}
 
-    /// The blake3 of `path`'s bytes, re-hashing only when its stat changed.
-    pub fn content_hash(&self, path: &Path) -> Result<ContentHash> {
-        let meta = fs::metadata(path).map_err(at(path))?;
-        let entry = sharded(&self.root.join("stat"), &stat_key(&meta));
-        if let Some(hash) = fs::read_to_string(&entry).ok().as_deref().and_then(Key::from_hex) {
-            return Ok(ContentHash { hash, rehashed: false, len: meta.size() });
-        }
-        let hash = hash_file(path).map_err(at(path))?;
-        let settled = meta.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok());
-        if settled.is_some_and(|age| age > RACY_WINDOW) {
-            write_atomically(&self.root.join("tmp"), &entry, hash.hex().as_bytes())?;
-        }
-        Ok(ContentHash { hash, rehashed: true, len: meta.size() })
+/// The blake3 of `path`'s bytes, re-hashing only when its stat changed.
+pub fn content_hash(store: &dyn Store, path: &Path) -> Result<ContentHash> {
+    let meta = input_metadata(path)?;
+    let stat = stat_key(&meta);
+    if let Some(hash) = store.get_action(ActionKind::Stat, &stat).as_deref().and_then(parse_hex) {
+        return Ok(ContentHash { hash, rehashed: false, len: meta.size(), stat });
     }
+    let hash = hash_file(path).map_err(|e| StoreError::io(path, e))?;
+    // The file may have changed while it was read: the hash is of its bytes
+    // only if its stat is still the one looked up.
+    if input_metadata(path).map(|m| stat_key(&m)).ok() != Some(stat) {
+        return Err(StoreError::io(path, std::io::Error::other("changed while it was being hashed")));
+    }
+    let settled = meta.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok());
+    if settled.is_some_and(|age| age > RACY_WINDOW) {
+        store.put_action(ActionKind::Stat, &stat, hash.hex().as_bytes())?;
+    }
+    Ok(ContentHash { hash, rehashed: true, len: meta.size(), stat })
+}
+
+fn parse_hex(bytes: &[u8]) -> Option<Key> {
+    std::str::from_utf8(bytes).ok().and_then(Key::from_hex)
+}
+
+/// An input's metadata, refusing what is not a regular file: a FIFO would
+/// block the hash, a device would never end.
+fn input_metadata(path: &Path) -> Result<fs::Metadata> {
+    let meta = fs::metadata(path).map_err(|e| StoreError::io(path, e))?;
+    if !meta.is_file() {
+        let problem = format!("is {}, not a regular file", crate::files::describe(meta.file_type()));
+        return Err(StoreError::io(path, std::io::Error::new(std::io::ErrorKind::InvalidInput, problem)));
+    }
+    Ok(meta)
 }

@@ -8,7 +8,7 @@
 use std::fmt;
 
 /// Version of the key scheme: bump when any key's encoding changes.
-pub const KEY_SCHEME_VERSION: u32 = 1;
+pub const KEY_SCHEME_VERSION: u32 = 2;
 
 /// A 32-byte blake3 hash: a content hash or a derived key.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,7 +1,7 @@
 //! `cache ls | du | gc | verify`: walking, sizing, collecting and checking
-//! the store.
+//! the cache directory.
 //!
-//! Every action entry is JSON with a `blobs` field listing each blob it needs
+//! Every result entry is JSON with a `blobs` field listing each blob it needs
 //! (transitively), so collection needs no knowledge of what entries mean.
 
 use std::collections::HashSet;
@@ -9,7 +9,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::{ActionKind, Key, Result, Store, at, fingerprint::hash_file};
+use super::local::LocalStore;
+use super::{ActionKind, Key, Result, Store, StoreError, fingerprint::hash_file, seal};
+
+fn at(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::io(path, source)
+}
 
 /// What every action entry holds, as far as the store is concerned.
 #[derive(Debug, serde::Deserialize)]
@@ -36,6 +41,7 @@ pub struct StoreUsage {
     pub export_entries: u64,
     pub temp_files: u64,
     pub temp_bytes: u64,
+    pub quarantined: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +58,7 @@ pub struct GcReport {
     pub blobs_removed: u64,
     pub bytes_freed: u64,
     pub temp_files_removed: u64,
+    pub quarantined_removed: u64,
 }
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -61,24 +68,32 @@ pub struct VerifyReport {
     pub entries_checked: u64,
     /// Blobs whose bytes do not hash to their name.
     pub corrupt_blobs: Vec<Key>,
-    /// Entries that do not parse or name a missing blob.
+    /// Entries that are not sealed for their key, do not parse or name a
+    /// missing blob.
     pub broken_entries: Vec<PathBuf>,
+    /// Files in the store that are not regular files (a link, a FIFO).
+    pub special_files: Vec<PathBuf>,
+    /// Whether the problems found were moved to quarantine (`--repair`).
+    pub repaired: bool,
 }
 
 impl VerifyReport {
     pub fn is_clean(&self) -> bool {
-        self.corrupt_blobs.is_empty() && self.broken_entries.is_empty()
+        self.corrupt_blobs.is_empty() && self.broken_entries.is_empty() && self.special_files.is_empty()
     }
 }
 
-struct FileEntry {
-    path: PathBuf,
-    len: u64,
-    modified: SystemTime,
+pub(super) struct FileEntry {
+    pub(super) path: PathBuf,
+    pub(super) len: u64,
+    pub(super) modified: SystemTime,
+    /// A regular file (not a link, a FIFO or a device).
+    pub(super) regular: bool,
 }
 
 /// Files two levels down (`dir/ab/abcd…`), with their hash names parsed.
-fn sharded_files(dir: &Path) -> Result<Vec<(Key, FileEntry)>> {
+/// Never follows a link: what is listed is what is there.
+pub(super) fn sharded_files(dir: &Path) -> Result<Vec<(Key, FileEntry)>> {
     let mut out = Vec::new();
     let shards = match fs::read_dir(dir) {
         Ok(shards) => shards,
@@ -91,32 +106,51 @@ fn sharded_files(dir: &Path) -> Result<Vec<(Key, FileEntry)>> {
             let path = file.map_err(at(&shard))?.path();
             let Some(key) = path.file_name().and_then(|n| n.to_str()).and_then(Key::from_hex) else { continue };
             // A file removed by a concurrent gc is simply not listed.
-            let Ok(meta) = fs::metadata(&path) else { continue };
+            let Ok(meta) = fs::symlink_metadata(&path) else { continue };
             let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-            out.push((key, FileEntry { path, len: meta.len(), modified }));
+            out.push((key, FileEntry { path, len: meta.len(), modified, regular: meta.is_file() }));
         }
     }
     Ok(out)
 }
 
-impl Store {
+/// The files directly in `dir` (none when it does not exist).
+fn flat_files(dir: &Path) -> Result<Vec<FileEntry>> {
+    let mut out = Vec::new();
+    let files = match fs::read_dir(dir) {
+        Ok(files) => files,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(at(dir)(e)),
+    };
+    for file in files {
+        let path = file.map_err(at(dir))?.path();
+        let Ok(meta) = fs::symlink_metadata(&path) else { continue };
+        let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        out.push(FileEntry { path, len: meta.len(), modified, regular: meta.is_file() });
+    }
+    Ok(out)
+}
+
+/// The payload of the entry file at `path` if it is sealed for `kind` and `key`.
+fn read_entry(kind: ActionKind, key: &Key, file: &FileEntry) -> Option<Vec<u8>> {
+    if !file.regular {
+        return None;
+    }
+    let sealed = fs::read(&file.path).ok()?;
+    seal::unseal(kind, key, &sealed).ok().map(<[u8]>::to_vec)
+}
+
+impl LocalStore {
     fn action_files(&self, kind: ActionKind) -> Result<Vec<(Key, FileEntry)>> {
-        sharded_files(&self.root.join("actions").join(kind.dir()))
+        sharded_files(&self.action_dir(kind))
     }
 
     fn temp_files(&self) -> Result<Vec<FileEntry>> {
-        let tmp = self.root.join("tmp");
-        let mut out = Vec::new();
-        for file in fs::read_dir(&tmp).map_err(at(&tmp))? {
-            let path = file.map_err(at(&tmp))?.path();
-            let Ok(meta) = fs::metadata(&path) else { continue };
-            out.push(FileEntry { path, len: meta.len(), modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH) });
-        }
-        Ok(out)
+        flat_files(&self.tmp_dir())
     }
 
     pub fn usage(&self) -> Result<StoreUsage> {
-        let blobs = sharded_files(&self.root.join("blobs"))?;
+        let blobs = sharded_files(&self.root().join("blobs"))?;
         let temp = self.temp_files()?;
         Ok(StoreUsage {
             blobs: blobs.len() as u64,
@@ -126,6 +160,7 @@ impl Store {
             export_entries: self.action_files(ActionKind::Export)?.len() as u64,
             temp_files: temp.len() as u64,
             temp_bytes: temp.iter().map(|f| f.len).sum(),
+            quarantined: flat_files(&self.quarantine_dir())?.len() as u64,
         })
     }
 
@@ -134,8 +169,7 @@ impl Store {
         let mut out = Vec::new();
         for kind in [ActionKind::Node, ActionKind::Export] {
             for (key, file) in self.action_files(kind)? {
-                let detail = fs::read(&file.path)
-                    .ok()
+                let detail = read_entry(kind, &key, &file)
                     .and_then(|b| serde_json::from_slice(&b).ok())
                     .unwrap_or(serde_json::Value::Null);
                 out.push(ListedEntry { kind, key, modified: file.modified, detail });
@@ -147,7 +181,8 @@ impl Store {
 
     /// Removes temporary files, entries past their age, then the least
     /// recently used entries until the rest fits, then every blob no entry
-    /// needs. Call on a store opened with [`Store::open_exclusive`].
+    /// needs. Call on a store opened with [`LocalStore::open_exclusive`]: no
+    /// run holds the store, so every temporary file is a dead run's.
     pub fn gc(&self, options: GcOptions) -> Result<GcReport> {
         let mut report = GcReport::default();
         for file in self.temp_files()? {
@@ -155,18 +190,22 @@ impl Store {
                 report.temp_files_removed += 1;
             }
         }
+        for file in flat_files(&self.quarantine_dir())? {
+            if fs::remove_file(&file.path).is_ok() {
+                report.quarantined_removed += 1;
+            }
+        }
         let now = SystemTime::now();
         let mut entries = Vec::new();
         for kind in ActionKind::ALL {
-            for (_, file) in self.action_files(kind)? {
-                let blobs = fs::read(&file.path)
-                    .ok()
+            for (key, file) in self.action_files(kind)? {
+                let blobs = read_entry(kind, &key, &file)
                     .and_then(|b| serde_json::from_slice::<Envelope>(&b).ok())
                     .map(|e| e.blobs);
                 entries.push((file, blobs));
             }
         }
-        let blobs = sharded_files(&self.root.join("blobs"))?;
+        let blobs: Vec<_> = sharded_files(&self.root().join("blobs"))?.into_iter().filter(|(_, f)| f.regular).collect();
         let blob_len: std::collections::HashMap<Key, u64> = blobs.iter().map(|(k, f)| (*k, f.len)).collect();
         let expired =
             |f: &FileEntry| options.older_than.is_some_and(|age| now.duration_since(f.modified).is_ok_and(|d| d > age));
@@ -214,26 +253,56 @@ impl Store {
         Ok(report)
     }
 
-    /// Re-hashes every blob and checks every entry.
-    pub fn verify(&self) -> Result<VerifyReport> {
-        let mut report = VerifyReport::default();
-        let blobs = sharded_files(&self.root.join("blobs"))?;
-        let present: HashSet<Key> = blobs.iter().map(|(k, _)| *k).collect();
+    /// Re-hashes every blob and checks every entry; with `repair`, moves
+    /// whatever is wrong to quarantine, so the next run recomputes it.
+    pub fn verify(&self, repair: bool) -> Result<VerifyReport> {
+        let mut report = VerifyReport { repaired: repair, ..VerifyReport::default() };
+        let blobs = sharded_files(&self.root().join("blobs"))?;
+        let mut present = HashSet::new();
         for (key, file) in &blobs {
+            if !file.regular {
+                report.special_files.push(file.path.clone());
+                continue;
+            }
             report.blobs_checked += 1;
             report.bytes_checked += file.len;
-            if hash_file(&file.path).map_err(at(&file.path))? != *key {
+            if hash_file(&file.path).map_err(at(&file.path))? == *key {
+                present.insert(*key);
+            } else {
                 report.corrupt_blobs.push(*key);
+                if repair {
+                    self.quarantine(&file.path, format!("blob {key}"), "bytes that do not hash to its name");
+                }
             }
         }
         for kind in ActionKind::ALL {
-            for (_, file) in self.action_files(kind)? {
+            for (key, file) in self.action_files(kind)? {
+                if !file.regular {
+                    report.special_files.push(file.path.clone());
+                    continue;
+                }
                 report.entries_checked += 1;
-                let envelope = fs::read(&file.path).ok().and_then(|b| serde_json::from_slice::<Envelope>(&b).ok());
-                if !envelope.is_some_and(|e| e.blobs.iter().all(|b| present.contains(b))) {
+                let envelope =
+                    read_entry(kind, &key, &file).and_then(|b| serde_json::from_slice::<Envelope>(&b).ok());
+                let sound = match kind {
+                    ActionKind::Stat => {
+                        read_entry(kind, &key, &file).is_some_and(|b| std::str::from_utf8(&b).ok().and_then(Key::from_hex).is_some())
+                    }
+                    _ => envelope.is_some_and(|e| e.blobs.iter().all(|b| present.contains(b))),
+                };
+                if !sound {
                     report.broken_entries.push(file.path.clone());
+                    if repair {
+                        self.quarantine(&file.path, format!("{} entry {key}", kind.name()), "broken");
+                    }
                 }
             }
+        }
+        if repair {
+            for path in &report.special_files {
+                self.quarantine(path, format!("special file {}", path.display()), "not a regular file");
+            }
+            self.take_incidents();
         }
         Ok(report)
     }

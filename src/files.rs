@@ -1,0 +1,119 @@
+//! Opening files the tool does not control: regular files only.
+//!
+//! A path handed to us may name a FIFO (opening it for reading blocks until a
+//! writer comes), a device (`/dev/zero` never ends) or a symlink into places
+//! it should not lead. Every file we read that someone else could have put
+//! there is opened here: without blocking, then checked with `fstat` on the
+//! descriptor itself, so what is checked is what is read.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+/// Whether a symlink as the last component of a path is followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Symlinks {
+    /// User inputs: a model linked from elsewhere is common and fine.
+    Follow,
+    /// Files of our own (the store): a link there was never written by us.
+    Refuse,
+}
+
+/// Opens `path` for reading if it is a regular file; anything else is an
+/// `InvalidInput` error saying what it is.
+pub fn open_regular(path: &Path, symlinks: Symlinks) -> io::Result<File> {
+    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
+    if symlinks == Symlinks::Refuse {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|e| {
+        match e.raw_os_error() {
+            Some(libc::ELOOP) if symlinks == Symlinks::Refuse => {
+                io::Error::new(io::ErrorKind::InvalidInput, "is a symbolic link, not a regular file")
+            }
+            _ => e,
+        }
+    })?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is {}, not a regular file", describe(kind))));
+    }
+    Ok(file)
+}
+
+/// What a non-regular file is, for messages.
+pub fn describe(kind: std::fs::FileType) -> &'static str {
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else {
+        "a regular file"
+    }
+}
+
+/// Reads a whole small text file (a recipe, a JSON index) that must be a
+/// regular file no larger than `limit` bytes.
+pub fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = open_regular(path, Symlinks::Follow)?;
+    let len = file.metadata()?.len();
+    if len > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("is {len} bytes, more than the {limit} this kind of file may hold"),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(limit + 1).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn special_files_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = open_regular(&fifo, Symlinks::Follow).unwrap_err();
+        assert_eq!(err.to_string(), "is a FIFO, not a regular file");
+        let err = open_regular(Path::new("/dev/zero"), Symlinks::Follow).unwrap_err();
+        assert_eq!(err.to_string(), "is a character device, not a regular file");
+        let err = open_regular(dir.path(), Symlinks::Follow).unwrap_err();
+        assert!(err.to_string().contains("directory") || err.raw_os_error() == Some(libc::EISDIR), "{err}");
+    }
+
+    #[test]
+    fn symlinks_are_refused_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"bytes").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(open_regular(&link, Symlinks::Follow).is_ok());
+        let err = open_regular(&link, Symlinks::Refuse).unwrap_err();
+        assert_eq!(err.to_string(), "is a symbolic link, not a regular file");
+    }
+
+    #[test]
+    fn read_regular_bounds_the_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![b'x'; 100]).unwrap();
+        assert_eq!(read_regular(&path, 100).unwrap().len(), 100);
+        assert!(read_regular(&path, 99).unwrap_err().to_string().contains("more than the 99"));
+    }
+}

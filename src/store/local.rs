@@ -1,0 +1,399 @@
+//! The cache directory.
+//!
+//! ```text
+//! blobs/ab/abcd…           bytes whose blake3 is the file name
+//! actions/KIND/ab/abcd…    a sealed entry for a derived key (KIND: tensors,
+//!                          nodes, exports, stat, recent)
+//! quarantine/              blobs and entries found corrupt (gc empties it)
+//! tmp/                     files being written; renamed into place when complete
+//! lock                     shared by runs, exclusive for gc
+//! ```
+//!
+//! Every file appears by rename, so a killed process leaves at worst a stray
+//! file in `tmp/` (gc removes those of dead runs), never a blob whose bytes
+//! do not match its name. Two processes writing one entry write the same
+//! bytes, so the last rename wins harmlessly. Files are created with the
+//! umask's permissions, so a group-shared cache works for every member; a
+//! read-only cache can be read, verified and used by an up-to-date run.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use tempfile::NamedTempFile;
+
+use super::{
+    ActionCache, ActionKind, BlobStore, BlobWriter, COPY_CHUNK, Incident, Incidents, Key, Result, Store, StoreError,
+    seal,
+};
+use crate::files::{Symlinks, open_regular};
+
+/// An open cache directory. Holds the store's lock (shared, or exclusive for
+/// maintenance) for as long as it lives.
+pub struct LocalStore {
+    root: PathBuf,
+    _lock: File,
+    incidents: Incidents,
+    /// Blobs hashed whole in this process, by the identity of the file then.
+    checked: Mutex<HashMap<Key, FileIdentity>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+}
+
+impl FileIdentity {
+    fn of(meta: &fs::Metadata) -> FileIdentity {
+        let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+        FileIdentity { dev: meta.dev(), ino: meta.ino(), len: meta.size(), mtime_ns }
+    }
+}
+
+const DIRS: [&str; 4] = ["blobs", "actions", "quarantine", "tmp"];
+
+fn at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+    move |source| StoreError::io(path, source)
+}
+
+impl LocalStore {
+    /// Opens (creating if needed) the store at `root` for a run.
+    pub fn open(root: &Path) -> Result<LocalStore> {
+        LocalStore::prepare(root)?;
+        LocalStore::lock(root, false)
+    }
+
+    /// Opens an existing store for reading (`cache ls`, `verify`, `plan`):
+    /// never creates one, works on a read-only cache.
+    pub fn open_existing(root: &Path) -> Result<LocalStore> {
+        if !root.join("blobs").is_dir() {
+            let problem = match root.exists() {
+                true => "exists but is not a quantforge cache (no blobs/ directory)",
+                false => "no cache here",
+            };
+            return Err(StoreError::io(root, io::Error::new(io::ErrorKind::NotFound, problem)));
+        }
+        LocalStore::lock(root, false)
+    }
+
+    /// Opens the store for maintenance: waits until no run holds it.
+    pub fn open_exclusive(root: &Path) -> Result<LocalStore> {
+        LocalStore::open_existing(root)?;
+        LocalStore::lock(root, true)
+    }
+
+    fn prepare(root: &Path) -> Result<()> {
+        for dir in DIRS {
+            fs::create_dir_all(root.join(dir)).map_err(at(root))?;
+        }
+        let tag = root.join("CACHEDIR.TAG");
+        if !tag.exists() {
+            let text = "Signature: 8a477f597d28d172789f06886806bc55\n# quantforge cache: safe to delete.\n";
+            write_atomically(&root.join("tmp"), &tag, text.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    fn lock(root: &Path, exclusive: bool) -> Result<LocalStore> {
+        let lock_path = root.join("lock");
+        // A read-only cache (or one owned by another member of the group)
+        // still takes a lock: flock works on a descriptor opened for reading.
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .or_else(|_| File::open(&lock_path))
+            .map_err(at(&lock_path))?;
+        match exclusive {
+            true => lock.lock(),
+            false => lock.lock_shared(),
+        }
+        .map_err(at(root))?;
+        Ok(LocalStore {
+            root: root.to_owned(),
+            _lock: lock,
+            incidents: Incidents::default(),
+            checked: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub(super) fn blob_path(&self, hash: &Key) -> PathBuf {
+        sharded(&self.root.join("blobs"), hash)
+    }
+
+    pub(super) fn action_dir(&self, kind: ActionKind) -> PathBuf {
+        self.root.join("actions").join(kind.name())
+    }
+
+    fn action_path(&self, kind: ActionKind, key: &Key) -> PathBuf {
+        sharded(&self.action_dir(kind), key)
+    }
+
+    pub(super) fn tmp_dir(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    pub(super) fn quarantine_dir(&self) -> PathBuf {
+        self.root.join("quarantine")
+    }
+
+    /// Moves a bad file out of the way (deleting it when the move fails), so
+    /// it is never read again; the first report of each is kept.
+    pub(super) fn quarantine(&self, path: &Path, what: String, problem: &str) {
+        let stamp = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let name = format!("{}-{}-{stamp}", what.replace(' ', "-"), std::process::id());
+        if fs::rename(path, self.quarantine_dir().join(name)).is_err() {
+            // Best effort: on a read-only cache the bad file stays, and every
+            // run reports and skips it again.
+            let _ = fs::remove_file(path);
+        }
+        self.incidents.record(what, problem);
+    }
+
+    fn corrupt(&self, hash: &Key, path: &Path, problem: String) -> StoreError {
+        self.quarantine(path, format!("blob {hash}"), &problem);
+        StoreError::Corrupt { hash: *hash, problem }
+    }
+
+    /// The blob's file, opened as a regular file (never through a link).
+    fn open_blob(&self, hash: &Key) -> Result<(File, fs::Metadata)> {
+        let path = self.blob_path(hash);
+        match open_regular(&path, Symlinks::Refuse) {
+            Ok(file) => {
+                let meta = file.metadata().map_err(at(&path))?;
+                Ok((file, meta))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(StoreError::Missing(*hash)),
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => Err(self.corrupt(hash, &path, e.to_string())),
+            Err(e) => Err(StoreError::io(path, e)),
+        }
+    }
+
+    /// Hashes an open blob whole, unless this process already did for the
+    /// same file.
+    fn check_whole(&self, hash: &Key, file: &File, meta: &fs::Metadata) -> Result<()> {
+        let identity = FileIdentity::of(meta);
+        let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        if checked.get(hash) == Some(&identity) {
+            return Ok(());
+        }
+        let path = self.blob_path(hash);
+        let mut hasher = blake3::Hasher::new();
+        let mut reader = io::BufReader::with_capacity(COPY_CHUNK, file);
+        io::copy(&mut reader, &mut hasher).map_err(at(&path))?;
+        if Key(*hasher.finalize().as_bytes()) != *hash {
+            return Err(self.corrupt(hash, &path, "bytes that do not hash to its name".into()));
+        }
+        checked.insert(*hash, identity);
+        Ok(())
+    }
+}
+
+impl BlobStore for LocalStore {
+    fn has_blob(&self, hash: &Key) -> bool {
+        self.blob_path(hash).is_file()
+    }
+
+    fn read_blob(&self, hash: &Key) -> Result<Vec<u8>> {
+        let (mut file, meta) = self.open_blob(hash)?;
+        let path = self.blob_path(hash);
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        file.read_to_end(&mut bytes).map_err(at(&path))?;
+        if Key::of_bytes(&bytes) != *hash {
+            return Err(self.corrupt(hash, &path, "bytes that do not hash to its name".into()));
+        }
+        Ok(bytes)
+    }
+
+    fn read_blob_range(&self, hash: &Key, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let (file, meta) = self.open_blob(hash)?;
+        self.check_whole(hash, &file, &meta)?;
+        let mut buf = vec![0u8; len as usize];
+        file.read_exact_at(&mut buf, offset).map_err(at(&self.blob_path(hash)))?;
+        Ok(buf)
+    }
+
+    fn copy_blob_into(&self, hash: &Key, out: &File, offset: u64) -> Result<u64> {
+        let (file, meta) = self.open_blob(hash)?;
+        let path = self.blob_path(hash);
+        let mut hasher = blake3::Hasher::new();
+        let mut buf = vec![0u8; (meta.len() as usize).clamp(1, COPY_CHUNK)];
+        let mut done = 0u64;
+        loop {
+            let n = match file.read_at(&mut buf, done) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(StoreError::io(path, e)),
+            };
+            hasher.update(&buf[..n]);
+            out.write_all_at(&buf[..n], offset + done).map_err(|e| StoreError::io(PathBuf::from("(output)"), e))?;
+            done += n as u64;
+        }
+        if Key(*hasher.finalize().as_bytes()) != *hash {
+            return Err(self.corrupt(hash, &path, "bytes that do not hash to its name".into()));
+        }
+        Ok(done)
+    }
+
+    fn put_blob(&self, bytes: &[u8]) -> Result<Key> {
+        let hash = Key::of_bytes(bytes);
+        let path = self.blob_path(&hash);
+        if !path.is_file() {
+            write_atomically(&self.tmp_dir(), &path, bytes)?;
+        }
+        Ok(hash)
+    }
+
+    fn blob_writer(&self) -> Result<Option<Box<dyn BlobWriter>>> {
+        let tmp = self.tmp_dir();
+        let file = temp_file("blob-", &tmp)?;
+        Ok(Some(Box::new(LocalBlobWriter {
+            file: BufWriter::with_capacity(1 << 20, file),
+            hasher: blake3::Hasher::new(),
+            len: 0,
+            blobs: self.root.join("blobs"),
+        })))
+    }
+}
+
+impl ActionCache for LocalStore {
+    fn get_action(&self, kind: ActionKind, key: &Key) -> Option<Vec<u8>> {
+        let path = self.action_path(kind, key);
+        let sealed = match open_regular(&path, Symlinks::Refuse) {
+            Ok(mut file) => {
+                let mut bytes = Vec::new();
+                file.read_to_end(&mut bytes).ok()?;
+                bytes
+            }
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                self.quarantine(&path, format!("{} entry {key}", kind.name()), &e.to_string());
+                return None;
+            }
+            Err(_) => return None,
+        };
+        match seal::unseal(kind, key, &sealed) {
+            Ok(payload) => Some(payload.to_vec()),
+            Err(problem) => {
+                self.quarantine(&path, format!("{} entry {key}", kind.name()), problem);
+                None
+            }
+        }
+    }
+
+    fn put_action(&self, kind: ActionKind, key: &Key, content: &[u8]) -> Result<()> {
+        write_atomically(&self.tmp_dir(), &self.action_path(kind, key), &seal::seal(kind, key, content))
+    }
+
+    fn put_action_if_absent(&self, kind: ActionKind, key: &Key, content: &[u8]) -> Result<bool> {
+        let path = self.action_path(kind, key);
+        create_parent(&path)?;
+        let tmp = self.tmp_dir();
+        let mut file = temp_file("entry-", &tmp)?;
+        file.write_all(&seal::seal(kind, key, content)).map_err(at(&tmp))?;
+        match file.persist_noclobber(&path) {
+            Ok(_) => Ok(true),
+            Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(StoreError::io(path, e.error)),
+        }
+    }
+
+    fn touch_action(&self, kind: ActionKind, key: &Key) {
+        if let Ok(file) = File::options().write(true).open(self.action_path(kind, key)) {
+            // Best effort: an entry that cannot be touched is only collected sooner.
+            let _ = file.set_modified(SystemTime::now());
+        }
+    }
+
+    fn list_actions(&self, kind: ActionKind) -> Result<Vec<(Key, SystemTime)>> {
+        Ok(super::maintenance::sharded_files(&self.action_dir(kind))?
+            .into_iter()
+            .map(|(key, file)| (key, file.modified))
+            .collect())
+    }
+}
+
+impl Store for LocalStore {
+    fn location(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    fn take_incidents(&self) -> Vec<Incident> {
+        self.incidents.take()
+    }
+}
+
+struct LocalBlobWriter {
+    file: BufWriter<NamedTempFile>,
+    hasher: blake3::Hasher,
+    len: u64,
+    blobs: PathBuf,
+}
+
+impl Write for LocalBlobWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl BlobWriter for LocalBlobWriter {
+    fn commit(self: Box<Self>) -> Result<(Key, u64)> {
+        let LocalBlobWriter { file, hasher, len, blobs } = *self;
+        let hash = Key(*hasher.finalize().as_bytes());
+        let path = sharded(&blobs, &hash);
+        let file = file.into_inner().map_err(|e| StoreError::io(&blobs, e.into_error()))?;
+        create_parent(&path)?;
+        file.persist(&path).map_err(|e| StoreError::io(&path, e.error))?;
+        Ok((hash, len))
+    }
+}
+
+pub(super) fn sharded(dir: &Path, key: &Key) -> PathBuf {
+    let hex = key.hex();
+    dir.join(&hex[..2]).join(hex)
+}
+
+fn create_parent(path: &Path) -> Result<()> {
+    match path.parent() {
+        Some(parent) => fs::create_dir_all(parent).map_err(at(parent)),
+        None => Ok(()),
+    }
+}
+
+/// A temporary file in `tmp` with the umask's permissions (tempfile's
+/// default of 0600 would lock the rest of a group out of a shared cache).
+fn temp_file(prefix: &str, tmp: &Path) -> Result<NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(fs::Permissions::from_mode(0o666))
+        .tempfile_in(tmp)
+        .map_err(at(tmp))
+}
+
+/// Writes `bytes` to a temporary file in `tmp` and renames it to `path`.
+fn write_atomically(tmp: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
+    create_parent(path)?;
+    let mut file = temp_file("entry-", tmp)?;
+    file.write_all(bytes).map_err(at(tmp))?;
+    file.persist(path).map_err(|e| StoreError::io(path, e.error))?;
+    Ok(())
+}
