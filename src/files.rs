@@ -27,14 +27,13 @@ pub fn open_regular(path: &Path, symlinks: Symlinks) -> io::Result<File> {
     if symlinks == Symlinks::Refuse {
         flags |= libc::O_NOFOLLOW;
     }
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|e| {
-        match e.raw_os_error() {
+    let file =
+        std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|e| match e.raw_os_error() {
             Some(libc::ELOOP) if symlinks == Symlinks::Refuse => {
                 io::Error::new(io::ErrorKind::InvalidInput, "is a symbolic link, not a regular file")
             }
             _ => e,
-        }
-    })?;
+        })?;
     let kind = file.metadata()?.file_type();
     if !kind.is_file() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is {}, not a regular file", describe(kind))));

@@ -49,6 +49,13 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     let engine = Engine::new(store, args.jobs.unwrap_or_else(super::default_threads))?;
     let progress = !args.json && io::stderr().is_terminal();
     let report = engine.run(&recipe, progress)?;
+    const SHOWN: usize = 5;
+    for incident in report.cache_incidents.iter().take(SHOWN) {
+        eprintln!("warning: cache: {incident}");
+    }
+    if report.cache_incidents.len() > SHOWN {
+        eprintln!("warning: cache: … and {} more (`--json` lists them all)", report.cache_incidents.len() - SHOWN);
+    }
     let mut out = io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report)?;

@@ -52,7 +52,10 @@ impl Shared {
     /// Records the parts of node `i`'s key, unless already recorded.
     pub(super) fn remember(&self, i: usize) {
         let recent = self.recent_key(i);
-        let recorded = self.store.get_action(ActionKind::Recent, &recent).and_then(|b| serde_json::from_slice::<KeyParts>(&b).ok());
+        let recorded = self
+            .store
+            .get_action(ActionKind::Recent, &recent)
+            .and_then(|b| serde_json::from_slice::<KeyParts>(&b).ok());
         if recorded.is_some_and(|r| r.key == self.bound.keys[i]) {
             return;
         }
@@ -65,8 +68,10 @@ impl Shared {
     /// Why node `i` is not in the cache, as short sentences.
     pub(super) fn why(&self, i: usize) -> Vec<String> {
         let now = self.key_parts(i);
-        let Some(before) =
-            self.store.get_action(ActionKind::Recent, &self.recent_key(i)).and_then(|b| serde_json::from_slice::<KeyParts>(&b).ok())
+        let Some(before) = self
+            .store
+            .get_action(ActionKind::Recent, &self.recent_key(i))
+            .and_then(|b| serde_json::from_slice::<KeyParts>(&b).ok())
         else {
             return vec!["never built with this cache".into()];
         };

@@ -190,8 +190,9 @@ impl Engine {
             let files = match &index {
                 Some(index) => index.shards(),
                 // A checkpoint directory: its files, by name.
-                None if directory => directory_files(&decl.path)
-                    .map_err(|source| input_err(StoreError::io(&decl.path, source)))?,
+                None if directory => {
+                    directory_files(&decl.path).map_err(|source| input_err(StoreError::io(&decl.path, source)))?
+                }
                 None => ops::split::shard_set(&decl.path).unwrap_or_else(|| vec![decl.path.clone()]),
             };
             let mut shards = Vec::with_capacity(files.len());
@@ -301,21 +302,28 @@ impl Engine {
             }
         }
         // From the exports back: what must run, and whose result is needed.
-        let mut must_run = vec![false; n];
-        let mut needed = vec![false; n];
-        for i in (0..n).rev() {
-            if is_export(i) {
-                must_run[i] = !fresh[i];
-                needed[i] = must_run[i];
-                continue;
+        // A cached result that is needed is loaded (and so checked) now; one
+        // that fails its check is a miss, which may make its inputs needed.
+        let mut loaded: Vec<Option<Arc<TensorSet>>> = vec![None; n];
+        let (needed, must_run) = loop {
+            let (needed, must_run) = demand(&bound, &fresh, &cached);
+            let mut changed = false;
+            for i in 0..n {
+                if !needed[i] || must_run[i] || is_export(i) || loaded[i].is_some() {
+                    continue;
+                }
+                match cached_set(&*self.store, &bound.keys[i]) {
+                    Some(set) => loaded[i] = Some(set),
+                    None => (cached[i], changed) = (false, true),
+                }
             }
-            let node = &bound.recipe.nodes[i];
-            let leaf = bound.consumers[i].is_empty();
-            needed[i] = bound.consumers[i].iter().any(|&j| must_run[j]) || (!cached[i] && (leaf || node.keep));
-            must_run[i] = needed[i] && !cached[i];
-        }
+            if !changed {
+                break (needed, must_run);
+            }
+        };
         let shared = Arc::new(Shared {
             bound,
+            loaded,
             store: Arc::clone(&self.store),
             pool: Arc::clone(&self.pool),
             progress: MultiProgress::with_draw_target(if progress {
@@ -348,6 +356,7 @@ impl Engine {
             nodes.push(report);
         }
         let mut report = RunReport::new(shared.bound.recipe.name.clone(), false, self.jobs, input_reports, nodes);
+        report.cache_incidents = self.store.take_incidents();
         report.wall_ms = ms(started);
         Ok(report)
     }
@@ -357,13 +366,14 @@ impl Engine {
     pub fn plan(&self, recipe: &Recipe) -> Result<RunReport, RunError> {
         let started = Instant::now();
         let (bound, input_reports) = self.bind(recipe)?;
+        let n = bound.recipe.nodes.len();
         let shared = Shared {
             bound,
+            loaded: vec![None; n],
             store: Arc::clone(&self.store),
             pool: Arc::clone(&self.pool),
             progress: MultiProgress::with_draw_target(ProgressDrawTarget::hidden()),
         };
-        let n = shared.bound.recipe.nodes.len();
         let mut sets: Vec<Option<Arc<TensorSet>>> = vec![None; n];
         let mut nodes = Vec::with_capacity(n);
         for i in 0..n {
@@ -414,6 +424,35 @@ impl Engine {
     }
 }
 
+/// Which nodes must run and whose results are needed, from the exports back.
+fn demand(bound: &Bound, fresh: &[bool], cached: &[bool]) -> (Vec<bool>, Vec<bool>) {
+    let n = bound.recipe.nodes.len();
+    let mut must_run = vec![false; n];
+    let mut needed = vec![false; n];
+    for i in (0..n).rev() {
+        let node = &bound.recipe.nodes[i];
+        if matches!(node.op, Op::Export(_)) {
+            must_run[i] = !fresh[i];
+            needed[i] = must_run[i];
+            continue;
+        }
+        let leaf = bound.consumers[i].is_empty();
+        needed[i] = bound.consumers[i].iter().any(|&j| must_run[j]) || (!cached[i] && (leaf || node.keep));
+        must_run[i] = needed[i] && !cached[i];
+    }
+    (needed, must_run)
+}
+
+/// A node's cached result, read and checked; `None` when absent or unusable
+/// (the store quarantines what is corrupt).
+fn cached_set(store: &dyn Store, key: &Key) -> Option<Arc<TensorSet>> {
+    let entry = node_entry(store, key)?;
+    let bytes = store.read_blob(&entry.manifest).ok()?;
+    let set = TensorSet::decode(&bytes, &entry.manifest.hex()).ok()?;
+    store.touch_action(ActionKind::Node, key);
+    Some(Arc::new(set))
+}
+
 /// A node's cache entry, if it, its manifest and every blob it names are in
 /// the store.
 fn node_entry(store: &dyn Store, key: &Key) -> Option<NodeEntry> {
@@ -451,6 +490,8 @@ fn total_bytes(set: &TensorSet) -> u64 {
 /// What the node tasks share.
 struct Shared {
     bound: Bound,
+    /// Results found in the cache and checked before the run started.
+    loaded: Vec<Option<Arc<TensorSet>>>,
     store: Arc<dyn Store>,
     pool: Arc<rayon::ThreadPool>,
     progress: MultiProgress,
@@ -509,17 +550,11 @@ impl Shared {
     /// Node `i`'s tensor set: from the node cache, or computed from `inputs`
     /// and cached. `dry` computes without caching (for `plan`).
     fn manifest(&self, i: usize, inputs: Vec<Arc<TensorSet>>, dry: bool) -> Result<Arc<TensorSet>, NodeError> {
-        let key = &self.bound.keys[i];
-        if let Some(entry) = node_entry(&*self.store, key) {
-            match self.store.read_blob(&entry.manifest) {
-                Ok(bytes) => {
-                    self.store.touch_action(ActionKind::Node, key);
-                    return Ok(Arc::new(TensorSet::decode(&bytes, &entry.manifest.hex())?));
-                }
-                // Quarantined by the store: computed again below.
-                Err(e) if e.is_recoverable() => {}
-                Err(e) => return Err(e.into()),
-            }
+        if let Some(set) = &self.loaded[i] {
+            return Ok(Arc::clone(set));
+        }
+        if let Some(set) = cached_set(&*self.store, &self.bound.keys[i]) {
+            return Ok(set);
         }
         let set = self.compute(i, &inputs)?;
         if !dry && self.store.keeps_results() {

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use crate::recipe::Backend;
+use crate::store::Incident;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -94,6 +95,10 @@ pub struct RunReport {
     pub inputs: Vec<InputReport>,
     pub nodes: Vec<NodeReport>,
     pub totals: Totals,
+    /// Corrupt blobs and entries the store found, quarantined and
+    /// recomputed during the run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cache_incidents: Vec<Incident>,
 }
 
 impl RunReport {
@@ -119,7 +124,7 @@ impl RunReport {
             totals.bytes_in += n.bytes_in;
             totals.bytes_out += n.bytes_out;
         }
-        RunReport { recipe, dry_run, jobs, wall_ms: 0.0, inputs, nodes, totals }
+        RunReport { recipe, dry_run, jobs, wall_ms: 0.0, inputs, nodes, totals, cache_incidents: Vec::new() }
     }
 
     /// Bytes of the files the exports wrote or found up to date.

@@ -194,7 +194,7 @@ impl LocalStore {
         let mut reader = io::BufReader::with_capacity(COPY_CHUNK, file);
         io::copy(&mut reader, &mut hasher).map_err(at(&path))?;
         if Key(*hasher.finalize().as_bytes()) != *hash {
-            return Err(self.corrupt(hash, &path, "bytes that do not hash to its name".into()));
+            return Err(self.corrupt(hash, &path, "its bytes do not match its hash".into()));
         }
         checked.insert(*hash, identity);
         Ok(())
@@ -212,7 +212,7 @@ impl BlobStore for LocalStore {
         let mut bytes = Vec::with_capacity(meta.len() as usize);
         file.read_to_end(&mut bytes).map_err(at(&path))?;
         if Key::of_bytes(&bytes) != *hash {
-            return Err(self.corrupt(hash, &path, "bytes that do not hash to its name".into()));
+            return Err(self.corrupt(hash, &path, "its bytes do not match its hash".into()));
         }
         Ok(bytes)
     }
@@ -243,7 +243,7 @@ impl BlobStore for LocalStore {
             done += n as u64;
         }
         if Key(*hasher.finalize().as_bytes()) != *hash {
-            return Err(self.corrupt(hash, &path, "bytes that do not hash to its name".into()));
+            return Err(self.corrupt(hash, &path, "its bytes do not match its hash".into()));
         }
         Ok(done)
     }

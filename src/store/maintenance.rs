@@ -271,7 +271,7 @@ impl LocalStore {
             } else {
                 report.corrupt_blobs.push(*key);
                 if repair {
-                    self.quarantine(&file.path, format!("blob {key}"), "bytes that do not hash to its name");
+                    self.quarantine(&file.path, format!("blob {key}"), "its bytes do not match its hash");
                 }
             }
         }
@@ -282,12 +282,10 @@ impl LocalStore {
                     continue;
                 }
                 report.entries_checked += 1;
-                let envelope =
-                    read_entry(kind, &key, &file).and_then(|b| serde_json::from_slice::<Envelope>(&b).ok());
+                let envelope = read_entry(kind, &key, &file).and_then(|b| serde_json::from_slice::<Envelope>(&b).ok());
                 let sound = match kind {
-                    ActionKind::Stat => {
-                        read_entry(kind, &key, &file).is_some_and(|b| std::str::from_utf8(&b).ok().and_then(Key::from_hex).is_some())
-                    }
+                    ActionKind::Stat => read_entry(kind, &key, &file)
+                        .is_some_and(|b| std::str::from_utf8(&b).ok().and_then(Key::from_hex).is_some()),
                     _ => envelope.is_some_and(|e| e.blobs.iter().all(|b| present.contains(b))),
                 };
                 if !sound {

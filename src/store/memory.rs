@@ -43,7 +43,7 @@ impl MemoryStore {
         let bytes = read(&self.blobs).get(hash).cloned().ok_or(StoreError::Missing(*hash))?;
         if Key::of_bytes(&bytes) != *hash {
             write(&self.blobs).remove(hash);
-            let problem = "bytes that do not hash to its name".to_owned();
+            let problem = "its bytes do not match its hash".to_owned();
             self.incidents.record(format!("blob {hash}"), problem.clone());
             return Err(StoreError::Corrupt { hash: *hash, problem });
         }

@@ -165,7 +165,7 @@ pub struct Incident {
 
 impl std::fmt::Display for Incident {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} was {}; quarantined, recomputed", self.what, self.problem)
+        write!(f, "{}: {}; quarantined, recomputed", self.what, self.problem)
     }
 }
 

@@ -1,0 +1,284 @@
+//! The trust model end to end: whatever happens to the cache between runs
+//! (a flipped byte, an edited or swapped entry, a blob replaced by a link, a
+//! stat entry naming another file's hash), a run either writes the reference
+//! bytes or fails clearly — never wrong bytes with exit 0.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::Value;
+
+const RECIPE: &str = r#"
+[input.tiny]
+path = "tiny.gguf"
+
+[step.q]
+op = "quantize"
+from = "tiny"
+preset = ["Q8_0", "Q4_K_M"]
+
+[step.out]
+op = "export"
+from = "q"
+path = "out/tiny-{preset}.gguf"
+"#;
+
+const OUTPUTS: [&str; 2] = ["out/tiny-Q8_0.gguf", "out/tiny-Q4_K_M.gguf"];
+
+struct Workspace {
+    dir: tempfile::TempDir,
+    reference: Vec<Vec<u8>>,
+}
+
+impl Workspace {
+    /// A workspace whose cache holds one complete run, and that run's outputs.
+    fn new() -> Workspace {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(common::tiny_model(), dir.path().join("tiny.gguf")).unwrap();
+        std::fs::write(dir.path().join("recipe.toml"), RECIPE).unwrap();
+        let mut ws = Workspace { dir, reference: Vec::new() };
+        let first = ws.run();
+        assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+        ws.reference = OUTPUTS.iter().map(|o| std::fs::read(ws.path(o)).unwrap()).collect();
+        ws
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn run(&self) -> Output {
+        let recipe = self.path("recipe.toml");
+        let cache = self.path("cache");
+        common::quantforge(&[
+            OsStr::new("run"),
+            recipe.as_os_str(),
+            OsStr::new("--json"),
+            OsStr::new("--cache-dir"),
+            cache.as_os_str(),
+        ])
+    }
+
+    fn remove_outputs(&self) {
+        for o in OUTPUTS {
+            let _ = std::fs::remove_file(self.path(o));
+        }
+    }
+
+    /// Reruns with the outputs gone, so they are assembled from the cache;
+    /// asserts the trust property and returns the report when it succeeded.
+    fn rerun_from_cache(&self, what: &str) -> Option<Value> {
+        self.remove_outputs();
+        let output = self.run();
+        if !output.status.success() {
+            for o in OUTPUTS {
+                assert!(
+                    !self.path(o).exists() || self.output_is_reference(o),
+                    "{what}: a failed run left wrong bytes in {o}"
+                );
+            }
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+            return None;
+        }
+        for o in OUTPUTS {
+            assert!(self.output_is_reference(o), "{what}: exit 0 with wrong bytes in {o}");
+        }
+        Some(serde_json::from_slice(&output.stdout).unwrap())
+    }
+
+    fn output_is_reference(&self, name: &str) -> bool {
+        let i = OUTPUTS.iter().position(|o| *o == name).unwrap();
+        std::fs::read(self.path(name)).is_ok_and(|b| b == self.reference[i])
+    }
+
+    /// Files under `cache/SUB`, two levels down, sorted.
+    fn store_files(&self, sub: &str) -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        let Ok(shards) = std::fs::read_dir(self.path("cache").join(sub)) else { return files };
+        for shard in shards {
+            for file in std::fs::read_dir(shard.unwrap().path()).unwrap() {
+                files.push(file.unwrap().path());
+            }
+        }
+        files.sort();
+        files
+    }
+
+    fn verify(&self) -> Output {
+        let cache = self.path("cache");
+        common::quantforge(&[OsStr::new("cache"), OsStr::new("verify"), OsStr::new("--cache-dir"), cache.as_os_str()])
+    }
+}
+
+fn incidents(report: &Value) -> Vec<String> {
+    report["cache_incidents"].as_array().map_or(Vec::new(), |a| a.iter().map(|i| i["what"].to_string()).collect())
+}
+
+fn flip_byte(path: &Path, at: usize) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let at = at % bytes.len().max(1);
+    if bytes.is_empty() {
+        bytes.push(1);
+    } else {
+        bytes[at] ^= 0x20;
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn a_flipped_byte_in_any_blob_is_caught_quarantined_and_recomputed() {
+    let ws = Workspace::new();
+    let blobs = ws.store_files("blobs");
+    assert!(blobs.len() > 10, "the run cached its tensors and manifests");
+    for blob in &blobs {
+        flip_byte(blob, 17);
+    }
+    let report = ws.rerun_from_cache("every blob flipped").expect("the run recomputes what was corrupt");
+    assert!(incidents(&report).len() >= blobs.len() / 2, "{:?}", incidents(&report));
+    assert!(ws.verify().status.success(), "the recomputed blobs replace the quarantined ones");
+    // Reported once: the next run finds nothing wrong.
+    let report = ws.rerun_from_cache("after repair").unwrap();
+    assert!(incidents(&report).is_empty(), "{:?}", incidents(&report));
+}
+
+#[test]
+fn edited_and_swapped_entries_are_refused() {
+    let ws = Workspace::new();
+    let entries = ws.store_files("actions/tensors");
+    assert!(entries.len() >= 2);
+    // Two tensor entries with their payloads swapped, each keeping its header.
+    let (a, b) = (std::fs::read(&entries[0]).unwrap(), std::fs::read(&entries[1]).unwrap());
+    let split = |bytes: &[u8]| {
+        let nl = bytes.iter().position(|&c| c == b'\n').unwrap() + 1;
+        (bytes[..nl].to_vec(), bytes[nl..].to_vec())
+    };
+    let ((head_a, body_a), (head_b, body_b)) = (split(&a), split(&b));
+    std::fs::write(&entries[0], [head_a, body_b].concat()).unwrap();
+    std::fs::write(&entries[1], [head_b, body_a].concat()).unwrap();
+    // A node entry edited in place.
+    let node = &ws.store_files("actions/nodes")[0];
+    let text = std::fs::read_to_string(node).unwrap().replace("\"tensors\":", "\"tensors\": ");
+    std::fs::write(node, text).unwrap();
+    let verify = ws.verify();
+    assert!(!verify.status.success(), "verify sees the swapped and edited entries");
+    let report = ws.rerun_from_cache("swapped entries").unwrap();
+    let seen = incidents(&report);
+    assert!(seen.iter().filter(|w| w.contains("tensors entry")).count() >= 2, "{seen:?}");
+}
+
+#[test]
+fn a_stat_entry_naming_another_file_is_refused() {
+    let ws = Workspace::new();
+    for entry in ws.store_files("actions/stat") {
+        let text = std::fs::read_to_string(&entry).unwrap();
+        let (head, hash) = text.split_once('\n').unwrap();
+        let other = blake3::hash(b"another model").to_hex().to_string();
+        assert_eq!(hash.len(), other.len());
+        std::fs::write(&entry, format!("{head}\n{other}")).unwrap();
+    }
+    let report = ws.rerun_from_cache("stat entry edited").unwrap();
+    assert_eq!(report["inputs"][0]["rehashed"], true, "the input was hashed again");
+}
+
+#[test]
+fn a_blob_that_is_a_link_is_never_followed() {
+    let ws = Workspace::new();
+    for (i, blob) in ws.store_files("blobs").into_iter().enumerate() {
+        // A readable file of exactly the blob's size, full of a marker.
+        let secret = ws.path(&format!("secret-{i}"));
+        std::fs::write(&secret, vec![b'S'; std::fs::metadata(&blob).unwrap().len() as usize]).unwrap();
+        std::fs::remove_file(&blob).unwrap();
+        std::os::unix::fs::symlink(&secret, &blob).unwrap();
+    }
+    let verify = ws.verify();
+    assert!(String::from_utf8_lossy(&verify.stdout).contains("not a regular file"));
+    ws.rerun_from_cache("blobs replaced by links").unwrap();
+    for o in OUTPUTS {
+        let bytes = std::fs::read(ws.path(o)).unwrap();
+        assert!(!bytes.windows(64).any(|w| w.iter().all(|&c| c == b'S')), "{o} holds the linked file's bytes");
+    }
+}
+
+#[test]
+fn verify_repair_quarantines_and_gc_empties_the_quarantine() {
+    let ws = Workspace::new();
+    let blobs = ws.store_files("blobs");
+    flip_byte(&blobs[0], 3);
+    let cache = ws.path("cache");
+    let repair = common::quantforge(&[
+        OsStr::new("cache"),
+        OsStr::new("verify"),
+        OsStr::new("--repair"),
+        OsStr::new("--cache-dir"),
+        cache.as_os_str(),
+    ]);
+    assert!(repair.status.success(), "{}", String::from_utf8_lossy(&repair.stderr));
+    assert!(ws.verify().status.success(), "clean after --repair");
+    assert!(std::fs::read_dir(cache.join("quarantine")).unwrap().count() >= 1);
+    let gc = common::quantforge(&[OsStr::new("cache"), OsStr::new("gc"), OsStr::new("--cache-dir"), cache.as_os_str()]);
+    assert!(gc.status.success());
+    assert_eq!(std::fs::read_dir(cache.join("quarantine")).unwrap().count(), 0);
+    ws.rerun_from_cache("after repair and gc").unwrap();
+}
+
+/// A small deterministic generator (no dependency for a test).
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+#[test]
+fn random_corruption_of_store_files_never_yields_wrong_bytes() {
+    let ws = Workspace::new();
+    let mut rng = SplitMix(0x5eed);
+    for round in 0..24 {
+        let mut files = ws.store_files("blobs");
+        for kind in ["tensors", "nodes", "exports", "stat"] {
+            files.extend(ws.store_files(&format!("actions/{kind}")));
+        }
+        let mut done = Vec::new();
+        for _ in 0..1 + rng.below(4) {
+            let file = &files[rng.below(files.len())];
+            let len = std::fs::metadata(file).map_or(0, |m| m.len()) as usize;
+            let what = match rng.below(4) {
+                0 => {
+                    flip_byte(file, rng.below(len.max(1)));
+                    "flip"
+                }
+                1 => {
+                    let f = std::fs::OpenOptions::new().write(true).open(file).unwrap();
+                    f.set_len((len / 2) as u64).unwrap();
+                    "truncate"
+                }
+                2 => {
+                    let other = &files[rng.below(files.len())];
+                    if other != file {
+                        std::fs::copy(other, file).unwrap();
+                    }
+                    "replace with another store file"
+                }
+                _ => {
+                    std::fs::remove_file(file).unwrap();
+                    "remove"
+                }
+            };
+            done.push(format!("{what} {}", file.display()));
+        }
+        ws.rerun_from_cache(&format!("round {round}: {done:?}"));
+    }
+}
