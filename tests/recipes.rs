@@ -226,6 +226,12 @@ fn killed_runs_leave_a_consistent_cache() {
     for (preset, bytes) in ["Q8_0", "Q4_K_M", "Q3_K_S"].iter().zip(&expected) {
         assert!(&std::fs::read(ws.path(&format!("out/tiny-{preset}.gguf"))).unwrap() == bytes, "{preset}");
     }
+    let left: Vec<_> = std::fs::read_dir(ws.path("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "temporary files of killed runs survived the next run: {left:?}");
     ok(common::quantforge(&[os("cache"), os("verify"), os("--cache-dir"), ws.cache().as_os_str()]));
 }
 

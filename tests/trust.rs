@@ -6,6 +6,7 @@
 mod common;
 
 use std::ffi::OsStr;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -280,5 +281,136 @@ fn random_corruption_of_store_files_never_yields_wrong_bytes() {
             done.push(format!("{what} {}", file.display()));
         }
         ws.rerun_from_cache(&format!("round {round}: {done:?}"));
+    }
+}
+
+/// A workspace with the tiny model and `recipe`, run once; the run's output.
+fn run_recipe(dir: &Path, recipe: &str) -> Output {
+    if !dir.join("tiny.gguf").exists() {
+        std::fs::copy(common::tiny_model(), dir.join("tiny.gguf")).unwrap();
+    }
+    let path = dir.join("recipe.toml");
+    std::fs::write(&path, recipe).unwrap();
+    let cache = dir.join("cache");
+    common::quantforge(&[OsStr::new("run"), path.as_os_str(), OsStr::new("--cache-dir"), cache.as_os_str()])
+}
+
+fn export_to(paths: &[&str]) -> String {
+    let mut recipe = String::from("[input.tiny]\npath = \"tiny.gguf\"\n");
+    for (i, path) in paths.iter().enumerate() {
+        recipe += &format!("\n[step.out{i}]\nop = \"export\"\nfrom = \"tiny\"\npath = \"{path}\"\n");
+    }
+    recipe
+}
+
+fn fails_with(output: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "expected a failure mentioning {needle:?}");
+    assert!(stderr.contains(needle), "expected {needle:?} in: {stderr}");
+}
+
+#[test]
+fn an_export_never_writes_through_a_link_out_of_the_recipe_directory() {
+    let outside = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), ws.path().join("out")).unwrap();
+    let output = run_recipe(ws.path(), &export_to(&["out/model.gguf"]));
+    fails_with(&output, "outside the recipe's directory");
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0, "nothing written outside");
+}
+
+#[test]
+fn an_export_never_overwrites_the_cache_the_recipe_or_an_input() {
+    let ws = tempfile::tempdir().unwrap();
+    assert!(run_recipe(ws.path(), &export_to(&["copy.gguf"])).status.success());
+    fails_with(&run_recipe(ws.path(), &export_to(&["cache/CACHEDIR.TAG"])), "is inside the cache");
+    fails_with(&run_recipe(ws.path(), &export_to(&["recipe.toml"])), "the recipe itself");
+    fails_with(&run_recipe(ws.path(), &export_to(&["tiny.gguf"])), "refusing to overwrite it");
+}
+
+#[test]
+fn exports_that_resolve_to_one_file_are_refused_before_anything_runs() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::create_dir(ws.path().join("out")).unwrap();
+    std::os::unix::fs::symlink("out", ws.path().join("alias")).unwrap();
+    fails_with(&run_recipe(ws.path(), &export_to(&["out/a.gguf", "alias/a.gguf"])), "writes there too");
+    let split = "[input.tiny]\npath = \"tiny.gguf\"\n\n[step.s]\nop = \"export\"\nfrom = \"tiny\"\npath = \"out/m.gguf\"\n\
+                 split = { max_tensors = 8 }\n\n[step.p]\nop = \"export\"\nfrom = \"tiny\"\npath = \"out/m-00002-of-00003.gguf\"\n";
+    fails_with(&run_recipe(ws.path(), split), "writes there too");
+    assert_eq!(std::fs::read_dir(ws.path().join("out")).unwrap().count(), 0, "nothing ran");
+}
+
+#[test]
+fn special_files_are_never_replaced_or_read() {
+    let ws = tempfile::tempdir().unwrap();
+    let fifo = ws.path().join("fifo.gguf");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // As an export's destination: refused, still a FIFO.
+    fails_with(&run_recipe(ws.path(), &export_to(&["fifo.gguf"])), "is a FIFO");
+    let tiny = common::tiny_model();
+    let output = common::quantforge(&[OsStr::new("quantize"), tiny.as_os_str(), fifo.as_os_str(), OsStr::new("Q8_0")]);
+    fails_with(&output, "is a FIFO");
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    // As an input: refused at once instead of blocking.
+    let recipe =
+        "[input.tiny]\npath = \"fifo.gguf\"\n\n[step.o]\nop = \"export\"\nfrom = \"tiny\"\npath = \"o.gguf\"\n";
+    fails_with(&run_recipe(ws.path(), recipe), "is a FIFO, not a regular file");
+    let out = ws.path().join("o.gguf");
+    let output =
+        common::quantforge(&[OsStr::new("quantize"), OsStr::new("/dev/zero"), out.as_os_str(), OsStr::new("Q8_0")]);
+    fails_with(&output, "not a regular file");
+}
+
+/// Runs the ladder in the background and, after `delay`, does `meddle` to
+/// its input; returns how the run ended.
+fn meddle_during_run(ws: &Workspace, delay_ms: u64, meddle: impl FnOnce(&Path)) -> std::process::ExitStatus {
+    let recipe = ws.path("recipe.toml");
+    let cache = ws.path("cache");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_quantforge"))
+        .args([OsStr::new("run"), recipe.as_os_str(), OsStr::new("--jobs"), OsStr::new("1")])
+        .args([OsStr::new("--cache-dir"), cache.as_os_str()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+    meddle(&ws.path("tiny.gguf"));
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr) + String::from_utf8_lossy(&output.stdout);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    if !output.status.success() {
+        assert!(stderr.contains("changed during the run") || stderr.contains("truncated"), "{stderr}");
+    }
+    output.status
+}
+
+#[test]
+fn an_input_changed_during_a_run_never_poisons_the_cache() {
+    use std::os::unix::process::ExitStatusExt;
+    let original = std::fs::read(common::tiny_model()).unwrap();
+    for delay_ms in [20, 80, 200] {
+        // Rewritten in place and restored: the same bytes, a new ctime.
+        let ws = Workspace::new();
+        std::fs::remove_dir_all(ws.path("cache")).unwrap();
+        ws.remove_outputs();
+        meddle_during_run(&ws, delay_ms, |input| {
+            let mut garbage = original.clone();
+            garbage[original.len() / 2..].iter_mut().for_each(|b| *b = !*b);
+            std::fs::write(input, &garbage).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            std::fs::write(input, &original).unwrap();
+        });
+        ws.rerun_from_cache(&format!("rewritten at {delay_ms} ms")).expect("the rerun succeeds");
+        // Replaced by a shorter file (`cp` truncates first): a clear error, never a signal.
+        let ws = Workspace::new();
+        std::fs::remove_dir_all(ws.path("cache")).unwrap();
+        ws.remove_outputs();
+        let status = meddle_during_run(&ws, delay_ms, |input| {
+            std::fs::write(input, &original[..original.len() / 3]).unwrap();
+        });
+        assert_eq!(status.signal(), None, "killed by a signal");
+        std::fs::write(ws.path("tiny.gguf"), &original).unwrap();
+        ws.rerun_from_cache(&format!("truncated at {delay_ms} ms")).expect("the rerun succeeds");
     }
 }

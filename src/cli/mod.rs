@@ -10,6 +10,7 @@ mod inspect;
 mod plan_quant;
 mod quantize;
 mod run;
+mod signals;
 mod split;
 
 use std::io::{self, Write};
@@ -229,7 +230,7 @@ struct CacheArgs {
 
 impl CacheArgs {
     fn settings(&self, jobs: Option<usize>, open: OpenOptions) -> OneShotSettings {
-        OneShotSettings { cache_dir: self.cache_dir.clone(), jobs: jobs.unwrap_or_else(default_threads), open }
+        OneShotSettings { cache_dir: self.cache_dir.clone(), jobs: workers(jobs), open }
     }
 }
 
@@ -262,6 +263,7 @@ impl LoadArgs {
 }
 
 pub fn main() -> ExitCode {
+    signals::install();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -387,6 +389,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
+/// Worker threads: as asked, or one per core; more than
+/// [`crate::exec::max_jobs`] is capped with a warning (each thread is spawned
+/// one at a time, and past a few per core they only contend).
+fn workers(requested: Option<usize>) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    match requested {
+        None => cores,
+        Some(n) if n > crate::exec::max_jobs() => {
+            let max = crate::exec::max_jobs();
+            eprintln!("warning: {n} worker threads asked; using {max} ({} per core on {cores} cores)", max / cores);
+            max
+        }
+        Some(n) => n,
+    }
 }

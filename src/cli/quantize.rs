@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use anyhow::Context;
 
-use super::{QuantizeArgs, default_threads, plan_quant};
+use super::{QuantizeArgs, plan_quant, workers};
 use crate::exec::oneshot;
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::ops::Op;
@@ -72,7 +72,7 @@ pub(super) fn run(mut args: QuantizeArgs) -> anyhow::Result<()> {
     if args.keep_split {
         job.split = SplitMode::LikeInput;
     }
-    let jobs = args.threads.or(args.nthreads).unwrap_or_else(default_threads);
+    let jobs = workers(args.threads.or(args.nthreads));
     let settings = args.cache.settings(Some(jobs), OpenOptions::default());
     let report = oneshot::run(job, &settings).with_context(|| format!("cannot quantize {}", args.input.display()))?;
     if let Some(budget) = budget {

@@ -46,7 +46,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let recipe = Recipe::load(&args.recipe)?;
     let store = Arc::new(LocalStore::open(&args.cache.cache_dir)?);
-    let engine = Engine::new(store, args.jobs.unwrap_or_else(super::default_threads))?;
+    let engine = Engine::new(store, super::workers(args.jobs))?;
     let progress = !args.json && io::stderr().is_terminal();
     let report = engine.run(&recipe, progress)?;
     const SHOWN: usize = 5;

@@ -252,6 +252,8 @@ impl Shared {
             written.push((path, out, index.len() as u64, 0));
         }
         bar.finish_and_clear();
+        // An input that moved under the run may have fed these bytes.
+        self.bound.files.check_unchanged()?;
         let count = written.len();
         let mut records = Vec::with_capacity(count);
         for (path, out, len, tensors) in written {

@@ -15,6 +15,7 @@ mod explain;
 mod export;
 pub mod materialize;
 pub mod oneshot;
+pub mod outputs;
 pub mod report;
 mod schedule;
 
@@ -39,6 +40,12 @@ use materialize::{InputFiles, MaterializeError, Materializer, PinnedFile, SetRow
 use report::{InputReport, NodeReport, RunReport, Status};
 use schedule::Outcome;
 
+/// The most worker threads an engine starts: a few per core.
+pub fn max_jobs() -> usize {
+    const PER_CORE: usize = 4;
+    std::thread::available_parallelism().map_or(1, usize::from) * PER_CORE
+}
+
 /// Where a run's heavy work happens and what it shares.
 pub struct Engine {
     store: Arc<dyn Store>,
@@ -59,6 +66,8 @@ pub enum RunError {
     Index { name: String, source: Box<FormatError> },
     #[error("cannot start the workers: {0}")]
     Workers(String),
+    #[error(transparent)]
+    Output(#[from] outputs::OutputError),
 }
 
 /// Why one node failed.
@@ -140,7 +149,7 @@ impl Engine {
     /// An engine over `store` with `jobs` workers (nodes at once and codec
     /// threads share this budget).
     pub fn new(store: Arc<dyn Store>, jobs: usize) -> Result<Engine, RunError> {
-        let jobs = jobs.max(1);
+        let jobs = jobs.clamp(1, max_jobs());
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(jobs)
             .thread_name(|i| format!("quantforge-worker-{i}"))
@@ -288,6 +297,8 @@ impl Engine {
     pub fn run(&self, recipe: &Recipe, progress: bool) -> Result<RunReport, RunError> {
         let started = Instant::now();
         let (bound, input_reports) = self.bind(recipe)?;
+        outputs::check_exports(&bound.recipe, self.store.directory(), bound.files.paths())?;
+        outputs::sweep(&bound.recipe);
         let n = bound.recipe.nodes.len();
         let is_export = |i: usize| matches!(bound.recipe.nodes[i].op, Op::Export(_));
         let mut cached = vec![false; n];
@@ -366,6 +377,7 @@ impl Engine {
     pub fn plan(&self, recipe: &Recipe) -> Result<RunReport, RunError> {
         let started = Instant::now();
         let (bound, input_reports) = self.bind(recipe)?;
+        outputs::check_exports(&bound.recipe, self.store.directory(), bound.files.paths())?;
         let n = bound.recipe.nodes.len();
         let shared = Shared {
             bound,
@@ -537,6 +549,16 @@ impl Shared {
             }),
         };
         report.duration_ms = ms(started);
+        // Whatever went wrong, an input that moved under the run is the
+        // cause to report: its bytes were not the ones the run hashed.
+        let result = result.and_then(|outcome| match self.bound.files.check_unchanged() {
+            Ok(()) => Ok(outcome),
+            Err(changed) => Err(changed.into()),
+        });
+        let result = result.map_err(|e| match self.bound.files.check_unchanged() {
+            Err(changed) => changed.into(),
+            Ok(()) => e,
+        });
         match result {
             Ok(outcome) => (outcome, report),
             Err(e) => {

@@ -26,7 +26,7 @@ pub use detect::{DetectedFormat, detect, detect_bytes};
 pub use error::{ErrorKind, FormatError, HexBytes, Result};
 pub use ggml_legacy::{LegacyBlockLayout, LegacyVariant};
 pub use gguf::TensorDataSource;
-pub use output::{AtomicOutput, same_file};
+pub use output::{AtomicOutput, remove_dead_temporaries, same_file};
 pub use safetensors::ElementConversion;
 pub use source::{AccessMode, LoadReport, OpenOptions, Source, copy_file_at, human_bytes, parse_size};
 

@@ -2,7 +2,9 @@
 //!
 //! Bytes go to a temporary file beside the destination, which is renamed into
 //! place only on [`AtomicOutput::commit`]; an error or a kill leaves no
-//! partial file under the destination name.
+//! partial file under the destination name. A temporary file's name carries
+//! its process id (`.quantforge-PID-XXXXXX.tmp`), so the next output made in
+//! that directory removes those of processes that no longer run.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -31,7 +33,9 @@ impl AtomicOutput {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        let temp = tempfile::Builder::new().prefix(".quantforge-").suffix(".tmp").tempfile_in(dir)?;
+        remove_dead_temporaries(dir);
+        let prefix = format!("{TEMP_PREFIX}{}-", std::process::id());
+        let temp = tempfile::Builder::new().prefix(&prefix).suffix(".tmp").tempfile_in(dir)?;
         Ok(AtomicOutput { destination: destination.to_owned(), writer: BufWriter::with_capacity(1 << 20, temp) })
     }
 
@@ -81,6 +85,28 @@ impl AtomicOutput {
         temp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
         temp.persist(&self.destination).map_err(|e| e.error)
     }
+}
+
+const TEMP_PREFIX: &str = ".quantforge-";
+
+/// Removes the temporary outputs that killed runs left in `dir` (best
+/// effort: what cannot be read or removed stays for the next time).
+pub fn remove_dead_temporaries(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(TEMP_PREFIX)) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<libc::pid_t>().ok()) else { continue };
+        if rest.ends_with(".tmp") && !process_is_alive(pid) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+fn process_is_alive(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let exists = unsafe { libc::kill(pid, 0) } == 0;
+    exists || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Passes writes through and counts the bytes, so a writer of a container

@@ -124,12 +124,14 @@ pub struct Source {
 
 impl Source {
     pub fn open(path: &Path, options: OpenOptions) -> Result<Source> {
-        let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
+        let file =
+            crate::files::open_regular(path, crate::files::Symlinks::Follow).map_err(|e| FormatError::io(path, e))?;
         let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
         let (mmap, mmap_fallback) = if options.use_mmap && len > 0 {
-            // SAFETY: the map is read-only; a file truncated under us by another
-            // process is outside what any mmap-based loader can defend against,
-            // as in llama.cpp. `--no-mmap` avoids the map entirely.
+            // SAFETY: the map is read-only. A file truncated under us by
+            // another process makes a read past its new end raise SIGBUS,
+            // which `cli::signals` turns into a clear error and exit 1 (no
+            // output is committed; `--no-mmap` avoids the map entirely).
             match unsafe { Mmap::map(&file) } {
                 Ok(map) => {
                     // Tensors are read front to back, once: read ahead more, keep less.

@@ -27,6 +27,9 @@ pub struct Recipe {
     pub inputs: Vec<InputDecl>,
     /// In dependency order: a node's inputs come before it.
     pub nodes: Vec<NodeDecl>,
+    /// The recipe file (none for a one-shot command's recipe). Its directory
+    /// is the output tree: exports may write nowhere else.
+    pub source: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -86,21 +89,27 @@ pub struct NodeDecl {
     pub backend: Backend,
 }
 
+/// A recipe is text a person writes; anything larger is not one.
+const MAX_RECIPE_BYTES: u64 = 16 << 20;
+
 impl Recipe {
     /// Reads and validates the recipe at `path`. Input and export paths are
     /// relative to its directory.
     pub fn load(path: &Path) -> Result<Recipe, RecipeError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| RecipeError::whole_file(path, format!("cannot read the recipe: {e}")))?;
+        let cannot = |e: &dyn std::fmt::Display| RecipeError::whole_file(path, format!("cannot read the recipe: {e}"));
+        let bytes = crate::files::read_regular(path, MAX_RECIPE_BYTES).map_err(|e| cannot(&e))?;
+        let text = String::from_utf8(bytes).map_err(|_| cannot(&"it is not UTF-8 text"))?;
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let fallback_name = path.file_stem().map_or("recipe".into(), |s| s.to_string_lossy().into_owned());
-        parse::parse(&text, dir, &fallback_name).map_err(|d| RecipeError::new(path, &text, d))
+        let recipe = parse::parse(&text, dir, &fallback_name).map_err(|d| RecipeError::new(path, &text, d))?;
+        Ok(Recipe { source: Some(path.to_owned()), ..recipe })
     }
 
     /// Validates recipe `text` as if read from `path`.
     pub fn parse(text: &str, path: &Path) -> Result<Recipe, RecipeError> {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        parse::parse(text, dir, "recipe").map_err(|d| RecipeError::new(path, text, d))
+        let recipe = parse::parse(text, dir, "recipe").map_err(|d| RecipeError::new(path, text, d))?;
+        Ok(Recipe { source: Some(path.to_owned()), ..recipe })
     }
 
     /// The recipe a one-shot command runs: read the input, apply the ops in
@@ -133,7 +142,7 @@ impl Recipe {
             split: job.split,
         });
         nodes.push(node("export", export, Source::Node(nodes.len() - 1), Vec::new()));
-        Recipe { name: job.name.into(), inputs, nodes }
+        Recipe { name: job.name.into(), inputs, nodes, source: None }
     }
 }
 
@@ -167,7 +176,7 @@ impl Recipe {
             split: crate::ops::export::SplitMode::Whole,
         };
         nodes.push(node("export".into(), Op::Export(export), vec![Source::Node(parts.len())]));
-        Recipe { name: "assemble".into(), inputs, nodes }
+        Recipe { name: "assemble".into(), inputs, nodes, source: None }
     }
 }
 

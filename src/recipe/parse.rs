@@ -88,7 +88,7 @@ pub(super) fn parse(text: &str, dir: &Path, fallback_name: &str) -> Result<Recip
     if !diags.is_empty() {
         return Err(diags);
     }
-    Ok(Recipe { name: name.unwrap_or_else(|| fallback_name.to_owned()), inputs, nodes })
+    Ok(Recipe { name: name.unwrap_or_else(|| fallback_name.to_owned()), inputs, nodes, source: None })
 }
 
 fn table<'a, 'i>(value: &'a Spanned<DeValue<'i>>, what: &str, diags: &mut Vec<Diagnostic>) -> Option<&'a DeTable<'i>> {

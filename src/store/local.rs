@@ -330,6 +330,10 @@ impl Store for LocalStore {
         self.root.display().to_string()
     }
 
+    fn directory(&self) -> Option<&Path> {
+        Some(&self.root)
+    }
+
     fn take_incidents(&self) -> Vec<Incident> {
         self.incidents.take()
     }

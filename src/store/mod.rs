@@ -145,6 +145,12 @@ pub trait Store: BlobStore + ActionCache {
     /// Where the store lives, for messages (never holds a secret).
     fn location(&self) -> String;
 
+    /// The store's directory on this machine, if it has one: exports must
+    /// never write into it.
+    fn directory(&self) -> Option<&std::path::Path> {
+        None
+    }
+
     /// Whether results outlive the run. Lets the engine skip work only a
     /// lasting store needs (hashing outputs, content-hashing inputs).
     fn keeps_results(&self) -> bool {
