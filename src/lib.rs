@@ -22,4 +22,5 @@ pub mod quant;
 pub mod recipe;
 pub mod store;
 pub mod synth;
+pub mod text;
 pub mod types;

@@ -325,7 +325,7 @@ fn an_export_never_overwrites_the_cache_the_recipe_or_an_input() {
     assert!(run_recipe(ws.path(), &export_to(&["copy.gguf"])).status.success());
     fails_with(&run_recipe(ws.path(), &export_to(&["cache/CACHEDIR.TAG"])), "is inside the cache");
     fails_with(&run_recipe(ws.path(), &export_to(&["recipe.toml"])), "the recipe itself");
-    fails_with(&run_recipe(ws.path(), &export_to(&["tiny.gguf"])), "refusing to overwrite it");
+    fails_with(&run_recipe(ws.path(), &export_to(&["tiny.gguf"])), "refusing to overwrite the input");
 }
 
 #[test]
@@ -413,4 +413,33 @@ fn an_input_changed_during_a_run_never_poisons_the_cache() {
         std::fs::write(ws.path("tiny.gguf"), &original).unwrap();
         ws.rerun_from_cache(&format!("truncated at {delay_ms} ms")).expect("the rerun succeeds");
     }
+}
+
+#[test]
+fn absurd_names_and_recipes_neither_panic_nor_flood_the_terminal() {
+    let ws = tempfile::tempdir().unwrap();
+    // A step name of 65,536 characters, and a recipe name that would clear the screen.
+    let long = "s".repeat(65_536);
+    let recipe = format!(
+        "[recipe]\nname = \"evil\\u001b[2J\"\n[input.tiny]\npath = \"tiny.gguf\"\n\n[step.{long}]\nop = \"export\"\n\
+         from = \"tiny\"\npath = \"a.gguf\"\n"
+    );
+    let output = run_recipe(ws.path(), &recipe);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!stdout.contains('\u{1b}'), "a raw escape reached the terminal: {stdout:?}");
+    assert!(stdout.lines().all(|l| l.chars().count() < 200), "{stdout}");
+    // 5,000 bad presets on one long line: each problem past column 65,535.
+    let presets = vec!["\"NOPE\""; 5000].join(", ");
+    let recipe = format!(
+        "[input.tiny]\npath = \"tiny.gguf\"\n[step.q]\nop = \"quantize\"\nfrom = \"tiny\"\n\
+         preset = [{}{presets}]\n[step.o]\nop = \"export\"\nfrom = \"q\"\npath = \"o-{{preset}}.gguf\"\n",
+        "\"Q8_0\", ".repeat(12_000)
+    );
+    let output = run_recipe(ws.path(), &recipe);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.len() < 64 << 10, "{} bytes of diagnostics", stderr.len());
+    assert!(stderr.contains("more problems"), "{stderr}");
 }

@@ -103,13 +103,15 @@ fn status_word(status: Status) -> &'static str {
 }
 
 fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<()> {
-    let width = report.nodes.iter().map(|n| n.id.len()).max().unwrap_or(4);
+    const WIDEST_ID: usize = 48;
+    let shown = |id: &str| crate::text::shorten(&crate::text::for_terminal(id), WIDEST_ID).into_owned();
+    let width = report.nodes.iter().map(|n| shown(&n.id).chars().count()).max().unwrap_or(4);
     for node in &report.nodes {
         let interesting = all || !matches!(node.status, Status::Hit | Status::Skipped) || node.error.is_some();
         if !interesting {
             continue;
         }
-        let mut line = format!("{:7}  {:width$}  {:16}", status_word(node.status), node.id, node.op);
+        let mut line = format!("{:7}  {:width$}  {:16}", status_word(node.status), shown(&node.id), node.op);
         if node.tensors_encoded + node.tensors_reused + node.tensors_copied > 0 {
             line += &format!(
                 "  {} encoded, {} cached, {} copied",
@@ -125,12 +127,12 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
         if let Some(path) = &node.output {
             line += &format!("  → {}", path.display());
         }
-        writeln!(out, "{}", line.trim_end())?;
+        writeln!(out, "{}", crate::text::for_terminal(line.trim_end()))?;
         for reason in &node.why {
-            writeln!(out, "{:9}{:width$}  because {reason}", "", "")?;
+            writeln!(out, "{:9}{:width$}  because {}", "", "", crate::text::for_terminal(reason))?;
         }
         if let Some(error) = &node.error {
-            writeln!(out, "{:9}{:width$}  error: {error}", "", "")?;
+            writeln!(out, "{:9}{:width$}  error: {}", "", "", crate::text::for_terminal(error))?;
         }
     }
     let t = &report.totals;
@@ -138,7 +140,7 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
     writeln!(
         out,
         "{}: {} nodes, {} hit, {} {verb}{}; {} tensors encoded, {} from cache, {} copied; {:.0} ms",
-        report.recipe,
+        crate::text::for_terminal(&report.recipe),
         t.nodes,
         t.hit,
         if report.dry_run { t.miss } else { t.ran },

@@ -232,7 +232,7 @@ impl Shared {
             ProgressStyle::with_template("{msg:24!} {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {eta}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
-        bar.set_message(self.bound.recipe.nodes[i].id.clone());
+        bar.set_message(crate::text::for_terminal(&self.bound.recipe.nodes[i].id).into_owned());
         let m = self.materializer();
         let mut written = Vec::with_capacity(files.len() + 1);
         for file in &files {

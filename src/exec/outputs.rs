@@ -46,8 +46,8 @@ pub(super) fn check_exports<'a>(
         None => None,
     };
     let store = store.map(resolve);
-    let mut protected: Vec<PathBuf> = inputs.map(|p| resolve(p)).collect();
-    protected.extend(recipe.source.as_deref().map(resolve));
+    let inputs: Vec<PathBuf> = inputs.map(|p| resolve(p)).collect();
+    let recipe_file = recipe.source.as_deref().map(resolve);
     let mut claimed: Vec<(Claim, &str)> = Vec::new();
     for node in &recipe.nodes {
         let Op::Export(options) = &node.op else { continue };
@@ -71,8 +71,11 @@ pub(super) fn check_exports<'a>(
                 return Err(fail(format!("is inside the cache {}", store.display())));
             }
             if let Claim::File(path) = &claim {
-                if protected.contains(path) {
-                    return Err(fail("is an input of the run or the recipe itself; refusing to overwrite it".into()));
+                if inputs.contains(path) {
+                    return Err(fail("is an input of the run; refusing to overwrite the input".into()));
+                }
+                if recipe_file.as_ref() == Some(path) {
+                    return Err(fail("is the recipe itself; refusing to overwrite it".into()));
                 }
                 if let Ok(meta) = std::fs::symlink_metadata(path)
                     && !meta.is_file()

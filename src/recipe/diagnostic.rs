@@ -52,8 +52,11 @@ pub struct Located {
     pub column: usize,
     pub message: String,
     pub hint: Option<String>,
-    /// The source line the problem is on.
+    /// The source line the problem is on, or the part of it around the
+    /// column when the line is long.
     pub source_line: String,
+    /// The column's place in `source_line` (1-based).
+    pub snippet_column: usize,
 }
 
 /// Every problem found in one recipe.
@@ -73,21 +76,34 @@ impl RecipeError {
 
     /// An error about the file as a whole (it cannot be read, say).
     pub fn whole_file(file: &Path, message: String) -> RecipeError {
-        let problem = Located { line: 1, column: 1, message, hint: None, source_line: String::new() };
+        let problem =
+            Located { line: 1, column: 1, message, hint: None, source_line: String::new(), snippet_column: 1 };
         RecipeError { file: file.to_owned(), problems: vec![problem] }
     }
 }
 
+/// Characters of a long source line shown around a problem's column.
+const SNIPPET_WIDTH: usize = 100;
+
+/// Problems printed in full; the rest are counted.
+const SHOWN_PROBLEMS: usize = 50;
+
 fn locate(text: &str, d: Diagnostic) -> Located {
-    let start = d.span.start.min(text.len());
+    let mut start = d.span.start.min(text.len());
+    while !text.is_char_boundary(start) {
+        start -= 1;
+    }
     let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
     let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let column = text[line_start..start].chars().count();
+    let (source_line, at) = crate::text::window(text[line_start..line_end].trim_end(), column, SNIPPET_WIDTH);
     Located {
         line: text[..start].matches('\n').count() + 1,
-        column: text[line_start..start].chars().count() + 1,
+        column: column + 1,
         message: d.message,
         hint: d.hint,
-        source_line: text[line_start..line_end].trim_end().to_owned(),
+        source_line,
+        snippet_column: at + 1,
     }
 }
 
@@ -95,16 +111,20 @@ impl fmt::Display for RecipeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.problems.len();
         write!(f, "{} has {n} problem{}", self.file.display(), if n == 1 { "" } else { "s" })?;
-        for p in &self.problems {
-            write!(f, "\n{}:{}:{}: {}", self.file.display(), p.line, p.column, p.message)?;
+        for p in self.problems.iter().take(SHOWN_PROBLEMS) {
+            let message = crate::text::shorten(&p.message, 4 * SNIPPET_WIDTH);
+            write!(f, "\n{}:{}:{}: {message}", self.file.display(), p.line, p.column)?;
             if !p.source_line.is_empty() {
                 let gutter = p.line.to_string().len();
                 write!(f, "\n{:gutter$} |\n{} | {}", "", p.line, p.source_line)?;
-                write!(f, "\n{:gutter$} | {:>col$}", "", "^", col = p.column)?;
+                write!(f, "\n{:gutter$} | {}^", "", " ".repeat(p.snippet_column - 1))?;
             }
             if let Some(hint) = &p.hint {
-                write!(f, "\n  = hint: {hint}")?;
+                write!(f, "\n  = hint: {}", crate::text::shorten(hint, 4 * SNIPPET_WIDTH))?;
             }
+        }
+        if n > SHOWN_PROBLEMS {
+            write!(f, "\n… and {} more problems", n - SHOWN_PROBLEMS)?;
         }
         Ok(())
     }

@@ -14,13 +14,16 @@ use super::{ActionCache, ActionKind, BlobStore, BlobWriter, Incident, Incidents,
 
 type Blobs = Arc<RwLock<HashMap<Key, Arc<[u8]>>>>;
 
+/// Entries by kind and key, with when each was last used.
+type Entries = RwLock<HashMap<(ActionKind, Key), (Vec<u8>, SystemTime)>>;
+
 /// Blobs and entries in maps. Blobs are checked on every read like any
 /// store's, so a test can corrupt one through [`MemoryStore::corrupt_blob`]
 /// and watch it be refused.
 #[derive(Default)]
 pub struct MemoryStore {
     blobs: Blobs,
-    actions: RwLock<HashMap<(ActionKind, Key), (Vec<u8>, SystemTime)>>,
+    actions: Entries,
     incidents: Incidents,
 }
 
