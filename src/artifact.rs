@@ -49,8 +49,15 @@ pub enum TensorData {
     /// A blob in the store.
     Blob { hash: Key },
     /// `from`'s values encoded as this tensor's type, with the importance
-    /// weights in blob `importance` (f32, little-endian) if any.
-    Convert { from: Box<Tensor>, importance: Option<Key> },
+    /// weights in blob `importance` (f32, little-endian) if any. `producer`
+    /// is the key of the node that made the conversion, whose backend runs
+    /// it (not part of the tensor's key: every backend writes the same bytes).
+    Convert {
+        from: Box<Tensor>,
+        importance: Option<Key>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        producer: Option<Key>,
+    },
 }
 
 impl Tensor {
@@ -78,7 +85,7 @@ impl Tensor {
             dims: from.dims.clone(),
             ggml_type: to,
             key: key.finish(),
-            data: TensorData::Convert { from: Box::new(from), importance },
+            data: TensorData::Convert { from: Box::new(from), importance, producer: None },
         }
     }
 
@@ -100,7 +107,7 @@ impl Tensor {
         match &self.data {
             TensorData::Input { file, .. } => files.push(*file),
             TensorData::Blob { hash } => blobs.push(*hash),
-            TensorData::Convert { from, importance } => {
+            TensorData::Convert { from, importance, .. } => {
                 blobs.extend(importance.iter().copied());
                 from.collect_refs(blobs, files);
             }

@@ -10,6 +10,7 @@
 
 pub mod arch;
 pub mod artifact;
+pub mod backend;
 pub mod cli;
 pub mod codecs;
 pub mod convert;

@@ -15,10 +15,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rayon::prelude::*;
-
 use crate::artifact::{Tensor, TensorData, TensorSet};
-use crate::codecs::{self, CodecError};
+use crate::backend::{Backend, Slab, SlabError};
 use crate::formats::{FormatError, ModelFile, OpenOptions};
 use crate::model::StoredLayout;
 use crate::ops::quantize::importance_from_blob;
@@ -37,9 +35,7 @@ pub enum MaterializeError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("tensor `{tensor}`: {source}")]
-    Codec { tensor: String, source: CodecError },
-    #[error("tensor `{tensor}` row {row} holds {value}; llama.cpp refuses to quantize non-finite weights too")]
-    NonFinite { tensor: String, row: usize, value: f32 },
+    Codec { tensor: String, source: SlabError },
     #[error("tensor `{tensor}`: {source}")]
     Io { tensor: String, source: io::Error },
     #[error("no input file has content hash {0}")]
@@ -54,6 +50,22 @@ pub struct Counters {
     pub encoded: AtomicU64,
     pub reused: AtomicU64,
     pub copied: AtomicU64,
+    /// The backends that ran conversions, by name.
+    pub backends: Mutex<std::collections::BTreeSet<String>>,
+}
+
+/// The backends of a run: each node's, by node key, and the one for
+/// conversions whose node is not in this run.
+pub struct Backends {
+    pub by_node: HashMap<Key, Arc<dyn Backend>>,
+    pub fallback: Arc<dyn Backend>,
+}
+
+impl Backends {
+    /// The backend that runs `producer`'s conversions.
+    pub fn of(&self, producer: Option<&Key>) -> &dyn Backend {
+        producer.and_then(|k| self.by_node.get(k)).map_or(&*self.fallback, |b| &**b)
+    }
 }
 
 /// An input file as it was when the run hashed it.
@@ -121,6 +133,7 @@ struct TensorEntry {
 pub struct Materializer<'a> {
     pub store: &'a dyn Store,
     pub files: &'a InputFiles,
+    pub backends: &'a Backends,
     pub pool: &'a rayon::ThreadPool,
     pub counters: Counters,
 }
@@ -283,7 +296,7 @@ impl Materializer<'_> {
                 Ok(model.tensor_data_range(info, offset, len)?.into_owned())
             }
             TensorData::Blob { hash } => Ok(self.store.read_blob_range(hash, offset, len)?),
-            TensorData::Convert { from, importance } => {
+            TensorData::Convert { from, importance, producer } => {
                 if let Some(hash) = self.cached(tensor) {
                     match self.store.read_blob_range(&hash, offset, len) {
                         Ok(bytes) => return Ok(bytes),
@@ -302,42 +315,44 @@ impl Materializer<'_> {
                     let info = self.input_info(&model, *index, from)?;
                     let from_row = self::row_bytes(from) as u64;
                     let source = model.tensor_data_range(info, first as u64 * from_row, n as u64 * from_row)?;
-                    return self.convert_rows(tensor, from, &source, first, weights.as_deref());
+                    return self.convert_rows(tensor, from, producer.as_ref(), &source, first, weights.as_deref());
                 }
                 let source = self.rows(from, first, n)?;
-                self.convert_rows(tensor, from, &source, first, weights.as_deref())
+                self.convert_rows(tensor, from, producer.as_ref(), &source, first, weights.as_deref())
             }
         }
     }
 
+    /// Converts whole rows of `from` (starting at row `first`) to
+    /// `tensor`'s type on the backend of the node that made the conversion.
     fn convert_rows(
         &self,
         tensor: &Tensor,
         from: &Tensor,
+        producer: Option<&Key>,
         source: &[u8],
         first: usize,
         importance: Option<&[f32]>,
     ) -> Result<Vec<u8>, MaterializeError> {
-        let tensor_err = |source| MaterializeError::Codec { tensor: tensor.name.clone(), source };
         let (n_per_row, _) = rows_of(tensor);
-        let rows_per_expert = tensor.dims.get(1).copied().unwrap_or(1).max(1) as usize;
-        let (row_in, row_out) = (row_bytes(from), row_bytes(tensor));
-        let n = source.len() / row_in.max(1);
-        let mut encoded = vec![0u8; n * row_out];
-        self.pool.install(|| {
-            encoded.par_chunks_mut(row_out).zip(source.par_chunks(row_in)).enumerate().try_for_each_init(
-                || vec![0f32; n_per_row],
-                |values, (r, (dst, src))| {
-                    let row = first + r;
-                    codecs::dequantize_row(from.ggml_type, src, values).map_err(tensor_err)?;
-                    if let Some(value) = values.iter().copied().find(|v| !v.is_finite()) {
-                        return Err(MaterializeError::NonFinite { tensor: tensor.name.clone(), row, value });
-                    }
-                    let weights = importance.map(|w| &w[(row / rows_per_expert) * n_per_row..][..n_per_row]);
-                    codecs::quantize_row(tensor.ggml_type, values, weights, dst).map_err(tensor_err)
-                },
-            )
-        })?;
+        let slab = Slab {
+            from: from.ggml_type,
+            to: tensor.ggml_type,
+            n_per_row,
+            first_row: first,
+            rows_per_expert: tensor.dims.get(1).copied().unwrap_or(1).max(1) as usize,
+            source,
+            importance,
+        };
+        let mut encoded = vec![0u8; slab.rows() * row_bytes(tensor)];
+        let backend = self.backends.of(producer);
+        self.pool
+            .install(|| backend.convert(&slab, &mut encoded))
+            .map_err(|source| MaterializeError::Codec { tensor: tensor.name.clone(), source })?;
+        let mut used = self.counters.backends.lock().unwrap_or_else(|e| e.into_inner());
+        if !used.contains(&backend.name()) {
+            used.insert(backend.name());
+        }
         Ok(encoded)
     }
 
@@ -369,13 +384,25 @@ impl RowSource for SetRows<'_> {
     fn rows(&self, index: usize, rows: &[usize], out: &mut [f32]) -> Result<(), BudgetError> {
         let tensor = &self.set.tensors[index];
         let (n_per_row, _) = rows_of(tensor);
+        let backend = &*self.materializer.backends.fallback;
         for (&r, out) in rows.iter().zip(out.chunks_exact_mut(n_per_row)) {
             let encoded = self
                 .materializer
                 .rows(tensor, r, 1)
                 .map_err(|e| BudgetError::Rows { tensor: tensor.name.clone(), source: Box::new(e) })?;
-            codecs::dequantize_row(tensor.ggml_type, &encoded, out)
-                .map_err(|source| BudgetError::Codec { tensor: tensor.name.clone(), source })?;
+            let slab = Slab {
+                from: tensor.ggml_type,
+                to: tensor.ggml_type,
+                n_per_row,
+                first_row: r,
+                rows_per_expert: 1,
+                source: &encoded,
+                importance: None,
+            };
+            backend.decode(&slab, out).map_err(|e| match e {
+                SlabError::Codec(source) => BudgetError::Codec { tensor: tensor.name.clone(), source },
+                other => BudgetError::Rows { tensor: tensor.name.clone(), source: Box::new(other) },
+            })?;
             self.materializer.release(tensor, r, 1);
         }
         Ok(())

@@ -36,7 +36,7 @@ use crate::ops::{self, Op};
 use crate::quant::budget;
 use crate::recipe::{NodeDecl, Recipe, Source};
 use crate::store::{ActionKind, Key, KeyBuilder, Store, StoreError, fingerprint};
-use materialize::{InputFiles, MaterializeError, Materializer, PinnedFile, SetRows};
+use materialize::{Backends, InputFiles, MaterializeError, Materializer, PinnedFile, SetRows};
 use report::{InputReport, NodeReport, RunReport, Status};
 use schedule::Outcome;
 
@@ -68,6 +68,8 @@ pub enum RunError {
     Workers(String),
     #[error(transparent)]
     Output(#[from] outputs::OutputError),
+    #[error("step `{node}`: {source}")]
+    Backend { node: String, source: crate::backend::BackendError },
 }
 
 /// Why one node failed.
@@ -332,8 +334,10 @@ impl Engine {
                 break (needed, must_run);
             }
         };
+        let backends = resolve_backends(&bound)?;
         let shared = Arc::new(Shared {
             bound,
+            backends,
             loaded,
             store: Arc::clone(&self.store),
             pool: Arc::clone(&self.pool),
@@ -379,8 +383,10 @@ impl Engine {
         let (bound, input_reports) = self.bind(recipe)?;
         outputs::check_exports(&bound.recipe, self.store.directory(), bound.files.paths())?;
         let n = bound.recipe.nodes.len();
+        let backends = resolve_backends(&bound)?;
         let shared = Shared {
             bound,
+            backends,
             loaded: vec![None; n],
             store: Arc::clone(&self.store),
             pool: Arc::clone(&self.pool),
@@ -433,6 +439,34 @@ impl Engine {
 
     fn node_entry(&self, key: &Key) -> Option<NodeEntry> {
         node_entry(&*self.store, key)
+    }
+}
+
+/// Every node's backend, resolved when the run is planned: one this machine
+/// cannot provide fails the run before any work, whatever the cache holds.
+fn resolve_backends(bound: &Bound) -> Result<Backends, RunError> {
+    let fallback = crate::backend::resolve(crate::backend::Choice::Auto)
+        .map_err(|source| RunError::Backend { node: "(default)".into(), source })?;
+    let mut by_node = HashMap::new();
+    for (node, key) in bound.recipe.nodes.iter().zip(&bound.keys) {
+        let backend = crate::backend::resolve(node.backend)
+            .map_err(|source| RunError::Backend { node: node.step.clone(), source })?;
+        by_node.insert(*key, backend);
+    }
+    Ok(Backends { by_node, fallback })
+}
+
+/// Marks the conversions node `key` made (those none of its inputs holds)
+/// as its own, so they run on its backend.
+fn claim_conversions(set: &mut TensorSet, key: &Key, inputs: &[Arc<TensorSet>]) {
+    let upstream: std::collections::HashSet<Key> =
+        inputs.iter().flat_map(|s| s.tensors.iter().map(|t| t.key)).collect();
+    for tensor in &mut set.tensors {
+        if let crate::artifact::TensorData::Convert { producer: producer @ None, .. } = &mut tensor.data
+            && !upstream.contains(&tensor.key)
+        {
+            *producer = Some(*key);
+        }
     }
 }
 
@@ -502,6 +536,7 @@ fn total_bytes(set: &TensorSet) -> u64 {
 /// What the node tasks share.
 struct Shared {
     bound: Bound,
+    backends: Backends,
     /// Results found in the cache and checked before the run started.
     loaded: Vec<Option<Arc<TensorSet>>>,
     store: Arc<dyn Store>,
@@ -518,7 +553,7 @@ impl Shared {
             op: node.op.name(),
             status,
             key: self.bound.keys[i].hex(),
-            backend: crate::recipe::Backend::Cpu,
+            backend: self.backends.of(Some(&self.bound.keys[i])).name(),
             duration_ms: 0.0,
             bytes_in: 0,
             bytes_out: 0,
@@ -578,7 +613,8 @@ impl Shared {
         if let Some(set) = cached_set(&*self.store, &self.bound.keys[i]) {
             return Ok(set);
         }
-        let set = self.compute(i, &inputs)?;
+        let mut set = self.compute(i, &inputs)?;
+        claim_conversions(&mut set, &self.bound.keys[i], &inputs);
         if !dry && self.store.keeps_results() {
             self.cache_manifest(i, &set, !set.tensors.iter().any(Tensor::is_derived))?;
         }
@@ -680,7 +716,13 @@ impl Shared {
     }
 
     fn materializer(&self) -> Materializer<'_> {
-        Materializer { store: &*self.store, files: &self.bound.files, pool: &self.pool, counters: Default::default() }
+        Materializer {
+            store: &*self.store,
+            files: &self.bound.files,
+            backends: &self.backends,
+            pool: &self.pool,
+            counters: Default::default(),
+        }
     }
 
     /// Puts every derived tensor of `set` in the store (`keep = true`).

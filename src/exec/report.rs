@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 
-use crate::recipe::Backend;
 use crate::store::Incident;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -40,7 +39,9 @@ pub struct NodeReport {
     pub op: &'static str,
     pub status: Status,
     pub key: String,
-    pub backend: Backend,
+    /// The backend that ran the node's conversions (`cpu-avx512`); for an
+    /// export, every backend whose conversions it wrote, joined by `+`.
+    pub backend: String,
     pub duration_ms: f64,
     /// Tensor bytes the node read (its inputs' tensor data).
     pub bytes_in: u64,

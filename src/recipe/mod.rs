@@ -52,16 +52,7 @@ pub enum Source {
 
 /// The kernel backend a node asks for. Every backend produces the same
 /// bytes, so this is never part of a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    Auto,
-    Cpu,
-}
-
-impl Backend {
-    pub const NAMES: [&str; 3] = ["auto", "cpu", "cuda"];
-}
+pub use crate::backend::Choice as Backend;
 
 /// The value of a fan-out parameter, as path templates see it.
 #[derive(Debug, Clone, PartialEq, Eq)]

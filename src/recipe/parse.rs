@@ -236,15 +236,12 @@ fn parse_step(
                 None => diags.push(Diagnostic::new("`keep` must be true or false", v.span())),
             },
             "backend" => match v.get_ref().as_str() {
-                Some("auto") => step.backend = Backend::Auto,
-                Some("cpu") => step.backend = Backend::Cpu,
-                Some("cuda") => diags.push(
-                    Diagnostic::new("the cuda backend is not available in this build", v.span())
-                        .with_hint("use backend = \"auto\" or \"cpu\"; every backend writes the same bytes"),
-                ),
-                Some(other) => diags.push(
-                    Diagnostic::new(format!("unknown backend `{other}`"), v.span()).suggest(other, Backend::NAMES),
-                ),
+                Some(name) => match Backend::from_name(name) {
+                    Some(backend) => step.backend = backend,
+                    None => diags.push(
+                        Diagnostic::new(format!("unknown backend `{name}`"), v.span()).suggest(name, Backend::NAMES),
+                    ),
+                },
                 None => diags.push(Diagnostic::new("`backend` must be a string", v.span())),
             },
             _ => {
