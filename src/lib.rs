@@ -19,6 +19,7 @@ pub mod files;
 pub mod formats;
 pub mod model;
 pub mod ops;
+pub mod params;
 pub mod quant;
 pub mod recipe;
 pub mod store;

@@ -9,7 +9,7 @@ use anyhow::Context;
 
 use crate::convert::{Checkpoint, OutType, convert, convert_quantized, write};
 use crate::formats::{AtomicOutput, human_bytes};
-use crate::ops::quantize::parse_preset;
+use crate::quant::plan::parse_preset;
 
 #[derive(Debug, clap::Args)]
 pub struct ConvertArgs {

@@ -28,8 +28,8 @@ use crate::ops::edit::{self, Edits};
 use crate::ops::export::SplitMode;
 use crate::ops::inspect::InspectOptions;
 use crate::ops::load::MergeOptions;
-use crate::ops::quantize::KvOverride;
 use crate::quant::mixture::TensorTypeOverride;
+use crate::quant::plan::KvOverride;
 use crate::types::GgmlType;
 
 #[derive(Debug, Parser)]

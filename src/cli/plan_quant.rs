@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::formats::parse_size;
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
-use crate::ops::quantize::{QuantizeOptions, load_imatrix};
 use crate::quant::budget::{BudgetPlan, Model, Target, plan_budget, probe_preset};
+use crate::quant::plan::{QuantizeOptions, load_imatrix};
 
 #[derive(Debug, clap::Args)]
 pub struct PlanQuantArgs {

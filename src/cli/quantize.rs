@@ -9,9 +9,9 @@ use crate::exec::oneshot;
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::ops::Op;
 use crate::ops::export::SplitMode;
-use crate::ops::quantize::{self, QuantizeOptions, QuantizePlan, parse_preset};
 use crate::quant::budget::Target;
 use crate::quant::mixture::MixtureOptions;
+use crate::quant::plan::{self as quantize, QuantizeOptions, QuantizePlan, parse_preset};
 
 pub(super) fn run(mut args: QuantizeArgs) -> anyhow::Result<()> {
     // With --target-size the type is the planner's: `IN OUT NTHREADS` then

@@ -9,7 +9,7 @@ use serde_json::Value as Json;
 use super::checkpoint::Checkpoint;
 use super::tensors::OutType;
 use crate::model::{Metadata, Value};
-use crate::ops::quantize::QUANTIZATION_VERSION;
+use crate::quant::plan::QUANTIZATION_VERSION;
 
 /// `general.file_type` of an outtype (llama's ftype numbers).
 fn file_type(outtype: OutType) -> u32 {

@@ -21,7 +21,7 @@ pub use vocab::tokenizer_keys;
 
 use crate::formats::gguf::{TensorDataSource, write_gguf};
 use crate::model::{Endian, Metadata, TensorInfo, Value};
-use crate::ops::quantize::{self, QuantizeOptions};
+use crate::quant::plan::{self as quantize, QuantizeOptions};
 use crate::types::FileType;
 
 /// A whole conversion: the metadata in the converter's key order and the

@@ -55,7 +55,7 @@ pub enum ConvertError {
     #[error(transparent)]
     Format(#[from] crate::formats::FormatError),
     #[error(transparent)]
-    Quantize(#[from] crate::ops::quantize::QuantizeError),
+    Quantize(#[from] crate::quant::plan::QuantizeError),
 }
 
 /// One tensor of a converted file: its descriptor, and how its bytes are

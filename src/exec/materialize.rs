@@ -19,8 +19,8 @@ use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::backend::{Backend, Slab, SlabError};
 use crate::formats::{FormatError, ModelFile, OpenOptions};
 use crate::model::StoredLayout;
-use crate::ops::quantize::importance_from_blob;
 use crate::quant::budget::{BudgetError, RowSource};
+use crate::quant::plan::importance_from_blob;
 use crate::store::fingerprint::stat_key;
 use crate::store::{ActionKind, Key, Store, StoreError};
 
@@ -35,7 +35,9 @@ pub enum MaterializeError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("tensor `{tensor}`: {source}")]
-    Codec { tensor: String, source: SlabError },
+    Codec { tensor: String, source: crate::codecs::CodecError },
+    #[error("tensor `{tensor}` row {row} holds {value}; llama.cpp refuses to quantize non-finite weights too")]
+    NonFinite { tensor: String, row: usize, value: f32 },
     #[error("tensor `{tensor}`: {source}")]
     Io { tensor: String, source: io::Error },
     #[error("no input file has content hash {0}")]
@@ -346,9 +348,12 @@ impl Materializer<'_> {
         };
         let mut encoded = vec![0u8; slab.rows() * row_bytes(tensor)];
         let backend = self.backends.of(producer);
-        self.pool
-            .install(|| backend.convert(&slab, &mut encoded))
-            .map_err(|source| MaterializeError::Codec { tensor: tensor.name.clone(), source })?;
+        self.pool.install(|| backend.convert(&slab, &mut encoded)).map_err(|e| match e {
+            SlabError::Codec(source) => MaterializeError::Codec { tensor: tensor.name.clone(), source },
+            SlabError::NonFinite { row, value } => {
+                MaterializeError::NonFinite { tensor: tensor.name.clone(), row, value }
+            }
+        })?;
         let mut used = self.counters.backends.lock().unwrap_or_else(|e| e.into_inner());
         if !used.contains(&backend.name()) {
             used.insert(backend.name());

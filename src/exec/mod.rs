@@ -80,7 +80,7 @@ pub enum NodeError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    Quantize(#[from] ops::quantize::QuantizeError),
+    Quantize(#[from] crate::quant::plan::QuantizeError),
     #[error(transparent)]
     Imatrix(#[from] crate::quant::imatrix::ImatrixError),
     #[error(transparent)]
@@ -687,7 +687,7 @@ impl Shared {
             Op::Dequantize(o) => ops::quantize::apply(input()?, &o.quantize_options(), None, &*self.store)?,
             Op::Quantize(o) => {
                 let imatrix = match node.uses.first() {
-                    Some(&j) => ops::quantize::load_imatrix(&self.bound.recipe.inputs[j].path, o)?,
+                    Some(&j) => crate::quant::plan::load_imatrix(&self.bound.recipe.inputs[j].path, o)?,
                     None => None,
                 };
                 let input = input()?;

@@ -20,7 +20,8 @@ use half::f16;
 use super::bytes::{ByteReader, Field};
 use super::error::{ErrorKind, Result};
 use crate::model::{
-    Array, Endian, Metadata, StoredLayout, StringArray, TensorInfo, Value, element_count, tensor_bytes,
+    Array, Endian, LegacyBlockLayout, Metadata, StoredLayout, StringArray, TensorInfo, Value, element_count,
+    tensor_bytes,
 };
 use crate::types::{FileType, GgmlType};
 
@@ -61,15 +62,6 @@ impl LegacyVariant {
             _ => None,
         }
     }
-}
-
-/// How a legacy tensor's blocks differ from ggml's current layout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LegacyBlockLayout {
-    /// Q4_0/Q4_1/Q8_0 scales (and the Q4_1 minimum) stored as f32.
-    pub f32_scales: bool,
-    /// Q4_0/Q4_1/Q5_0/Q5_1 quants stored as pairs of neighbours per byte.
-    pub interleaved_nibbles: bool,
 }
 
 impl LegacyBlockLayout {

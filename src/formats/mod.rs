@@ -22,9 +22,10 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::time::Instant;
 
+pub use crate::model::LegacyBlockLayout;
 pub use detect::{DetectedFormat, detect, detect_bytes};
 pub use error::{ErrorKind, FormatError, HexBytes, Result};
-pub use ggml_legacy::{LegacyBlockLayout, LegacyVariant};
+pub use ggml_legacy::LegacyVariant;
 pub use gguf::TensorDataSource;
 pub use output::{AtomicOutput, remove_dead_temporaries, same_file};
 pub use safetensors::ElementConversion;

@@ -1,4 +1,6 @@
-//! Tensor descriptors: name, shape, type and where the bytes are.
+//! Tensor descriptors: name, shape, type and where the bytes are. The
+//! layouts a stored tensor can have are data here; `formats` knows how to
+//! read each (their methods live with the readers).
 
 use crate::types::GgmlType;
 
@@ -17,10 +19,41 @@ pub enum StoredLayout {
     Native,
     /// A pre-GGJTv3 block layout that must be repacked on read (see
     /// `formats::ggml_legacy`).
-    LegacyBlocks(crate::formats::LegacyBlockLayout),
+    LegacyBlocks(LegacyBlockLayout),
     /// Elements of a type ggml lacks, converted exactly to the tensor's type
     /// on read (see `formats::safetensors`).
-    Converted(crate::formats::ElementConversion),
+    Converted(ElementConversion),
+}
+
+/// How a legacy tensor's blocks differ from ggml's current layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LegacyBlockLayout {
+    /// Q4_0/Q4_1/Q8_0 scales (and the Q4_1 minimum) stored as f32.
+    pub f32_scales: bool,
+    /// Q4_0/Q4_1/Q5_0/Q5_1 quants stored as pairs of neighbours per byte.
+    pub interleaved_nibbles: bool,
+}
+
+/// An exact element-by-element conversion from a dtype ggml lacks to one it
+/// has, applied when the tensor's bytes are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElementConversion {
+    /// OCP FP8 E4M3 ("fn": no infinities; S.1111.111 is NaN) to f16.
+    F8E4M3ToF16,
+    /// OCP FP8 E5M2 (IEEE-like: infinities and NaNs) to f16.
+    F8E5M2ToF16,
+    /// E4M3 with bias 8, no infinities, no negative zero: 0x80 is NaN.
+    F8E4M3FnuzToF16,
+    /// E5M2 with bias 16, no infinities, no negative zero: 0x80 is NaN.
+    F8E5M2FnuzToF16,
+    /// OCP E8M0 scale (unsigned powers of two 2^-127..2^127; 0xFF is NaN) to f32.
+    F8E8M0ToF32,
+    U8ToI16,
+    /// BOOL bytes to 0/1. Any non-zero byte is true, as numpy and torch read
+    /// it, so a stray byte cannot make a file unreadable.
+    BoolToI8,
+    U16ToI32,
+    U32ToI64,
 }
 
 /// One tensor of a model.

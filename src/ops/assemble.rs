@@ -10,7 +10,7 @@
 use crate::arch::clip::{self, ClipError, Encoder, InputWidth, PartRole, ProjectorWidth};
 use crate::artifact::{Tensor, TensorSet};
 use crate::model::{Array, Endian, Metadata, Value};
-use crate::recipe::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
+use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 
 pub const ASSEMBLE_SPEC: OpSpec =
     OpSpec { name: "assemble", version: 1, params: &[], from_input_only: false, is_sink: false, many_inputs: true };
@@ -276,7 +276,7 @@ mod tests {
     use super::*;
     use crate::artifact::TensorData;
     use crate::model::TensorInfo;
-    use crate::recipe::{Param, ParamValue};
+    use crate::params::{Param, ParamValue};
     use crate::store::Key;
     use crate::types::GgmlType;
 

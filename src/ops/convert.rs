@@ -8,8 +8,8 @@ use std::path::Path;
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::convert::{Checkpoint, ConvertError, OutType, convert, convert_quantized};
 use crate::model::Endian;
-use crate::ops::quantize::parse_preset;
-use crate::recipe::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
+use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
+use crate::quant::plan::parse_preset;
 use crate::store::{Store, StoreError};
 use crate::types::FileType;
 

@@ -2,8 +2,8 @@
 //! `llama-quantize --allow-requantize IN OUT F16` would (1-D tensors stay
 //! F32, as in converted models).
 
-use super::quantize::QuantizeOptions;
-use crate::recipe::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
+use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
+use crate::quant::plan::QuantizeOptions;
 use crate::types::FileType;
 
 pub const SPEC: OpSpec = OpSpec {

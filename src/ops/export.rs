@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::formats::parse_size;
 use crate::ops::split::{self, ShardPlan, SplitError, SplitKeyOrder, SplitLimit, SplitOptions};
-use crate::recipe::{Diagnostic, OpSpec, ParamKind, ParamSpec, ParamValue, Params};
+use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, ParamValue, Params};
 use crate::store::Key;
 
 pub const SPEC: OpSpec = OpSpec {

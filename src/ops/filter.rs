@@ -3,7 +3,7 @@
 use regex::Regex;
 
 use crate::artifact::TensorSet;
-use crate::recipe::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
+use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 
 pub const SPEC: OpSpec = OpSpec {
     name: "filter",

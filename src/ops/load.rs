@@ -8,7 +8,7 @@ use crate::artifact::{Tensor, TensorSet};
 use crate::formats::ModelFile;
 use crate::formats::safetensors::SafeTensorsIndex;
 use crate::ops::split::{SplitError, check_shards, merged_metadata};
-use crate::recipe::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
+use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::store::Key;
 
 pub const SPEC: OpSpec =

@@ -6,7 +6,7 @@
 use crate::artifact::TensorSet;
 use crate::model::Value;
 use crate::ops::edit::parse_set;
-use crate::recipe::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
+use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 
 pub const SET_SPEC: OpSpec = OpSpec {
     name: "set-metadata",

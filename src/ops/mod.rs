@@ -22,8 +22,9 @@ pub mod split;
 
 use std::path::PathBuf;
 
-use crate::recipe::{Diagnostic, OpSpec, Params};
+use crate::params::{Diagnostic, OpSpec, Params};
 
+use crate::quant::plan::QuantizeOptions;
 use assemble::UnbundleOptions;
 use convert::ConvertOptions;
 use dequantize::DequantizeOptions;
@@ -31,7 +32,6 @@ use export::ExportOptions;
 use filter::FilterOptions;
 use load::MergeOptions;
 use metadata::{DeleteMetadata, SetMetadata};
-use quantize::QuantizeOptions;
 use rename::RenameOptions;
 
 /// Every recipe op, in the order the docs list them.

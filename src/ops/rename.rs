@@ -1,7 +1,7 @@
 //! `rename`: tensors renamed, bytes and keys unchanged.
 
 use crate::artifact::TensorSet;
-use crate::recipe::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
+use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 
 pub const SPEC: OpSpec = OpSpec {
     name: "rename",

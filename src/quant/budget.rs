@@ -22,7 +22,7 @@ use crate::codecs::{self, CodecError};
 use crate::formats::gguf::{DEFAULT_ALIGNMENT, align_up};
 use crate::formats::{FormatError, ModelFile};
 use crate::model::{Metadata, TensorInfo};
-use crate::ops::quantize::{self, QuantizeError, QuantizeOptions};
+use crate::quant::plan::{self as quantize, QuantizeError, QuantizeOptions};
 use crate::types::{FileType, GgmlType};
 
 /// The ladder for rows that are whole K-quant super-blocks.

@@ -5,3 +5,4 @@
 pub mod budget;
 pub mod imatrix;
 pub mod mixture;
+pub mod plan;

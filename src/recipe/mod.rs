@@ -8,14 +8,13 @@
 //! what a recipe may say and every diagnostic about it; it never touches a
 //! model file.
 
-mod diagnostic;
-mod params;
 mod parse;
 
 use std::path::{Path, PathBuf};
 
-pub use diagnostic::{Diagnostic, Located, RecipeError, nearest};
-pub use params::{OpSpec, Param, ParamKind, ParamSpec, ParamValue, Params, Span};
+pub use crate::params::{
+    Diagnostic, Located, OpSpec, Param, ParamKind, ParamSpec, ParamValue, Params, RecipeError, Span, nearest,
+};
 
 use crate::ops::Op;
 use crate::store::Key;

@@ -6,7 +6,7 @@
 //! of two from 2^-127, needs f32): the tables below are built at compile
 //! time, and the build fails if a code would not be representable.
 
-use crate::model::StoredLayout;
+use crate::model::{ElementConversion, StoredLayout};
 use crate::types::GgmlType;
 
 /// A SafeTensors dtype. The declaration order is the reference
@@ -167,28 +167,6 @@ impl std::fmt::Display for Dtype {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
-}
-
-/// An exact element-by-element conversion from a dtype ggml lacks to one it
-/// has, applied when the tensor's bytes are read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ElementConversion {
-    /// OCP FP8 E4M3 ("fn": no infinities; S.1111.111 is NaN) to f16.
-    F8E4M3ToF16,
-    /// OCP FP8 E5M2 (IEEE-like: infinities and NaNs) to f16.
-    F8E5M2ToF16,
-    /// E4M3 with bias 8, no infinities, no negative zero: 0x80 is NaN.
-    F8E4M3FnuzToF16,
-    /// E5M2 with bias 16, no infinities, no negative zero: 0x80 is NaN.
-    F8E5M2FnuzToF16,
-    /// OCP E8M0 scale (unsigned powers of two 2^-127..2^127; 0xFF is NaN) to f32.
-    F8E8M0ToF32,
-    U8ToI16,
-    /// BOOL bytes to 0/1. Any non-zero byte is true, as numpy and torch read
-    /// it, so a stray byte cannot make a file unreadable.
-    BoolToI8,
-    U16ToI32,
-    U32ToI64,
 }
 
 impl ElementConversion {

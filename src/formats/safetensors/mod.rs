@@ -28,7 +28,8 @@ mod json;
 mod reader;
 mod writer;
 
-pub use dtype::{Dtype, ElementConversion};
+pub use crate::model::ElementConversion;
+pub use dtype::Dtype;
 pub use index::{SafeTensorsIndex, read_index};
 pub(crate) use reader::read_header;
 pub use writer::{

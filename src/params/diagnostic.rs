@@ -4,7 +4,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::params::Span;
+use super::Span;
 
 /// One problem, located by byte span in the recipe text.
 #[derive(Debug, Clone, PartialEq)]

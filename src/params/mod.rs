@@ -1,10 +1,14 @@
 //! Step parameters: what each op accepts (its [`OpSpec`]) and the values a
 //! recipe gave, with the source span of each so an op's own checks can point
-//! at the line that is wrong.
+//! at the line that is wrong; and the diagnostics about them. A leaf: both
+//! `recipe` (which reads them) and `ops` (which define and check them) sit
+//! above it.
+
+mod diagnostic;
 
 use std::ops::Range;
 
-use crate::recipe::diagnostic::Diagnostic;
+pub use diagnostic::{Diagnostic, Located, RecipeError, nearest};
 
 /// A byte range of the recipe text.
 pub type Span = Range<usize>;

@@ -1,0 +1,245 @@
+//! Quantization policy: what llama-quantize's flags mean and what a
+//! quantization will write (metadata, order, per-tensor types), as pure
+//! functions of the model's metadata, its tensor descriptors and the
+//! importance matrix. The recipe op (`ops::quantize`), the converter's
+//! presets and the budget planner all ask here.
+
+use crate::codecs::CodecError;
+use crate::formats::gguf;
+use crate::model::{Metadata, TensorInfo, Value, tensor_bytes};
+use crate::quant::imatrix::{ImatrixError, ImportanceMatrix};
+use crate::quant::mixture::{self, MixtureError, MixtureOptions};
+use crate::store::StoreError;
+use crate::types::{FileType, GgmlType};
+
+/// ggml's `GGML_QNT_VERSION`, written to `general.quantization_version`.
+pub const QUANTIZATION_VERSION: u32 = 2;
+
+/// A `--override-kv KEY=TYPE:VALUE`, with llama.cpp's types: `int` (written
+/// as u32 of the absolute value, as llama.cpp does), `float` (f32), `bool`, `str`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvOverride {
+    pub key: String,
+    pub value: Value,
+}
+
+impl KvOverride {
+    pub fn parse(text: &str) -> Result<KvOverride, String> {
+        let bad = || format!("`{text}` is not KEY=TYPE:VALUE with TYPE one of int, float, bool, str");
+        let (key, typed) = text.split_once('=').ok_or_else(bad)?;
+        let (ty, raw) = typed.split_once(':').ok_or_else(bad)?;
+        let value = match ty {
+            "int" => {
+                let v: i64 = raw.trim().parse().map_err(|_| format!("`{raw}` is not an integer"))?;
+                Value::U32(v.unsigned_abs() as u32)
+            }
+            "float" => Value::F32(raw.trim().parse::<f64>().map_err(|_| format!("`{raw}` is not a number"))? as f32),
+            "bool" => match raw.trim() {
+                "true" => Value::Bool(true),
+                "false" => Value::Bool(false),
+                _ => return Err(format!("`{raw}` is not true or false")),
+            },
+            "str" => Value::string(raw),
+            _ => return Err(bad()),
+        };
+        if key.is_empty() {
+            return Err(bad());
+        }
+        Ok(KvOverride { key: key.to_owned(), value })
+    }
+}
+
+/// Everything llama-quantize's flags say, but the importance matrix file
+/// itself (a recipe input the node depends on).
+#[derive(Debug, Clone)]
+pub struct QuantizeOptions {
+    pub mixture: MixtureOptions,
+    pub allow_requantize: bool,
+    pub include_weights: Vec<String>,
+    pub exclude_weights: Vec<String>,
+    pub override_kv: Vec<KvOverride>,
+    /// Instead of a preset: the output file's size in bytes, the types
+    /// chosen by the budget planner (`quant::budget`).
+    pub budget: Option<u64>,
+}
+
+impl QuantizeOptions {
+    /// The preset alone.
+    pub fn new(ftype: FileType) -> QuantizeOptions {
+        QuantizeOptions {
+            mixture: MixtureOptions::new(ftype),
+            allow_requantize: false,
+            include_weights: Vec::new(),
+            exclude_weights: Vec::new(),
+            override_kv: Vec::new(),
+            budget: None,
+        }
+    }
+
+    /// The options as they enter the node's cache key: every field that can
+    /// change the output, normalized (preset by name, types by name).
+    pub fn key_params(&self) -> serde_json::Value {
+        let m = &self.mixture;
+        serde_json::json!({
+            "preset": m.ftype.name(),
+            "pure": m.pure,
+            "leave_output_tensor": m.leave_output_tensor,
+            "output_tensor_type": m.output_tensor_type.map(GgmlType::name),
+            "token_embedding_type": m.token_embedding_type.map(GgmlType::name),
+            "override": m.tensor_types.iter().map(|o| [o.pattern.as_str(), o.ty.name()]).collect::<Vec<_>>(),
+            "keep_split": m.keep_split,
+            "allow_requantize": self.allow_requantize,
+            "include_weights": self.include_weights,
+            "exclude_weights": self.exclude_weights,
+            "override_kv": self.override_kv.iter().map(|o| format!("{}={:?}", o.key, o.value)).collect::<Vec<_>>(),
+            "budget": self.budget,
+        })
+    }
+}
+
+/// A preset by name or llama ftype number, as llama-quantize accepts it,
+/// among those whose main type quantforge can encode.
+pub fn parse_preset(text: &str) -> Result<FileType, String> {
+    let supported = |f: &FileType| mixture::default_type(*f).is_some_and(crate::codecs::can_quantize);
+    let by_number = text.parse::<u32>().ok().and_then(FileType::from_id);
+    by_number.or_else(|| FileType::from_name(text)).filter(supported).ok_or_else(|| {
+        let names: Vec<&str> = FileType::all().filter(supported).map(FileType::name).collect();
+        format!("unknown quantization type `{text}`; valid types are {}", names.join(", "))
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QuantizeError {
+    #[error(transparent)]
+    Mixture(#[from] MixtureError),
+    #[error(transparent)]
+    Imatrix(#[from] ImatrixError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(
+        "tensor `{tensor}`: requantizing from type {from} is disabled (set allow_requantize / pass --allow-requantize)"
+    )]
+    Requantize { tensor: String, from: GgmlType },
+    #[error("tensor `{tensor}`: {ty} needs an importance matrix (set imatrix / pass --imatrix)")]
+    NeedsImatrix { tensor: String, ty: GgmlType },
+    #[error("tensor `{tensor}`: {source}")]
+    Codec { tensor: String, source: CodecError },
+    #[error("input tensors are big-endian; quantizing them is not supported yet")]
+    BigEndian,
+}
+
+/// One output tensor.
+#[derive(Debug, Clone)]
+pub struct PlannedTensor {
+    /// Index of the tensor in the input file.
+    pub input_idx: usize,
+    pub info: TensorInfo,
+    pub from: GgmlType,
+    /// The type chosen before a row-length fallback, when one happened.
+    pub fallback_from: Option<GgmlType>,
+    /// The target type is too coarse to be useful without importance weights.
+    pub requires_imatrix: bool,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+impl PlannedTensor {
+    pub fn converts(&self) -> bool {
+        self.from != self.info.ggml_type
+    }
+}
+
+/// What a quantization will write.
+#[derive(Debug, Clone)]
+pub struct QuantizePlan {
+    pub ftype: FileType,
+    pub metadata: Metadata,
+    pub tensors: Vec<PlannedTensor>,
+    pub file_size: u64,
+}
+
+impl QuantizePlan {
+    pub fn n_fallback(&self) -> usize {
+        self.tensors.iter().filter(|t| t.fallback_from.is_some()).count()
+    }
+}
+
+/// Plans a quantization of a model with this metadata and these tensors:
+/// pure, no I/O.
+pub fn plan(
+    model_metadata: &Metadata,
+    model_tensors: &[TensorInfo],
+    options: &QuantizeOptions,
+    imatrix: Option<&ImportanceMatrix>,
+) -> Result<QuantizePlan, QuantizeError> {
+    let mut mixture_options = options.mixture.clone();
+    mixture_options.has_imatrix = imatrix.is_some();
+    let choices = mixture::choose_types(model_metadata, model_tensors, &mixture_options)?;
+    let ftype = options.mixture.ftype;
+
+    let mut metadata = model_metadata.clone();
+    metadata.set_last("general.quantization_version", Value::U32(QUANTIZATION_VERSION));
+    metadata.set_last("general.file_type", Value::U32(ftype.id()));
+    for key in ["split.no", "split.count", "split.tensors.count"] {
+        metadata.remove(key);
+    }
+    // llama-quantize applies the user's overrides, then its own imatrix keys.
+    for o in &options.override_kv {
+        metadata.set_last(&o.key, o.value.clone());
+    }
+    if let Some(imatrix) = imatrix {
+        imatrix.apply_output_metadata(&mut metadata);
+    }
+
+    let order = mixture::visiting_order(model_tensors, mixture_options.keep_split);
+    let mut tensors = Vec::with_capacity(order.len());
+    let mut offset = 0u64;
+    for input_idx in order {
+        let input = &model_tensors[input_idx];
+        let choice = &choices[input_idx];
+        let mut info = input.clone();
+        info.ggml_type = choice.ty;
+        let bytes_out = tensor_bytes(choice.ty, &input.dims).ok_or_else(|| QuantizeError::Codec {
+            tensor: input.name.clone(),
+            source: CodecError::PartialBlock {
+                ty: choice.ty,
+                n_elements: input.dims[0] as usize,
+                block: choice.ty.block_size(),
+            },
+        })?;
+        let planned = PlannedTensor {
+            input_idx,
+            from: input.ggml_type,
+            fallback_from: choice.fallback_from,
+            requires_imatrix: choice.requires_imatrix,
+            bytes_in: input.n_bytes(),
+            bytes_out,
+            info,
+        };
+        if planned.converts() && planned.from.is_quantized() && !options.allow_requantize {
+            return Err(QuantizeError::Requantize { tensor: input.name.clone(), from: planned.from });
+        }
+        offset = gguf::align_up(offset + bytes_out, gguf::DEFAULT_ALIGNMENT);
+        tensors.push(planned);
+    }
+    let header = gguf::header_len(&metadata, tensors.iter().map(|t| &t.info));
+    let file_size = gguf::align_up(header, gguf::DEFAULT_ALIGNMENT) + offset;
+    Ok(QuantizePlan { ftype, metadata, tensors, file_size })
+}
+
+/// Loads an importance matrix as llama-quantize would use it: filtered by
+/// the include/exclude lists, checked finite, and none if nothing is left.
+pub fn load_imatrix(
+    path: &std::path::Path,
+    options: &QuantizeOptions,
+) -> Result<Option<ImportanceMatrix>, ImatrixError> {
+    let mut m = ImportanceMatrix::load(path)?;
+    m.filter(&options.include_weights, &options.exclude_weights);
+    m.check_finite()?;
+    Ok((!m.is_empty()).then_some(m))
+}
+
+/// Importance weights as stored in a blob (little-endian f32).
+pub fn importance_from_blob(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
