@@ -443,3 +443,24 @@ fn absurd_names_and_recipes_neither_panic_nor_flood_the_terminal() {
     assert!(stderr.len() < 64 << 10, "{} bytes of diagnostics", stderr.len());
     assert!(stderr.contains("more problems"), "{stderr}");
 }
+
+#[test]
+fn small_things_say_what_they_mean() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Workspace::new();
+    // Store files follow the umask, so a group-shared cache works for everyone.
+    let blob = &ws.store_files("blobs")[0];
+    let mode = std::fs::metadata(blob).unwrap().permissions().mode();
+    assert_ne!(mode & 0o044, 0, "blob mode {mode:o} keeps the group and others out");
+    // A read-only command never creates a cache.
+    let typo = ws.path("no-such-cache");
+    let output =
+        common::quantforge(&[OsStr::new("cache"), OsStr::new("verify"), OsStr::new("--cache-dir"), typo.as_os_str()]);
+    fails_with(&output, "no cache here");
+    assert!(!typo.exists());
+    // A directory where a model file belongs.
+    let out = ws.path("o.gguf");
+    let output =
+        common::quantforge(&[OsStr::new("quantize"), ws.path("out").as_os_str(), out.as_os_str(), OsStr::new("Q8_0")]);
+    fails_with(&output, "is a directory; only `convert` reads a checkpoint directory");
+}

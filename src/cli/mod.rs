@@ -269,10 +269,24 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", crate::text::for_terminal(&format!("{e:#}")));
+            eprintln!("error: {}", crate::text::for_terminal(&cause_chain(&e)));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each said once: a cause whose text the
+/// message already holds (most of ours include their source) is not
+/// repeated.
+fn cause_chain(e: &anyhow::Error) -> String {
+    let mut message = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message = format!("{message}: {text}");
+        }
+    }
+    message
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

@@ -57,7 +57,7 @@ pub struct Engine {
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("input `{name}` ({}): {source}", path.display())]
-    Input { name: String, path: PathBuf, source: StoreError },
+    Input { name: String, path: PathBuf, source: std::io::Error },
     #[error("input `{name}` ({}) has blake3 {actual}, but the recipe pins {expected}", path.display())]
     PinMismatch { name: String, path: PathBuf, expected: Key, actual: Key },
     #[error("input `{name}`: {source}")]
@@ -184,12 +184,18 @@ impl Engine {
         let mut inputs = Vec::with_capacity(recipe.inputs.len());
         let mut reports = Vec::new();
         let mut paths = HashMap::new();
-        for (decl, used) in recipe.inputs.iter().zip(used) {
+        for (idx, (decl, used)) in recipe.inputs.iter().zip(used).enumerate() {
             if !used {
                 inputs.push(None);
                 continue;
             }
             let input_err = |source| RunError::Input { name: decl.name.clone(), path: decl.path.clone(), source };
+            let converted =
+                recipe.nodes.iter().any(|n| matches!(n.op, Op::Convert(_)) && n.from.contains(&Source::Input(idx)));
+            if decl.path.is_dir() && !converted {
+                let problem = "is a directory; only `convert` reads a checkpoint directory (give a model file)";
+                return Err(input_err(std::io::Error::other(problem)));
+            }
             let index = match is_safetensors_index(&decl.path) {
                 true => Some(
                     read_index(&decl.path)
@@ -201,9 +207,7 @@ impl Engine {
             let files = match &index {
                 Some(index) => index.shards(),
                 // A checkpoint directory: its files, by name.
-                None if directory => {
-                    directory_files(&decl.path).map_err(|source| input_err(StoreError::io(&decl.path, source)))?
-                }
+                None if directory => directory_files(&decl.path).map_err(input_err)?,
                 None => ops::split::shard_set(&decl.path).unwrap_or_else(|| vec![decl.path.clone()]),
             };
             let mut shards = Vec::with_capacity(files.len());

@@ -27,9 +27,8 @@ impl DetectedFormat {
     }
 }
 
-/// Detects the format of `head`, the first (up to 16) bytes of a file of
-/// `file_len` bytes.
-pub fn detect_bytes(head: &[u8], file_len: u64) -> Option<DetectedFormat> {
+/// Detects the format of `head`, the first (up to 16) bytes of a file.
+pub fn detect_bytes(head: &[u8]) -> Option<DetectedFormat> {
     if head.starts_with(&super::gguf::MAGIC) {
         return Some(DetectedFormat::Gguf);
     }
@@ -43,13 +42,12 @@ pub fn detect_bytes(head: &[u8], file_len: u64) -> Option<DetectedFormat> {
             return Some(DetectedFormat::GgmlLegacy(variant));
         }
     }
-    // SafeTensors: a little-endian u64 header length, then a JSON object. A
-    // length past the end of the file but within what SafeTensors allows is
-    // still taken as one (a cut-off download), so the reader can say so.
+    // SafeTensors: a little-endian u64 header length, then a JSON object.
+    // Any length is taken as one, so the reader can say what is wrong with it
+    // (a cut-off download, a corrupt length) instead of "unknown format".
     if let (Some(len), Some(b'{')) = (word(0..8), head.get(8)) {
         let header_len = u64::from_le_bytes(len.try_into().ok()?);
-        let plausible = header_len <= file_len.saturating_sub(8) || header_len <= super::safetensors::MAX_HEADER_LEN;
-        if header_len >= 2 && plausible {
+        if header_len >= 2 {
             return Some(DetectedFormat::SafeTensors);
         }
     }
@@ -60,7 +58,7 @@ pub fn detect_bytes(head: &[u8], file_len: u64) -> Option<DetectedFormat> {
 pub fn detect(path: &Path) -> Result<DetectedFormat> {
     let source = Source::open(path, OpenOptions { use_mmap: false })?;
     let head = source.read_range(0, source.len().min(16))?;
-    detect_bytes(&head, source.len())
+    detect_bytes(&head)
         .ok_or_else(|| FormatError::at(path, 0, ErrorKind::UnknownFormat { first_bytes: HexBytes(head.to_vec()) }))
 }
 
@@ -70,17 +68,17 @@ mod tests {
 
     #[test]
     fn magics() {
-        assert_eq!(detect_bytes(b"GGUF\x03\0\0\0", 100), Some(DetectedFormat::Gguf));
-        assert_eq!(detect_bytes(b"tjgg\x03\0\0\0", 100), Some(DetectedFormat::GgmlLegacy(LegacyVariant::Ggjt)));
-        assert_eq!(detect_bytes(b"fmgg\x01\0\0\0", 100), Some(DetectedFormat::GgmlLegacy(LegacyVariant::Ggmf)));
-        assert_eq!(detect_bytes(b"lmgg\0\0\0\0", 100), Some(DetectedFormat::GgmlLegacy(LegacyVariant::Ggml)));
-        assert_eq!(detect_bytes(b"PK\x03\x04rest", 100), Some(DetectedFormat::PyTorchZip));
-        assert_eq!(detect_bytes(b"\x10\0\0\0\0\0\0\0{\"a\":1}", 100), Some(DetectedFormat::SafeTensors));
-        assert_eq!(detect_bytes(b"\x10\0\0\0\0\0\0\0{\"a\":1}", 12), Some(DetectedFormat::SafeTensors));
-        assert_eq!(detect_bytes(b"\x00\xe1\xf5\x05\0\0\0\0{", 12), Some(DetectedFormat::SafeTensors));
-        assert_eq!(detect_bytes(b"\x01\xe1\xf5\x05\0\0\0\0{", 12), None);
-        assert_eq!(detect_bytes(b"\xff\xff\xff\xff\xff\xff\xff\xff{", 100), None);
-        assert_eq!(detect_bytes(b"hello world", 100), None);
-        assert_eq!(detect_bytes(b"", 0), None);
+        assert_eq!(detect_bytes(b"GGUF\x03\0\0\0"), Some(DetectedFormat::Gguf));
+        assert_eq!(detect_bytes(b"tjgg\x03\0\0\0"), Some(DetectedFormat::GgmlLegacy(LegacyVariant::Ggjt)));
+        assert_eq!(detect_bytes(b"fmgg\x01\0\0\0"), Some(DetectedFormat::GgmlLegacy(LegacyVariant::Ggmf)));
+        assert_eq!(detect_bytes(b"lmgg\0\0\0\0"), Some(DetectedFormat::GgmlLegacy(LegacyVariant::Ggml)));
+        assert_eq!(detect_bytes(b"PK\x03\x04rest"), Some(DetectedFormat::PyTorchZip));
+        assert_eq!(detect_bytes(b"\x10\0\0\0\0\0\0\0{\"a\":1}"), Some(DetectedFormat::SafeTensors));
+        assert_eq!(detect_bytes(b"\x00\xe1\xf5\x05\0\0\0\0{"), Some(DetectedFormat::SafeTensors));
+        assert_eq!(detect_bytes(b"\x01\xe1\xf5\x05\0\0\0\0{"), Some(DetectedFormat::SafeTensors));
+        assert_eq!(detect_bytes(b"\xff\xff\xff\xff\xff\xff\xff\xff{"), Some(DetectedFormat::SafeTensors));
+        assert_eq!(detect_bytes(b"\x01\0\0\0\0\0\0\0{"), None);
+        assert_eq!(detect_bytes(b"hello world"), None);
+        assert_eq!(detect_bytes(b""), None);
     }
 }

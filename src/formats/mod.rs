@@ -92,7 +92,7 @@ impl ModelFile {
         let started = Instant::now();
         let source = Source::open(path, options)?;
         let head = source.read_range(0, source.len().min(16))?;
-        let detected = detect_bytes(&head, source.len()).ok_or_else(|| {
+        let detected = detect_bytes(&head).ok_or_else(|| {
             FormatError::at(path, 0, ErrorKind::UnknownFormat { first_bytes: HexBytes(head.to_vec()) })
         })?;
         let mut reader = match source.mapped() {

@@ -182,7 +182,7 @@ impl ImportanceMatrix {
             Ok(imatrix) => Ok(imatrix),
             // A legacy imatrix has no magic, so a model file given by mistake
             // would fail with a confusing count; name what it is instead.
-            Err(e) => match detect_bytes(&head, source.len()) {
+            Err(e) => match detect_bytes(&head) {
                 Some(format) => {
                     Err(ImatrixError::new(path, None, ImatrixErrorKind::NotAnImatrix { format: format.name() }))
                 }

@@ -9,11 +9,12 @@
 //! change it.
 
 use std::fs;
+use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use super::{ActionKind, Key, KeyBuilder, Result, Store, StoreError};
+use super::{ActionKind, Key, KeyBuilder, Store};
 
 const RACY_WINDOW: Duration = Duration::from_secs(2);
 
@@ -69,28 +70,30 @@ pub fn hash_file(path: &Path) -> std::io::Result<Key> {
 /// A key for `path`'s current version without reading it: its stat
 /// fingerprint. Only for a store that keeps nothing, where a key needs to be
 /// unique within one run and never outlives it.
-pub fn stat_identity(path: &Path) -> Result<ContentHash> {
+pub fn stat_identity(path: &Path) -> io::Result<ContentHash> {
     let meta = input_metadata(path)?;
     let stat = stat_key(&meta);
     Ok(ContentHash { hash: stat, rehashed: false, len: meta.size(), stat })
 }
 
 /// The blake3 of `path`'s bytes, re-hashing only when its stat changed.
-pub fn content_hash(store: &dyn Store, path: &Path) -> Result<ContentHash> {
+/// Errors are the file's: remembering the hash is best effort (a read-only
+/// cache hashes again next time).
+pub fn content_hash(store: &dyn Store, path: &Path) -> io::Result<ContentHash> {
     let meta = input_metadata(path)?;
     let stat = stat_key(&meta);
     if let Some(hash) = store.get_action(ActionKind::Stat, &stat).as_deref().and_then(parse_hex) {
         return Ok(ContentHash { hash, rehashed: false, len: meta.size(), stat });
     }
-    let hash = hash_file(path).map_err(|e| StoreError::io(path, e))?;
+    let hash = hash_file(path)?;
     // The file may have changed while it was read: the hash is of its bytes
     // only if its stat is still the one looked up.
     if input_metadata(path).map(|m| stat_key(&m)).ok() != Some(stat) {
-        return Err(StoreError::io(path, std::io::Error::other("changed while it was being hashed")));
+        return Err(io::Error::other("changed while it was being hashed"));
     }
     let settled = meta.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok());
     if settled.is_some_and(|age| age > RACY_WINDOW) {
-        store.put_action(ActionKind::Stat, &stat, hash.hex().as_bytes())?;
+        let _ = store.put_action(ActionKind::Stat, &stat, hash.hex().as_bytes());
     }
     Ok(ContentHash { hash, rehashed: true, len: meta.size(), stat })
 }
@@ -101,11 +104,11 @@ fn parse_hex(bytes: &[u8]) -> Option<Key> {
 
 /// An input's metadata, refusing what is not a regular file: a FIFO would
 /// block the hash, a device would never end.
-fn input_metadata(path: &Path) -> Result<fs::Metadata> {
-    let meta = fs::metadata(path).map_err(|e| StoreError::io(path, e))?;
+fn input_metadata(path: &Path) -> io::Result<fs::Metadata> {
+    let meta = fs::metadata(path)?;
     if !meta.is_file() {
         let problem = format!("is {}, not a regular file", crate::files::describe(meta.file_type()));
-        return Err(StoreError::io(path, std::io::Error::new(std::io::ErrorKind::InvalidInput, problem)));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, problem));
     }
     Ok(meta)
 }
