@@ -70,36 +70,30 @@ impl From<MaterializeError> for WriteFailure {
     }
 }
 
-/// Writes one GGUF file of an export; returns its length. The layout is
-/// known, so the file's blocks are reserved first and every tensor goes
-/// straight to its offset, its padding written after it, in file order.
-fn write_gguf_file(
-    m: &Materializer<'_>,
-    set: &TensorSet,
-    file: &ops::export::OutputFile,
-    out: &mut AtomicOutput,
-    bar: &ProgressBar,
-) -> Result<u64, WriteFailure> {
+/// Where everything of one output file goes: its header, and each tensor's
+/// absolute offset, in file order.
+struct FileLayout<'s> {
+    header: Vec<u8>,
+    file_len: u64,
+    tensors: Vec<&'s Tensor>,
+    offsets: Vec<u64>,
+    /// Zero padding after each tensor up to this multiple.
+    alignment: u64,
+}
+
+/// One GGUF file of an export, laid out as llama.cpp and gguf-py lay it out.
+fn gguf_layout<'s>(set: &'s TensorSet, file: &ops::export::OutputFile) -> Result<FileLayout<'s>, WriteFailure> {
     let tensors: Vec<&Tensor> = file.plan.tensors.iter().map(|&t| &set.tensors[t]).collect();
     let infos: Vec<_> = tensors.iter().map(|t| t.info()).collect();
     let gguf::EncodedHeader { bytes: header, layout } = gguf::encode_header(set.endian, &file.plan.metadata, &infos)?;
-    out.preallocate(layout.file_len)?;
-    out.writer().write_all(&header)?;
-    let offsets: Vec<u64> = layout.tensor_offsets.iter().map(|o| layout.data_offset + o).collect();
-    place_all(m, &tensors, &offsets, layout.alignment, out.file()?, bar)?;
-    Ok(layout.file_len)
+    let offsets = layout.tensor_offsets.iter().map(|o| layout.data_offset + o).collect();
+    Ok(FileLayout { header, file_len: layout.file_len, tensors, offsets, alignment: layout.alignment })
 }
 
-/// Writes one SafeTensors file of an export, as the Python package lays it
-/// out; returns its length. The set's `safetensors.metadata.*` keys become
-/// `__metadata__` (none: no `__metadata__`); other metadata has no place.
-fn write_safetensors_file(
-    m: &Materializer<'_>,
-    set: &TensorSet,
-    file: &ops::export::OutputFile,
-    out: &mut AtomicOutput,
-    bar: &ProgressBar,
-) -> Result<u64, WriteFailure> {
+/// One SafeTensors file of an export, as the Python package lays it out.
+/// The set's `safetensors.metadata.*` keys become `__metadata__` (none: no
+/// `__metadata__`); other metadata has no place.
+fn safetensors_layout<'s>(set: &'s TensorSet, file: &ops::export::OutputFile) -> Result<FileLayout<'s>, WriteFailure> {
     use crate::formats::safetensors::{SafeTensorsEntry, header_bytes, safetensors_metadata};
     let tensors: Vec<&Tensor> = file.plan.tensors.iter().map(|&t| &set.tensors[t]).collect();
     let entries = tensors
@@ -110,12 +104,28 @@ fn write_safetensors_file(
     let metadata = safetensors_metadata(&set.metadata).map_err(WriteFailure::SafeTensors)?;
     let layout = header_bytes(&entries, (!metadata.is_empty()).then_some(metadata.as_slice()))
         .map_err(WriteFailure::SafeTensors)?;
+    let data = layout.header.len() as u64;
+    Ok(FileLayout {
+        tensors: layout.order.iter().map(|&e| tensors[e]).collect(),
+        offsets: layout.order.iter().map(|&e| data + layout.data_offsets[e].0).collect(),
+        file_len: layout.file_len,
+        header: layout.header,
+        alignment: 1,
+    })
+}
+
+/// Writes one output file; returns its length. The layout is known, so the
+/// file's blocks are reserved first and every tensor goes straight to its
+/// offset, its padding written after it, in file order.
+fn write_file(
+    m: &Materializer<'_>,
+    layout: FileLayout<'_>,
+    out: &mut AtomicOutput,
+    bar: &ProgressBar,
+) -> Result<u64, WriteFailure> {
     out.preallocate(layout.file_len)?;
     out.writer().write_all(&layout.header)?;
-    let data = layout.header.len() as u64;
-    let in_order: Vec<&Tensor> = layout.order.iter().map(|&e| tensors[e]).collect();
-    let offsets: Vec<u64> = layout.order.iter().map(|&e| data + layout.data_offsets[e].0).collect();
-    place_all(m, &in_order, &offsets, 1, out.file()?, bar)?;
+    place_all(m, &layout.tensors, &layout.offsets, layout.alignment, out.file()?, bar)?;
     Ok(layout.file_len)
 }
 
@@ -238,11 +248,11 @@ impl Shared {
         for file in &files {
             let path = &file.path;
             let mut out = self.create_output(path)?;
-            let len = match options.format {
-                ExportFormat::Gguf => write_gguf_file(&m, set, file, &mut out, &bar),
-                ExportFormat::SafeTensors => write_safetensors_file(&m, set, file, &mut out, &bar),
-            }
-            .map_err(|e| e.at(path))?;
+            let layout = match options.format {
+                ExportFormat::Gguf => gguf_layout(set, file),
+                ExportFormat::SafeTensors => safetensors_layout(set, file),
+            };
+            let len = layout.and_then(|layout| write_file(&m, layout, &mut out, &bar)).map_err(|e| e.at(path))?;
             written.push((path.clone(), out, len, file.plan.tensors.len()));
         }
         if let Some(path) = ops::export::index_path(options) {

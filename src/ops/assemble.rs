@@ -12,17 +12,10 @@ use crate::artifact::{Tensor, TensorSet};
 use crate::model::{Array, Endian, Metadata, Value};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 
-pub const ASSEMBLE_SPEC: OpSpec =
-    OpSpec { name: "assemble", version: 1, params: &[], from_input_only: false, is_sink: false, many_inputs: true };
+pub const ASSEMBLE_SPEC: OpSpec = OpSpec::new("assemble", 1, &[]).with_many_inputs();
 
-pub const UNBUNDLE_SPEC: OpSpec = OpSpec {
-    name: "unbundle",
-    version: 1,
-    params: &[ParamSpec::required("part", ParamKind::Str).fanning_out()],
-    from_input_only: false,
-    is_sink: false,
-    many_inputs: false,
-};
+pub const UNBUNDLE_SPEC: OpSpec =
+    OpSpec::new("unbundle", 1, &[ParamSpec::required("part", ParamKind::Str).fanning_out()]);
 
 /// A bundle's `general.architecture` and `general.type`, and the namespace
 /// of its own keys (GGUF puts an architecture's keys under its name).

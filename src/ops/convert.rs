@@ -13,14 +13,12 @@ use crate::quant::plan::parse_preset;
 use crate::store::{Store, StoreError};
 use crate::types::FileType;
 
-pub const SPEC: OpSpec = OpSpec {
-    name: "convert",
-    version: 1,
-    params: &[ParamSpec::optional("outtype", ParamKind::Str).fanning_out(), ParamSpec::optional("pre", ParamKind::Str)],
-    from_input_only: true,
-    is_sink: false,
-    many_inputs: false,
-};
+pub const SPEC: OpSpec = OpSpec::new(
+    "convert",
+    1,
+    &[ParamSpec::optional("outtype", ParamKind::Str).fanning_out(), ParamSpec::optional("pre", ParamKind::Str)],
+)
+.reading_an_input();
 
 /// What the checkpoint becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,14 +6,7 @@ use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::quant::plan::QuantizeOptions;
 use crate::types::FileType;
 
-pub const SPEC: OpSpec = OpSpec {
-    name: "dequantize",
-    version: 1,
-    params: &[ParamSpec::optional("type", ParamKind::Str).fanning_out()],
-    from_input_only: false,
-    is_sink: false,
-    many_inputs: false,
-};
+pub const SPEC: OpSpec = OpSpec::new("dequantize", 1, &[ParamSpec::optional("type", ParamKind::Str).fanning_out()]);
 
 /// The float types a model can be decoded to.
 pub const FLOAT_TYPES: [&str; 3] = ["f32", "f16", "bf16"];

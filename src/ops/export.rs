@@ -15,18 +15,16 @@ use crate::ops::split::{self, ShardPlan, SplitError, SplitKeyOrder, SplitLimit, 
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, ParamValue, Params};
 use crate::store::Key;
 
-pub const SPEC: OpSpec = OpSpec {
-    name: "export",
-    version: 1,
-    params: &[
+pub const SPEC: OpSpec = OpSpec::new(
+    "export",
+    1,
+    &[
         ParamSpec::required("path", ParamKind::Str),
         ParamSpec::optional("format", ParamKind::Str),
         ParamSpec::optional("split", ParamKind::Table),
     ],
-    from_input_only: false,
-    is_sink: true,
-    many_inputs: false,
-};
+)
+.sink();
 
 pub const FORMATS: [&str; 2] = ["gguf", "safetensors"];
 

@@ -5,14 +5,11 @@ use regex::Regex;
 use crate::artifact::TensorSet;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 
-pub const SPEC: OpSpec = OpSpec {
-    name: "filter",
-    version: 1,
-    params: &[ParamSpec::optional("include", ParamKind::StrList), ParamSpec::optional("exclude", ParamKind::StrList)],
-    from_input_only: false,
-    is_sink: false,
-    many_inputs: false,
-};
+pub const SPEC: OpSpec = OpSpec::new(
+    "filter",
+    1,
+    &[ParamSpec::optional("include", ParamKind::StrList), ParamSpec::optional("exclude", ParamKind::StrList)],
+);
 
 /// Tensors whose name matches any `include` pattern (all, when there are
 /// none) and no `exclude` pattern. Patterns are regexes found anywhere in the

@@ -11,17 +11,10 @@ use crate::ops::split::{SplitError, check_shards, merged_metadata};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::store::Key;
 
-pub const SPEC: OpSpec =
-    OpSpec { name: "load", version: 1, params: &[], from_input_only: true, is_sink: false, many_inputs: false };
+pub const SPEC: OpSpec = OpSpec::new("load", 1, &[]).reading_an_input();
 
-pub const MERGE_SPEC: OpSpec = OpSpec {
-    name: "merge-shards",
-    version: 1,
-    params: &[ParamSpec::optional("keep_split_keys", ParamKind::Bool)],
-    from_input_only: true,
-    is_sink: false,
-    many_inputs: false,
-};
+pub const MERGE_SPEC: OpSpec =
+    OpSpec::new("merge-shards", 1, &[ParamSpec::optional("keep_split_keys", ParamKind::Bool)]).reading_an_input();
 
 /// `merge-shards`: a split input merged, like `quantforge merge`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

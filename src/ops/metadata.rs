@@ -8,23 +8,9 @@ use crate::model::Value;
 use crate::ops::edit::parse_set;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 
-pub const SET_SPEC: OpSpec = OpSpec {
-    name: "set-metadata",
-    version: 1,
-    params: &[ParamSpec::required("set", ParamKind::StrList)],
-    from_input_only: false,
-    is_sink: false,
-    many_inputs: false,
-};
+pub const SET_SPEC: OpSpec = OpSpec::new("set-metadata", 1, &[ParamSpec::required("set", ParamKind::StrList)]);
 
-pub const DELETE_SPEC: OpSpec = OpSpec {
-    name: "delete-metadata",
-    version: 1,
-    params: &[ParamSpec::required("keys", ParamKind::StrList)],
-    from_input_only: false,
-    is_sink: false,
-    many_inputs: false,
-};
+pub const DELETE_SPEC: OpSpec = OpSpec::new("delete-metadata", 1, &[ParamSpec::required("keys", ParamKind::StrList)]);
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SetMetadata {

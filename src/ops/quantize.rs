@@ -15,10 +15,10 @@ use crate::quant::plan::{KvOverride, QuantizeError, QuantizeOptions, parse_prese
 use crate::store::Store;
 use crate::types::GgmlType;
 
-pub const SPEC: OpSpec = OpSpec {
-    name: "quantize",
-    version: 1,
-    params: &[
+pub const SPEC: OpSpec = OpSpec::new(
+    "quantize",
+    1,
+    &[
         ParamSpec::optional("preset", ParamKind::Str).fanning_out(),
         ParamSpec::optional("budget", ParamKind::Str).fanning_out(),
         ParamSpec::optional("override", ParamKind::TableList),
@@ -32,10 +32,7 @@ pub const SPEC: OpSpec = OpSpec {
         ParamSpec::optional("token_embedding_type", ParamKind::Str).fanning_out(),
         ParamSpec::optional("override_kv", ParamKind::StrList),
     ],
-    from_input_only: false,
-    is_sink: false,
-    many_inputs: false,
-};
+);
 
 impl QuantizeOptions {
     /// Reads a recipe step's parameters.

@@ -3,14 +3,7 @@
 use crate::artifact::TensorSet;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 
-pub const SPEC: OpSpec = OpSpec {
-    name: "rename",
-    version: 1,
-    params: &[ParamSpec::required("tensors", ParamKind::StrMap)],
-    from_input_only: false,
-    is_sink: false,
-    many_inputs: false,
-};
+pub const SPEC: OpSpec = OpSpec::new("rename", 1, &[ParamSpec::required("tensors", ParamKind::StrMap)]);
 
 /// `tensors = { "OLD" = "NEW", … }`, applied in order.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -83,6 +83,26 @@ pub struct OpSpec {
 }
 
 impl OpSpec {
+    /// An op that takes one node's result and whose result others may take.
+    pub const fn new(name: &'static str, version: u32, params: &'static [ParamSpec]) -> OpSpec {
+        OpSpec { name, version, params, from_input_only: false, is_sink: false, many_inputs: false }
+    }
+
+    /// `from` names an `[input.NAME]`.
+    pub const fn reading_an_input(self) -> OpSpec {
+        OpSpec { from_input_only: true, ..self }
+    }
+
+    /// Nothing takes this op's result.
+    pub const fn sink(self) -> OpSpec {
+        OpSpec { is_sink: true, ..self }
+    }
+
+    /// `from` takes a list of inputs.
+    pub const fn with_many_inputs(self) -> OpSpec {
+        OpSpec { many_inputs: true, ..self }
+    }
+
     pub fn param(&self, name: &str) -> Option<&ParamSpec> {
         self.params.iter().find(|p| p.name == name)
     }

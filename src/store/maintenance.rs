@@ -95,31 +95,26 @@ pub(super) struct FileEntry {
 /// Never follows a link: what is listed is what is there.
 pub(super) fn sharded_files(dir: &Path) -> Result<Vec<(Key, FileEntry)>> {
     let mut out = Vec::new();
-    let shards = match fs::read_dir(dir) {
-        Ok(shards) => shards,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(at(dir)(e)),
-    };
-    for shard in shards {
-        let shard = shard.map_err(at(dir))?.path();
-        for file in fs::read_dir(&shard).map_err(at(&shard))? {
-            let path = file.map_err(at(&shard))?.path();
-            let Some(key) = path.file_name().and_then(|n| n.to_str()).and_then(Key::from_hex) else { continue };
-            // A file removed by a concurrent gc is simply not listed.
-            let Ok(meta) = fs::symlink_metadata(&path) else { continue };
-            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-            out.push((key, FileEntry { path, len: meta.len(), modified, regular: meta.is_file() }));
+    for shard in flat_files(dir)? {
+        for file in flat_files(&shard.path)? {
+            let name = file.path.file_name().and_then(|n| n.to_str());
+            if let Some(key) = name.and_then(Key::from_hex) {
+                out.push((key, file));
+            }
         }
     }
     Ok(out)
 }
 
-/// The files directly in `dir` (none when it does not exist).
+/// The files directly in `dir` (none when it does not exist or is not a
+/// directory). A file removed by a concurrent gc is simply not listed.
 fn flat_files(dir: &Path) -> Result<Vec<FileEntry>> {
     let mut out = Vec::new();
     let files = match fs::read_dir(dir) {
         Ok(files) => files,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
+            return Ok(out);
+        }
         Err(e) => return Err(at(dir)(e)),
     };
     for file in files {

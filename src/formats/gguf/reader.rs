@@ -92,21 +92,33 @@ fn read_string(r: &mut ByteReader<'_>, dialect: Dialect, what: Field<'_>) -> Res
     r.bytes(len, what)
 }
 
+/// A name (a metadata key, a tensor name): UTF-8 and not seen before;
+/// `duplicate` makes the error for a repeated one.
+fn read_unique_name(
+    r: &mut ByteReader<'_>,
+    dialect: Dialect,
+    (field, what): (&'static str, &str),
+    seen: &mut HashSet<String>,
+    duplicate: impl FnOnce(String) -> ErrorKind,
+) -> Result<String> {
+    let offset = r.pos();
+    let name = read_string(r, dialect, Field::Static(field))?;
+    let name = String::from_utf8(name).map_err(|e| {
+        let shown = String::from_utf8_lossy(e.as_bytes());
+        r.error_at(offset, ErrorKind::InvalidUtf8 { what: format!("{what} {shown:?}") })
+    })?;
+    if !seen.insert(name.clone()) {
+        return Err(r.error_at(offset, duplicate(name)));
+    }
+    Ok(name)
+}
+
 fn read_metadata(r: &mut ByteReader<'_>, dialect: Dialect, n_kv: u64) -> Result<Metadata> {
     let mut entries = Vec::with_capacity(n_kv as usize);
     let mut seen = HashSet::with_capacity(n_kv as usize);
     for _ in 0..n_kv {
-        let key_offset = r.pos();
-        let key = read_string(r, dialect, Field::Static("a metadata key"))?;
-        let key = String::from_utf8(key).map_err(|e| {
-            r.error_at(
-                key_offset,
-                ErrorKind::InvalidUtf8 { what: format!("metadata key {:?}", String::from_utf8_lossy(e.as_bytes())) },
-            )
-        })?;
-        if !seen.insert(key.clone()) {
-            return Err(r.error_at(key_offset, ErrorKind::DuplicateKey { key }));
-        }
+        let field = ("a metadata key", "metadata key");
+        let key = read_unique_name(r, dialect, field, &mut seen, |key| ErrorKind::DuplicateKey { key })?;
         let value = read_value(r, dialect, &key)?;
         entries.push((key, value));
     }
@@ -255,16 +267,8 @@ fn read_tensor_infos(r: &mut ByteReader<'_>, dialect: Dialect, n_tensors: u64) -
     let mut seen = HashSet::with_capacity(n_tensors as usize);
     for _ in 0..n_tensors {
         let info_offset = r.pos();
-        let name = read_string(r, dialect, Field::Static("a tensor name"))?;
-        let name = String::from_utf8(name).map_err(|e| {
-            r.error_at(
-                info_offset,
-                ErrorKind::InvalidUtf8 { what: format!("tensor name {:?}", String::from_utf8_lossy(e.as_bytes())) },
-            )
-        })?;
-        if !seen.insert(name.clone()) {
-            return Err(r.error_at(info_offset, ErrorKind::DuplicateTensor { tensor: name }));
-        }
+        let field = ("a tensor name", "tensor name");
+        let name = read_unique_name(r, dialect, field, &mut seen, |tensor| ErrorKind::DuplicateTensor { tensor })?;
         let what = Field::Tensor(&name);
         let n_dims = u64::from(r.u32(what)?);
         if n_dims == 0 || n_dims > MAX_DIMS {

@@ -74,19 +74,7 @@ fn parse(text: &str, dir: &Path) -> Parsed<(Entries, Entries)> {
 }
 
 fn parse_metadata(p: &mut Parser<'_>) -> Parsed<Entries> {
-    let mut entries = Vec::new();
-    if p.null() {
-        return Ok(entries);
-    }
-    let mut keys = HashSet::new();
-    p.object(&"`metadata`", |p, key, at| {
-        if !keys.insert(key.to_string()) {
-            return Err(ParseError::new(at, ErrorKind::DuplicateKey { key: key.into_owned() }));
-        }
-        entries.push((key.into_owned(), p.raw_value()?.to_owned()));
-        Ok(())
-    })?;
-    Ok(entries)
+    p.unique_entries(&"`metadata`", |p, _| Ok(p.raw_value()?.to_owned()))
 }
 
 fn parse_weight_map(p: &mut Parser<'_>, dir: &Path) -> Parsed<Entries> {

@@ -219,6 +219,29 @@ impl<'a> Parser<'a> {
     }
 
     /// Consumes `null` if it is the next value.
+    /// `null` (no entries) or an object whose keys are unique, each value
+    /// read by `value`; a repeated key is an error at its place.
+    pub fn unique_entries<T>(
+        &mut self,
+        what: &dyn Display,
+        mut value: impl FnMut(&mut Parser<'a>, &str) -> Parsed<T>,
+    ) -> Parsed<Vec<(String, T)>> {
+        let mut entries = Vec::new();
+        if self.null() {
+            return Ok(entries);
+        }
+        let mut keys = std::collections::HashSet::new();
+        self.object(what, |p, key, at| {
+            if !keys.insert(key.to_string()) {
+                return Err(ParseError::new(at, ErrorKind::DuplicateKey { key: key.into_owned() }));
+            }
+            let read = value(p, &key)?;
+            entries.push((key.into_owned(), read));
+            Ok(())
+        })?;
+        Ok(entries)
+    }
+
     pub fn null(&mut self) -> bool {
         self.skip_whitespace();
         let is_null = self.rest().starts_with("null");

@@ -97,20 +97,13 @@ fn parse(text: &str) -> Parsed<(MetadataEntries, Vec<Entry>)> {
 
 /// `__metadata__`: string keys to string values, or `null`.
 fn parse_metadata(p: &mut Parser<'_>) -> Parsed<MetadataEntries> {
-    let mut entries = Vec::new();
-    if p.null() {
-        return Ok(entries);
-    }
-    let mut keys = HashSet::new();
-    p.object(&format_args!("`{METADATA_KEY}`"), |p, key, at| {
-        let value = p.string(&format_args!("`{METADATA_KEY}` entry `{key}`"))?;
-        if !keys.insert(key.to_string()) {
-            return Err(ParseError::new(at, ErrorKind::DuplicateKey { key: key.into_owned() }));
-        }
-        entries.push((format!("{METADATA_PREFIX}{key}"), Value::String(GgufString::from(value.into_owned()))));
-        Ok(())
+    let entries = p.unique_entries(&format_args!("`{METADATA_KEY}`"), |p, key| {
+        Ok(p.string(&format_args!("`{METADATA_KEY}` entry `{key}`"))?.into_owned())
     })?;
-    Ok(entries)
+    Ok(entries
+        .into_iter()
+        .map(|(key, value)| (format!("{METADATA_PREFIX}{key}"), Value::String(GgufString::from(value))))
+        .collect())
 }
 
 /// One tensor's `{"dtype", "shape", "data_offsets"}`; other fields are
