@@ -194,4 +194,4 @@ impl Incidents {
 }
 
 /// Bytes per step when a blob is checked while it is copied.
-const COPY_CHUNK: usize = 1 << 20;
+const COPY_CHUNK: usize = 256 << 10;
