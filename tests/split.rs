@@ -162,9 +162,12 @@ fn plan_keys_and_limits() {
     for bad in ["", "100", "0M", "-1G", "1.5G", "100K"] {
         assert!(split::parse_max_size(bad).is_err(), "{bad}");
     }
-    assert_eq!(split::parse_shard_path(Path::new("a/b-00002-of-00003.gguf")), Some((PathBuf::from("a/b"), 1, 3)));
-    assert_eq!(split::parse_shard_path(Path::new("b-00004-of-00003.gguf")), None);
-    assert_eq!(split::parse_shard_path(Path::new("b.gguf")), None);
+    assert_eq!(
+        quantforge::formats::parse_shard_path(Path::new("a/b-00002-of-00003.gguf")),
+        Some((PathBuf::from("a/b"), 1, 3))
+    );
+    assert_eq!(quantforge::formats::parse_shard_path(Path::new("b-00004-of-00003.gguf")), None);
+    assert_eq!(quantforge::formats::parse_shard_path(Path::new("b.gguf")), None);
 }
 
 /// A split of the tiny model into three shards of 8, 8 and 5 tensors.

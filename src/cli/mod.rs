@@ -297,7 +297,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Inspect { file, json, tensors, load } => {
             let options = InspectOptions { tensors };
-            let report = match crate::ops::split::shard_set(&file) {
+            let report = match crate::formats::shard_set(&file) {
                 // Any shard of a split stands for the whole model.
                 Some(paths) => {
                     let shards =

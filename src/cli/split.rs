@@ -14,7 +14,7 @@ pub(super) fn print_plan(input: &Path, out_prefix: &Path, options: SplitOptions)
     for (no, plan) in plans.iter().enumerate() {
         let tensors: Vec<TensorInfo> = plan.tensors.iter().map(|&i| model.tensors[i].clone()).collect();
         let bytes = gguf::file_len(&plan.metadata, &tensors)?;
-        let path = split::shard_path(out_prefix, no, plans.len());
+        let path = crate::formats::shard_path(out_prefix, no, plans.len());
         writeln!(out, "would write {}: {} tensors, {}", path.display(), tensors.len(), human_bytes(bytes as f64))?;
     }
     out.flush()?;

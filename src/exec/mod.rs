@@ -29,8 +29,8 @@ use indicatif::{MultiProgress, ProgressDrawTarget};
 
 use crate::artifact::{Tensor, TensorSet};
 use crate::codecs::CODEC_VERSION;
-use crate::formats::safetensors::{SafeTensorsIndex, read_index};
-use crate::formats::{FormatError, OpenOptions, gguf};
+use crate::formats::safetensors::SafeTensorsIndex;
+use crate::formats::{FormatError, InputShape, OpenOptions, gguf};
 use crate::ops::split::SplitError;
 use crate::ops::{self, Op};
 use crate::quant::budget;
@@ -63,7 +63,7 @@ pub enum RunError {
     #[error("input `{name}`: {source}")]
     Split { name: String, source: Box<SplitError> },
     #[error("input `{name}`: {source}")]
-    Index { name: String, source: Box<FormatError> },
+    Resolve { name: String, source: Box<FormatError> },
     #[error("cannot start the workers: {0}")]
     Workers(String),
     #[error(transparent)]
@@ -192,23 +192,13 @@ impl Engine {
             let input_err = |source| RunError::Input { name: decl.name.clone(), path: decl.path.clone(), source };
             let converted =
                 recipe.nodes.iter().any(|n| matches!(n.op, Op::Convert(_)) && n.from.contains(&Source::Input(idx)));
-            if decl.path.is_dir() && !converted {
-                let problem = "is a directory; only `convert` reads a checkpoint directory (give a model file)";
-                return Err(input_err(std::io::Error::other(problem)));
-            }
-            let index = match is_safetensors_index(&decl.path) {
-                true => Some(
-                    read_index(&decl.path)
-                        .map_err(|source| RunError::Index { name: decl.name.clone(), source: Box::new(source) })?,
-                ),
-                false => None,
-            };
-            let directory = decl.path.is_dir();
-            let files = match &index {
-                Some(index) => index.shards(),
-                // A checkpoint directory: its files, by name.
-                None if directory => directory_files(&decl.path).map_err(input_err)?,
-                None => ops::split::shard_set(&decl.path).unwrap_or_else(|| vec![decl.path.clone()]),
+            let shape = InputShape::resolve(&decl.path, converted)
+                .map_err(|source| RunError::Resolve { name: decl.name.clone(), source: Box::new(source) })?;
+            let files = shape.files();
+            let (index, directory) = match shape {
+                InputShape::SafeTensorsIndex(index) => (Some(index), false),
+                InputShape::Directory(_) => (None, true),
+                InputShape::File(_) | InputShape::Split(_) => (None, false),
             };
             let mut shards = Vec::with_capacity(files.len());
             let (mut bytes, mut rehashed) = (0, false);
@@ -511,11 +501,6 @@ fn node_entry(store: &dyn Store, key: &Key) -> Option<NodeEntry> {
     complete.then_some(entry)
 }
 
-/// `model.safetensors.index.json` and the like name a sharded checkpoint.
-fn is_safetensors_index(path: &std::path::Path) -> bool {
-    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".index.json"))
-}
-
 fn input_hash(inputs: &[Option<BoundInput>], i: usize) -> Key {
     // bind() hashes every input a node names before keying nodes.
     inputs[i].as_ref().map_or(Key([0; 32]), |b| b.key)
@@ -523,14 +508,6 @@ fn input_hash(inputs: &[Option<BoundInput>], i: usize) -> Key {
 
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
-}
-
-/// The regular files of a checkpoint directory, sorted by name.
-fn directory_files(dir: &std::path::Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files: Vec<PathBuf> =
-        std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect();
-    files.sort();
-    Ok(files)
 }
 
 fn total_bytes(set: &TensorSet) -> u64 {

@@ -210,7 +210,7 @@ pub fn output_path(options: &ExportOptions, no: usize, count: usize) -> PathBuf 
     }
     let prefix = path_prefix(options);
     match options.format {
-        ExportFormat::Gguf => split::shard_path(&prefix, no, count),
+        ExportFormat::Gguf => crate::formats::shard_path(&prefix, no, count),
         ExportFormat::SafeTensors => {
             let mut name = prefix.into_os_string();
             name.push(format!("-{:05}-of-{:05}.safetensors", no + 1, count));

@@ -10,7 +10,6 @@
 //! `split.count`; later shards carry only those three keys. A tensor is
 //! never cut across shards.
 
-use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -95,29 +94,6 @@ pub fn parse_max_size(text: &str) -> Result<u64, String> {
         return Err(format!("`{text}`: size must be a positive value"));
     }
     n.checked_mul(unit).ok_or_else(|| format!("`{text}` is too large"))
-}
-
-/// `PREFIX-0000i-of-0000N.gguf` for the 0-based shard `shard` of `count`.
-pub fn shard_path(prefix: &Path, shard: usize, count: usize) -> PathBuf {
-    let mut name = OsString::from(prefix.as_os_str());
-    name.push(format!("-{:05}-of-{:05}.gguf", shard + 1, count));
-    PathBuf::from(name)
-}
-
-/// Splits a shard path into its prefix, 0-based shard index and count.
-pub fn parse_shard_path(path: &Path) -> Option<(PathBuf, usize, usize)> {
-    let text = path.to_str()?;
-    let stem = text.strip_suffix(".gguf")?;
-    // "-NNNNN-of-NNNNN": split.count is a u16, so both numbers are 5 digits.
-    let split_at = stem.len().checked_sub(15)?;
-    let (prefix, tail) = (stem.get(..split_at)?, stem.get(split_at..)?);
-    let digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
-    let (no, count) = tail.strip_prefix('-')?.split_once("-of-")?;
-    if prefix.is_empty() || !digits(no) || !digits(count) {
-        return None;
-    }
-    let (no, count): (usize, usize) = (no.parse().ok()?, count.parse().ok()?);
-    (no >= 1 && no <= count).then(|| (PathBuf::from(prefix), no - 1, count))
 }
 
 /// Assigns tensors to shards and builds each shard's metadata, exactly as
@@ -206,13 +182,6 @@ pub fn shard_plans(
             ShardPlan { metadata: shard_metadata, tensors }
         })
         .collect())
-}
-
-/// The files of the split `path` belongs to, in shard order, when its name
-/// says it is one shard of several (`PREFIX-0000i-of-0000N.gguf`, N > 1).
-pub fn shard_set(path: &Path) -> Option<Vec<PathBuf>> {
-    let (prefix, _, count) = parse_shard_path(path)?;
-    (count > 1).then(|| (0..count).map(|no| shard_path(&prefix, no, count)).collect())
 }
 
 /// Checks the `split.*` keys, byte order and tensors of a split's shards,

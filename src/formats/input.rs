@@ -1,0 +1,89 @@
+//! What an input path names, before anything is read from it: one model
+//! file; every shard of a GGUF split (any shard's name stands for the
+//! whole, `PREFIX-0000i-of-0000N.gguf` as llama-gguf-split names them); a
+//! sharded SafeTensors checkpoint (its `*.index.json`); or, for `convert`, a
+//! checkpoint directory (its files).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use super::safetensors::{SafeTensorsIndex, read_index};
+use super::{FormatError, Result};
+
+/// An input resolved to its files.
+#[derive(Debug, Clone)]
+pub enum InputShape {
+    File(PathBuf),
+    /// A GGUF split's shards, in order.
+    Split(Vec<PathBuf>),
+    /// A sharded SafeTensors checkpoint: the index and its shards.
+    SafeTensorsIndex(SafeTensorsIndex),
+    /// A checkpoint directory's regular files, sorted by name.
+    Directory(Vec<PathBuf>),
+}
+
+impl InputShape {
+    /// Resolves `path`; a directory is an error unless `directories` (only
+    /// `convert` reads a checkpoint directory).
+    pub fn resolve(path: &Path, directories: bool) -> Result<InputShape> {
+        if path.is_dir() {
+            if !directories {
+                let problem = "is a directory; only `convert` reads a checkpoint directory (give a model file)";
+                return Err(FormatError::io(path, std::io::Error::other(problem)));
+            }
+            let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(|e| FormatError::io(path, e))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file())
+                .collect();
+            files.sort();
+            return Ok(InputShape::Directory(files));
+        }
+        if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".index.json")) {
+            return Ok(InputShape::SafeTensorsIndex(read_index(path)?));
+        }
+        Ok(match shard_set(path) {
+            Some(shards) => InputShape::Split(shards),
+            None => InputShape::File(path.to_owned()),
+        })
+    }
+
+    /// The files whose bytes the input is, in order.
+    pub fn files(&self) -> Vec<PathBuf> {
+        match self {
+            InputShape::File(path) => vec![path.clone()],
+            InputShape::Split(files) | InputShape::Directory(files) => files.clone(),
+            InputShape::SafeTensorsIndex(index) => index.shards(),
+        }
+    }
+}
+
+/// `PREFIX-0000i-of-0000N.gguf` for the 0-based shard `shard` of `count`.
+pub fn shard_path(prefix: &Path, shard: usize, count: usize) -> PathBuf {
+    let mut name = OsString::from(prefix.as_os_str());
+    name.push(format!("-{:05}-of-{:05}.gguf", shard + 1, count));
+    PathBuf::from(name)
+}
+
+/// Splits a shard path into its prefix, 0-based shard index and count.
+pub fn parse_shard_path(path: &Path) -> Option<(PathBuf, usize, usize)> {
+    let text = path.to_str()?;
+    let stem = text.strip_suffix(".gguf")?;
+    // "-NNNNN-of-NNNNN": split.count is a u16, so both numbers are 5 digits.
+    let split_at = stem.len().checked_sub(15)?;
+    let (prefix, tail) = (stem.get(..split_at)?, stem.get(split_at..)?);
+    let digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
+    let (no, count) = tail.strip_prefix('-')?.split_once("-of-")?;
+    if prefix.is_empty() || !digits(no) || !digits(count) {
+        return None;
+    }
+    let (no, count): (usize, usize) = (no.parse().ok()?, count.parse().ok()?);
+    (no >= 1 && no <= count).then(|| (PathBuf::from(prefix), no - 1, count))
+}
+
+/// The files of the split `path` belongs to, in shard order, when its name
+/// says it is one shard of several (`PREFIX-0000i-of-0000N.gguf`, N > 1).
+pub fn shard_set(path: &Path) -> Option<Vec<PathBuf>> {
+    let (prefix, _, count) = parse_shard_path(path)?;
+    (count > 1).then(|| (0..count).map(|no| shard_path(&prefix, no, count)).collect())
+}
