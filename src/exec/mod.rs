@@ -101,14 +101,12 @@ pub enum NodeError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("input `{0}` failed")]
     Upstream(String),
-    #[error("{}: not a shard name (expected PREFIX-NNNNN-of-NNNNN.gguf, more than one shard)", .0.display())]
-    NotASplit(PathBuf),
     #[error(transparent)]
     Split(#[from] SplitError),
     #[error(transparent)]
     SafeTensors(crate::formats::safetensors::WriteError),
     #[error(transparent)]
-    Shards(#[from] ops::load::ShardError),
+    Load(#[from] ops::load::LoadError),
     #[error(transparent)]
     Assemble(#[from] ops::assemble::AssembleError),
 }
@@ -638,26 +636,17 @@ impl Shared {
                 let Some(bound) = self.bound.inputs[j].as_ref() else {
                     return Err(NodeError::Upstream(node.id.clone()));
                 };
-                let shards = bound.shards.as_slice();
+                let models = bound.shards.iter().map(|h| self.bound.files.model(h)).collect::<Result<Vec<_>, _>>()?;
+                let input = ops::load::LoadInput {
+                    path: &self.bound.recipe.inputs[j].path,
+                    shards: models.iter().map(|m| &**m).zip(bound.shards.iter().copied()).collect(),
+                    index: bound.index.as_ref(),
+                };
                 let merge = match &node.op {
                     Op::MergeShards(o) => Some(*o),
                     _ => None,
                 };
-                if let Some(index) = &bound.index {
-                    let models = shards.iter().map(|h| self.bound.files.model(h)).collect::<Result<Vec<_>, _>>()?;
-                    let with_keys: Vec<_> = models.iter().map(|m| &**m).zip(shards.iter().copied()).collect();
-                    return Ok(ops::load::apply_safetensors_shards(index, &with_keys)?);
-                }
-                match (merge, shards) {
-                    (None, [single]) => ops::load::apply(&*self.bound.files.model(single)?, *single),
-                    (Some(_), [_]) => return Err(NodeError::NotASplit(self.bound.recipe.inputs[j].path.clone())),
-                    (merge, _) => {
-                        let models = shards.iter().map(|h| self.bound.files.model(h)).collect::<Result<Vec<_>, _>>()?;
-                        let with_keys: Vec<_> = models.iter().map(|m| &**m).zip(shards.iter().copied()).collect();
-                        let options = merge.unwrap_or(ops::load::MergeOptions { keep_split_keys: false });
-                        ops::load::apply_split(&with_keys, options)?
-                    }
-                }
+                ops::load::read(&input, merge)?
             }
             Op::Convert(o) => {
                 let Some(&Source::Input(j)) = node.from.first() else {
@@ -672,19 +661,9 @@ impl Shared {
                     None => None,
                 };
                 let input = input()?;
-                match o.budget {
-                    Some(budget) => {
-                        let m = self.materializer();
-                        let infos = input.infos();
-                        let rows = SetRows { materializer: &m, set: input };
-                        let model = budget::Model { metadata: &input.metadata, tensors: &infos, rows: &rows };
-                        let target = budget::Target::Size(budget);
-                        let plan =
-                            self.pool.install(|| budget::plan_budget(&model, o, imatrix.as_ref(), target, true))?;
-                        ops::quantize::apply(input, &plan.options, imatrix.as_ref(), &*self.store)?
-                    }
-                    None => ops::quantize::apply(input, o, imatrix.as_ref(), &*self.store)?,
-                }
+                let m = self.materializer();
+                let rows = SetRows { materializer: &m, set: input };
+                self.pool.install(|| ops::quantize::apply_planned(input, o, imatrix.as_ref(), &rows, &*self.store))?
             }
             Op::Filter(o) => ops::filter::apply(input()?, o),
             Op::Rename(o) => ops::rename::apply(input()?, o)?,

@@ -57,6 +57,41 @@ pub fn apply_split(shards: &[(&ModelFile, Key)], options: MergeOptions) -> Resul
     Ok(TensorSet { endian: first.endian, metadata: merged_metadata(&first.metadata, options.keep_split_keys), tensors })
 }
 
+/// What a `load` or `merge-shards` node reads: the input's files, opened,
+/// in shard order, each with its content hash; the SafeTensors index when
+/// the input is a sharded checkpoint.
+pub struct LoadInput<'a> {
+    pub path: &'a std::path::Path,
+    pub shards: Vec<(&'a ModelFile, Key)>,
+    pub index: Option<&'a SafeTensorsIndex>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Split(#[from] SplitError),
+    #[error(transparent)]
+    Shards(#[from] ShardError),
+    #[error("{}: not a shard name (expected PREFIX-NNNNN-of-NNNNN.gguf, more than one shard)", .0.display())]
+    NotASplit(std::path::PathBuf),
+}
+
+/// `load` (`merge: None`) or `merge-shards`: one model, a split's shards as
+/// one model, or a sharded SafeTensors checkpoint as one model.
+pub fn read(input: &LoadInput<'_>, merge: Option<MergeOptions>) -> Result<TensorSet, LoadError> {
+    if let Some(index) = input.index {
+        return Ok(apply_safetensors_shards(index, &input.shards)?);
+    }
+    match (merge, input.shards.as_slice()) {
+        (None, [(model, content)]) => Ok(apply(model, *content)),
+        (Some(_), [_]) => Err(LoadError::NotASplit(input.path.to_owned())),
+        (merge, shards) => {
+            let options = merge.unwrap_or(MergeOptions { keep_split_keys: false });
+            Ok(apply_split(shards, options)?)
+        }
+    }
+}
+
 /// Why the shards of a SafeTensors checkpoint do not match their index.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShardError {

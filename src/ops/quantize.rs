@@ -9,6 +9,7 @@
 use crate::artifact::{Tensor, TensorSet};
 use crate::model::Endian;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
+use crate::quant::budget::{BudgetError, Model, RowSource, Target, plan_budget};
 use crate::quant::imatrix::ImportanceMatrix;
 use crate::quant::mixture::{MixtureError, MixtureOptions, TensorTypeOverride};
 use crate::quant::plan::{KvOverride, QuantizeError, QuantizeOptions, parse_preset, plan};
@@ -120,6 +121,23 @@ impl QuantizeOptions {
             budget,
         })
     }
+}
+
+/// [`apply`], with a `budget` first turned into types by the budget planner,
+/// which reads sample rows of `input` through `rows` (the only op that looks
+/// at values: the planner measures what each type would cost in error).
+pub fn apply_planned(
+    input: &TensorSet,
+    options: &QuantizeOptions,
+    imatrix: Option<&ImportanceMatrix>,
+    rows: &dyn RowSource,
+    store: &dyn Store,
+) -> Result<TensorSet, BudgetError> {
+    let Some(budget) = options.budget else { return Ok(apply(input, options, imatrix, store)?) };
+    let infos = input.infos();
+    let model = Model { metadata: &input.metadata, tensors: &infos, rows };
+    let plan = plan_budget(&model, options, imatrix, Target::Size(budget), true)?;
+    Ok(apply(input, &plan.options, imatrix, store)?)
 }
 
 /// The quantized tensor set: `input`'s tensors in llama-quantize's order,
