@@ -33,17 +33,22 @@ pub(super) fn run(mut args: QuantizeArgs) -> anyhow::Result<()> {
     mixture.token_embedding_type = args.token_embedding_type;
     mixture.tensor_types = args.tensor_type;
     mixture.keep_split = args.keep_split;
-    let mut options = QuantizeOptions {
+    anyhow::ensure!(
+        args.target_size.is_none() || args.preset.is_none(),
+        "give either a TYPE or --target-size, not both"
+    );
+    // A budget is planned inside the run, as a recipe's `budget` is: one path.
+    let options = QuantizeOptions {
         mixture,
         allow_requantize: args.allow_requantize,
         include_weights: args.include_weights,
         exclude_weights: args.exclude_weights,
         override_kv: args.override_kv,
-        budget: None,
+        budget: args.target_size,
     };
-    let mut budget = None;
-    if let Some(size) = args.target_size {
-        anyhow::ensure!(args.preset.is_none(), "give either a TYPE or --target-size, not both");
+    if args.dry_run
+        && let Some(size) = args.target_size
+    {
         let plan = plan_quant::plan_for(&args.input, Target::Size(size), args.imatrix.as_deref(), true, options)?;
         eprintln!(
             "planned {} for a budget of {}, predicted weighted squared error {:.4e}",
@@ -51,8 +56,7 @@ pub(super) fn run(mut args: QuantizeArgs) -> anyhow::Result<()> {
             human_bytes(size as f64),
             plan.predicted_error
         );
-        budget = Some(size);
-        options = plan.options;
+        return Ok(());
     }
     let ftype = options.mixture.ftype;
     if args.dry_run {
@@ -75,7 +79,7 @@ pub(super) fn run(mut args: QuantizeArgs) -> anyhow::Result<()> {
     let jobs = workers(args.threads.or(args.nthreads));
     let settings = args.cache.settings(Some(jobs), OpenOptions::default());
     let report = oneshot::run(job, &settings).with_context(|| format!("cannot quantize {}", args.input.display()))?;
-    if let Some(budget) = budget {
+    if let Some(budget) = args.target_size {
         anyhow::ensure!(
             report.output_bytes() <= budget,
             "wrote {} bytes, over the budget of {budget}: a bug in the planner",
@@ -83,10 +87,13 @@ pub(super) fn run(mut args: QuantizeArgs) -> anyhow::Result<()> {
         );
     }
     let totals = &report.totals;
+    let kind = match args.target_size {
+        Some(budget) => format!("types planned for a budget of {}", human_bytes(budget as f64)),
+        None => ftype.description().to_owned(),
+    };
     eprintln!(
-        "wrote {}: {} ({}), {} tensors encoded, {} from cache, {} copied, in {:.2} s",
+        "wrote {}: {kind} ({}), {} tensors encoded, {} from cache, {} copied, in {:.2} s",
         args.output.display(),
-        ftype.description(),
         human_bytes(report.output_bytes() as f64),
         totals.tensors_encoded,
         totals.tensors_reused,
