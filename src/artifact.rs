@@ -58,6 +58,23 @@ pub enum TensorData {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         producer: Option<Key>,
     },
+    /// The f32 values of tensor `index` of checkpoint file `file` (content
+    /// hash), with a Hugging Face family's row transforms applied: what
+    /// `convert_hf_to_gguf.py` computes before it casts a tensor.
+    Checkpoint { file: Key, index: usize, transform: RowTransform },
+}
+
+/// A converter's transforms of one checkpoint tensor, in the order applied.
+/// Each acts on whole rows (or, in a 1-D tensor, on elements), so a slab of
+/// rows can be computed without the rest of the tensor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RowTransform {
+    /// LLaMA's Q/K row permutation, over this many heads.
+    pub permute_heads: Option<usize>,
+    /// Gemma's norm +1, in the checkpoint tensor's own dtype.
+    pub plus_one: bool,
+    /// Gemma's vocabulary cut: the elements of the rows kept.
+    pub keep_elements: Option<usize>,
 }
 
 impl Tensor {
@@ -70,6 +87,22 @@ impl Tensor {
             ggml_type: info.ggml_type,
             key,
             data: TensorData::Input { file, index },
+        }
+    }
+
+    /// The transformed f32 values of tensor `index` of checkpoint file `file`,
+    /// named `name`, of shape `dims` (after the transforms).
+    pub fn from_checkpoint(name: &str, dims: Vec<u64>, file: Key, index: usize, transform: RowTransform) -> Tensor {
+        let mut key = KeyBuilder::new("tensor.checkpoint");
+        key.key(&file).u64(index as u64);
+        key.u64(transform.permute_heads.map_or(0, |h| h as u64 + 1)).u64(u64::from(transform.plus_one));
+        key.u64(transform.keep_elements.map_or(0, |n| n as u64 + 1));
+        Tensor {
+            name: name.to_owned(),
+            dims,
+            ggml_type: GgmlType::F32,
+            key: key.finish(),
+            data: TensorData::Checkpoint { file, index, transform },
         }
     }
 
@@ -105,7 +138,7 @@ impl Tensor {
 
     fn collect_refs(&self, blobs: &mut Vec<Key>, files: &mut Vec<Key>) {
         match &self.data {
-            TensorData::Input { file, .. } => files.push(*file),
+            TensorData::Input { file, .. } | TensorData::Checkpoint { file, .. } => files.push(*file),
             TensorData::Blob { hash } => blobs.push(*hash),
             TensorData::Convert { from, importance, .. } => {
                 blobs.extend(importance.iter().copied());

@@ -8,32 +8,40 @@
 
 mod common;
 
-use std::io::Write as _;
 use std::process::Command;
 
-use quantforge::convert::{
-    Checkpoint, ConvertedTensor, OutType, architecture_keys, convert_tensors, family_of, tokenizer_keys,
-};
-use quantforge::model::{Metadata, Value};
+use quantforge::convert::{Checkpoint, OutType, architecture_keys, family_of};
+use quantforge::model::Value;
 use serde_json::{Value as Json, json};
 
-/// `summarize.py`'s summary of a GGUF of `metadata` and `tensors`.
-fn summarize(
-    python: &str,
-    checkpoint: &Checkpoint,
-    metadata: &Metadata,
-    tensors: &[ConvertedTensor],
-    dir: &std::path::Path,
-) -> Json {
-    let path = dir.join("ours.gguf");
-    let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-    quantforge::convert::write(&mut file, checkpoint, metadata, tensors).unwrap();
-    file.flush().unwrap();
-    drop(file);
+/// `summarize.py`'s summary of the GGUF at `path`.
+fn summarize(python: &str, path: &std::path::Path) -> Json {
     let script = common::repo().join("tests/convert/summarize.py");
-    let output = Command::new(python).arg(script).arg(&path).output().unwrap();
+    let output = Command::new(python).arg(script).arg(path).output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Every reference converted by `quantforge convert` (the one path a
+/// conversion takes, as a recipe's `convert` op takes it too), summarized
+/// once for all the tests: (stem, ours, golden).
+fn converted(python: &str) -> &'static [(String, Json, Json)] {
+    static CONVERTED: std::sync::OnceLock<Vec<(String, Json, Json)>> = std::sync::OnceLock::new();
+    CONVERTED.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let checkpoints = common::repo().join("tests/data/convert/checkpoints");
+        references()
+            .into_iter()
+            .map(|(stem, _, _, golden)| {
+                let (model, outtype) = stem.rsplit_once('-').unwrap();
+                let out = dir.path().join(format!("{stem}.gguf"));
+                let os = std::ffi::OsStr::new;
+                let input = checkpoints.join(model);
+                run_quantforge(&[os("convert"), input.as_os_str(), out.as_os_str(), os("--outtype"), os(outtype)]);
+                (stem, summarize(python, &out), golden)
+            })
+            .collect()
+    })
 }
 
 /// Every reference: its stem, checkpoint, outtype and golden summary.
@@ -60,13 +68,8 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
 #[test]
 fn tokenizer_keys_equal_convert_hf_to_gguf() {
     let Some(python) = common::python_with_gguf() else { return };
-    let dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
-    for (stem, checkpoint, _, golden) in references() {
-        let (family, _) = family_of(&checkpoint).unwrap();
-        let mut metadata = Metadata::new();
-        tokenizer_keys(&checkpoint, family.id, None, &mut metadata).unwrap();
-        let ours = summarize(&python, &checkpoint, &metadata, &[], dir.path());
+    for (stem, ours, golden) in converted(&python) {
         let pick = |summary: &Json| -> Vec<Json> {
             summary["metadata"]
                 .as_array()
@@ -76,7 +79,7 @@ fn tokenizer_keys_equal_convert_hf_to_gguf() {
                 .cloned()
                 .collect()
         };
-        let (ours, theirs) = (pick(&ours), pick(&golden));
+        let (ours, theirs) = (pick(ours), pick(golden));
         if ours != theirs {
             let keys = |v: &[Json]| v.iter().map(|m| m["key"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
             failures.push(format!("{stem}: ours {:?}\n  reference {:?}", keys(&ours), keys(&theirs)));
@@ -93,13 +96,9 @@ fn tokenizer_keys_equal_convert_hf_to_gguf() {
 #[test]
 fn tensors_equal_convert_hf_to_gguf() {
     let Some(python) = common::python_with_gguf() else { return };
-    let dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
-    for (stem, checkpoint, outtype, golden) in references() {
-        let tensors = convert_tensors(&checkpoint, outtype).unwrap();
-        let mut metadata = Metadata::new();
-        metadata.set("general.architecture", Value::string("test"));
-        let ours = summarize(&python, &checkpoint, &metadata, &tensors, dir.path())["tensors"].clone();
+    for (stem, ours, golden) in converted(&python) {
+        let ours = &ours["tensors"];
         let theirs = &golden["tensors"];
         if ours.as_array().map(Vec::len) != theirs.as_array().map(Vec::len) {
             failures.push(format!(
@@ -156,11 +155,8 @@ fn architecture_keys_equal_convert_hf_to_gguf() {
 #[test]
 fn whole_files_equal_convert_hf_to_gguf() {
     let Some(python) = common::python_with_gguf() else { return };
-    let dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
-    for (stem, checkpoint, outtype, golden) in references() {
-        let (metadata, tensors) = quantforge::convert::convert(&checkpoint, outtype, None).unwrap();
-        let ours = summarize(&python, &checkpoint, &metadata, &tensors, dir.path());
+    for (stem, ours, golden) in converted(&python) {
         if ours["metadata"] != golden["metadata"] {
             let (a, b) = (ours["metadata"].as_array().unwrap(), golden["metadata"].as_array().unwrap());
             for (x, y) in a.iter().zip(b) {

@@ -1,15 +1,22 @@
 //! `quantforge convert HF-DIR OUT.gguf [--outtype TYPE] [--pre NAME]`: a
 //! Hugging Face checkpoint to GGUF as `convert_hf_to_gguf.py` writes it;
 //! with a preset (Q4_K_M, …) the tensors are quantized straight from the
-//! checkpoint's values, with no F16 file in between.
+//! checkpoint's values, with no F16 file in between. A one-step recipe on
+//! the engine, like every one-shot command.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::convert::{Checkpoint, OutType, convert, convert_quantized, write};
-use crate::formats::{AtomicOutput, human_bytes};
+use super::{CacheArgs, workers};
+use crate::convert::OutType;
+use crate::exec::oneshot;
+use crate::formats::{OpenOptions, human_bytes};
+use crate::ops::Op;
+use crate::ops::convert::{ConvertOptions, Target};
+use crate::ops::export::SplitMode;
 use crate::quant::plan::parse_preset;
+use crate::recipe::OneShot;
 
 #[derive(Debug, clap::Args)]
 pub struct ConvertArgs {
@@ -23,28 +30,37 @@ pub struct ConvertArgs {
     /// hashing a tokenization; default: the family's usual one).
     #[arg(long, value_name = "NAME")]
     pre: Option<String>,
+    /// Worker threads (default: all cores).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    #[command(flatten)]
+    cache: CacheArgs,
 }
 
 pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
-    let checkpoint = Checkpoint::open(&args.input)?;
-    let (metadata, tensors) = match OutType::from_name(&args.outtype) {
-        Some(outtype) => convert(&checkpoint, outtype, args.pre.as_deref())?,
-        None => {
-            let ftype = parse_preset(&args.outtype).map_err(|e| anyhow::anyhow!("--outtype: {e}"))?;
-            convert_quantized(&checkpoint, ftype, args.pre.as_deref())?
-        }
+    let target = match OutType::from_name(&args.outtype) {
+        Some(outtype) => Target::Float(outtype),
+        None => Target::Preset(parse_preset(&args.outtype).map_err(|e| anyhow::anyhow!("--outtype: {e}"))?),
     };
-    let mut out =
-        AtomicOutput::create(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
-    write(out.writer(), &checkpoint, &metadata, &tensors)?;
-    out.commit()?;
-    let bytes: u64 = tensors.iter().map(|t| t.info.n_bytes()).sum();
+    let options = ConvertOptions { target, pre: args.pre };
+    let job = OneShot {
+        name: "convert",
+        input: &args.input,
+        extra_inputs: &[],
+        read: Op::Convert(Box::new(options)),
+        ops: Vec::new(),
+        output: &args.output,
+        split: SplitMode::Whole,
+    };
+    let settings = args.cache.settings(Some(workers(args.threads)), OpenOptions::default());
+    let report = oneshot::run(job, &settings).with_context(|| format!("cannot convert {}", args.input.display()))?;
+    let tensors: usize = report.files().map(|f| f.tensors).sum();
     eprintln!(
-        "wrote {}: {} tensors, {} of tensor data, in {:.2} s",
+        "wrote {}: {} tensors, {}, in {:.2} s",
         args.output.display(),
-        tensors.len(),
-        human_bytes(bytes as f64),
+        tensors,
+        human_bytes(report.output_bytes() as f64),
         started.elapsed().as_secs_f64()
     );
     Ok(())

@@ -222,14 +222,14 @@ struct QuantizeArgs {
 
 /// Where results are cached. One-shot commands cache only when asked.
 #[derive(Debug, Clone, clap::Args)]
-struct CacheArgs {
+pub(super) struct CacheArgs {
     /// Cache directory (default for one-shot commands: no cache).
     #[arg(long, value_name = "DIR", env = "QUANTFORGE_CACHE")]
     cache_dir: Option<PathBuf>,
 }
 
 impl CacheArgs {
-    fn settings(&self, jobs: Option<usize>, open: OpenOptions) -> OneShotSettings {
+    pub(super) fn settings(&self, jobs: Option<usize>, open: OpenOptions) -> OneShotSettings {
         OneShotSettings { cache_dir: self.cache_dir.clone(), jobs: workers(jobs), open }
     }
 }

@@ -16,11 +16,10 @@ mod vocab;
 
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use hparams::architecture_keys;
-pub use tensors::{ConvertError, ConvertedTensor, OutType, convert_tensors, family_of};
+pub use tensors::{ConvertError, ConvertedTensor, OutType, Values, checkpoint_rows, convert_tensors, family_of};
 pub use vocab::tokenizer_keys;
 
-use crate::formats::gguf::{TensorDataSource, write_gguf};
-use crate::model::{Endian, Metadata, TensorInfo, Value};
+use crate::model::{Metadata, TensorInfo, Value};
 use crate::quant::plan::{self as quantize, QuantizeOptions};
 use crate::types::FileType;
 
@@ -60,22 +59,6 @@ pub fn convert_quantized(
 
 /// Writes a conversion of `ckpt` as a GGUF file, one tensor computed at a
 /// time.
-pub fn write(
-    out: &mut dyn std::io::Write,
-    ckpt: &Checkpoint,
-    metadata: &Metadata,
-    tensors: &[ConvertedTensor],
-) -> std::io::Result<()> {
-    struct Data<'a>(&'a Checkpoint, &'a [ConvertedTensor]);
-    impl TensorDataSource for Data<'_> {
-        fn write_tensor(&mut self, tensor_idx: usize, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-            out.write_all(&self.1[tensor_idx].data(self.0).map_err(std::io::Error::other)?)
-        }
-    }
-    write_gguf(out, Endian::Little, metadata, &infos(tensors), &mut Data(ckpt, tensors)).map(|_| ())
-}
-
-/// The tensor descriptors of a conversion, in order.
 pub fn infos(tensors: &[ConvertedTensor]) -> Vec<TensorInfo> {
     tensors.iter().map(|t| t.info.clone()).collect()
 }

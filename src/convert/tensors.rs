@@ -1,10 +1,10 @@
 //! The tensors of a converted checkpoint: names, order, family transforms
 //! and output types, as `convert_hf_to_gguf.py` makes them.
 
-use rayon::prelude::*;
-
 use crate::arch::registry::{FAMILIES, Family, gguf_name};
+use crate::artifact::RowTransform;
 use crate::codecs::{self, CodecError, scalar};
+use crate::formats::ModelFile;
 use crate::model::TensorInfo;
 use crate::types::GgmlType;
 
@@ -69,72 +69,98 @@ pub struct ConvertedTensor {
 
 /// Where a converted tensor's values come from.
 #[derive(Debug, Clone)]
-enum Values {
+pub enum Values {
     /// Computed from the configuration (LLaMA 3's `rope_freqs`).
     Generated(Vec<f32>),
-    /// A checkpoint tensor, through the family's transforms.
-    Checkpoint { shard: usize, tensor: usize, transform: Transform },
-}
-
-/// The family transforms of one checkpoint tensor, in the order applied.
-#[derive(Debug, Clone, Copy, Default)]
-struct Transform {
-    /// LLaMA's Q/K row permutation, over this many heads.
-    permute_heads: Option<usize>,
-    /// Gemma's norm +1, in the checkpoint tensor's own dtype.
-    plus_one: bool,
-    /// Gemma's vocabulary cut: the elements of the rows kept.
-    keep_elements: Option<usize>,
+    /// Tensor `tensor` of shard `shard`, through the family's transforms.
+    Checkpoint { shard: usize, tensor: usize, transform: RowTransform },
 }
 
 impl ConvertedTensor {
+    /// Where the tensor's values come from.
+    pub fn values_source(&self) -> &Values {
+        &self.values
+    }
+
     /// The same values stored as `info` says (a preset's type for the tensor).
     pub fn stored_as(&self, info: TensorInfo) -> ConvertedTensor {
         ConvertedTensor { info, values: self.values.clone() }
     }
+}
 
-    /// The tensor's bytes in its type, rows encoded in parallel.
-    pub fn data(&self, ckpt: &Checkpoint) -> Result<Vec<u8>, ConvertError> {
-        let values = self.values(ckpt)?;
-        let ty = self.info.ggml_type;
-        let n_per_row = (self.info.dims.first().copied().unwrap_or(1) as usize).max(1);
-        let row_bytes = ty.row_size(n_per_row as u64).unwrap_or(0) as usize;
-        let mut data = vec![0u8; self.info.n_bytes() as usize];
-        data.par_chunks_mut(row_bytes.max(1)).zip(values.par_chunks(n_per_row)).try_for_each(|(dst, row)| {
-            codecs::quantize_row(ty, row, None, dst)
-                .map_err(|source| ConvertError::Codec { tensor: self.info.name.clone(), source })
-        })?;
-        Ok(data)
+/// A whole checkpoint tensor's values, transformed.
+fn whole_tensor_values(
+    shard: &ModelFile,
+    source: &TensorInfo,
+    transform: &RowTransform,
+) -> Result<Vec<f32>, ConvertError> {
+    let mut values = vec![0f32; source.n_elements() as usize];
+    codecs::dequantize_row(source.ggml_type, &shard.tensor_data(source)?, &mut values)
+        .map_err(|e| ConvertError::Codec { tensor: source.name.clone(), source: e })?;
+    // Read once: its mapped pages need not stay resident.
+    shard.release_tensor_range(source, 0, source.n_bytes());
+    if let Some(heads) = transform.permute_heads {
+        values = permute_rows(&values, &source.dims, heads);
     }
+    plus_one(&mut values, source, transform);
+    if let Some(n) = transform.keep_elements {
+        values.truncate(n);
+    }
+    Ok(values)
+}
 
-    /// The tensor's values in f32, the family's transforms applied.
-    fn values(&self, ckpt: &Checkpoint) -> Result<Vec<f32>, ConvertError> {
-        let (shard, tensor, transform) = match &self.values {
-            Values::Generated(values) => return Ok(values.clone()),
-            Values::Checkpoint { shard, tensor, transform } => (&ckpt.shards[*shard], *tensor, transform),
-        };
-        let source = &shard.tensors[tensor];
-        let mut values = vec![0f32; source.n_elements() as usize];
-        codecs::dequantize_row(source.ggml_type, &shard.tensor_data(source)?, &mut values)
-            .map_err(|e| ConvertError::Codec { tensor: self.info.name.clone(), source: e })?;
-        // Read once: its mapped pages need not stay resident.
-        shard.release_tensor_range(source, 0, source.n_bytes());
-        if let Some(heads) = transform.permute_heads {
-            values = permute_rows(&values, &source.dims, heads);
+/// Gemma's norm +1, added in the tensor's own dtype: an f16 checkpoint
+/// rounds the sum to f16.
+fn plus_one(values: &mut [f32], source: &TensorInfo, transform: &RowTransform) {
+    if !transform.plus_one {
+        return;
+    }
+    let f16 = source.ggml_type == GgmlType::F16;
+    for v in values {
+        let sum = *v + 1.0;
+        *v = if f16 { scalar::f16_bits_to_f32(scalar::f32_to_f16_bits(sum)) } else { sum };
+    }
+}
+
+/// Rows `first..first + out.len() / row length` of checkpoint tensor
+/// `source` of `shard`, transformed, into `out`: a slab at a time, so a
+/// conversion holds a slab's values, not a tensor's. A 1-D tensor is one
+/// row (its permutation moves elements), computed whole.
+pub fn checkpoint_rows(
+    shard: &ModelFile,
+    source: &TensorInfo,
+    transform: &RowTransform,
+    first: usize,
+    out: &mut [f32],
+) -> Result<(), ConvertError> {
+    let codec = |e| ConvertError::Codec { tensor: source.name.clone(), source: e };
+    if source.dims.len() < 2 {
+        let values = whole_tensor_values(shard, source, transform)?;
+        out.copy_from_slice(&values[..out.len()]);
+        return Ok(());
+    }
+    let row_len = source.dims[0] as usize;
+    let row_bytes = source.ggml_type.row_size(row_len as u64).unwrap_or(0);
+    let n_rows = out.len() / row_len.max(1);
+    match transform.permute_heads {
+        None => {
+            let range = shard.tensor_data_range(source, first as u64 * row_bytes, n_rows as u64 * row_bytes)?;
+            codecs::dequantize_row(source.ggml_type, &range, out).map_err(codec)?;
         }
-        if transform.plus_one {
-            // Added in the tensor's own dtype: an f16 checkpoint rounds the sum to f16.
-            let f16 = source.ggml_type == GgmlType::F16;
-            for v in &mut values {
-                let sum = *v + 1.0;
-                *v = if f16 { scalar::f16_bits_to_f32(scalar::f32_to_f16_bits(sum)) } else { sum };
+        Some(n_head) => {
+            // Output row 2i + j of a head takes input row j·hd/2 + i.
+            let hd = (source.n_elements() as usize / row_len) / n_head.max(1);
+            for (r, row) in out.chunks_exact_mut(row_len).enumerate() {
+                let to = first + r;
+                let (head, k) = (to / hd, to % hd);
+                let from = head * hd + (k % 2) * (hd / 2) + k / 2;
+                let bytes = shard.tensor_data_range(source, from as u64 * row_bytes, row_bytes)?;
+                codecs::dequantize_row(source.ggml_type, &bytes, row).map_err(codec)?;
             }
         }
-        if let Some(n) = transform.keep_elements {
-            values.truncate(n);
-        }
-        Ok(values)
     }
+    plus_one(out, source, transform);
+    Ok(())
 }
 
 /// The family and GGUF architecture of the checkpoint's first `architectures` entry.
@@ -172,7 +198,7 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
         }
         let name = gguf_name(family, hf).ok_or_else(|| ConvertError::Unmapped(hf.to_owned()))?;
         let mut dims = source.dims.clone();
-        let mut transform = Transform::default();
+        let mut transform = RowTransform::default();
         if family.id == "llama" {
             // K rows group by KV head, Q rows by head.
             let heads = if hf.ends_with("q_proj.weight") || hf.ends_with("q_proj.bias") {

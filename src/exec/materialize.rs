@@ -42,6 +42,8 @@ pub enum MaterializeError {
     Io { tensor: String, source: io::Error },
     #[error("no input file has content hash {0}")]
     UnknownInput(Key),
+    #[error("tensor `{tensor}`: {source}")]
+    Checkpoint { tensor: String, source: Box<crate::convert::ConvertError> },
     #[error("input {} changed during the run; nothing computed from it was kept (run again)", .0.display())]
     InputChanged(PathBuf),
 }
@@ -98,6 +100,11 @@ impl InputFiles {
 
     pub fn paths(&self) -> impl Iterator<Item = &PathBuf> {
         self.files.values().map(|f| &f.path)
+    }
+
+    /// The content hash the run pinned for the file at `path`.
+    pub fn key_of(&self, path: &std::path::Path) -> Option<Key> {
+        self.files.iter().find(|(_, f)| f.path == path).map(|(key, _)| *key)
     }
 
     pub fn model(&self, content: &Key) -> Result<Arc<ModelFile>, MaterializeError> {
@@ -157,6 +164,7 @@ impl Materializer<'_> {
                 return Ok(true);
             }
             TensorData::Blob { hash } => (*hash, false),
+            TensorData::Checkpoint { .. } => return Ok(false),
             TensorData::Convert { .. } => match self.cached(tensor) {
                 Some(hash) => (hash, true),
                 None => return Ok(false),
@@ -298,6 +306,18 @@ impl Materializer<'_> {
                 Ok(model.tensor_data_range(info, offset, len)?.into_owned())
             }
             TensorData::Blob { hash } => Ok(self.store.read_blob_range(hash, offset, len)?),
+            TensorData::Checkpoint { file, index, transform } => {
+                let model = self.files.model(file)?;
+                let source = model.tensors.get(*index).ok_or_else(|| MaterializeError::Io {
+                    tensor: tensor.name.clone(),
+                    source: io::Error::other(format!("{} has no tensor {index}", model.path().display())),
+                })?;
+                let (n_per_row, _) = rows_of(tensor);
+                let mut values = vec![0f32; n * n_per_row];
+                crate::convert::checkpoint_rows(&model, source, transform, first, &mut values)
+                    .map_err(|e| MaterializeError::Checkpoint { tensor: tensor.name.clone(), source: Box::new(e) })?;
+                Ok(values.iter().flat_map(|v| v.to_le_bytes()).collect())
+            }
             TensorData::Convert { from, importance, producer } => {
                 if let Some(hash) = self.cached(tensor) {
                     match self.store.read_blob_range(&hash, offset, len) {
@@ -370,6 +390,14 @@ impl Materializer<'_> {
                     && let Some(info) = model.tensors.get(*index)
                 {
                     let row = row_bytes(tensor) as u64;
+                    model.release_tensor_range(info, first as u64 * row, n as u64 * row);
+                }
+            }
+            TensorData::Checkpoint { file, index, .. } => {
+                if let Ok(model) = self.files.model(file)
+                    && let Some(info) = model.tensors.get(*index)
+                {
+                    let row = info.ggml_type.row_size(info.dims[0]).unwrap_or(0);
                     model.release_tensor_range(info, first as u64 * row, n as u64 * row);
                 }
             }

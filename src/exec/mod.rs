@@ -652,7 +652,8 @@ impl Shared {
                 let Some(&Source::Input(j)) = node.from.first() else {
                     return Err(NodeError::Upstream(node.id.clone()));
                 };
-                ops::convert::apply(&self.bound.recipe.inputs[j].path, o, &*self.store)?
+                let file_key = |path: &std::path::Path| self.bound.files.key_of(path);
+                ops::convert::apply(&self.bound.recipe.inputs[j].path, o, &*self.store, &file_key)?
             }
             Op::Dequantize(o) => ops::quantize::apply(input()?, &o.quantize_options(), None, &*self.store)?,
             Op::Quantize(o) => {

@@ -1,17 +1,18 @@
 //! `convert`: a Hugging Face checkpoint directory (a recipe input) as a
 //! tensor set, as `convert_hf_to_gguf.py` would write it, or quantized
-//! straight to a preset. The tensors are computed one at a time and kept as
-//! blobs of the store.
+//! straight to a preset. Pure like every op: the tensors are conversions
+//! of the checkpoint's values that the materializer computes a slab at a
+//! time, on the worker pool, when an export needs them.
 
 use std::path::Path;
 
 use crate::artifact::{Tensor, TensorData, TensorSet};
-use crate::convert::{Checkpoint, ConvertError, OutType, convert, convert_quantized};
+use crate::convert::{Checkpoint, ConvertError, OutType, Values, convert, convert_quantized};
 use crate::model::Endian;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::quant::plan::parse_preset;
-use crate::store::{Store, StoreError};
-use crate::types::FileType;
+use crate::store::{Key, KeyBuilder, Store, StoreError};
+use crate::types::{FileType, GgmlType};
 
 pub const SPEC: OpSpec = OpSpec::new(
     "convert",
@@ -42,6 +43,8 @@ pub enum ConvertOpError {
     Convert(#[from] ConvertError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("{}: a checkpoint file the run did not hash (it appeared during the run?)", .0.display())]
+    UnpinnedFile(std::path::PathBuf),
 }
 
 impl ConvertOptions {
@@ -65,8 +68,16 @@ impl ConvertOptions {
     }
 }
 
-/// The converted checkpoint in `dir`, its tensors stored as blobs.
-pub fn apply(dir: &Path, options: &ConvertOptions, store: &dyn Store) -> Result<TensorSet, ConvertOpError> {
+/// The converted checkpoint in `dir`: its metadata, and each tensor as a
+/// conversion of the checkpoint tensor's transformed f32 values to the
+/// output type, computed a slab at a time when something needs the bytes.
+/// `file_key` gives a checkpoint file's content hash (the run pinned them).
+pub fn apply(
+    dir: &Path,
+    options: &ConvertOptions,
+    store: &dyn Store,
+    file_key: &dyn Fn(&Path) -> Option<Key>,
+) -> Result<TensorSet, ConvertOpError> {
     let checkpoint = Checkpoint::open(dir).map_err(ConvertError::from)?;
     let pre = options.pre.as_deref();
     let (metadata, converted) = match options.target {
@@ -76,14 +87,21 @@ pub fn apply(dir: &Path, options: &ConvertOptions, store: &dyn Store) -> Result<
     let tensors = converted
         .into_iter()
         .map(|t| {
-            let hash = store.put_blob(&t.data(&checkpoint)?)?;
-            Ok(Tensor {
-                name: t.info.name,
-                dims: t.info.dims,
-                ggml_type: t.info.ggml_type,
-                key: hash,
-                data: TensorData::Blob { hash },
-            })
+            let info = &t.info;
+            let values = match t.values_source() {
+                Values::Generated(values) => {
+                    let hash = store.put_blob(&values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
+                    let key = KeyBuilder::new("tensor.generated").key(&hash).finish();
+                    let data = TensorData::Blob { hash };
+                    Tensor { name: info.name.clone(), dims: info.dims.clone(), ggml_type: GgmlType::F32, key, data }
+                }
+                Values::Checkpoint { shard, tensor, transform } => {
+                    let path = checkpoint.shards[*shard].path();
+                    let file = file_key(path).ok_or_else(|| ConvertOpError::UnpinnedFile(path.to_owned()))?;
+                    Tensor::from_checkpoint(&info.name, info.dims.clone(), file, *tensor, *transform)
+                }
+            };
+            Ok(Tensor::convert(values, info.ggml_type, None))
         })
         .collect::<Result<Vec<_>, ConvertOpError>>()?;
     Ok(TensorSet { endian: Endian::Little, metadata, tensors })

@@ -309,7 +309,7 @@ fn shards_like_input(tensors: &[Tensor]) -> Vec<Vec<usize>> {
 
 fn source_file(tensor: &Tensor) -> Option<Key> {
     match &tensor.data {
-        TensorData::Input { file, .. } => Some(*file),
+        TensorData::Input { file, .. } | TensorData::Checkpoint { file, .. } => Some(*file),
         TensorData::Convert { from, .. } => source_file(from),
         TensorData::Blob { .. } => None,
     }
