@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Fails when the top-level modules of src/ import each other in a cycle.
+"""Fails when the top-level modules of src/ import each other in a cycle,
+or the files of a module held to the same rule (LAYERED) do.
 
 Every `crate::NAME` path counts, in `use` lines and inline, with `use
-crate::{a, b::c}` groups expanded. A module is a file `src/NAME.rs` or a
+crate::{a, b::c}` groups expanded (inside a layered module, `super::NAME`
+and `crate::MODULE::NAME` paths). A module is a file `src/NAME.rs` or a
 directory `src/NAME/`; `main.rs` and `lib.rs` are the roots, not modules.
 Prints the dependency order when there is none (lowest layer first), or
 each cycle with one line that shows it, and exits 1.
@@ -12,6 +14,11 @@ import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
+
+# Modules whose files are layered too: codecs' shared blocks and tables
+# below the scalar definitions and the vector kernels, which must not
+# import each other in a circle.
+LAYERED = ["codecs"]
 
 
 def module_of(path: Path) -> str | None:
@@ -25,10 +32,10 @@ def strip_comments(text: str) -> str:
     return re.sub(r"//[^\n]*", "", text)
 
 
-def used_modules(text: str) -> list[tuple[str, int]]:
-    """(module, line) for each `crate::` path, groups expanded."""
+def used_modules(text: str, prefix: str = r"crate::") -> list[tuple[str, int]]:
+    """(module, line) for each path after `prefix`, groups expanded."""
     found = []
-    for m in re.finditer(r"\bcrate::(\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)", text):
+    for m in re.finditer(r"\b" + prefix + r"(\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)", text):
         line = text.count("\n", 0, m.start()) + 1
         target = m.group(1)
         if target.startswith("{"):
@@ -53,7 +60,7 @@ def used_modules(text: str) -> list[tuple[str, int]]:
     return found
 
 
-def main() -> int:
+def top_level_edges() -> dict[str, dict[str, str]]:
     modules = {module_of(p) for p in SRC.rglob("*.rs")} - {None}
     edges: dict[str, dict[str, str]] = {m: {} for m in modules}
     for path in sorted(SRC.rglob("*.rs")):
@@ -64,6 +71,32 @@ def main() -> int:
         for target, line in used_modules(text):
             if target in modules and target != source:
                 edges[source].setdefault(target, f"{path.relative_to(SRC.parent)}:{line}")
+    return edges
+
+
+def file_edges(module: str) -> dict[str, dict[str, str]]:
+    """The files of `src/MODULE/` (mod.rs aside) and which of them each uses."""
+    files = {p.stem: p for p in (SRC / module).glob("*.rs") if p.stem != "mod"}
+    edges: dict[str, dict[str, str]] = {f: {} for f in files}
+    for name, path in files.items():
+        text = strip_comments(path.read_text())
+        uses = used_modules(text, r"super::") + used_modules(text, rf"crate::{module}::")
+        for target, line in uses:
+            if target in files and target != name:
+                edges[name].setdefault(target, f"{path.relative_to(SRC.parent)}:{line}")
+    return edges
+
+
+def main() -> int:
+    failed = report("layers", top_level_edges())
+    for module in LAYERED:
+        failed |= report(f"{module} files", file_edges(module))
+    return 1 if failed else 0
+
+
+def report(what: str, edges: dict[str, dict[str, str]]) -> bool:
+    """Prints the order or the cycles of `edges`; true when there are cycles."""
+    modules = set(edges)
     # Tarjan's strongly connected components.
     index, low, stack, on_stack, sccs, counter = {}, {}, [], set(), [], [0]
 
@@ -94,15 +127,15 @@ def main() -> int:
             visit(v)
     cycles = [scc for scc in sccs if len(scc) > 1]
     if not cycles:
-        print("layers: no cycles; lowest first:", " < ".join(scc[0] for scc in sccs))
-        return 0
+        print(f"{what}: no cycles; lowest first:", " < ".join(scc[0] for scc in sccs))
+        return False
     for scc in cycles:
-        print(f"cycle between {', '.join(scc)}:")
+        print(f"{what}: cycle between {', '.join(scc)}:")
         for v in scc:
             for w, where in sorted(edges[v].items()):
                 if w in scc:
                     print(f"  {v} -> {w}  ({where})")
-    return 1
+    return True
 
 
 if __name__ == "__main__":

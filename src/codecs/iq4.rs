@@ -5,8 +5,8 @@
 
 use bytemuck::{Pod, Zeroable};
 
+use super::blocks::{BATCH, GROUP_MAX_EPS, KVALUES, NTRY};
 use super::scalar::{F16, nearest_int};
-use super::search::{BATCH, GROUP_MAX_EPS};
 use super::simd::Level;
 use crate::types::GgmlType;
 
@@ -14,14 +14,6 @@ const QK4_NL: usize = GgmlType::IQ4_NL.block_size() as usize;
 const QK_K: usize = GgmlType::IQ4_XS.block_size() as usize;
 /// Each scale, in either type, covers this many values.
 const SUB_BLOCK: usize = 32;
-
-/// ggml's `kvalues_iq4nl`.
-pub(super) const KVALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
-
-/// Scales tried either side of the first guess; `quantize_iq4_nl` and
-/// `quantize_iq4_xs` both pass 7, with or without importance weights (only
-/// the `_ref` row functions pass -1, and ggml's chunk quantizer never calls those).
-pub(super) const NTRY: i32 = 7;
 
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]

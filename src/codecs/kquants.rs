@@ -9,10 +9,11 @@
 
 use bytemuck::{Pod, Zeroable};
 
+use super::blocks::{BATCH, GROUP_MAX_EPS, MinSearch};
 use super::scalar::{F16, nearest_int};
 use super::search::{
-    BATCH, GROUP_MAX_EPS, MinSearch, QxWeighting, make_q3_quants_batch, make_qkx_quants_batch, make_qp_quants,
-    make_qx_quants, make_qx_quants_batch, signed_absmax_and_magnitude,
+    QxWeighting, make_q3_quants_batch, make_qkx_quants_batch, make_qp_quants, make_qx_quants, make_qx_quants_batch,
+    signed_absmax_and_magnitude,
 };
 use super::simd::Level;
 use crate::types::GgmlType;

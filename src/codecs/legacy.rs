@@ -4,12 +4,12 @@
 
 use bytemuck::{Pod, Zeroable};
 
+use super::blocks::MinSearch;
+use super::blocks::{BlockQ8_0, QK, inverse};
 use super::scalar::{F16, c_float_to_i8, c_float_to_int};
-use super::search::{MinSearch, QxWeighting, make_qkx_quants, make_qx_quants, signed_absmax};
+use super::search::{QxWeighting, make_qkx_quants, make_qx_quants, signed_absmax};
 use super::simd::Level;
 use crate::types::GgmlType;
-
-pub(super) const QK: usize = GgmlType::Q4_0.block_size() as usize;
 
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
@@ -46,14 +46,6 @@ pub struct BlockQ5_1 {
     qs: [u8; QK / 2],
 }
 const _: () = assert!(size_of::<BlockQ5_1>() as u64 == GgmlType::Q5_1.type_size());
-
-#[derive(Clone, Copy, Pod, Zeroable)]
-#[repr(C)]
-pub struct BlockQ8_0 {
-    pub(super) d: F16,
-    pub(super) qs: [i8; QK],
-}
-const _: () = assert!(size_of::<BlockQ8_0>() as u64 == GgmlType::Q8_0.type_size());
 
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
@@ -147,10 +139,6 @@ fn min_max(x: &[f32]) -> (f32, f32) {
         }
     }
     (min, max)
-}
-
-pub(super) fn inverse(d: f32) -> f32 {
-    if d != 0.0 { 1.0 / d } else { 0.0 }
 }
 
 /// `MIN(limit, (int8_t)v)` with ggml's signed comparison and x86 cast.

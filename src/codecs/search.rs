@@ -6,11 +6,9 @@
 //! order: sums accumulate left to right in f32, integer levels are converted
 //! to f32 where ggml's C converts them, and rounding is [`nearest_int`].
 
+use super::blocks::{BATCH, GROUP_MAX_EPS, MinSearch};
 use super::scalar::nearest_int;
 use super::simd::Level;
-
-/// Groups whose largest magnitude is below this are all zero.
-pub const GROUP_MAX_EPS: f32 = 1e-15;
 
 /// The value of largest magnitude (the first of equals) and that magnitude,
 /// found as ggml finds it.
@@ -165,16 +163,6 @@ pub fn make_q3_quants(nmax: i32, x: &[f32], levels: &mut [i8], do_rmse: bool) ->
     if suml2 > 0.0 { sumlx / suml2 } else { 0.0 }
 }
 
-/// Parameters of the asymmetric (scale and minimum) searches.
-#[derive(Clone, Copy)]
-pub struct MinSearch {
-    pub rmin: f32,
-    pub rdelta: f32,
-    pub nstep: i32,
-    /// Minimise absolute rather than squared error.
-    pub use_mad: bool,
-}
-
 /// Asymmetric levels in `[0, nmax]` under `weights`; returns
 /// `(scale, -min)`. `qkx3` selects ggml's `make_qkx3_quants` (which differs
 /// in its degenerate-group test) over `make_qkx2_quants`.
@@ -261,9 +249,6 @@ pub fn make_qkx_quants(
     }
     (scale, -min)
 }
-
-/// Groups the batched searches take at once.
-pub const BATCH: usize = 8;
 
 /// [`make_qkx_quants`] on [`BATCH`] consecutive groups of `n` values (levels
 /// likewise consecutive), with the vector kernel of `level` where the

@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use super::legacy::{BlockQ8_0, QK, inverse};
+use super::blocks::{BlockQ8_0, QK, inverse};
 use super::scalar::{F16, c_float_to_i8};
 
 /// Q8_0 with AVX2: the block's absolute maximum (order does not matter for

@@ -14,8 +14,7 @@
 
 use std::arch::x86_64::*;
 
-use super::iq4::{KVALUES, NTRY};
-use super::search::{BATCH as LANES, GROUP_MAX_EPS, MinSearch};
+use super::blocks::{BATCH as LANES, GROUP_MAX_EPS, KVALUES, MinSearch, NTRY};
 
 const MAX_GROUP: usize = 32;
 
