@@ -241,3 +241,41 @@ fn the_recipe_op_writes_what_the_command_writes() {
         again["nodes"].as_array().unwrap().iter().map(|n| n["status"].as_str().unwrap()).collect();
     assert!(statuses.iter().all(|s| *s != "ran"), "{statuses:?}");
 }
+
+/// A setting the conversion does not model refuses the checkpoint, naming
+/// it, instead of writing a model that loads and computes something else.
+#[test]
+fn unmodelled_settings_are_refused_by_name() {
+    let checkpoints = common::repo().join("tests/data/convert/checkpoints");
+    let cases: [(&str, &str, Json, &str); 5] = [
+        (
+            "Phi-3-mini-4k-instruct",
+            "rope_scaling",
+            json!({"type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}),
+            "`rope_scaling.rope_type = \"longrope\"`",
+        ),
+        ("qwen3", "rope_scaling", json!({"rope_type": "yarn", "factor": 4.0}), "`rope_scaling.rope_type = \"yarn\"`"),
+        ("tiny-llama-3-chat", "hidden_act", json!("gelu"), "`hidden_act` (\"gelu\")"),
+        ("Mistral-Tiny-180K-v0.3", "sliding_window", json!(4096), "`sliding_window` (4096)"),
+        ("Qwen2.5-Tiny-Instruct", "use_sliding_window", json!(true), "`use_sliding_window` (true)"),
+    ];
+    for (model, key, value, named) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join(model);
+        std::fs::create_dir(&copy).unwrap();
+        for entry in std::fs::read_dir(checkpoints.join(model)).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
+        }
+        let mut config: Json =
+            serde_json::from_str(&std::fs::read_to_string(copy.join("config.json")).unwrap()).unwrap();
+        config[key] = value;
+        std::fs::write(copy.join("config.json"), config.to_string()).unwrap();
+        let out = dir.path().join("out.gguf");
+        let output = common::quantforge(&[std::ffi::OsStr::new("convert"), copy.as_os_str(), out.as_os_str()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{model} with {key}: converted");
+        assert!(stderr.contains(named) && stderr.contains("does not model"), "{model}: {stderr}");
+        assert!(!out.exists());
+    }
+}

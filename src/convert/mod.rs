@@ -9,6 +9,7 @@
 //! file ([`convert`]).
 
 mod checkpoint;
+mod config;
 mod hparams;
 mod naming;
 mod tensors;
@@ -31,6 +32,7 @@ pub fn convert(
     pre: Option<&str>,
 ) -> Result<(Metadata, Vec<ConvertedTensor>), ConvertError> {
     let (family, arch) = family_of(ckpt)?;
+    config::check_modelled(ckpt, family.id)?;
     let tensors = convert_tensors(ckpt, outtype)?;
     let total_params = tensors.iter().map(|t| t.info.n_elements()).sum();
     // Keys in the converter's order: writing one again keeps its first

@@ -50,6 +50,11 @@ pub enum ConvertError {
     Architecture { architecture: String, known: String },
     #[error("tensor `{0}` has no GGUF name in this family")]
     Unmapped(String),
+    #[error(
+        "config.json sets `{key}` ({value}), which the {family} conversion does not model; refusing to write a \
+         model that would silently lose it"
+    )]
+    Unmodelled { family: String, key: String, value: String },
     #[error("tensor `{tensor}`: {source}")]
     Codec { tensor: String, source: CodecError },
     #[error(transparent)]
