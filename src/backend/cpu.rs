@@ -35,7 +35,7 @@ impl Backend for CpuBackend {
         out.par_chunks_mut(row_out.max(1)).zip(slab.source.par_chunks(row_in.max(1))).enumerate().try_for_each_init(
             || vec![0f32; slab.n_per_row],
             |values, (r, (dst, src))| {
-                let row = slab.first_row + r;
+                let row = slab.row_number(r);
                 codecs::dequantize_row_at(self.level, slab.from, src, values)?;
                 if let Some(value) = values.iter().copied().find(|v| !v.is_finite()) {
                     return Err(SlabError::NonFinite { row, value });

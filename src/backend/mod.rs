@@ -38,12 +38,20 @@ pub struct Slab<'a> {
     pub source: &'a [u8],
     /// One row of weights per expert (`n_per_row` values each), if any.
     pub importance: Option<&'a [f32]>,
+    /// The tensor row of each of the slab's rows, when they are not the
+    /// consecutive rows from `first_row` (the budget planner's samples).
+    pub row_numbers: Option<&'a [usize]>,
 }
 
 impl Slab<'_> {
     pub fn rows(&self) -> usize {
         let row = self.from.row_size(self.n_per_row as u64).unwrap_or(0) as usize;
         self.source.len().checked_div(row).unwrap_or(0)
+    }
+
+    /// The tensor row of the slab's row `r`.
+    pub fn row_number(&self, r: usize) -> usize {
+        self.row_numbers.and_then(|rows| rows.get(r).copied()).unwrap_or(self.first_row + r)
     }
 
     /// The importance weights of tensor row `row`.

@@ -74,7 +74,8 @@ pub fn plan_for(
         Some(path) => load_imatrix(path, &base)?,
         None => None,
     };
-    let planned = Model { metadata: &model.metadata, tensors: &model.tensors, rows: &model };
+    let backend = crate::backend::resolve(crate::backend::Choice::Auto)?;
+    let planned = Model { metadata: &model.metadata, tensors: &model.tensors, rows: &model, backend: &*backend };
     Ok(plan_budget(&planned, &base, imatrix.as_ref(), target, protect)?)
 }
 

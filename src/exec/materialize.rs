@@ -365,6 +365,7 @@ impl Materializer<'_> {
             rows_per_expert: tensor.dims.get(1).copied().unwrap_or(1).max(1) as usize,
             source,
             importance,
+            row_numbers: None,
         };
         let mut encoded = vec![0u8; slab.rows() * row_bytes(tensor)];
         let backend = self.backends.of(producer);
@@ -431,6 +432,7 @@ impl RowSource for SetRows<'_> {
                 rows_per_expert: 1,
                 source: &encoded,
                 importance: None,
+                row_numbers: None,
             };
             backend.decode(&slab, out).map_err(|e| match e {
                 SlabError::Codec(source) => BudgetError::Codec { tensor: tensor.name.clone(), source },

@@ -664,7 +664,10 @@ impl Shared {
                 let input = input()?;
                 let m = self.materializer();
                 let rows = SetRows { materializer: &m, set: input };
-                self.pool.install(|| ops::quantize::apply_planned(input, o, imatrix.as_ref(), &rows, &*self.store))?
+                let backend = self.backends.of(Some(&self.bound.keys[i]));
+                self.pool.install(|| {
+                    ops::quantize::apply_planned(input, o, imatrix.as_ref(), &rows, backend, &*self.store)
+                })?
             }
             Op::Filter(o) => ops::filter::apply(input()?, o),
             Op::Rename(o) => ops::rename::apply(input()?, o)?,

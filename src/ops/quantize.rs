@@ -7,6 +7,7 @@
 //! here; the conversions run when something materializes the result.
 
 use crate::artifact::{Tensor, TensorSet};
+use crate::backend::Backend;
 use crate::model::Endian;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::quant::budget::{BudgetError, Model, RowSource, Target, plan_budget};
@@ -131,11 +132,12 @@ pub fn apply_planned(
     options: &QuantizeOptions,
     imatrix: Option<&ImportanceMatrix>,
     rows: &dyn RowSource,
+    backend: &dyn Backend,
     store: &dyn Store,
 ) -> Result<TensorSet, BudgetError> {
     let Some(budget) = options.budget else { return Ok(apply(input, options, imatrix, store)?) };
     let infos = input.infos();
-    let model = Model { metadata: &input.metadata, tensors: &infos, rows };
+    let model = Model { metadata: &input.metadata, tensors: &infos, rows, backend };
     let plan = plan_budget(&model, options, imatrix, Target::Size(budget), true)?;
     Ok(apply(input, &plan.options, imatrix, store)?)
 }

@@ -18,6 +18,7 @@ use serde::Serialize;
 use super::imatrix::{ImatrixError, ImportanceMatrix};
 use super::mixture::TensorTypeOverride;
 use crate::arch::registry::{Role, block_of, detect, role_of};
+use crate::backend::{Backend, Slab, SlabError};
 use crate::codecs::{self, CodecError};
 use crate::formats::gguf::{DEFAULT_ALIGNMENT, align_up};
 use crate::formats::{FormatError, ModelFile};
@@ -220,6 +221,8 @@ pub struct Model<'a> {
     pub metadata: &'a Metadata,
     pub tensors: &'a [TensorInfo],
     pub rows: &'a dyn RowSource,
+    /// Where the trial encodes run.
+    pub backend: &'a dyn Backend,
 }
 
 /// Plans a quantization of `model` under `target`. `base` supplies the
@@ -402,7 +405,10 @@ fn label(planned: &[PlannedTensor], types: &[Option<GgmlType>]) -> FileType {
 /// the distribution of its sampled rows.
 fn measure(model: &Model, index: usize, weights: &ErrorWeights) -> Result<(Vec<Candidate>, Stats), BudgetError> {
     let tensor = &model.tensors[index];
-    let codec = |source| BudgetError::Codec { tensor: tensor.name.clone(), source };
+    let slab_err = |e| match e {
+        SlabError::Codec(source) => BudgetError::Codec { tensor: tensor.name.clone(), source },
+        other => BudgetError::Rows { tensor: tensor.name.clone(), source: Box::new(other) },
+    };
     let n_per_row = tensor.dims[0] as usize;
     let n_rows = (tensor.n_elements() / n_per_row as u64) as usize;
     let whole_super_blocks = (n_per_row as u64).is_multiple_of(GgmlType::Q2_K.block_size());
@@ -417,17 +423,27 @@ fn measure(model: &Model, index: usize, weights: &ErrorWeights) -> Result<(Vec<C
     model.rows.rows(index, &sampled, &mut rows)?;
     let scale = n_rows as f64 / sampled.len() as f64;
     let mut encoded = Vec::new();
-    let mut decoded = vec![0f32; n_per_row];
+    let mut decoded = vec![0f32; rows.len()];
     let mut candidates = Vec::with_capacity(ladder.len());
     for ty in ladder {
-        let row_size = ty.row_size(n_per_row as u64).unwrap_or(0) as usize;
-        encoded.resize(row_size, 0);
+        // Every sampled row encoded and decoded in one slab each way.
+        let trial = Slab {
+            from: GgmlType::F32,
+            to: ty,
+            n_per_row,
+            first_row: 0,
+            rows_per_expert,
+            source: bytemuck::cast_slice(&rows),
+            importance: columns,
+            row_numbers: Some(&sampled),
+        };
+        encoded.resize(sampled.len() * ty.row_size(n_per_row as u64).unwrap_or(0) as usize, 0);
+        model.backend.convert(&trial, &mut encoded).map_err(slab_err)?;
+        let back = Slab { from: ty, source: &encoded, ..trial };
+        model.backend.decode(&back, &mut decoded).map_err(slab_err)?;
         let mut error = 0.0f64;
-        for (&r, x) in sampled.iter().zip(rows.chunks_exact(n_per_row)) {
-            let row_importance = columns.map(|w| row_columns(w, rows_per_expert, r, n_per_row));
-            codecs::quantize_row(ty, x, row_importance, &mut encoded).map_err(codec)?;
-            codecs::dequantize_row(ty, &encoded, &mut decoded).map_err(codec)?;
-            error += weights.row_error(columns, rows_per_expert, r, x, &decoded);
+        for ((&r, x), y) in sampled.iter().zip(rows.chunks_exact(n_per_row)).zip(decoded.chunks_exact(n_per_row)) {
+            error += weights.row_error(columns, rows_per_expert, r, x, y);
         }
         let bytes = ty.row_size(tensor.n_elements()).unwrap_or(0);
         let stored = align_up(bytes, DEFAULT_ALIGNMENT);
