@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use super::{Backend, Slab, SlabError};
-use crate::codecs::{self, simd::Level};
+use crate::codecs::{self, CodecError, simd::Level};
 
 pub struct CpuBackend {
     level: Level,
@@ -22,11 +22,11 @@ impl Backend for CpuBackend {
         format!("cpu-{}", self.level.name())
     }
 
-    fn decode(&self, slab: &Slab<'_>, out: &mut [f32]) -> Result<(), SlabError> {
+    fn decode(&self, slab: &Slab<'_>, out: &mut [f32]) -> Result<(), CodecError> {
         let row_in = slab.from.row_size(slab.n_per_row as u64).unwrap_or(0) as usize;
-        out.par_chunks_mut(slab.n_per_row.max(1)).zip(slab.source.par_chunks(row_in.max(1))).try_for_each(
-            |(dst, src)| codecs::dequantize_row_at(self.level, slab.from, src, dst).map_err(SlabError::from),
-        )
+        out.par_chunks_mut(slab.n_per_row.max(1))
+            .zip(slab.source.par_chunks(row_in.max(1)))
+            .try_for_each(|(dst, src)| codecs::dequantize_row_at(self.level, slab.from, src, dst))
     }
 
     fn convert(&self, slab: &Slab<'_>, out: &mut [u8]) -> Result<(), SlabError> {

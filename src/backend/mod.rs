@@ -78,7 +78,7 @@ pub trait Backend: Send + Sync {
 
     /// Decodes the slab's rows (of `slab.from`; `slab.to` is ignored) into
     /// `out`, one f32 per element.
-    fn decode(&self, slab: &Slab<'_>, out: &mut [f32]) -> Result<(), SlabError>;
+    fn decode(&self, slab: &Slab<'_>, out: &mut [f32]) -> Result<(), CodecError>;
 
     /// Converts the slab's rows into `out` (rows of `slab.to`), refusing a
     /// non-finite decoded value.

@@ -434,10 +434,7 @@ impl RowSource for SetRows<'_> {
                 importance: None,
                 row_numbers: None,
             };
-            backend.decode(&slab, out).map_err(|e| match e {
-                SlabError::Codec(source) => BudgetError::Codec { tensor: tensor.name.clone(), source },
-                other => BudgetError::Rows { tensor: tensor.name.clone(), source: Box::new(other) },
-            })?;
+            backend.decode(&slab, out).map_err(|source| BudgetError::Codec { tensor: tensor.name.clone(), source })?;
             self.materializer.release(tensor, r, 1);
         }
         Ok(())

@@ -10,7 +10,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::codecs::{self, CodecError};
+use crate::backend::{Backend, BackendError, Choice, Slab};
+use crate::codecs::CodecError;
 use crate::formats::{FormatError, ModelFile, OpenOptions};
 use crate::model::TensorInfo;
 use crate::quant::budget::ErrorWeights;
@@ -25,6 +26,8 @@ pub enum DiffError {
     ShapeMismatch { tensor: String, a: Vec<u64>, b: Vec<u64> },
     #[error("tensor `{tensor}`: {source}")]
     Codec { tensor: String, source: CodecError },
+    #[error(transparent)]
+    Backend(#[from] BackendError),
     #[error("the models share no tensor names")]
     NothingInCommon,
     #[error(transparent)]
@@ -124,6 +127,7 @@ pub struct DiffReport {
 /// weighted error weighs by `imatrix` when given.
 pub fn diff_files(a: &Path, b: &Path, imatrix: Option<&ImportanceMatrix>) -> Result<DiffReport, DiffError> {
     let weights = ErrorWeights::new(imatrix);
+    let backend = crate::backend::resolve(Choice::Auto)?;
     let (a, b) = (ModelFile::open(a, OpenOptions::default())?, ModelFile::open(b, OpenOptions::default())?);
     let find = |m: &ModelFile, name: &str| m.tensors.iter().position(|t| t.name == name);
     let mut total = Sums::default();
@@ -134,7 +138,7 @@ pub fn diff_files(a: &Path, b: &Path, imatrix: Option<&ImportanceMatrix>) -> Res
         if ta.dims != tb.dims {
             return Err(DiffError::ShapeMismatch { tensor: ta.name.clone(), a: ta.dims.clone(), b: tb.dims.clone() });
         }
-        let sums = compare(&a, ta, &b, tb, &weights)?;
+        let sums = compare((&a, ta), (&b, tb), &weights, &*backend)?;
         total.merge(&sums);
         tensors.push(TensorDiff {
             name: ta.name.clone(),
@@ -152,26 +156,46 @@ pub fn diff_files(a: &Path, b: &Path, imatrix: Option<&ImportanceMatrix>) -> Res
     Ok(DiffReport { only_in_a: only(&a, &b), only_in_b: only(&b, &a), tensors, total: total.stats() })
 }
 
+/// Rows decoded per step: about a million values from each file.
+const SLAB_ELEMENTS: usize = 1 << 20;
+
+/// The error sums of one tensor of `a` against the same tensor of `b`,
+/// both decoded on `backend` a slab of rows at a time.
 fn compare(
-    a: &ModelFile,
-    ta: &TensorInfo,
-    b: &ModelFile,
-    tb: &TensorInfo,
+    (a, ta): (&ModelFile, &TensorInfo),
+    (b, tb): (&ModelFile, &TensorInfo),
     weights: &ErrorWeights,
+    backend: &dyn Backend,
 ) -> Result<Sums, DiffError> {
     let (columns, rows_per_expert) = weights.for_tensor(ta)?;
-    let codec_err = |source| DiffError::Codec { tensor: ta.name.clone(), source };
-    let n_per_row = ta.dims[0] as usize;
+    let n_per_row = (ta.dims[0] as usize).max(1);
     let (da, db) = (a.tensor_data(ta)?, b.tensor_data(tb)?);
     let row_size = |t: GgmlType| t.row_size(n_per_row as u64).unwrap_or(0) as usize;
-    let (ra, rb) = (row_size(ta.ggml_type), row_size(tb.ggml_type));
-    let (mut xa, mut xb) = (vec![0f32; n_per_row], vec![0f32; n_per_row]);
+    let (ra, rb) = (row_size(ta.ggml_type).max(1), row_size(tb.ggml_type).max(1));
+    let slab_rows = (SLAB_ELEMENTS / n_per_row).max(1);
+    let decode = |ty: GgmlType, source: &[u8], first_row: usize, out: &mut Vec<f32>| {
+        out.resize(source.len() / row_size(ty).max(1) * n_per_row, 0.0);
+        let slab = Slab {
+            from: ty,
+            to: ty,
+            n_per_row,
+            first_row,
+            rows_per_expert: 1,
+            source,
+            importance: None,
+            row_numbers: None,
+        };
+        backend.decode(&slab, out).map_err(|source| DiffError::Codec { tensor: ta.name.clone(), source })
+    };
+    let (mut xa, mut xb) = (Vec::new(), Vec::new());
     let mut sums = Sums::default();
-    for (row, (row_a, row_b)) in da.chunks_exact(ra.max(1)).zip(db.chunks_exact(rb.max(1))).enumerate() {
-        codecs::dequantize_row(ta.ggml_type, row_a, &mut xa).map_err(codec_err)?;
-        codecs::dequantize_row(tb.ggml_type, row_b, &mut xb).map_err(codec_err)?;
-        sums.add_row(&xa, &xb);
-        sums.weighted_sq += weights.row_error(columns, rows_per_expert, row, &xa, &xb);
+    for (slab, (slab_a, slab_b)) in da.chunks(ra * slab_rows).zip(db.chunks(rb * slab_rows)).enumerate() {
+        decode(ta.ggml_type, slab_a, slab * slab_rows, &mut xa)?;
+        decode(tb.ggml_type, slab_b, slab * slab_rows, &mut xb)?;
+        for (r, (row_a, row_b)) in xa.chunks_exact(n_per_row).zip(xb.chunks_exact(n_per_row)).enumerate() {
+            sums.add_row(row_a, row_b);
+            sums.weighted_sq += weights.row_error(columns, rows_per_expert, slab * slab_rows + r, row_a, row_b);
+        }
     }
     Ok(sums)
 }

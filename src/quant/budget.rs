@@ -440,7 +440,10 @@ fn measure(model: &Model, index: usize, weights: &ErrorWeights) -> Result<(Vec<C
         encoded.resize(sampled.len() * ty.row_size(n_per_row as u64).unwrap_or(0) as usize, 0);
         model.backend.convert(&trial, &mut encoded).map_err(slab_err)?;
         let back = Slab { from: ty, source: &encoded, ..trial };
-        model.backend.decode(&back, &mut decoded).map_err(slab_err)?;
+        model
+            .backend
+            .decode(&back, &mut decoded)
+            .map_err(|source| BudgetError::Codec { tensor: tensor.name.clone(), source })?;
         let mut error = 0.0f64;
         for ((&r, x), y) in sampled.iter().zip(rows.chunks_exact(n_per_row)).zip(decoded.chunks_exact(n_per_row)) {
             error += weights.row_error(columns, rows_per_expert, r, x, y);
