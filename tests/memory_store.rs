@@ -11,20 +11,7 @@ use quantforge::exec::Engine;
 use quantforge::recipe::Recipe;
 use quantforge::store::{BlobStore, MemoryStore};
 
-const LADDER: &str = r#"
-[input.tiny]
-path = "tiny.gguf"
-
-[step.q]
-op = "quantize"
-from = "tiny"
-preset = ["Q8_0", "Q4_K_M", "Q3_K_S"]
-
-[step.out]
-op = "export"
-from = "q"
-path = "out/tiny-{preset}.gguf"
-"#;
+use common::LADDER;
 
 const PRESETS: [&str; 3] = ["Q8_0", "Q4_K_M", "Q3_K_S"];
 

@@ -60,23 +60,7 @@ impl Workspace {
     }
 }
 
-const LADDER: &str = r#"
-[recipe]
-name = "ladder"
-
-[input.tiny]
-path = "tiny.gguf"
-
-[step.q]
-op = "quantize"
-from = "tiny"
-preset = ["Q8_0", "Q4_K_M", "Q3_K_S"]
-
-[step.out]
-op = "export"
-from = "q"
-path = "out/tiny-{preset}.gguf"
-"#;
+use common::LADDER;
 
 #[test]
 fn bad_recipes_give_their_diagnostics() {

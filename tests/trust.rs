@@ -226,27 +226,20 @@ fn verify_repair_quarantines_and_gc_empties_the_quarantine() {
     ws.rerun_from_cache("after repair and gc").unwrap();
 }
 
-/// A small deterministic generator (no dependency for a test).
-struct SplitMix(u64);
+/// Choices drawn from the shared deterministic noise.
+struct Choices(std::vec::IntoIter<u8>);
 
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
+impl Choices {
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        let bytes: Vec<u8> = self.0.by_ref().take(4).collect();
+        u32::from_le_bytes(bytes.try_into().unwrap()) as usize % n
     }
 }
 
 #[test]
 fn random_corruption_of_store_files_never_yields_wrong_bytes() {
     let ws = Workspace::new();
-    let mut rng = SplitMix(0x5eed);
+    let mut rng = Choices(common::noise(0x5eed, 1 << 16).into_iter());
     for round in 0..24 {
         let mut files = ws.store_files("blobs");
         for kind in ["tensors", "nodes", "exports", "stat"] {
@@ -255,6 +248,9 @@ fn random_corruption_of_store_files_never_yields_wrong_bytes() {
         let mut done = Vec::new();
         for _ in 0..1 + rng.below(4) {
             let file = &files[rng.below(files.len())];
+            if !file.exists() {
+                continue;
+            }
             let len = std::fs::metadata(file).map_or(0, |m| m.len()) as usize;
             let what = match rng.below(4) {
                 0 => {
@@ -268,7 +264,7 @@ fn random_corruption_of_store_files_never_yields_wrong_bytes() {
                 }
                 2 => {
                     let other = &files[rng.below(files.len())];
-                    if other != file {
+                    if other != file && other.exists() {
                         std::fs::copy(other, file).unwrap();
                     }
                     "replace with another store file"

@@ -243,6 +243,25 @@ impl LegacyFile {
     }
 }
 
+/// A three-preset ladder of `tiny.gguf` (beside the recipe) to `out/`.
+pub const LADDER: &str = r#"
+[recipe]
+name = "ladder"
+
+[input.tiny]
+path = "tiny.gguf"
+
+[step.q]
+op = "quantize"
+from = "tiny"
+preset = ["Q8_0", "Q4_K_M", "Q3_K_S"]
+
+[step.out]
+op = "export"
+from = "q"
+path = "out/tiny-{preset}.gguf"
+"#;
+
 /// Deterministic pseudo-random bytes.
 pub fn noise(seed: u64, n: usize) -> Vec<u8> {
     let mut state = seed;
