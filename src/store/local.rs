@@ -239,7 +239,7 @@ impl BlobStore for LocalStore {
                 Err(e) => return Err(StoreError::io(path, e)),
             };
             hasher.update(&buf[..n]);
-            out.write_all_at(&buf[..n], offset + done).map_err(|e| StoreError::io(PathBuf::from("(output)"), e))?;
+            out.write_all_at(&buf[..n], offset + done).map_err(StoreError::Output)?;
             done += n as u64;
         }
         if Key(*hasher.finalize().as_bytes()) != *hash {

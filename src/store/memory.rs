@@ -62,10 +62,6 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(|e| e.into_inner())
 }
 
-fn output_error(e: io::Error) -> StoreError {
-    StoreError::io(PathBuf::from("(output)"), e)
-}
-
 impl BlobStore for MemoryStore {
     fn has_blob(&self, hash: &Key) -> bool {
         read(&self.blobs).contains_key(hash)
@@ -89,7 +85,7 @@ impl BlobStore for MemoryStore {
 
     fn copy_blob_into(&self, hash: &Key, out: &File, offset: u64) -> Result<u64> {
         let bytes = self.checked(hash)?;
-        out.write_all_at(&bytes, offset).map_err(output_error)?;
+        out.write_all_at(&bytes, offset).map_err(StoreError::Output)?;
         Ok(bytes.len() as u64)
     }
 

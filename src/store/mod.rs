@@ -75,6 +75,9 @@ pub enum StoreError {
     Corrupt { hash: Key, problem: String },
     #[error("cache blob {0} is missing")]
     Missing(Key),
+    /// Writing a blob's bytes into the output failed (a full disk, say).
+    #[error("writing the output: {0}")]
+    Output(io::Error),
 }
 
 impl StoreError {
