@@ -238,11 +238,6 @@ impl Materializer<'_> {
         }
     }
 
-    /// Whether a derived tensor's bytes are in the store.
-    pub fn is_cached(&self, tensor: &Tensor) -> bool {
-        self.cached(tensor).is_some()
-    }
-
     /// The blob holding a derived tensor's bytes, if the store has it.
     fn cached(&self, tensor: &Tensor) -> Option<Key> {
         let key = &tensor.key;
@@ -289,7 +284,9 @@ impl Materializer<'_> {
             self.files.check_unchanged()?;
             let entry = TensorEntry { blob: hash, len, blobs: vec![hash] };
             let json = serde_json::to_vec(&entry).map_err(|e| io_err(e.into()))?;
-            self.store.put_action(ActionKind::Tensor, &tensor.key, &json)?;
+            // An entry already there names these same bytes (a key names its
+            // bytes by derivation): the first writer's stands.
+            self.store.put_action_if_absent(ActionKind::Tensor, &tensor.key, &json)?;
         }
         self.counters.encoded.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -316,7 +313,8 @@ impl Materializer<'_> {
                 let mut values = vec![0f32; n * n_per_row];
                 crate::convert::checkpoint_rows(&model, source, transform, first, &mut values)
                     .map_err(|e| MaterializeError::Checkpoint { tensor: tensor.name.clone(), source: Box::new(e) })?;
-                Ok(values.iter().flat_map(|v| v.to_le_bytes()).collect())
+                // f32 rows in the host order: little-endian, as the codecs assume.
+                Ok(bytemuck::cast_slice(&values).to_vec())
             }
             TensorData::Convert { from, importance, producer } => {
                 if let Some(hash) = self.cached(tensor) {
@@ -375,10 +373,7 @@ impl Materializer<'_> {
                 MaterializeError::NonFinite { tensor: tensor.name.clone(), row, value }
             }
         })?;
-        let mut used = self.counters.backends.lock().unwrap_or_else(|e| e.into_inner());
-        if !used.contains(&backend.name()) {
-            used.insert(backend.name());
-        }
+        self.counters.backends.lock().unwrap_or_else(|e| e.into_inner()).insert(backend.name());
         Ok(encoded)
     }
 

@@ -565,14 +565,10 @@ impl Shared {
         report.duration_ms = ms(started);
         // Whatever went wrong, an input that moved under the run is the
         // cause to report: its bytes were not the ones the run hashed.
-        let result = result.and_then(|outcome| match self.bound.files.check_unchanged() {
-            Ok(()) => Ok(outcome),
+        let result = match self.bound.files.check_unchanged() {
+            Ok(()) => result,
             Err(changed) => Err(changed.into()),
-        });
-        let result = result.map_err(|e| match self.bound.files.check_unchanged() {
-            Err(changed) => changed.into(),
-            Ok(()) => e,
-        });
+        };
         match result {
             Ok(outcome) => (outcome, report),
             Err(e) => {

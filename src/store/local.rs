@@ -73,20 +73,25 @@ impl LocalStore {
     /// Opens an existing store for reading (`cache ls`, `verify`, `plan`):
     /// never creates one, works on a read-only cache.
     pub fn open_existing(root: &Path) -> Result<LocalStore> {
-        if !root.join("blobs").is_dir() {
-            let problem = match root.exists() {
-                true => "exists but is not a quantforge cache (no blobs/ directory)",
-                false => "no cache here",
-            };
-            return Err(StoreError::io(root, io::Error::new(io::ErrorKind::NotFound, problem)));
-        }
+        LocalStore::check_exists(root)?;
         LocalStore::lock(root, false)
     }
 
     /// Opens the store for maintenance: waits until no run holds it.
     pub fn open_exclusive(root: &Path) -> Result<LocalStore> {
-        LocalStore::open_existing(root)?;
+        LocalStore::check_exists(root)?;
         LocalStore::lock(root, true)
+    }
+
+    fn check_exists(root: &Path) -> Result<()> {
+        if root.join("blobs").is_dir() {
+            return Ok(());
+        }
+        let problem = match root.exists() {
+            true => "exists but is not a quantforge cache (no blobs/ directory)",
+            false => "no cache here",
+        };
+        Err(StoreError::io(root, io::Error::new(io::ErrorKind::NotFound, problem)))
     }
 
     fn prepare(root: &Path) -> Result<()> {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::local::LocalStore;
-use super::{ActionKind, Key, Result, Store, StoreError, fingerprint::hash_file, seal};
+use super::{ActionCache, ActionKind, Key, Result, Store, StoreError, fingerprint::hash_file, seal};
 
 fn at(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::io(path, source)
@@ -150,9 +150,9 @@ impl LocalStore {
         Ok(StoreUsage {
             blobs: blobs.len() as u64,
             blob_bytes: blobs.iter().map(|(_, f)| f.len).sum(),
-            tensor_entries: self.action_files(ActionKind::Tensor)?.len() as u64,
-            node_entries: self.action_files(ActionKind::Node)?.len() as u64,
-            export_entries: self.action_files(ActionKind::Export)?.len() as u64,
+            tensor_entries: self.list_actions(ActionKind::Tensor)?.len() as u64,
+            node_entries: self.list_actions(ActionKind::Node)?.len() as u64,
+            export_entries: self.list_actions(ActionKind::Export)?.len() as u64,
             temp_files: temp.len() as u64,
             temp_bytes: temp.iter().map(|f| f.len).sum(),
             quarantined: flat_files(&self.quarantine_dir())?.len() as u64,
@@ -277,12 +277,12 @@ impl LocalStore {
                     continue;
                 }
                 report.entries_checked += 1;
-                let envelope = read_entry(kind, &key, &file).and_then(|b| serde_json::from_slice::<Envelope>(&b).ok());
-                let sound = match kind {
-                    ActionKind::Stat => read_entry(kind, &key, &file)
-                        .is_some_and(|b| std::str::from_utf8(&b).ok().and_then(Key::from_hex).is_some()),
-                    _ => envelope.is_some_and(|e| e.blobs.iter().all(|b| present.contains(b))),
-                };
+                let payload = read_entry(kind, &key, &file);
+                let sound = payload.is_some_and(|b| match kind {
+                    ActionKind::Stat => std::str::from_utf8(&b).ok().and_then(Key::from_hex).is_some(),
+                    _ => serde_json::from_slice::<Envelope>(&b)
+                        .is_ok_and(|e| e.blobs.iter().all(|b| present.contains(b))),
+                });
                 if !sound {
                     report.broken_entries.push(file.path.clone());
                     if repair {
