@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use crate::formats::human_bytes;
+use crate::recipe::Recipe;
+use crate::store::remote::{RemoteMode, RemoteUrl, TransferReport};
 use crate::store::{GcOptions, LocalStore};
 
 #[derive(Debug, clap::Subcommand)]
@@ -41,6 +43,64 @@ pub(super) enum CacheCommand {
 pub(super) struct CacheDir {
     #[arg(long, value_name = "DIR", env = "QUANTFORGE_CACHE", default_value = "cache")]
     pub(super) cache_dir: PathBuf,
+    #[command(flatten)]
+    pub(super) remote: RemoteArgs,
+}
+
+/// A shared cache behind the local one.
+#[derive(Debug, Clone, clap::Args)]
+pub(super) struct RemoteArgs {
+    /// A shared cache behind the local one: s3://BUCKET/PREFIX (the client is configured by
+    /// AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+    /// AWS_ALLOW_HTTP) or file:///DIR. Overrides a recipe's `[recipe] remote`.
+    #[arg(long, value_name = "URL", env = "QUANTFORGE_CACHE_URL", value_parser = parse_url)]
+    pub(super) cache_url: Option<RemoteUrl>,
+    /// Fail when the remote cache cannot be used (default: warn and go on with the local cache).
+    #[arg(long)]
+    pub(super) remote_required: bool,
+}
+
+impl RemoteArgs {
+    /// The remote to use: the command line's, else the recipe's.
+    pub(super) fn remote(&self, recipe: Option<&Recipe>) -> Option<(RemoteUrl, RemoteMode)> {
+        let url = self.cache_url.clone().or_else(|| recipe.and_then(|r| r.remote.clone()))?;
+        let mode = if self.remote_required { RemoteMode::Required } else { RemoteMode::BestEffort };
+        Some((url, mode))
+    }
+}
+
+fn parse_url(text: &str) -> Result<RemoteUrl, String> {
+    RemoteUrl::parse(text).map_err(|e| e.to_string())
+}
+
+/// Tells what moved to and from the remote, and whether it failed: a
+/// warning, or with `--remote-required` an error.
+pub(super) fn report_transfers(transfers: Option<&TransferReport>, required: bool) -> anyhow::Result<()> {
+    let Some(t) = transfers else { return Ok(()) };
+    if t.blobs_fetched + t.entries_fetched + t.blobs_uploaded + t.entries_published > 0 {
+        let rate = t.bytes_fetched as f64 / t.fetch_seconds.max(1e-9);
+        eprintln!(
+            "remote {}: fetched {} entries and {} blobs ({}, {}/s); uploaded {} blobs ({}), published {} entries",
+            t.location,
+            t.entries_fetched,
+            t.blobs_fetched,
+            human_bytes(t.bytes_fetched as f64),
+            human_bytes(if t.blobs_fetched > 0 { rate } else { 0.0 }),
+            t.blobs_uploaded,
+            human_bytes(t.bytes_uploaded as f64),
+            t.entries_published,
+        );
+    }
+    match (&t.failure, required) {
+        (Some(failure), true) => anyhow::bail!("remote cache {}: {}", t.location, crate::text::for_terminal(failure)),
+        (Some(failure), false) => eprintln!(
+            "warning: remote cache {}: {}; went on with the local cache only",
+            t.location,
+            crate::text::for_terminal(failure)
+        ),
+        (None, _) => {}
+    }
+    Ok(())
 }
 
 pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {

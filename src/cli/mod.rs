@@ -226,11 +226,18 @@ pub(super) struct CacheArgs {
     /// Cache directory (default for one-shot commands: no cache).
     #[arg(long, value_name = "DIR", env = "QUANTFORGE_CACHE")]
     cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    remote: cache::RemoteArgs,
 }
 
 impl CacheArgs {
     pub(super) fn settings(&self, jobs: Option<usize>, open: OpenOptions) -> OneShotSettings {
-        OneShotSettings { cache_dir: self.cache_dir.clone(), jobs: workers(jobs), open }
+        OneShotSettings {
+            cache_dir: self.cache_dir.clone(),
+            remote: self.remote.remote(None),
+            jobs: workers(jobs),
+            open,
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use crate::exec::Engine;
 use crate::exec::report::{RunReport, Status};
 use crate::formats::human_bytes;
 use crate::recipe::Recipe;
+use crate::store::remote::Layered;
 use crate::store::{LocalStore, MemoryStore, Store};
 
 #[derive(Debug, clap::Args)]
@@ -45,7 +46,8 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         return plan(PlanArgs { recipe: args.recipe, cache: args.cache, json: args.json });
     }
     let recipe = Recipe::load(&args.recipe)?;
-    let store = Arc::new(LocalStore::open(&args.cache.cache_dir)?);
+    let remote = args.cache.remote.remote(Some(&recipe));
+    let store = crate::store::open(Some(&args.cache.cache_dir), remote.as_ref().map(|(url, mode)| (url, *mode)))?;
     let engine = Engine::new(store, super::workers(args.jobs))?;
     let progress = !args.json && io::stderr().is_terminal();
     let report = engine.run(&recipe, progress)?;
@@ -64,6 +66,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         print_text(&mut out, &report, args.verbose)?;
     }
     out.flush()?;
+    super::cache::report_transfers(report.remote.as_ref(), args.cache.remote.remote_required)?;
     if report.failed() {
         anyhow::bail!("{} of {} nodes failed", report.totals.failed, report.totals.nodes);
     }
@@ -74,10 +77,16 @@ pub(super) fn plan(args: PlanArgs) -> anyhow::Result<()> {
     let recipe = Recipe::load(&args.recipe)?;
     // Planning reads the cache and never creates one: without a cache,
     // every node is a miss.
-    let store: Arc<dyn Store> = match LocalStore::open_existing(&args.cache.cache_dir) {
-        Ok(store) => Arc::new(store),
-        Err(_) if !args.cache.cache_dir.exists() => Arc::new(MemoryStore::new()),
+    let local = match LocalStore::open_existing(&args.cache.cache_dir) {
+        Ok(store) => Some(store),
+        Err(_) if !args.cache.cache_dir.exists() => None,
         Err(e) => return Err(e.into()),
+    };
+    let store: Arc<dyn Store> = match (local, args.cache.remote.remote(Some(&recipe))) {
+        (Some(local), None) => Arc::new(local),
+        (None, None) => Arc::new(MemoryStore::new()),
+        (Some(local), Some((url, mode))) => Arc::new(Layered::open(local, &url, mode)?),
+        (None, Some((url, mode))) => Arc::new(Layered::scratch(&url, mode)?),
     };
     let engine = Engine::new(store, 1)?;
     let report = engine.plan(&recipe)?;

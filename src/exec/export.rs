@@ -124,6 +124,7 @@ fn write_file(
     bar: &ProgressBar,
 ) -> Result<u64, WriteFailure> {
     out.preallocate(layout.file_len)?;
+    m.prefetch(&layout.tensors);
     out.writer().write_all(&layout.header)?;
     place_all(m, &layout.tensors, &layout.offsets, layout.alignment, out.file()?, bar)?;
     Ok(layout.file_len)

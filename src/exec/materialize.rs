@@ -184,6 +184,22 @@ impl Materializer<'_> {
         }
     }
 
+    /// Tells the store which entries and blobs these tensors' bytes will
+    /// come from, so a remote store fetches them together, not one by one.
+    pub fn prefetch(&self, tensors: &[&Tensor]) {
+        let derived: Vec<Key> =
+            tensors.iter().filter(|t| matches!(t.data, TensorData::Convert { .. })).map(|t| t.key).collect();
+        self.store.prefetch_actions(ActionKind::Tensor, &derived);
+        let blobs: Vec<Key> = tensors
+            .iter()
+            .filter_map(|t| match t.data {
+                TensorData::Blob { hash } => Some(hash),
+                _ => None,
+            })
+            .collect();
+        self.store.prefetch_blobs(&blobs);
+    }
+
     /// Copies, with one copy, the longest run at the head of `tensors` whose
     /// bytes lie in one input file exactly as they are to lie in `out` (at
     /// `offsets`): unchanged, spaced alike, only zeros between them — a

@@ -364,6 +364,7 @@ impl Engine {
         }
         let mut report = RunReport::new(shared.bound.recipe.name.clone(), false, self.jobs, input_reports, nodes);
         report.cache_incidents = self.store.take_incidents();
+        report.remote = self.store.transfers();
         report.wall_ms = ms(started);
         Ok(report)
     }

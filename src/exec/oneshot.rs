@@ -13,12 +13,15 @@ use crate::formats::OpenOptions;
 use crate::ops::Op;
 use crate::ops::export::SplitMode;
 use crate::recipe::{OneShot, Recipe};
-use crate::store::{Ephemeral, LocalStore, Store, StoreError};
+use crate::store::OpenError;
+use crate::store::remote::{RemoteMode, RemoteUrl};
 
 /// How a one-shot command runs.
 #[derive(Debug, Clone, Default)]
 pub struct OneShotSettings {
     pub cache_dir: Option<PathBuf>,
+    /// A shared cache behind the local one.
+    pub remote: Option<(RemoteUrl, RemoteMode)>,
     pub jobs: usize,
     pub open: OpenOptions,
 }
@@ -26,7 +29,7 @@ pub struct OneShotSettings {
 #[derive(Debug, thiserror::Error)]
 pub enum OneShotError {
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] OpenError),
     #[error(transparent)]
     Run(#[from] RunError),
     /// The node that failed, and why.
@@ -40,10 +43,8 @@ pub fn run(job: OneShot<'_>, settings: &OneShotSettings) -> Result<RunReport, On
 }
 
 fn run_recipe(recipe: &Recipe, settings: &OneShotSettings) -> Result<RunReport, OneShotError> {
-    let store: std::sync::Arc<dyn Store> = match &settings.cache_dir {
-        Some(dir) => std::sync::Arc::new(LocalStore::open(dir)?),
-        None => std::sync::Arc::new(Ephemeral::new()),
-    };
+    let remote = settings.remote.as_ref().map(|(url, mode)| (url, *mode));
+    let store = crate::store::open(settings.cache_dir.as_deref(), remote)?;
     let engine = Engine::new(store, settings.jobs)?.with_open_options(settings.open);
     let report = engine.run(recipe, false)?;
     match report.nodes.iter().find(|n| n.status == Status::Failed) {

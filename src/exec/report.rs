@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use crate::store::Incident;
+use crate::store::remote::TransferReport;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -100,6 +101,9 @@ pub struct RunReport {
     /// recomputed during the run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cache_incidents: Vec<Incident>,
+    /// What moved to and from the remote cache, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<TransferReport>,
 }
 
 impl RunReport {
@@ -125,7 +129,7 @@ impl RunReport {
             totals.bytes_in += n.bytes_in;
             totals.bytes_out += n.bytes_out;
         }
-        RunReport { recipe, dry_run, jobs, wall_ms: 0.0, inputs, nodes, totals, cache_incidents: Vec::new() }
+        RunReport { recipe, dry_run, jobs, wall_ms: 0.0, inputs, nodes, totals, cache_incidents: Vec::new(), remote: None }
     }
 
     /// Bytes of the files the exports wrote or found up to date.

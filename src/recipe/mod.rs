@@ -18,6 +18,7 @@ pub use crate::params::{
 
 use crate::ops::Op;
 use crate::store::Key;
+use crate::store::remote::RemoteUrl;
 
 /// A validated recipe.
 #[derive(Debug, Clone)]
@@ -29,6 +30,9 @@ pub struct Recipe {
     /// The recipe file (none for a one-shot command's recipe). Its directory
     /// is the output tree: exports may write nowhere else.
     pub source: Option<PathBuf>,
+    /// `[recipe] remote`: the shared cache this recipe's results go to,
+    /// unless the command line names another.
+    pub remote: Option<RemoteUrl>,
 }
 
 #[derive(Debug, Clone)]
@@ -132,7 +136,7 @@ impl Recipe {
             split: job.split,
         });
         nodes.push(node("export", export, Source::Node(nodes.len() - 1), Vec::new()));
-        Recipe { name: job.name.into(), inputs, nodes, source: None }
+        Recipe { name: job.name.into(), inputs, nodes, source: None, remote: None }
     }
 }
 
@@ -166,7 +170,7 @@ impl Recipe {
             split: crate::ops::export::SplitMode::Whole,
         };
         nodes.push(node("export".into(), Op::Export(export), vec![Source::Node(parts.len())]));
-        Recipe { name: "assemble".into(), inputs, nodes, source: None }
+        Recipe { name: "assemble".into(), inputs, nodes, source: None, remote: None }
     }
 }
 

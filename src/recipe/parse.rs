@@ -19,9 +19,10 @@ use super::{
 };
 use crate::ops::{self, Op};
 use crate::store::Key;
+use crate::store::remote::RemoteUrl;
 
 const SECTIONS: [&str; 3] = ["recipe", "input", "step"];
-const RECIPE_FIELDS: [&str; 1] = ["name"];
+const RECIPE_FIELDS: [&str; 2] = ["name", "remote"];
 const INPUT_FIELDS: [&str; 2] = ["path", "blake3"];
 const STEP_FIELDS: [&str; 4] = ["op", "from", "keep", "backend"];
 
@@ -48,12 +49,12 @@ pub(super) fn parse(text: &str, dir: &Path, fallback_name: &str) -> Result<Recip
         return Err(errors.iter().map(|e| Diagnostic::new(e.message(), e.span().unwrap_or(0..0))).collect());
     }
     let mut diags = Vec::new();
-    let mut name = None;
+    let (mut name, mut remote) = (None, None);
     let mut inputs = Vec::new();
     let mut steps = Vec::new();
     for (key, value) in doc.get_ref().iter() {
         match key.get_ref().as_ref() {
-            "recipe" => name = parse_header(value, &mut diags),
+            "recipe" => (name, remote) = parse_header(value, &mut diags),
             "input" => {
                 for (iname, ivalue) in section(value, "input", &mut diags) {
                     if let Some(input) = parse_input(iname, ivalue, dir, &mut diags) {
@@ -88,7 +89,7 @@ pub(super) fn parse(text: &str, dir: &Path, fallback_name: &str) -> Result<Recip
     if !diags.is_empty() {
         return Err(diags);
     }
-    Ok(Recipe { name: name.unwrap_or_else(|| fallback_name.to_owned()), inputs, nodes, source: None })
+    Ok(Recipe { name: name.unwrap_or_else(|| fallback_name.to_owned()), inputs, nodes, source: None, remote })
 }
 
 fn table<'a, 'i>(value: &'a Spanned<DeValue<'i>>, what: &str, diags: &mut Vec<Diagnostic>) -> Option<&'a DeTable<'i>> {
@@ -133,18 +134,29 @@ fn string(value: &Spanned<DeValue<'_>>, what: &str, diags: &mut Vec<Diagnostic>)
     s
 }
 
-fn parse_header(value: &Spanned<DeValue<'_>>, diags: &mut Vec<Diagnostic>) -> Option<String> {
-    let mut name = None;
-    for (key, v) in table(value, "[recipe]", diags)?.iter() {
+/// `[recipe]`: its name and its remote cache, if it names them.
+fn parse_header(value: &Spanned<DeValue<'_>>, diags: &mut Vec<Diagnostic>) -> (Option<String>, Option<RemoteUrl>) {
+    let (mut name, mut remote) = (None, None);
+    let Some(header) = table(value, "[recipe]", diags) else { return (None, None) };
+    for (key, v) in header.iter() {
         match key.get_ref().as_ref() {
             "name" => name = string(v, "`name`", diags),
+            "remote" => {
+                remote = string(v, "`remote`", diags).and_then(|url| match RemoteUrl::parse(&url) {
+                    Ok(url) => Some(url),
+                    Err(e) => {
+                        diags.push(Diagnostic::new(e.to_string(), v.span()));
+                        None
+                    }
+                })
+            }
             other => diags.push(
                 Diagnostic::new(format!("unknown field `{other}` in [recipe]"), key.span())
                     .suggest(other, RECIPE_FIELDS),
             ),
         }
     }
-    name
+    (name, remote)
 }
 
 fn parse_input(

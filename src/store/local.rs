@@ -206,6 +206,44 @@ impl LocalStore {
     }
 }
 
+impl LocalStore {
+    /// The blob's file and length, for a reader that checks it itself.
+    pub(super) fn blob_file(&self, hash: &Key) -> Result<(File, u64)> {
+        self.open_blob(hash).map(|(file, meta)| (file, meta.len()))
+    }
+
+    /// Stores a blob that `fill` writes into a new file (at any offsets, in
+    /// any order), if its bytes hash to `expected`; a file that does not is
+    /// discarded and reported as [`StoreError::Corrupt`] (never stored).
+    pub(super) fn import_blob<E>(
+        &self,
+        expected: &Key,
+        fill: impl FnOnce(&File) -> std::result::Result<u64, E>,
+    ) -> std::result::Result<u64, Imported<E>> {
+        let tmp = self.tmp_dir();
+        let file = temp_file("fetch-", &tmp).map_err(Imported::Store)?;
+        let len = fill(file.as_file()).map_err(Imported::Fill)?;
+        let mut hasher = blake3::Hasher::new();
+        let mut reader = io::BufReader::with_capacity(COPY_CHUNK, file.as_file());
+        io::copy(&mut reader, &mut hasher).map_err(|e| Imported::Store(StoreError::io(&tmp, e)))?;
+        let actual = Key(*hasher.finalize().as_bytes());
+        if actual != *expected {
+            let problem = format!("its bytes hash to {}", actual.short());
+            return Err(Imported::Store(StoreError::Corrupt { hash: *expected, problem }));
+        }
+        let path = self.blob_path(expected);
+        create_parent(&path).map_err(Imported::Store)?;
+        file.persist(&path).map_err(|e| Imported::Store(StoreError::io(&path, e.error)))?;
+        Ok(len)
+    }
+}
+
+/// Why [`LocalStore::import_blob`] stored nothing.
+pub(super) enum Imported<E> {
+    Fill(E),
+    Store(StoreError),
+}
+
 impl BlobStore for LocalStore {
     fn has_blob(&self, hash: &Key) -> bool {
         self.blob_path(hash).is_file()

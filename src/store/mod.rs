@@ -19,6 +19,7 @@ pub mod key;
 mod local;
 mod maintenance;
 mod memory;
+pub mod remote;
 mod seal;
 
 use std::fs::File;
@@ -31,6 +32,29 @@ pub use key::{KEY_SCHEME_VERSION, Key, KeyBuilder};
 pub use local::LocalStore;
 pub use maintenance::{GcOptions, GcReport, ListedEntry, StoreUsage, VerifyReport};
 pub use memory::{Ephemeral, MemoryStore};
+
+/// The store a run uses: the cache directory (if any) in front of the
+/// remote (if any); with neither, an [`Ephemeral`] store.
+pub fn open(
+    dir: Option<&std::path::Path>,
+    remote: Option<(&remote::RemoteUrl, remote::RemoteMode)>,
+) -> std::result::Result<std::sync::Arc<dyn Store>, OpenError> {
+    use std::sync::Arc;
+    Ok(match (dir, remote) {
+        (Some(dir), None) => Arc::new(LocalStore::open(dir)?),
+        (None, None) => Arc::new(Ephemeral::new()),
+        (Some(dir), Some((url, mode))) => Arc::new(remote::Layered::open(LocalStore::open(dir)?, url, mode)?),
+        (None, Some((url, mode))) => Arc::new(remote::Layered::scratch(url, mode)?),
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Remote(#[from] remote::LayeredError),
+}
 
 /// The kinds of action-cache entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -117,6 +141,10 @@ pub trait BlobStore: Send + Sync {
     /// Starts a blob whose hash is known only when it is complete; `None`
     /// from a store that keeps no encoded tensors (they go to the output only).
     fn blob_writer(&self) -> Result<Option<Box<dyn BlobWriter>>>;
+
+    /// Says which blobs are about to be read, so a store that must bring
+    /// them from afar can fetch them together. Best effort.
+    fn prefetch_blobs(&self, _hashes: &[Key]) {}
 }
 
 /// A blob being written; it hashes as it goes.
@@ -141,6 +169,11 @@ pub trait ActionCache: Send + Sync {
 
     /// Every entry of `kind`, with when it was last used.
     fn list_actions(&self, kind: ActionKind) -> Result<Vec<(Key, SystemTime)>>;
+
+    /// Says which entries (and so the blobs they name) are about to be
+    /// read, so a store that must bring them from afar can fetch them
+    /// together. Best effort.
+    fn prefetch_actions(&self, _kind: ActionKind, _keys: &[Key]) {}
 }
 
 /// What the engine runs on.
@@ -162,6 +195,11 @@ pub trait Store: BlobStore + ActionCache {
 
     /// The problems found (and quarantined) since the last call.
     fn take_incidents(&self) -> Vec<Incident>;
+
+    /// What moved to and from a remote store so far, for a store with one.
+    fn transfers(&self) -> Option<remote::TransferReport> {
+        None
+    }
 }
 
 /// A corrupt blob or entry found while running, quarantined.
