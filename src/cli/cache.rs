@@ -6,15 +6,31 @@ use std::time::{Duration, SystemTime};
 
 use crate::formats::human_bytes;
 use crate::recipe::Recipe;
-use crate::store::remote::{RemoteMode, RemoteUrl, TransferReport};
+use std::sync::Arc;
+
+use crate::exec::Engine;
+use crate::store::remote::{Layered, Remote, RemoteMode, RemoteUrl, TransferReport};
+use crate::store::{ActionCache, ActionKind, Key, Store};
 use crate::store::{GcOptions, LocalStore};
 
 #[derive(Debug, clap::Subcommand)]
 pub(super) enum CacheCommand {
     /// List cached node results and exports, most recently used first.
-    Ls(CacheDir),
+    Ls {
+        #[command(flatten)]
+        dir: CacheDir,
+        /// List the remote cache (--cache-url) instead of the local one.
+        #[arg(long)]
+        remote: bool,
+    },
     /// Show how much the cache holds.
-    Du(CacheDir),
+    Du {
+        #[command(flatten)]
+        dir: CacheDir,
+        /// Size the remote cache (--cache-url) instead of the local one.
+        #[arg(long)]
+        remote: bool,
+    },
     /// Remove temporary files, then entries past an age or beyond a size, then unreferenced blobs.
     Gc {
         #[command(flatten)]
@@ -25,14 +41,35 @@ pub(super) enum CacheCommand {
         /// Remove entries not used for this long: a number with s, m, h or d (e.g. 30d).
         #[arg(long, value_name = "AGE", value_parser = parse_age)]
         older_than: Option<Duration>,
+        /// Collect the remote cache (--cache-url) instead: entries not written or read for
+        /// --older-than, then blobs no remaining entry names that are as old.
+        #[arg(long, requires = "older_than", conflicts_with = "max_size")]
+        remote: bool,
+    },
+    /// Upload what a recipe's outputs are made of (the results in the local cache) to the remote.
+    Push {
+        recipe: PathBuf,
+        #[command(flatten)]
+        dir: CacheDir,
+    },
+    /// Download what a recipe's outputs are made of from the remote into the local cache.
+    Pull {
+        recipe: PathBuf,
+        #[command(flatten)]
+        dir: CacheDir,
     },
     /// Re-hash every blob and check every entry; fails if anything is corrupt.
     Verify {
         #[command(flatten)]
         dir: CacheDir,
-        /// Move what is corrupt or broken to quarantine, so the next run recomputes it.
+        /// Move what is corrupt or broken to quarantine, so the next run recomputes it
+        /// (with --remote: delete it from the remote).
         #[arg(long)]
         repair: bool,
+        /// Check the remote cache (--cache-url): every blob hashed, every entry read, every
+        /// blob an entry names present and sound.
+        #[arg(long)]
+        remote: bool,
         #[arg(long)]
         json: bool,
     },
@@ -53,8 +90,9 @@ pub(super) struct RemoteArgs {
     /// A shared cache behind the local one: s3://BUCKET/PREFIX (the client is configured by
     /// AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
     /// AWS_ALLOW_HTTP) or file:///DIR. Overrides a recipe's `[recipe] remote`.
-    #[arg(long, value_name = "URL", env = "QUANTFORGE_CACHE_URL", value_parser = parse_url)]
-    pub(super) cache_url: Option<RemoteUrl>,
+    // Parsed here, not by clap, whose error would repeat a URL that may hold a secret.
+    #[arg(long, value_name = "URL", env = "QUANTFORGE_CACHE_URL", hide_env_values = true)]
+    pub(super) cache_url: Option<String>,
     /// Fail when the remote cache cannot be used (default: warn and go on with the local cache).
     #[arg(long)]
     pub(super) remote_required: bool,
@@ -62,15 +100,35 @@ pub(super) struct RemoteArgs {
 
 impl RemoteArgs {
     /// The remote to use: the command line's, else the recipe's.
-    pub(super) fn remote(&self, recipe: Option<&Recipe>) -> Option<(RemoteUrl, RemoteMode)> {
-        let url = self.cache_url.clone().or_else(|| recipe.and_then(|r| r.remote.clone()))?;
+    pub(super) fn remote(&self, recipe: Option<&Recipe>) -> anyhow::Result<Option<(RemoteUrl, RemoteMode)>> {
+        let url = match &self.cache_url {
+            Some(text) => Some(RemoteUrl::parse(text)?),
+            None => recipe.and_then(|r| r.remote.clone()),
+        };
         let mode = if self.remote_required { RemoteMode::Required } else { RemoteMode::BestEffort };
-        Some((url, mode))
+        Ok(url.map(|url| (url, mode)))
     }
 }
 
-fn parse_url(text: &str) -> Result<RemoteUrl, String> {
-    RemoteUrl::parse(text).map_err(|e| e.to_string())
+/// The recipe, and the local cache in front of its remote (the command
+/// line's, else the recipe's); the remote must answer.
+fn layered_for(path: &std::path::Path, dir: &CacheDir) -> anyhow::Result<(Arc<Layered>, Recipe)> {
+    let recipe = Recipe::load(path)?;
+    let Some((url, _)) = dir.remote.remote(Some(&recipe))? else {
+        anyhow::bail!("no remote cache: give --cache-url URL, set QUANTFORGE_CACHE_URL or `remote` in [recipe]");
+    };
+    let local = LocalStore::open(&dir.cache_dir)?;
+    Ok((Arc::new(Layered::open(local, &url, RemoteMode::Required)?), recipe))
+}
+
+/// The remote named by `--cache-url` (or `QUANTFORGE_CACHE_URL`), answering.
+fn remote_of(dir: &CacheDir) -> anyhow::Result<Remote> {
+    let Some((url, _)) = dir.remote.remote(None)? else {
+        anyhow::bail!("--remote needs the remote's URL: --cache-url URL or QUANTFORGE_CACHE_URL");
+    };
+    let remote = Remote::new(&url)?;
+    remote.probe().map_err(|e| anyhow::anyhow!("the remote cache does not answer: {e}"))?;
+    Ok(remote)
 }
 
 /// Tells what moved to and from the remote, and whether it failed: a
@@ -106,7 +164,115 @@ pub(super) fn report_transfers(transfers: Option<&TransferReport>, required: boo
 pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
     let mut out = io::stdout().lock();
     match command {
-        CacheCommand::Ls(dir) => {
+        CacheCommand::Ls { dir, remote: true } => {
+            for (kind, listed, detail) in remote_of(&dir)?.listing()? {
+                let field = |name: &str| detail.get(name).and_then(|v| v.as_str()).unwrap_or("?").to_owned();
+                let age = SystemTime::now().duration_since(listed.modified).unwrap_or_default();
+                writeln!(
+                    out,
+                    "{}  {:>8} ago  {:7}  {}/{}  {}",
+                    listed.key.short(),
+                    format_age(age),
+                    kind.name(),
+                    field("recipe"),
+                    field("id"),
+                    detail.get("path").and_then(|v| v.as_str()).unwrap_or(""),
+                )?;
+            }
+        }
+        CacheCommand::Du { dir, remote: true } => {
+            let remote = remote_of(&dir)?;
+            let usage = remote.usage()?;
+            writeln!(out, "{}: {} in {} blobs", remote.location(), human_bytes(usage.blob_bytes as f64), usage.blobs)?;
+            writeln!(
+                out,
+                "entries: {} tensors, {} nodes, {} exports",
+                usage.tensor_entries, usage.node_entries, usage.export_entries
+            )?;
+        }
+        CacheCommand::Gc { dir, older_than: Some(age), remote: true, .. } => {
+            let report = remote_of(&dir)?.gc(age)?;
+            writeln!(
+                out,
+                "removed {} entries, {} blobs ({}) from the remote",
+                report.entries_removed,
+                report.blobs_removed,
+                human_bytes(report.bytes_freed as f64)
+            )?;
+        }
+        CacheCommand::Verify { dir, repair, remote: true, json } => {
+            let remote = remote_of(&dir)?;
+            let report = remote.verify(repair)?;
+            if json {
+                serde_json::to_writer_pretty(&mut out, &report)?;
+                writeln!(out)?;
+            } else {
+                for key in &report.corrupt_blobs {
+                    writeln!(out, "corrupt blob {key}")?;
+                }
+                for entry in report.broken_entries.iter().chain(&report.incomplete_entries) {
+                    writeln!(out, "broken {entry}")?;
+                }
+                writeln!(
+                    out,
+                    "checked {} blobs ({}) and {} entries on {}",
+                    report.blobs_checked,
+                    human_bytes(report.bytes_checked as f64),
+                    report.entries_checked,
+                    remote.location()
+                )?;
+            }
+            out.flush()?;
+            if !report.is_clean() && !repair {
+                anyhow::bail!(
+                    "the remote cache has {} corrupt blobs and {} broken entries \
+                     (`quantforge cache verify --remote --repair` deletes them)",
+                    report.corrupt_blobs.len(),
+                    report.broken_entries.len() + report.incomplete_entries.len()
+                );
+            }
+        }
+        CacheCommand::Push { recipe, dir } => {
+            let (layered, recipe) = layered_for(&recipe, &dir)?;
+            let engine = Engine::new(layered.clone(), 1)?;
+            let entries = engine.result_entries(&recipe)?;
+            let pushed = entries.iter().filter(|(kind, key)| layered.push(*kind, key)).count();
+            let t = layered.transfers().unwrap_or_default();
+            writeln!(
+                out,
+                "pushed {pushed} of {} entries to {}: {} blobs uploaded ({}), {} entries new there",
+                entries.len(),
+                layered.remote().location(),
+                t.blobs_uploaded,
+                human_bytes(t.bytes_uploaded as f64),
+                t.entries_published
+            )?;
+            report_transfers(Some(&t), true)?;
+        }
+        CacheCommand::Pull { recipe, dir } => {
+            let (layered, recipe) = layered_for(&recipe, &dir)?;
+            let engine = Engine::new(layered.clone(), 1)?;
+            // Node entries name their manifests, which name the tensors:
+            // fetched in two rounds.
+            for _ in 0..2 {
+                let entries = engine.result_entries(&recipe)?;
+                for kind in ActionKind::RESULTS {
+                    let keys: Vec<Key> = entries.iter().filter(|(k, _)| *k == kind).map(|(_, key)| *key).collect();
+                    layered.prefetch_actions(kind, &keys);
+                }
+            }
+            let t = layered.transfers().unwrap_or_default();
+            writeln!(
+                out,
+                "pulled {} entries and {} blobs ({}) from {}",
+                t.entries_fetched,
+                t.blobs_fetched,
+                human_bytes(t.bytes_fetched as f64),
+                layered.remote().location()
+            )?;
+            report_transfers(Some(&t), true)?;
+        }
+        CacheCommand::Ls { dir, remote: false } => {
             let store = LocalStore::open_existing(&dir.cache_dir)?;
             for entry in store.list()? {
                 let field = |name: &str| entry.detail.get(name).and_then(|v| v.as_str()).unwrap_or("?").to_owned();
@@ -124,7 +290,7 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
                 )?;
             }
         }
-        CacheCommand::Du(dir) => {
+        CacheCommand::Du { dir, remote: false } => {
             let usage = LocalStore::open_existing(&dir.cache_dir)?.usage()?;
             writeln!(
                 out,
@@ -144,7 +310,7 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
                 usage.quarantined
             )?;
         }
-        CacheCommand::Gc { dir, max_size, older_than } => {
+        CacheCommand::Gc { dir, max_size, older_than, .. } => {
             let store = LocalStore::open_exclusive(&dir.cache_dir)?;
             let report = store.gc(GcOptions { older_than, max_size })?;
             writeln!(
@@ -157,7 +323,7 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
                 report.quarantined_removed
             )?;
         }
-        CacheCommand::Verify { dir, repair, json } => {
+        CacheCommand::Verify { dir, repair, remote: false, json } => {
             let store = match repair {
                 true => LocalStore::open_exclusive(&dir.cache_dir)?,
                 false => LocalStore::open_existing(&dir.cache_dir)?,

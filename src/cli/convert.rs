@@ -53,7 +53,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
         output: &args.output,
         split: SplitMode::Whole,
     };
-    let settings = args.cache.settings(Some(workers(args.threads)), OpenOptions::default());
+    let settings = args.cache.settings(Some(workers(args.threads)), OpenOptions::default())?;
     let report = oneshot::run(job, &settings).with_context(|| format!("cannot convert {}", args.input.display()))?;
     let tensors: usize = report.files().map(|f| f.tensors).sum();
     eprintln!(

@@ -231,13 +231,13 @@ pub(super) struct CacheArgs {
 }
 
 impl CacheArgs {
-    pub(super) fn settings(&self, jobs: Option<usize>, open: OpenOptions) -> OneShotSettings {
-        OneShotSettings {
+    pub(super) fn settings(&self, jobs: Option<usize>, open: OpenOptions) -> anyhow::Result<OneShotSettings> {
+        Ok(OneShotSettings {
             cache_dir: self.cache_dir.clone(),
-            remote: self.remote.remote(None),
+            remote: self.remote.remote(None)?,
             jobs: workers(jobs),
             open,
-        }
+        })
     }
 }
 
@@ -330,7 +330,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cache(command) => cache::run(command)?,
         Command::Edit { input, output, set, delete, rename_tensor, load, cache } => {
             let edits = Edits { set, delete, rename_tensors: rename_tensor };
-            let report = oneshot::edit_file(&input, &output, edits, &cache.settings(Some(1), load.options()))
+            let report = oneshot::edit_file(&input, &output, edits, &cache.settings(Some(1), load.options())?)
                 .with_context(|| format!("cannot edit {}", input.display()))?;
             eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
         }
@@ -341,7 +341,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // clap allows only the float type names.
             let options = DequantizeOptions::from_name(&ty).with_context(|| format!("unknown float type `{ty}`"))?;
             let ops = vec![(Op::Dequantize(options), Vec::new())];
-            let settings = cache.settings(threads, OpenOptions::default());
+            let settings = cache.settings(threads, OpenOptions::default())?;
             let report = oneshot::run(oneshot::job("dequantize", &input, ops, &output), &settings)
                 .with_context(|| format!("cannot dequantize {}", input.display()))?;
             eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
@@ -376,7 +376,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let output = PathBuf::from(output);
             let mut job = oneshot::job("split", &input, Vec::new(), &output);
             job.split = SplitMode::Limit(options);
-            let report = oneshot::run(job, &cache.settings(Some(1), OpenOptions::default())).with_context(context)?;
+            let report = oneshot::run(job, &cache.settings(Some(1), OpenOptions::default())?).with_context(context)?;
             let mut out = io::stdout().lock();
             for file in report.files() {
                 let size = human_bytes(file.bytes as f64);
@@ -386,7 +386,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Assemble { parts, output, cache } => {
             let parts: Vec<&std::path::Path> = parts.iter().map(PathBuf::as_path).collect();
-            let report = oneshot::assemble_files(&parts, &output, &cache.settings(Some(1), OpenOptions::default()))
+            let report = oneshot::assemble_files(&parts, &output, &cache.settings(Some(1), OpenOptions::default())?)
                 .context("cannot assemble the bundle")?;
             eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
         }
@@ -394,7 +394,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let ops = vec![(Op::Unbundle(crate::ops::assemble::UnbundleOptions { part }), Vec::new())];
             let report = oneshot::run(
                 oneshot::job("unbundle", &bundle, ops, &output),
-                &cache.settings(Some(1), OpenOptions::default()),
+                &cache.settings(Some(1), OpenOptions::default())?,
             )
             .with_context(|| format!("cannot unbundle {}", bundle.display()))?;
             eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
@@ -402,7 +402,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Merge { shard, output, keep_split_keys, cache } => {
             let mut job = oneshot::job("merge", &shard, Vec::new(), &output);
             job.read = Op::MergeShards(MergeOptions { keep_split_keys });
-            let report = oneshot::run(job, &cache.settings(Some(1), OpenOptions::default()))
+            let report = oneshot::run(job, &cache.settings(Some(1), OpenOptions::default())?)
                 .with_context(|| format!("cannot merge the split of {}", shard.display()))?;
             eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
         }

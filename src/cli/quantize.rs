@@ -77,7 +77,7 @@ pub(super) fn run(mut args: QuantizeArgs) -> anyhow::Result<()> {
         job.split = SplitMode::LikeInput;
     }
     let jobs = workers(args.threads.or(args.nthreads));
-    let settings = args.cache.settings(Some(jobs), OpenOptions::default());
+    let settings = args.cache.settings(Some(jobs), OpenOptions::default())?;
     let report = oneshot::run(job, &settings).with_context(|| format!("cannot quantize {}", args.input.display()))?;
     if let Some(budget) = args.target_size {
         anyhow::ensure!(

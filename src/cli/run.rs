@@ -46,7 +46,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         return plan(PlanArgs { recipe: args.recipe, cache: args.cache, json: args.json });
     }
     let recipe = Recipe::load(&args.recipe)?;
-    let remote = args.cache.remote.remote(Some(&recipe));
+    let remote = args.cache.remote.remote(Some(&recipe))?;
     let store = crate::store::open(Some(&args.cache.cache_dir), remote.as_ref().map(|(url, mode)| (url, *mode)))?;
     let engine = Engine::new(store, super::workers(args.jobs))?;
     let progress = !args.json && io::stderr().is_terminal();
@@ -82,7 +82,7 @@ pub(super) fn plan(args: PlanArgs) -> anyhow::Result<()> {
         Err(_) if !args.cache.cache_dir.exists() => None,
         Err(e) => return Err(e.into()),
     };
-    let store: Arc<dyn Store> = match (local, args.cache.remote.remote(Some(&recipe))) {
+    let store: Arc<dyn Store> = match (local, args.cache.remote.remote(Some(&recipe))?) {
         (Some(local), None) => Arc::new(local),
         (None, None) => Arc::new(MemoryStore::new()),
         (Some(local), Some((url, mode))) => Arc::new(Layered::open(local, &url, mode)?),

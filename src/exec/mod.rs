@@ -369,6 +369,29 @@ impl Engine {
         Ok(report)
     }
 
+    /// The result entries a recipe's outputs are made of, as far as the
+    /// store knows them: every node's and export's entry, and the entries of
+    /// the derived tensors of each node whose result it holds (`cache push`
+    /// and `cache pull` move these).
+    pub fn result_entries(&self, recipe: &Recipe) -> Result<Vec<(ActionKind, Key)>, RunError> {
+        let (bound, _) = self.bind(recipe)?;
+        let mut entries = Vec::new();
+        for (node, key) in bound.recipe.nodes.iter().zip(&bound.keys) {
+            if matches!(node.op, Op::Export(_)) {
+                entries.push((ActionKind::Export, *key));
+                continue;
+            }
+            entries.push((ActionKind::Node, *key));
+            if let Some(set) = cached_set(&*self.store, key) {
+                let derived = set.tensors.iter().filter(|t| t.is_derived());
+                entries.extend(derived.map(|t| (ActionKind::Tensor, t.key)));
+            }
+        }
+        entries.sort_unstable_by_key(|(kind, key)| (kind.name(), key.0));
+        entries.dedup();
+        Ok(entries)
+    }
+
     /// What `run` would do, and why: each node a hit or a miss with the
     /// reasons, and the size of what it would produce.
     pub fn plan(&self, recipe: &Recipe) -> Result<RunReport, RunError> {

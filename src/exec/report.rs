@@ -129,7 +129,17 @@ impl RunReport {
             totals.bytes_in += n.bytes_in;
             totals.bytes_out += n.bytes_out;
         }
-        RunReport { recipe, dry_run, jobs, wall_ms: 0.0, inputs, nodes, totals, cache_incidents: Vec::new(), remote: None }
+        RunReport {
+            recipe,
+            dry_run,
+            jobs,
+            wall_ms: 0.0,
+            inputs,
+            nodes,
+            totals,
+            cache_incidents: Vec::new(),
+            remote: None,
+        }
     }
 
     /// Bytes of the files the exports wrote or found up to date.

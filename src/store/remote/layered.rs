@@ -160,6 +160,14 @@ impl Layered {
         let _ = self.failure.set(error.to_string());
     }
 
+    /// Publishes a local entry (and the blobs it names) on the remote;
+    /// false when the local cache lacks it.
+    pub fn push(&self, kind: ActionKind, key: &Key) -> bool {
+        let Some(content) = self.local.get_action(kind, key) else { return false };
+        self.publish(kind, key, &content);
+        true
+    }
+
     /// Whether the remote holds `hash` (asked at most once per run).
     fn remote_has(&self, hash: &Key) -> bool {
         if lock(&self.present).contains(hash) {
@@ -207,9 +215,7 @@ impl Layered {
                 Err(StoreError::Missing(*hash))
             }
             Err(Imported::Fill(Some(RemoteError::Corrupt { problem, .. })))
-            | Err(Imported::Store(StoreError::Corrupt { problem, .. })) => {
-                Err(self.remote_blob_corrupt(hash, problem))
-            }
+            | Err(Imported::Store(StoreError::Corrupt { problem, .. })) => Err(self.remote_blob_corrupt(hash, problem)),
             Err(Imported::Fill(Some(e))) => {
                 self.fail(e);
                 Err(StoreError::Missing(*hash))

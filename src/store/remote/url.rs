@@ -91,10 +91,8 @@ impl RemoteUrl {
                     .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), seconds(CONNECT_TIMEOUT))
                     .build()
                     .map_err(|e| UrlError::Client(e.to_string()))?;
-                let root = ObjectPath::parse(prefix).map_err(|e| UrlError::Invalid {
-                    shown: self.to_string(),
-                    problem: e.to_string(),
-                })?;
+                let root = ObjectPath::parse(prefix)
+                    .map_err(|e| UrlError::Invalid { shown: self.to_string(), problem: e.to_string() })?;
                 Ok((Arc::new(store), root))
             }
             RemoteUrl::File { dir } => {

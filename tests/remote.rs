@@ -1,0 +1,399 @@
+//! The remote cache against a real S3 server (SeaweedFS, started by
+//! `scripts/s3-server.sh start`; `.ci/run` starts it) and against a
+//! `file://` directory. Each test works under its own prefix.
+//!
+//! Without the server, the S3 tests skip with a message (in CI they fail).
+
+mod common;
+
+use std::ffi::OsStr;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use common::{LADDER, repo, tiny_model};
+
+const S3_PORT: u16 = 8333;
+
+/// The client variables for the test server, or `None` (with a message)
+/// when it is not running outside CI.
+fn s3_env() -> Option<Vec<(String, String)>> {
+    if TcpStream::connect_timeout(&([127, 0, 0, 1], S3_PORT).into(), Duration::from_secs(1)).is_err() {
+        assert!(std::env::var_os("CI").is_none(), "CI must start the S3 server (scripts/s3-server.sh start)");
+        eprintln!("skipped: no S3 server on 127.0.0.1:{S3_PORT}; start one with scripts/s3-server.sh start");
+        return None;
+    }
+    let out = Command::new("bash").arg(repo().join("scripts/s3-server.sh")).arg("env").output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    Some(
+        text.lines()
+            .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+    )
+}
+
+/// A prefix no other test (or earlier run) uses.
+fn unique_url(env: &[(String, String)], test: &str) -> String {
+    let bucket = &env.iter().find(|(k, _)| k == "QUANTFORGE_TEST_BUCKET").unwrap().1;
+    let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos();
+    format!("s3://{bucket}/{test}-{}-{nanos}", std::process::id())
+}
+
+/// A machine: its own directory with the ladder recipe and the model, and
+/// its own cache.
+struct Machine {
+    dir: tempfile::TempDir,
+}
+
+impl Machine {
+    fn new() -> Machine {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(tiny_model(), dir.path().join("tiny.gguf")).unwrap();
+        std::fs::write(dir.path().join("ladder.toml"), LADDER).unwrap();
+        Machine { dir }
+    }
+
+    fn recipe(&self) -> PathBuf {
+        self.dir.path().join("ladder.toml")
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+
+    fn command(&self, env: &[(String, String)], url: &str, args: &[&OsStr]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_quantforge"));
+        command.args(args).arg("--cache-dir").arg(self.cache()).arg("--cache-url").arg(url);
+        command.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        command
+    }
+
+    fn run(&self, env: &[(String, String)], url: &str, extra: &[&str]) -> Output {
+        let mut args: Vec<&OsStr> = vec!["run".as_ref(), self.recipe().as_os_str().to_owned().leak()];
+        args.extend(["--json"].iter().chain(extra).map(OsStr::new));
+        self.command(env, url, &args).output().unwrap()
+    }
+
+    fn outputs(&self) -> Vec<(String, Vec<u8>)> {
+        let mut files: Vec<_> = std::fs::read_dir(self.dir.path().join("out"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+            .collect();
+        files.sort();
+        files
+    }
+}
+
+fn report(out: &Output) -> serde_json::Value {
+    assert!(out.status.success(), "run failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn encoded(report: &serde_json::Value) -> u64 {
+    report["nodes"].as_array().unwrap().iter().map(|n| n["tensors_encoded"].as_u64().unwrap()).sum()
+}
+
+fn verify_remote(env: &[(String, String)], url: &str) {
+    let machine = Machine::new();
+    let out = machine.command(env, url, &["cache".as_ref(), "verify".as_ref(), "--remote".as_ref()]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "verify --remote: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Two machines, one bucket: the second encodes nothing and writes the same bytes.
+fn second_machine_encodes_nothing(env: &[(String, String)], url: &str) {
+    let (a, b) = (Machine::new(), Machine::new());
+    let first = report(&a.run(env, url, &[]));
+    assert!(encoded(&first) > 0);
+    let second = report(&b.run(env, url, &[]));
+    assert_eq!(encoded(&second), 0, "{second:#}");
+    assert!(second["remote"]["blobs_fetched"].as_u64().unwrap() > 0);
+    assert_eq!(a.outputs(), b.outputs());
+    verify_remote(env, url);
+}
+
+#[test]
+fn two_machines_share_one_s3_bucket() {
+    let Some(env) = s3_env() else { return };
+    second_machine_encodes_nothing(&env, &unique_url(&env, "two-machines"));
+}
+
+#[test]
+fn two_machines_share_one_directory() {
+    let shared = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", shared.path().display());
+    second_machine_encodes_nothing(&[], &url);
+}
+
+/// Every blob file under a `file://` remote.
+fn remote_blob_files(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let blobs = root.join("quantforge-v1/blobs");
+    for shard in std::fs::read_dir(blobs).unwrap() {
+        for file in std::fs::read_dir(shard.unwrap().path()).unwrap() {
+            out.push(file.unwrap().path());
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_remote_blob_with_other_bytes_is_not_used_and_is_repaired() {
+    let Some(env) = s3_env() else { return };
+    let url = unique_url(&env, "corrupt-blob");
+    let (a, b) = (Machine::new(), Machine::new());
+    report(&a.run(&env, &url, &[]));
+    // Overwrite every blob of the remote through the S3 API with other bytes
+    // of the same length.
+    let remote = s3_client(&env, &url);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        use futures::TryStreamExt;
+        use object_store::{ObjectStore, ObjectStoreExt};
+        let prefix = remote.1.clone().join("quantforge-v1").join("blobs");
+        let blobs: Vec<_> = remote.0.list(Some(&prefix)).try_collect().await.unwrap();
+        assert!(!blobs.is_empty());
+        for blob in blobs {
+            let mut bytes = remote.0.get(&blob.location).await.unwrap().bytes().await.unwrap().to_vec();
+            bytes[0] ^= 0xff;
+            remote.0.put(&blob.location, bytes.into()).await.unwrap();
+        }
+    });
+    let second = report(&b.run(&env, &url, &[]));
+    let incidents = second["cache_incidents"].as_array().expect("the corruption is reported");
+    assert!(incidents.iter().any(|i| i["what"].as_str().unwrap().starts_with("remote blob")), "{second:#}");
+    assert_eq!(a.outputs(), b.outputs());
+    // What b recomputed was uploaded over the bad blobs.
+    verify_remote(&env, &url);
+}
+
+fn s3_client(env: &[(String, String)], url: &str) -> (Arc<dyn object_store::ObjectStore>, object_store::path::Path) {
+    let var = |name: &str| env.iter().find(|(k, _)| k == name).unwrap().1.clone();
+    let (bucket, prefix) = url.strip_prefix("s3://").unwrap().split_once('/').unwrap();
+    let store = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(bucket)
+        .with_endpoint(var("AWS_ENDPOINT_URL"))
+        .with_allow_http(true)
+        .with_region(var("AWS_REGION"))
+        .with_access_key_id(var("AWS_ACCESS_KEY_ID"))
+        .with_secret_access_key(var("AWS_SECRET_ACCESS_KEY"))
+        .build()
+        .unwrap();
+    (Arc::new(store), object_store::path::Path::from(prefix))
+}
+
+#[test]
+fn a_file_remote_blob_with_other_bytes_is_not_used() {
+    let shared = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", shared.path().display());
+    let (a, b) = (Machine::new(), Machine::new());
+    report(&a.run(&[], &url, &[]));
+    for path in remote_blob_files(shared.path()) {
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[0] ^= 0xff;
+        std::fs::write(&path, bytes).unwrap();
+    }
+    let second = report(&b.run(&[], &url, &[]));
+    assert!(encoded(&second) > 0, "bad blobs must be recomputed");
+    assert_eq!(a.outputs(), b.outputs());
+    verify_remote(&[], &url);
+}
+
+#[test]
+fn sixteen_concurrent_machines_write_the_same_keys() {
+    let Some(env) = s3_env() else { return };
+    let url = unique_url(&env, "concurrent");
+    let machines: Vec<Machine> = (0..16).map(|_| Machine::new()).collect();
+    let children: Vec<_> = machines
+        .iter()
+        .map(|m| {
+            let recipe = m.recipe();
+            m.command(&env, &url, &["run".as_ref(), recipe.as_os_str(), "--jobs".as_ref(), "1".as_ref()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let first = machines[0].outputs();
+    assert!(machines.iter().all(|m| m.outputs() == first));
+    verify_remote(&env, &url);
+}
+
+#[test]
+fn runs_killed_during_uploads_leave_no_entry_naming_a_missing_blob() {
+    let Some(env) = s3_env() else { return };
+    let url = unique_url(&env, "killed");
+    for round in 0..10u64 {
+        let machine = Machine::new();
+        let recipe = machine.recipe();
+        let mut child = machine
+            .command(&env, &url, &["run".as_ref(), recipe.as_os_str()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Spread over the run: from the first uploads to its end.
+        std::thread::sleep(Duration::from_millis(100 + (round * 7919) % 900));
+        let _ = child.kill();
+        child.wait().unwrap();
+        verify_remote(&env, &url);
+    }
+    let (reference, machine) = (Machine::new(), Machine::new());
+    report(&reference.run(&[], &format!("file://{}", reference.dir.path().join("alone").display()), &[]));
+    report(&machine.run(&env, &url, &[]));
+    assert_eq!(reference.outputs(), machine.outputs());
+}
+
+/// Forwards connections to the S3 server until stopped; then refuses them
+/// and cuts the open ones — the server going away, as a client sees it.
+struct Proxy {
+    port: u16,
+    stopped: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    fn start() -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stopped = Arc::new(AtomicBool::new(false));
+        let flag = stopped.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if flag.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", S3_PORT)) else { continue };
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server.try_clone().unwrap(), client.try_clone().unwrap()),
+                ] {
+                    let flag = flag.clone();
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 65536];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 || flag.load(Ordering::SeqCst) || to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                        let _ = from.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { port, stopped }
+    }
+
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag, and closes.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+#[test]
+fn a_server_that_goes_away_mid_run_leaves_a_local_run_and_a_warning() {
+    let Some(mut env) = s3_env() else { return };
+    let proxy = Proxy::start();
+    for (k, v) in &mut env {
+        if k == "AWS_ENDPOINT_URL" {
+            *v = format!("http://127.0.0.1:{}", proxy.port);
+        }
+    }
+    let url = unique_url(&env, "goes-away");
+    let (reference, machine) = (Machine::new(), Machine::new());
+    report(&reference.run(&[], &format!("file://{}", reference.dir.path().join("alone").display()), &[]));
+    let recipe = machine.recipe();
+    let child = machine
+        .command(&env, &url, &["run".as_ref(), recipe.as_os_str()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    proxy.stop();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("warning: remote cache"), "{stderr}");
+    assert_eq!(reference.outputs(), machine.outputs());
+}
+
+#[test]
+fn an_unreachable_remote_is_a_warning_or_with_remote_required_an_error() {
+    // A port nothing listens on.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let env = vec![
+        ("AWS_ENDPOINT_URL".to_owned(), format!("http://127.0.0.1:{port}")),
+        ("AWS_ALLOW_HTTP".to_owned(), "true".to_owned()),
+        ("AWS_REGION".to_owned(), "us-east-1".to_owned()),
+        ("AWS_ACCESS_KEY_ID".to_owned(), "id".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY".to_owned(), "top-secret-value".to_owned()),
+    ];
+    let machine = Machine::new();
+    let out = machine.run(&env, "s3://bucket/prefix", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("warning: remote cache s3://bucket/prefix"), "{stderr}");
+    assert!(!stderr.contains("top-secret-value"));
+    assert!(encoded(&report(&out)) > 0);
+
+    let out = machine.run(&env, "s3://bucket/prefix", &["--remote-required"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("does not answer"), "{stderr}");
+    assert!(!stderr.contains("top-secret-value"));
+}
+
+#[test]
+fn a_url_with_credentials_is_refused_without_repeating_them() {
+    let machine = Machine::new();
+    let out = machine.run(&[], "s3://AKIDEXAMPLE:hunter2@bucket/prefix", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("AWS_SECRET_ACCESS_KEY"), "{stderr}");
+    assert!(!stderr.contains("hunter2") && !stderr.contains("AKIDEXAMPLE"), "{stderr}");
+}
+
+#[test]
+fn push_then_pull_moves_a_recipe_between_caches() {
+    let shared = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", shared.path().display());
+    let a = Machine::new();
+    // Built without the remote, then pushed.
+    let built =
+        common::quantforge(&["run".as_ref(), a.recipe().as_os_str(), "--cache-dir".as_ref(), a.cache().as_os_str()]);
+    assert!(built.status.success());
+    let push = a.command(&[], &url, &["cache".as_ref(), "push".as_ref(), a.recipe().as_os_str()]).output().unwrap();
+    assert!(push.status.success(), "{}", String::from_utf8_lossy(&push.stderr));
+    let b = Machine::new();
+    let pull = b.command(&[], &url, &["cache".as_ref(), "pull".as_ref(), b.recipe().as_os_str()]).output().unwrap();
+    assert!(pull.status.success(), "{}", String::from_utf8_lossy(&pull.stderr));
+    // Offline now: the local cache alone assembles the outputs.
+    let offline = common::quantforge(&[
+        "run".as_ref(),
+        b.recipe().as_os_str(),
+        "--json".as_ref(),
+        "--cache-dir".as_ref(),
+        b.cache().as_os_str(),
+    ]);
+    assert_eq!(encoded(&report(&offline)), 0);
+    assert_eq!(a.outputs(), b.outputs());
+}
