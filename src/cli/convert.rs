@@ -55,6 +55,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
     };
     let settings = args.cache.settings(Some(workers(args.threads)), OpenOptions::default())?;
     let report = oneshot::run(job, &settings).with_context(|| format!("cannot convert {}", args.input.display()))?;
+    super::cache::report_transfers(report.remote.as_ref(), false)?;
     let tensors: usize = report.files().map(|f| f.tensors).sum();
     eprintln!(
         "wrote {}: {} tensors, {}, in {:.2} s",

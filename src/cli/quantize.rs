@@ -79,6 +79,7 @@ pub(super) fn run(mut args: QuantizeArgs) -> anyhow::Result<()> {
     let jobs = workers(args.threads.or(args.nthreads));
     let settings = args.cache.settings(Some(jobs), OpenOptions::default())?;
     let report = oneshot::run(job, &settings).with_context(|| format!("cannot quantize {}", args.input.display()))?;
+    super::cache::report_transfers(report.remote.as_ref(), false)?;
     if let Some(budget) = args.target_size {
         anyhow::ensure!(
             report.output_bytes() <= budget,

@@ -35,6 +35,10 @@ pub enum OneShotError {
     /// The node that failed, and why.
     #[error("{0}")]
     Failed(String),
+    /// The required remote cache failed during the run (its outputs are
+    /// written, from the local cache).
+    #[error("remote cache {location}: {failure}")]
+    RemoteFailed { location: String, failure: String },
 }
 
 /// Runs `job` and returns the report, or the first node's failure.
@@ -47,9 +51,15 @@ fn run_recipe(recipe: &Recipe, settings: &OneShotSettings) -> Result<RunReport, 
     let store = crate::store::open(settings.cache_dir.as_deref(), remote)?;
     let engine = Engine::new(store, settings.jobs)?.with_open_options(settings.open);
     let report = engine.run(recipe, false)?;
-    match report.nodes.iter().find(|n| n.status == Status::Failed) {
-        Some(failed) => Err(OneShotError::Failed(failed.error.clone().unwrap_or_default())),
-        None => Ok(report),
+    if let Some(failed) = report.nodes.iter().find(|n| n.status == Status::Failed) {
+        return Err(OneShotError::Failed(failed.error.clone().unwrap_or_default()));
+    }
+    let lost = report.remote.as_ref().and_then(|t| Some((t.location.clone(), t.failure.clone()?)));
+    match (lost, remote) {
+        (Some((location, failure)), Some((_, RemoteMode::Required))) => {
+            Err(OneShotError::RemoteFailed { location, failure })
+        }
+        _ => Ok(report),
     }
 }
 
