@@ -1,5 +1,6 @@
-//! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on six
-//! tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3; made by
+//! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on nine
+//! tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3, and the
+//! rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; made by
 //! `tests/convert/make_checkpoints.py`, references by
 //! `tests/convert/make_references.sh`, summarised in `tests/data/convert/*.json`):
 //! every tensor's name, type, shape, place and bytes (sha256), in order, and
@@ -61,7 +62,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 24);
+    assert_eq!(all.len(), 36);
     all
 }
 
