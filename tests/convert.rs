@@ -1,5 +1,6 @@
-//! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on six
-//! tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3; made by
+//! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on nine
+//! tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3, and the
+//! rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; made by
 //! `tests/convert/make_checkpoints.py`, references by
 //! `tests/convert/make_references.sh`, summarised in `tests/data/convert/*.json`):
 //! every tensor's name, type, shape, place and bytes (sha256), in order, and
@@ -61,7 +62,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 24);
+    assert_eq!(all.len(), 36);
     all
 }
 
@@ -132,8 +133,11 @@ fn scalar(key: &str, value: &Value) -> (String, String, Json) {
 fn architecture_keys_equal_convert_hf_to_gguf() {
     for (stem, checkpoint, outtype, golden) in references() {
         let (family, arch) = family_of(&checkpoint).unwrap();
-        let ours: Vec<_> =
-            architecture_keys(&checkpoint, family.id, arch, outtype).iter().map(|(k, v)| scalar(k, v)).collect();
+        let ours: Vec<_> = architecture_keys(&checkpoint, family.id, arch, outtype)
+            .unwrap()
+            .iter()
+            .map(|(k, v)| scalar(k, v))
+            .collect();
         let prefix = format!("{arch}.");
         let theirs: Vec<_> = golden["metadata"]
             .as_array()
@@ -243,23 +247,60 @@ fn the_recipe_op_writes_what_the_command_writes() {
 }
 
 /// A setting the conversion does not model refuses the checkpoint, naming
-/// it, instead of writing a model that loads and computes something else.
+/// it, instead of writing a model that loads and computes something else;
+/// so does a rope setting the converter itself would fail on.
 #[test]
 fn unmodelled_settings_are_refused_by_name() {
     let checkpoints = common::repo().join("tests/data/convert/checkpoints");
-    let cases: [(&str, &str, Json, &str); 5] = [
+    let unmodelled = "does not model";
+    let cases: [(&str, &str, Json, &str, &str); 9] = [
+        (
+            "tiny-llama-3-chat",
+            "rope_scaling",
+            json!({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192, "mscale": 1.0}),
+            "`rope_scaling.mscale` (1.0)",
+            unmodelled,
+        ),
+        (
+            "qwen3",
+            "rope_scaling",
+            json!({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "truncate": false}),
+            "`rope_scaling.truncate` (false)",
+            unmodelled,
+        ),
+        (
+            "Qwen2.5-Tiny-Instruct",
+            "rope_scaling",
+            json!({"rope_type": "yarn", "factor": 4.0}),
+            "`rope_scaling.original_max_position_embeddings` is missing",
+            "YaRN scaling needs it",
+        ),
+        (
+            "qwen3",
+            "rope_scaling",
+            json!({"rope_type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}),
+            "`rope_scaling.rope_type = \"longrope\"`",
+            unmodelled,
+        ),
         (
             "Phi-3-mini-4k-instruct",
             "rope_scaling",
-            json!({"type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}),
-            "`rope_scaling.rope_type = \"longrope\"`",
+            json!({"type": "longrope", "long_factor": vec![1.0; 7], "short_factor": vec![1.0; 8]}),
+            "`rope_scaling.long_factor` has 7 entries and `rope_scaling.short_factor` 8",
+            "half the 16 rotary dimensions",
         ),
-        ("qwen3", "rope_scaling", json!({"rope_type": "yarn", "factor": 4.0}), "`rope_scaling.rope_type = \"yarn\"`"),
-        ("tiny-llama-3-chat", "hidden_act", json!("gelu"), "`hidden_act` (\"gelu\")"),
-        ("Mistral-Tiny-180K-v0.3", "sliding_window", json!(4096), "`sliding_window` (4096)"),
-        ("Qwen2.5-Tiny-Instruct", "use_sliding_window", json!(true), "`use_sliding_window` (true)"),
+        (
+            "tiny-llama-3-chat",
+            "rope_parameters",
+            json!({"rope_type": "linear", "factor": 2.0}),
+            "`rope_parameters`",
+            unmodelled,
+        ),
+        ("tiny-llama-3-chat", "hidden_act", json!("gelu"), "`hidden_act` (\"gelu\")", unmodelled),
+        ("Mistral-Tiny-180K-v0.3", "sliding_window", json!(4096), "`sliding_window` (4096)", unmodelled),
+        ("Qwen2.5-Tiny-Instruct", "use_sliding_window", json!(true), "`use_sliding_window` (true)", unmodelled),
     ];
-    for (model, key, value, named) in cases {
+    for (model, key, value, named, why) in cases {
         let dir = tempfile::tempdir().unwrap();
         let copy = dir.path().join(model);
         std::fs::create_dir(&copy).unwrap();
@@ -275,7 +316,7 @@ fn unmodelled_settings_are_refused_by_name() {
         let output = common::quantforge(&[std::ffi::OsStr::new("convert"), copy.as_os_str(), out.as_os_str()]);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{model} with {key}: converted");
-        assert!(stderr.contains(named) && stderr.contains("does not model"), "{model}: {stderr}");
+        assert!(stderr.contains(named) && stderr.contains(why), "{model}: {stderr}");
         assert!(!out.exists());
     }
 }

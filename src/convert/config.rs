@@ -1,11 +1,12 @@
 //! Which `config.json` keys each family's conversion models. A checkpoint
 //! with any other key at a value other than its default is refused, naming
-//! the key: a setting the GGUF file would silently lose (YaRN or LongRoPE
-//! scaling, a sliding window the converter does not write, another
-//! activation) makes a model that loads and computes the wrong thing.
+//! the key: a setting the GGUF file would silently lose (YaRN's `mscale`,
+//! a sliding window the converter does not write, another activation)
+//! makes a model that loads and computes the wrong thing.
 //!
 //! The lists follow what `convert_hf_to_gguf.py` reads for each family
-//! (`docs/notes/convert-hf-reference.md`): a key it reads is modelled with
+//! (`docs/notes/convert-hf-reference.md`, and for `rope_scaling`
+//! `docs/notes/rope-scaling-reference.md`): a key it reads is modelled with
 //! any value; a key it ignores is allowed at the value that makes ignoring
 //! it right.
 
@@ -46,6 +47,8 @@ const COMMON: &[&str] = &[
     "max_position_embeddings",
     "rms_norm_eps",
     "rope_theta",
+    // Not `rope_parameters`: the converter prefers it to `rope_scaling`,
+    // but transformers 4.57 ignores it, so the file would disagree with the model.
     "rope_scaling",
     "head_dim",
 ];
@@ -59,9 +62,61 @@ struct Modelled {
     /// Sliding-window settings the conversion does not write: ignored while
     /// the window is off, refused when it is on.
     window: &'static [&'static str],
-    /// The `rope_scaling` types the conversion writes (besides none).
-    rope_types: &'static [&'static str],
+    /// The `rope_scaling` kinds the conversion writes (besides none).
+    rope_scalings: &'static [RopeScaling],
 }
+
+/// A `rope_scaling` kind: the values of its type key, the keys of the dict
+/// the conversion reads (any value), and keys only one side reads, allowed
+/// at the value at which the file and the Hugging Face model agree.
+struct RopeScaling {
+    kinds: &'static [&'static str],
+    reads: &'static [&'static str],
+    defaults: fn() -> Vec<(&'static str, Json)>,
+}
+
+const LINEAR: RopeScaling =
+    RopeScaling { kinds: &["linear"], reads: &["rope_type", "type", "factor"], defaults: Vec::new };
+
+const LLAMA3: RopeScaling = RopeScaling {
+    kinds: &["llama3"],
+    reads: &["rope_type", "type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"],
+    defaults: Vec::new,
+};
+
+/// Transformers also reads `mscale`, `mscale_all_dim` and `truncate`, which
+/// the file cannot carry; the converter also writes `extrapolation_factor`
+/// and `attn_factor`, which transformers ignores.
+const YARN: RopeScaling = RopeScaling {
+    kinds: &["yarn"],
+    reads: &[
+        "rope_type",
+        "type",
+        "factor",
+        "original_max_position_embeddings",
+        "attention_factor",
+        "beta_fast",
+        "beta_slow",
+    ],
+    defaults: || {
+        vec![
+            ("mscale", Json::Null),
+            ("mscale_all_dim", Json::Null),
+            ("truncate", json!(true)),
+            ("extrapolation_factor", json!(1.0)),
+            ("attn_factor", Json::Null),
+        ]
+    },
+};
+
+/// Phi-3's LongRoPE in the one shape `Phi3Config` accepts: exactly `type`
+/// (`su` and `yarn` are old names it rewrites to `longrope`), `long_factor`
+/// and `short_factor`.
+const LONGROPE: RopeScaling = RopeScaling {
+    kinds: &["su", "yarn", "longrope"],
+    reads: &["type", "long_factor", "short_factor"],
+    defaults: Vec::new,
+};
 
 const QWEN_WINDOW: &[&str] = &["use_sliding_window", "sliding_window", "max_window_layers", "layer_types"];
 
@@ -78,28 +133,28 @@ const FAMILIES: &[Modelled] = &[
             ]
         },
         window: &["sliding_window"],
-        rope_types: &["llama3", "linear"],
+        rope_scalings: &[LLAMA3, LINEAR, YARN],
     },
     Modelled {
         family: "qwen2",
         reads: &[],
         defaults: || vec![("hidden_act", json!("silu"))],
         window: QWEN_WINDOW,
-        rope_types: &["linear"],
+        rope_scalings: &[LINEAR, YARN],
     },
     Modelled {
         family: "qwen3",
         reads: &[],
         defaults: || vec![("hidden_act", json!("silu")), ("attention_bias", json!(false))],
         window: QWEN_WINDOW,
-        rope_types: &["linear"],
+        rope_scalings: &[LINEAR, YARN],
     },
     Modelled {
         family: "phi3",
         reads: &["original_max_position_embeddings", "partial_rotary_factor", "sliding_window"],
         defaults: || vec![("hidden_act", json!("silu"))],
         window: &[],
-        rope_types: &[],
+        rope_scalings: &[LONGROPE],
     },
     Modelled {
         family: "gemma3",
@@ -121,7 +176,7 @@ const FAMILIES: &[Modelled] = &[
             ]
         },
         window: &[],
-        rope_types: &["linear"],
+        rope_scalings: &[LINEAR],
     },
 ];
 
@@ -131,16 +186,11 @@ pub fn check_modelled(ckpt: &Checkpoint, family: &str) -> Result<(), ConvertErro
     let Some(modelled) = FAMILIES.iter().find(|m| m.family == family) else { return Ok(()) };
     let Some(config) = ckpt.config.as_object() else { return Ok(()) };
     let defaults = (modelled.defaults)();
-    let unmodelled = |key: &str, value: &Json| ConvertError::Unmodelled {
-        family: family.to_owned(),
-        key: key.to_owned(),
-        value: shorten(value),
-    };
     // A window the family's conversion does not write: name the key that
     // turns it on, not the window settings that follow from it.
     if window_is_on(config) && !modelled.window.is_empty() {
         let key = if config.contains_key("use_sliding_window") { "use_sliding_window" } else { "sliding_window" };
-        return Err(unmodelled(key, &config[key]));
+        return Err(unmodelled(family, key, &config[key]));
     }
     for (key, value) in config {
         let known = BOOKKEEPING.contains(&key.as_str())
@@ -154,19 +204,39 @@ pub fn check_modelled(ckpt: &Checkpoint, family: &str) -> Result<(), ConvertErro
             Some((_, default)) if default == value || value.is_null() => continue,
             _ => {}
         }
-        return Err(unmodelled(key, value));
+        return Err(unmodelled(family, key, value));
     }
-    if let Some(scaling) = config.get("rope_scaling").filter(|v| !v.is_null()) {
-        let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(Json::as_str).unwrap_or("?");
-        if !modelled.rope_types.contains(&kind) {
-            return Err(ConvertError::Unmodelled {
-                family: family.to_owned(),
-                key: format!("rope_scaling.rope_type = \"{kind}\""),
-                value: shorten(scaling),
-            });
+    match config.get("rope_scaling").filter(|v| !v.is_null()) {
+        Some(scaling) => check_rope_scaling(modelled, scaling),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a `rope_scaling` of a kind the family's conversion does not
+/// write, or with a key it does not model.
+fn check_rope_scaling(modelled: &Modelled, scaling: &Json) -> Result<(), ConvertError> {
+    let family = modelled.family;
+    let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(Json::as_str).unwrap_or("?");
+    let Some(rope) = modelled.rope_scalings.iter().find(|r| r.kinds.contains(&kind)) else {
+        return Err(unmodelled(family, &format!("rope_scaling.rope_type = \"{kind}\""), scaling));
+    };
+    let defaults = (rope.defaults)();
+    for (key, value) in scaling.as_object().into_iter().flatten() {
+        let at_default = || defaults.iter().any(|(k, default)| k == key && same_value(default, value));
+        if !rope.reads.contains(&key.as_str()) && !at_default() {
+            return Err(unmodelled(family, &format!("rope_scaling.{key}"), value));
         }
     }
     Ok(())
+}
+
+/// Equal JSON values, numbers by value (`1` is `1.0`).
+fn same_value(a: &Json, b: &Json) -> bool {
+    a == b || a.as_f64().is_some_and(|x| b.as_f64() == Some(x))
+}
+
+fn unmodelled(family: &str, key: &str, value: &Json) -> ConvertError {
+    ConvertError::Unmodelled { family: family.to_owned(), key: key.to_owned(), value: shorten(value) }
 }
 
 /// Whether the config turns a sliding window on (Qwen's flag; a window
@@ -178,7 +248,7 @@ fn window_is_on(config: &serde_json::Map<String, Json>) -> bool {
     }
 }
 
-fn shorten(value: &Json) -> String {
+pub(super) fn shorten(value: &Json) -> String {
     crate::text::shorten(&value.to_string(), 80).into_owned()
 }
 
@@ -194,5 +264,37 @@ mod tests {
         assert!(window_is_on(on.as_object().unwrap()));
         let mistral = json!({"sliding_window": 4096});
         assert!(window_is_on(mistral.as_object().unwrap()));
+    }
+
+    #[test]
+    fn rope_scaling_is_checked_key_by_key() {
+        let refused = |family: &str, scaling: &Json| {
+            let modelled = FAMILIES.iter().find(|m| m.family == family).unwrap();
+            check_rope_scaling(modelled, scaling).err().map(|e| e.to_string()).unwrap_or_default()
+        };
+        let yarn =
+            json!({"rope_type": "yarn", "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192});
+        assert_eq!(refused("llama", &yarn), "");
+        assert!(refused("gemma3", &yarn).contains("`rope_scaling.rope_type = \"yarn\"`"));
+        // Keys only one side reads: at the value where both agree, else refused by name.
+        let with = |key: &str, value: Json| {
+            let mut scaling = yarn.clone();
+            scaling[key] = value;
+            refused("qwen3", &scaling)
+        };
+        assert_eq!(with("truncate", json!(true)), "");
+        assert_eq!(with("extrapolation_factor", json!(1)), "");
+        assert_eq!(with("mscale", Json::Null), "");
+        assert!(with("mscale", json!(1.0)).contains("`rope_scaling.mscale` (1.0)"));
+        assert!(with("mscale_all_dim", json!(0.0)).contains("`rope_scaling.mscale_all_dim` (0.0)"));
+        assert!(with("truncate", json!(false)).contains("`rope_scaling.truncate` (false)"));
+        assert!(with("extrapolation_factor", json!(2.0)).contains("`rope_scaling.extrapolation_factor` (2.0)"));
+        assert!(with("attn_factor", json!(0.8)).contains("`rope_scaling.attn_factor` (0.8)"));
+        // LongRoPE: Phi-3's, in the shape Phi3Config accepts, and nobody else's.
+        let longrope = json!({"type": "su", "long_factor": [1.0], "short_factor": [1.0]});
+        assert_eq!(refused("phi3", &longrope), "");
+        assert!(refused("llama", &longrope).contains("`rope_scaling.rope_type = \"su\"`"));
+        let spelled = json!({"rope_type": "longrope", "long_factor": [1.0], "short_factor": [1.0]});
+        assert!(refused("phi3", &spelled).contains("`rope_scaling.rope_type` (\"longrope\")"));
     }
 }

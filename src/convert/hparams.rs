@@ -2,12 +2,14 @@
 //! `general.file_type` and `general.quantization_version`), in the order and
 //! with the types `convert_hf_to_gguf.py` writes them: the common text-model
 //! keys, then each family's own (reference: sec. 4–5 of
-//! `docs/notes/convert-hf-reference.md`).
+//! `docs/notes/convert-hf-reference.md`; rope scaling:
+//! `docs/notes/rope-scaling-reference.md`).
 
 use serde_json::Value as Json;
 
 use super::checkpoint::Checkpoint;
-use super::tensors::OutType;
+use super::rope::{RopeError, RopeParameters, phi3_long_rope, phi3_rope_dims};
+use super::tensors::{ConvertError, OutType};
 use crate::model::{Metadata, Value};
 use crate::quant::plan::QUANTIZATION_VERSION;
 
@@ -21,8 +23,29 @@ fn file_type(outtype: OutType) -> u32 {
     }
 }
 
-pub fn architecture_keys(ckpt: &Checkpoint, family: &str, arch: &str, outtype: OutType) -> Metadata {
+/// The keys the converter writes while it makes a family's generated
+/// tensors (`generate_extra_tensors`), which runs before it writes any key
+/// but `general.architecture`: Phi-3's LongRoPE attention factor.
+pub(super) fn generated_tensor_keys(ckpt: &Checkpoint, family: &str, arch: &str) -> Result<Metadata, ConvertError> {
     let mut keys = Metadata::new();
+    if family == "phi3"
+        && let Some(long_rope) = phi3_long_rope(ckpt)?
+    {
+        keys.set(&format!("{arch}.rope.scaling.attn_factor"), Value::F32(long_rope.attn_factor));
+    }
+    Ok(keys)
+}
+
+/// Every architecture key in the converter's order, the generated tensors'
+/// keys first.
+pub fn architecture_keys(
+    ckpt: &Checkpoint,
+    family: &str,
+    arch: &str,
+    outtype: OutType,
+) -> Result<Metadata, ConvertError> {
+    let mut keys = generated_tensor_keys(ckpt, family, arch)?;
+    let rope = RopeParameters::resolve(ckpt);
     let hp = |names: &[&str]| ckpt.hparam(names).filter(|v| !v.is_null());
     let u32_of = |v: &Json| v.as_u64().map(|n| Value::U32(n as u32));
     // JSON decimals become f64 (correctly rounded), then f32, as Python's struct.pack does.
@@ -40,7 +63,7 @@ pub fn architecture_keys(ckpt: &Checkpoint, family: &str, arch: &str, outtype: O
     let heads = hp(&["num_attention_heads", "n_head", "n_heads"]);
     let kv_heads = hp(&["num_key_value_heads", "n_kv_heads"]);
     let rms_eps = hp(&["rms_norm_eps", "norm_eps"]).and_then(f32_of);
-    let rope_theta = hp(&["rope_theta"]).and_then(f32_of);
+    let rope_theta = rope.get("rope_theta").and_then(f32_of);
     let head_dim = hp(&["head_dim"]).and_then(Json::as_u64).or_else(|| match family {
         // LlamaConfig always fills head_dim in; Qwen3Config defaults it to 128.
         "llama" if ckpt.config["architectures"][0] != "MistralForCausalLM" => {
@@ -55,7 +78,7 @@ pub fn architecture_keys(ckpt: &Checkpoint, family: &str, arch: &str, outtype: O
         put(
             &mut keys,
             "rope.scaling.original_context_length",
-            hp(&["original_max_position_embeddings"]).and_then(u32_of),
+            rope.get("original_max_position_embeddings").and_then(u32_of),
         );
         put(&mut keys, "embedding_length", embedding.and_then(u32_of));
         put(&mut keys, "feed_forward_length", feed_forward.and_then(u32_of));
@@ -63,9 +86,7 @@ pub fn architecture_keys(ckpt: &Checkpoint, family: &str, arch: &str, outtype: O
         put(&mut keys, "attention.head_count", heads.and_then(u32_of));
         put(&mut keys, "attention.head_count_kv", kv_heads.and_then(u32_of));
         put(&mut keys, "attention.layer_norm_rms_epsilon", rms_eps);
-        let partial = hp(&["partial_rotary_factor"]).and_then(Json::as_f64).unwrap_or(1.0);
-        let rot = embedding.and_then(Json::as_u64).zip(heads.and_then(Json::as_u64));
-        put(&mut keys, "rope.dimension_count", rot.map(|(e, h)| Value::U32(((partial * e as f64) as u64 / h) as u32)));
+        put(&mut keys, "rope.dimension_count", Some(Value::U32(phi3_rope_dims(ckpt, &rope)? as u32)));
         put(&mut keys, "rope.freq_base", rope_theta);
         keys.set("general.file_type", Value::U32(file_type(outtype)));
         let window = hp(&["sliding_window"]).and_then(Json::as_u64).unwrap_or(0);
@@ -77,14 +98,8 @@ pub fn architecture_keys(ckpt: &Checkpoint, family: &str, arch: &str, outtype: O
         put(&mut keys, "feed_forward_length", feed_forward.and_then(u32_of));
         put(&mut keys, "attention.head_count", heads.and_then(u32_of));
         put(&mut keys, "attention.head_count_kv", kv_heads.and_then(u32_of));
-        if let Some(scaling) = hp(&["rope_scaling"]) {
-            let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(Json::as_str);
-            if kind == Some("linear")
-                && let Some(factor) = scaling.get("factor").and_then(f32_of)
-            {
-                put(&mut keys, "rope.scaling.type", Some(Value::string("linear")));
-                put(&mut keys, "rope.scaling.factor", Some(factor));
-            }
+        for (name, value) in rope_scaling_keys(&rope)? {
+            keys.set(&key(name), value);
         }
         put(&mut keys, "rope.freq_base", rope_theta);
         put(&mut keys, "rope.freq_base_swa", hp(&["rope_local_base_freq"]).and_then(f32_of));
@@ -109,5 +124,40 @@ pub fn architecture_keys(ckpt: &Checkpoint, family: &str, arch: &str, outtype: O
         }
     }
     keys.set("general.quantization_version", Value::U32(QUANTIZATION_VERSION));
-    keys
+    Ok(keys)
+}
+
+/// The rope-scaling keys of the text-model families, in the converter's
+/// order (`TextModel.set_gguf_parameters`), after `{arch}.`. Kinds that
+/// write no key here: llama3 (a tensor instead); the rest
+/// `config::check_modelled` refuses.
+fn rope_scaling_keys(rope: &RopeParameters) -> Result<Vec<(&'static str, Value)>, RopeError> {
+    let mut keys = Vec::new();
+    match rope.kind() {
+        Some("linear") => {
+            keys.push(("rope.scaling.type", Value::string("linear")));
+            keys.push(("rope.scaling.factor", Value::F32(rope.required_f32("factor", "linear scaling")?)));
+        }
+        Some("yarn") => {
+            keys.push(("rope.scaling.type", Value::string("yarn")));
+            keys.push(("rope.scaling.factor", Value::F32(rope.required_f32("factor", "YaRN scaling")?)));
+            let original = rope.required_u32("original_max_position_embeddings", "YaRN scaling")?;
+            keys.push(("rope.scaling.original_context_length", Value::U32(original)));
+            // `attention_factor` wins whenever the dict has it, even as null.
+            let attn = if rope.has("attention_factor") { "attention_factor" } else { "attn_factor" };
+            let optional = [
+                ("rope.scaling.yarn_ext_factor", "extrapolation_factor"),
+                ("rope.scaling.yarn_attn_factor", attn),
+                ("rope.scaling.yarn_beta_fast", "beta_fast"),
+                ("rope.scaling.yarn_beta_slow", "beta_slow"),
+            ];
+            for (name, config_key) in optional {
+                if let Some(value) = rope.f32(config_key)? {
+                    keys.push((name, Value::F32(value)));
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(keys)
 }

@@ -4,19 +4,21 @@
 //! This module owns the tensor side: which files and tensors, in which
 //! order, under which GGUF names (the registry's HF ↔ GGUF tables), with
 //! which family transforms (LLaMA's Q/K row permutation, Gemma's norm +1
-//! and vocabulary cut, LLaMA 3's generated `rope_freqs`) and which output
-//! type per tensor; the naming, architecture and tokenizer keys; the whole
-//! file ([`convert`]).
+//! and vocabulary cut, LLaMA 3's generated `rope_freqs`, Phi-3's LongRoPE
+//! factors) and which output type per tensor; the naming, architecture and
+//! tokenizer keys; the whole file ([`convert`]).
 
 mod checkpoint;
 mod config;
 mod hparams;
 mod naming;
+mod rope;
 mod tensors;
 mod vocab;
 
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use hparams::architecture_keys;
+pub use rope::RopeError;
 pub use tensors::{ConvertError, ConvertedTensor, OutType, Values, checkpoint_rows, convert_tensors, family_of};
 pub use vocab::tokenizer_keys;
 
@@ -39,8 +41,10 @@ pub fn convert(
     // place and takes the new value, as its dict does (and `Metadata::set`).
     let mut metadata = Metadata::new();
     metadata.set("general.architecture", Value::string(arch));
+    // The converter writes these while it makes the tensors, before anything else.
+    metadata.append_prefixed("", &hparams::generated_tensor_keys(ckpt, family.id, arch)?);
     naming::general_keys(ckpt, total_params, &mut metadata);
-    metadata.append_prefixed("", &architecture_keys(ckpt, family.id, arch, outtype));
+    metadata.append_prefixed("", &architecture_keys(ckpt, family.id, arch, outtype)?);
     tokenizer_keys(ckpt, family.id, pre, &mut metadata)?;
     Ok((metadata, tensors))
 }

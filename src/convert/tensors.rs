@@ -9,6 +9,7 @@ use crate::model::TensorInfo;
 use crate::types::GgmlType;
 
 use super::checkpoint::{Checkpoint, CheckpointError};
+use super::rope::{RopeError, RopeParameters, phi3_long_rope};
 
 /// `--outtype`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +56,8 @@ pub enum ConvertError {
          model that would silently lose it"
     )]
     Unmodelled { family: String, key: String, value: String },
+    #[error(transparent)]
+    Rope(#[from] RopeError),
     #[error("tensor `{tensor}`: {source}")]
     Codec { tensor: String, source: CodecError },
     #[error(transparent)]
@@ -75,7 +78,8 @@ pub struct ConvertedTensor {
 /// Where a converted tensor's values come from.
 #[derive(Debug, Clone)]
 pub enum Values {
-    /// Computed from the configuration (LLaMA 3's `rope_freqs`).
+    /// Computed from the configuration (LLaMA 3's `rope_freqs`, Phi-3's
+    /// LongRoPE factors).
     Generated(Vec<f32>),
     /// Tensor `tensor` of shard `shard`, through the family's transforms.
     Checkpoint { shard: usize, tensor: usize, transform: RowTransform },
@@ -188,12 +192,18 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
     let number = |keys: &[&str]| ckpt.hparam(keys).and_then(serde_json::Value::as_u64);
     let n_head = number(&["n_heads", "num_attention_heads"]);
     let n_head_kv = number(&["n_kv_heads", "num_key_value_heads"]);
+    // The converter's generated tensors come first (`generate_extra_tensors`).
     let mut out = Vec::new();
     if family.id == "llama"
         && let Some(freqs) = llama3_rope_freqs(ckpt)
     {
-        let info = TensorInfo::new("rope_freqs.weight", vec![freqs.len() as u64], GgmlType::F32);
-        out.push(ConvertedTensor { info, values: Values::Generated(freqs) });
+        out.push(generated("rope_freqs.weight", freqs));
+    }
+    if family.id == "phi3"
+        && let Some(long_rope) = phi3_long_rope(ckpt)?
+    {
+        out.push(generated("rope_factors_long.weight", long_rope.long));
+        out.push(generated("rope_factors_short.weight", long_rope.short));
     }
     for (s, t) in ckpt.tensor_order() {
         let source = &ckpt.shards[s].tensors[t];
@@ -233,6 +243,13 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
     Ok(out)
 }
 
+/// A 1-D F32 tensor of values computed from the config (F32 for every
+/// outtype, as 1-D tensors are).
+fn generated(name: &str, values: Vec<f32>) -> ConvertedTensor {
+    let info = TensorInfo::new(name, vec![values.len() as u64], GgmlType::F32);
+    ConvertedTensor { info, values: Values::Generated(values) }
+}
+
 /// The converter's type for a tensor: 1-D tensors, norms and anything not
 /// a `.weight` stay F32; Q8_0 rows that are not whole blocks fall back to F16.
 fn output_type(name: &str, dims: &[u64], outtype: OutType) -> GgmlType {
@@ -265,13 +282,12 @@ fn permute_rows(values: &[f32], dims: &[u64], n_head: usize) -> Vec<f32> {
 /// LLaMA 3's `rope_freqs`: the per-frequency scaling factors of its
 /// "llama3" RoPE, computed in f32 as the converter's torch code does.
 fn llama3_rope_freqs(ckpt: &Checkpoint) -> Option<Vec<f32>> {
-    let scaling = ckpt.hparam(&["rope_scaling"])?;
-    let kind = scaling.get("rope_type").or_else(|| scaling.get("type"))?.as_str()?;
-    if !kind.eq_ignore_ascii_case("llama3") {
+    let scaling = RopeParameters::resolve(ckpt);
+    if !scaling.kind()?.eq_ignore_ascii_case("llama3") {
         return None;
     }
     let float = |v: Option<&serde_json::Value>, default: f64| v.and_then(serde_json::Value::as_f64).unwrap_or(default);
-    let base = float(ckpt.hparam(&["rope_theta"]), 10000.0) as f32;
+    let base = float(scaling.get("rope_theta"), 10000.0) as f32;
     let n_head = ckpt.hparam(&["num_attention_heads"])?.as_u64()?;
     let dim = match ckpt.hparam(&["head_dim"]).and_then(serde_json::Value::as_u64) {
         Some(d) => d,

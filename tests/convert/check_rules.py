@@ -27,9 +27,12 @@ FAMILY_OF_DIR = {
     "qwen3": "qwen3",
     "gemma-3-tiny-it": "gemma3",
     "Phi-3-mini-4k-instruct": "phi3",
+    "Phi-3-mini-128k-instruct": "phi3",
+    "Llama-Tiny-YaRN": "llama",
+    "Qwen3-Tiny-YaRN": "qwen3",
 }
 
-# HF name (per block, {bid} substituted) -> GGUF name, for the six families' dense layouts.
+# HF name (per block, {bid} substituted) -> GGUF name, for the families' dense layouts.
 BLOCK_MAP = {
     "input_layernorm": "attn_norm",
     "self_attn.q_proj": "attn_q",
@@ -158,6 +161,10 @@ def expected(ckpt: Path, outtype: str):
     items: list[tuple[str, np.ndarray]] = []
     if fam == "llama" and (cfg.get("rope_scaling") or {}).get("rope_type") == "llama3":
         items.append(("rope_freqs.weight", llama3_rope_factors(cfg)))
+    if fam == "phi3" and (cfg.get("rope_scaling") or {}).get("long_factor"):
+        # conversion/phi.py generate_extra_tensors: the LongRoPE factors, as given, in float32
+        for which in ("long", "short"):
+            items.append((f"rope_factors_{which}.weight", np.array(cfg["rope_scaling"][f"{which}_factor"], dtype=np.float32)))
     n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     for name, arr in hf.items():
         if fam == "llama":

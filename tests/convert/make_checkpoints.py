@@ -16,6 +16,9 @@ next to a tokenizer trained here on generated text (no hub downloads).
     qwen3                     Qwen3ForCausalLM    f16    3+      byte-level BPE tokenizer.json, tied embeddings
     gemma-3-tiny-it           Gemma3ForCausalLM   f16    1       SentencePiece BPE (Gemma ids) + tokenizer.json
     Phi-3-mini-4k-instruct    Phi3ForCausalLM     bf16   1       SentencePiece BPE + added tokens + padding
+    Phi-3-mini-128k-instruct  Phi3ForCausalLM     bf16   1       as Phi-3-mini-4k-instruct
+    Llama-Tiny-YaRN           LlamaForCausalLM    bf16   1       as tiny-llama-3-chat
+    Qwen3-Tiny-YaRN           Qwen3ForCausalLM    f16    3+      as qwen3
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -35,6 +38,11 @@ Deliberate edge cases (see docs/notes/convert-hf-reference.md):
   * phi3: fused qkv_proj and gate_up_proj, intermediate 80 (down_proj rows are
     not a multiple of 32 -> Q8_0 falls back to F16), vocab padded past the
     tokenizer, added tokens in tokenizer_config/tokenizer.json.
+  * phi3-longrope: LongRoPE (131072 over 4096 positions -> attn_factor KV,
+    rope_factors_long/short tensors); the factors include ints, decimals f32
+    cannot hold and f64 values exactly half-way between two f32s.
+  * llama-yarn: YaRN with every optional key, in the legacy `type` spelling.
+  * qwen3-yarn: YaRN as Qwen3's model card recommends (factor, original length).
 """
 from __future__ import annotations
 
@@ -56,6 +64,9 @@ FAMILIES = {
     "qwen3": "qwen3",
     "gemma3": "gemma-3-tiny-it",
     "phi3": "Phi-3-mini-4k-instruct",
+    "phi3-longrope": "Phi-3-mini-128k-instruct",
+    "llama-yarn": "Llama-Tiny-YaRN",
+    "qwen3-yarn": "Qwen3-Tiny-YaRN",
 }
 
 # --------------------------------------------------------------------------
@@ -255,7 +266,30 @@ def save_model(model, out: Path, dtype, *, max_shard_size=None, generation_confi
     model.save_pretrained(out, **kwargs)
 
 
-def make_llama(out: Path) -> None:
+LLAMA3_ROPE = dict(
+    max_position_embeddings=131072,
+    rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                  "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+)
+# Every key the converter's YaRN branch writes; LlamaConfig adds rope_type next to type.
+LLAMA_YARN_ROPE = dict(
+    max_position_embeddings=32768,
+    rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192,
+                  "attention_factor": 0.8, "beta_fast": 32.0, "beta_slow": 1.0, "extrapolation_factor": 1.0},
+)
+# The YaRN settings Qwen3's model cards give (context_length stays 40960).
+QWEN3_YARN_ROPE = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+# Phi-3-mini-128k's shape: exactly the three keys Phi3Config accepts, 8 = (64 / 4) / 2 factors each.
+# 1.0000000596046448 = 1 + 2^-24 (ties to 1.0), 1.0000001788139343 = 1 + 3 * 2^-24 (ties up).
+PHI3_LONGROPE = dict(
+    max_position_embeddings=131072, sliding_window=262144,
+    rope_scaling={"type": "longrope",
+                  "long_factor": [1.0, 1.0299999713897705, 1.2, 2.5, 7.333333333333333, 1.0000000596046448, 25.5, 40],
+                  "short_factor": [1.0, 1.01, 1.02, 1.05, 1.0000001788139343, 1.1, 1.15, 1]},
+)
+
+
+def make_llama(out: Path, rope: dict = LLAMA3_ROPE, *, seed: int = SEED + 1, bf16: bool = False) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, LlamaTokenizerFast
 
@@ -266,18 +300,16 @@ def make_llama(out: Path) -> None:
     n_vocab = len(tok)
     config = LlamaConfig(
         vocab_size=n_vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=131072,
+        num_attention_heads=4, num_key_value_heads=2, **rope,
         rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
-        rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                      "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-        bos_token_id=1, eos_token_id=2, torch_dtype="float32",
+        bos_token_id=1, eos_token_id=2, torch_dtype="bfloat16" if bf16 else "float32",
     )
     torch.manual_seed(SEED)
     model = LlamaForCausalLM(config)
-    randomize(model, SEED + 1)
+    randomize(model, seed)
     with torch.no_grad():
         model.model.embed_tokens.weight[:4] = torch.from_numpy(edge_rows(64))
-    save_model(model, out, torch.float32)
+    save_model(model, out, torch.bfloat16 if bf16 else torch.float32)
     tok.save_pretrained(out)
 
 
@@ -305,7 +337,7 @@ def make_mistral(out: Path) -> None:
     assert not (out / "tokenizer.json").exists()
 
 
-def make_qwen(out: Path, which: str) -> None:
+def make_qwen(out: Path, which: str, rope_scaling: dict | None = None, *, seed: int | None = None) -> None:
     import torch
     from transformers import GenerationConfig, Qwen2TokenizerFast
 
@@ -337,7 +369,7 @@ def make_qwen(out: Path, which: str) -> None:
         config = Qwen3Config(
             vocab_size=n_vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=40960,
-            rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+            rms_norm_eps=1e-6, rope_theta=1000000.0, rope_scaling=rope_scaling, tie_word_embeddings=True,
             attention_bias=False, bos_token_id=pad, eos_token_id=eos, torch_dtype="float16",
         )
         gen = GenerationConfig(bos_token_id=pad, eos_token_id=[eos, pad], pad_token_id=pad,
@@ -345,7 +377,7 @@ def make_qwen(out: Path, which: str) -> None:
         cls, dtype, shard = Qwen3ForCausalLM, torch.float16, "50KB"
     torch.manual_seed(SEED)
     model = cls(config)
-    randomize(model, SEED + (3 if which == "qwen2" else 4))
+    randomize(model, seed if seed is not None else SEED + (3 if which == "qwen2" else 4))
     save_model(model, out, dtype, max_shard_size=shard, generation_config=gen)
     tok.save_pretrained(out)
     if which == "qwen2":
@@ -384,7 +416,10 @@ def make_gemma3(out: Path) -> None:
     tok.save_pretrained(out)
 
 
-def make_phi3(out: Path) -> None:
+PHI3_SHORT = dict(max_position_embeddings=4096, sliding_window=2047, rope_scaling=None)
+
+
+def make_phi3(out: Path, context: dict = PHI3_SHORT, *, seed: int = SEED + 6) -> None:
     import torch
     from transformers import AddedToken, LlamaTokenizerFast, Phi3Config, Phi3ForCausalLM
 
@@ -403,14 +438,14 @@ def make_phi3(out: Path) -> None:
     n_vocab = len(tok)
     config = Phi3Config(
         vocab_size=(n_vocab + 63) // 64 * 64, hidden_size=64, intermediate_size=80, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
-        original_max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=None,
-        sliding_window=2047, tie_word_embeddings=False, bos_token_id=1, eos_token_id=eos, pad_token_id=eos,
+        num_attention_heads=4, num_key_value_heads=4, **context,
+        original_max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0,
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=eos, pad_token_id=eos,
         torch_dtype="bfloat16",
     )
     torch.manual_seed(SEED)
     model = Phi3ForCausalLM(config)
-    randomize(model, SEED + 6)
+    randomize(model, seed)
     save_model(model, out, torch.bfloat16)
     tok.save_pretrained(out)
 
@@ -422,6 +457,9 @@ MAKERS = {
     "qwen3": lambda out: make_qwen(out, "qwen3"),
     "gemma3": make_gemma3,
     "phi3": make_phi3,
+    "phi3-longrope": lambda out: make_phi3(out, PHI3_LONGROPE, seed=SEED + 7),
+    "llama-yarn": lambda out: make_llama(out, LLAMA_YARN_ROPE, seed=SEED + 8, bf16=True),
+    "qwen3-yarn": lambda out: make_qwen(out, "qwen3", QWEN3_YARN_ROPE, seed=SEED + 9),
 }
 
 
