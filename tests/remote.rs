@@ -397,3 +397,54 @@ fn push_then_pull_moves_a_recipe_between_caches() {
     assert_eq!(encoded(&report(&offline)), 0);
     assert_eq!(a.outputs(), b.outputs());
 }
+
+fn cache_command(machine: &Machine, url: &str, args: &[&str]) -> Output {
+    let args: Vec<&OsStr> = ["cache"].iter().chain(args).map(OsStr::new).collect();
+    machine.command(&[], url, &args).output().unwrap()
+}
+
+fn stdout_of(out: &Output) -> String {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn ls_du_verify_repair_and_gc_on_a_remote() {
+    let shared = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", shared.path().display());
+    let machine = Machine::new();
+    report(&machine.run(&[], &url, &[]));
+    let blobs = remote_blob_files(shared.path());
+
+    let ls = stdout_of(&cache_command(&machine, &url, &["ls", "--remote"]));
+    assert_eq!(ls.lines().filter(|l| l.contains("exports")).count(), 3, "{ls}");
+    let du = stdout_of(&cache_command(&machine, &url, &["du", "--remote"]));
+    assert!(du.contains(&format!("in {} blobs", blobs.len())), "{du}");
+
+    // One corrupt blob: verify fails and names it, --repair deletes it and
+    // every entry naming it, after which verify is clean and a run puts
+    // back what was lost.
+    let mut bytes = std::fs::read(&blobs[0]).unwrap();
+    bytes[0] ^= 0xff;
+    std::fs::write(&blobs[0], bytes).unwrap();
+    let verify = cache_command(&machine, &url, &["verify", "--remote"]);
+    assert!(!verify.status.success());
+    let name = blobs[0].file_name().unwrap().to_str().unwrap();
+    assert!(String::from_utf8_lossy(&verify.stdout).contains(&format!("corrupt blob {name}")));
+    stdout_of(&cache_command(&machine, &url, &["verify", "--remote", "--repair"]));
+    assert!(!blobs[0].exists());
+    stdout_of(&cache_command(&machine, &url, &["verify", "--remote"]));
+    let other = Machine::new();
+    report(&other.run(&[], &url, &[]));
+    assert_eq!(machine.outputs(), other.outputs());
+    stdout_of(&cache_command(&machine, &url, &["verify", "--remote"]));
+
+    // gc keeps what is younger than the age, removes what is older.
+    let kept = stdout_of(&cache_command(&machine, &url, &["gc", "--remote", "--older-than", "1d"]));
+    assert!(kept.contains("removed 0 entries, 0 blobs"), "{kept}");
+    std::thread::sleep(Duration::from_millis(1100));
+    let gone = stdout_of(&cache_command(&machine, &url, &["gc", "--remote", "--older-than", "1s"]));
+    assert!(!gone.contains("removed 0 entries"), "{gone}");
+    let du = stdout_of(&cache_command(&machine, &url, &["du", "--remote"]));
+    assert!(du.contains("in 0 blobs") && du.contains("0 tensors, 0 nodes, 0 exports"), "{du}");
+}

@@ -469,3 +469,56 @@ fn small_things_say_what_they_mean() {
         common::quantforge(&[OsStr::new("quantize"), ws.path("out").as_os_str(), out.as_os_str(), OsStr::new("Q8_0")]);
     fails_with(&output, "is a directory; only `convert` reads a checkpoint directory");
 }
+
+/// A read-only bind mount of a directory, unmounted when dropped; `None`
+/// (with a message) where mounting is not allowed.
+struct ReadOnlyMount(PathBuf);
+
+impl ReadOnlyMount {
+    fn new(source: &Path, target: &Path) -> Option<ReadOnlyMount> {
+        std::fs::create_dir_all(target).unwrap();
+        let mount =
+            |args: &[&OsStr]| std::process::Command::new("mount").args(args).output().is_ok_and(|o| o.status.success());
+        if !mount(&[OsStr::new("--bind"), source.as_os_str(), target.as_os_str()]) {
+            eprintln!("skipped: cannot bind-mount here (needs root); a read-only cache is not tested");
+            return None;
+        }
+        let guard = ReadOnlyMount(target.to_owned());
+        assert!(mount(&[OsStr::new("-o"), OsStr::new("remount,bind,ro"), target.as_os_str()]));
+        Some(guard)
+    }
+}
+
+impl Drop for ReadOnlyMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).output();
+    }
+}
+
+#[test]
+fn a_read_only_cache_can_be_listed_verified_and_used_by_an_up_to_date_run() {
+    let ws = Workspace::new();
+    let Some(mount) = ReadOnlyMount::new(&ws.path("cache"), &ws.path("ro-cache")) else { return };
+    let ro = mount.0.as_os_str();
+    assert!(std::fs::write(ws.path("ro-cache/probe"), b"x").is_err(), "the mount is read-only");
+    for args in [&["cache", "verify"][..], &["cache", "ls"], &["cache", "du"]] {
+        let mut args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        args.extend([OsStr::new("--cache-dir"), ro]);
+        let out = common::quantforge(&args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let recipe = ws.path("recipe.toml");
+    let out = common::quantforge(&[
+        OsStr::new("run"),
+        recipe.as_os_str(),
+        OsStr::new("--json"),
+        OsStr::new("--cache-dir"),
+        ro,
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["totals"]["ran"], 0, "{report:#}");
+    for o in OUTPUTS {
+        assert!(ws.output_is_reference(o));
+    }
+}

@@ -519,7 +519,7 @@ fn cached_set(store: &dyn Store, key: &Key) -> Option<Arc<TensorSet>> {
 /// the store.
 fn node_entry(store: &dyn Store, key: &Key) -> Option<NodeEntry> {
     let entry: NodeEntry = serde_json::from_slice(&store.get_action(ActionKind::Node, key)?).ok()?;
-    let complete = entry.blobs.iter().chain([&entry.manifest]).all(|b| store.has_blob(b));
+    let complete = store.has_blob(&entry.manifest) && store.has_blobs(&entry.blobs);
     complete.then_some(entry)
 }
 

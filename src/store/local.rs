@@ -213,20 +213,17 @@ impl LocalStore {
     }
 
     /// Stores a blob that `fill` writes into a new file (at any offsets, in
-    /// any order), if its bytes hash to `expected`; a file that does not is
-    /// discarded and reported as [`StoreError::Corrupt`] (never stored).
+    /// any order) and hashes as it writes, if that hash is `expected`; a file
+    /// that does not match is discarded and reported as
+    /// [`StoreError::Corrupt`] (never stored).
     pub(super) fn import_blob<E>(
         &self,
         expected: &Key,
-        fill: impl FnOnce(&File) -> std::result::Result<u64, E>,
+        fill: impl FnOnce(&File) -> std::result::Result<(u64, Key), E>,
     ) -> std::result::Result<u64, Imported<E>> {
         let tmp = self.tmp_dir();
         let file = temp_file("fetch-", &tmp).map_err(Imported::Store)?;
-        let len = fill(file.as_file()).map_err(Imported::Fill)?;
-        let mut hasher = blake3::Hasher::new();
-        let mut reader = io::BufReader::with_capacity(COPY_CHUNK, file.as_file());
-        io::copy(&mut reader, &mut hasher).map_err(|e| Imported::Store(StoreError::io(&tmp, e)))?;
-        let actual = Key(*hasher.finalize().as_bytes());
+        let (len, actual) = fill(file.as_file()).map_err(Imported::Fill)?;
         if actual != *expected {
             let problem = format!("its bytes hash to {}", actual.short());
             return Err(Imported::Store(StoreError::Corrupt { hash: *expected, problem }));

@@ -123,6 +123,12 @@ pub trait BlobStore: Send + Sync {
     /// Whether a blob is stored under `hash` (not yet checked).
     fn has_blob(&self, hash: &Key) -> bool;
 
+    /// Whether every one of `hashes` is stored (a remote store asks for them
+    /// together).
+    fn has_blobs(&self, hashes: &[Key]) -> bool {
+        hashes.iter().all(|h| self.has_blob(h))
+    }
+
     /// The whole blob, checked.
     fn read_blob(&self, hash: &Key) -> Result<Vec<u8>>;
 

@@ -200,7 +200,7 @@ impl Layered {
         }
         let _timing = self.stats.start_fetch();
         let fetched = self.local.import_blob(hash, |file: &File| match self.remote.download_blob(hash, file) {
-            Ok(Some(len)) => Ok(len),
+            Ok(Some(downloaded)) => Ok(downloaded),
             Ok(None) => Err(None),
             Err(e) => Err(Some(e)),
         });
@@ -368,6 +368,21 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl BlobStore for Layered {
     fn has_blob(&self, hash: &Key) -> bool {
         self.local.has_blob(hash) || self.remote_has(hash)
+    }
+
+    fn has_blobs(&self, hashes: &[Key]) -> bool {
+        let elsewhere: Vec<Key> = hashes.iter().filter(|h| !self.local.has_blob(h)).copied().collect();
+        if elsewhere.is_empty() {
+            return true;
+        }
+        let missing = AtomicUsize::new(0);
+        self.in_parallel(&elsewhere, |hash| {
+            if !self.remote_has(hash) {
+                missing.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        // A remote that failed meanwhile stopped the asking early.
+        missing.into_inner() == 0 && self.up()
     }
 
     fn read_blob(&self, hash: &Key) -> Result<Vec<u8>> {

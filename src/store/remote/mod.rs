@@ -66,6 +66,9 @@ pub type Result<T, E = RemoteError> = std::result::Result<T, E>;
 /// A connection to one remote store.
 pub struct Remote {
     objects: Arc<dyn ObjectStore>,
+    /// Ranges being downloaded, over all blobs: bounds the bytes in flight
+    /// to `CONCURRENCY` parts.
+    downloads: Arc<tokio::sync::Semaphore>,
     root: ObjectPath,
     runtime: tokio::runtime::Runtime,
     location: String,
@@ -81,7 +84,8 @@ impl Remote {
             .enable_all()
             .build()
             .map_err(|e| UrlError::Client(e.to_string()))?;
-        Ok(Remote { objects, root: root.join(LAYOUT), runtime, location: url.to_string() })
+        let downloads = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+        Ok(Remote { objects, downloads, root: root.join(LAYOUT), runtime, location: url.to_string() })
     }
 
     /// The URL, without anything secret (a URL never holds a secret).
@@ -132,35 +136,40 @@ impl Remote {
     }
 
     /// Downloads a blob into `file` (from offset 0), in parallel ranges when
-    /// it is large, and checks it against its name; returns its length.
-    /// `None` when the remote does not hold it.
-    pub fn download_blob(&self, hash: &Key, file: &File) -> Result<Option<u64>> {
+    /// it is large, hashing the ranges in order as they arrive; returns its
+    /// length and the hash of what was written (the caller compares it with
+    /// the name). `None` when the remote does not hold it.
+    pub fn download_blob(&self, hash: &Key, file: &File) -> Result<Option<(u64, Key)>> {
         let Some(size) = self.blob_size(hash)? else { return Ok(None) };
-        let file = file.try_clone().map_err(|e| self.local_error(e))?;
-        let (objects, path) = (self.objects.clone(), self.blob_path(hash));
+        let file = Arc::new(file.try_clone().map_err(|e| self.local_error(e))?);
+        let (objects, path, permits) = (self.objects.clone(), self.blob_path(hash), self.downloads.clone());
         let ranges: Vec<_> = (0..size.div_ceil(PART)).map(|i| i * PART..((i + 1) * PART).min(size)).collect();
-        let file = Arc::new(file);
         let downloaded = self.wait(async move {
-            let written = futures::stream::iter(ranges)
+            let mut parts = futures::stream::iter(ranges)
                 .map(|range| {
-                    let (objects, path, file) = (objects.clone(), path.clone(), file.clone());
+                    let (objects, path, file, permits) = (objects.clone(), path.clone(), file.clone(), permits.clone());
                     async move {
+                        // The semaphore is never closed.
+                        let _permit = permits.acquire_owned().await.ok();
                         let start = range.start;
                         let bytes = objects.get_range(&path, range).await?;
                         file.write_all_at(&bytes, start).map_err(Transfer::Local)?;
-                        Ok::<u64, Transfer>(bytes.len() as u64)
+                        Ok::<_, Transfer>(bytes)
                     }
                 })
-                .buffer_unordered(CONCURRENCY)
-                .try_fold(0u64, |total, n| async move { Ok(total + n) })
-                .await?;
+                .buffered(CONCURRENCY);
+            let (mut hasher, mut written) = (blake3::Hasher::new(), 0u64);
+            while let Some(bytes) = parts.try_next().await? {
+                hasher.update(&bytes);
+                written += bytes.len() as u64;
+            }
             match written == size {
-                true => Ok(size),
+                true => Ok((size, Key(*hasher.finalize().as_bytes()))),
                 false => Err(Transfer::Mismatch(format!("the remote sent {written} of its {size} bytes"))),
             }
         });
         match downloaded {
-            Ok(size) => Ok(Some(size)),
+            Ok(done) => Ok(Some(done)),
             Err(Transfer::Object(object_store::Error::NotFound { .. })) => Ok(None),
             Err(e) => Err(self.transfer_error(hash, e)),
         }
