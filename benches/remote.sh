@@ -5,10 +5,12 @@
 # The Gemma ladder (recipes/gemma-ladder.toml) is built once with the remote;
 # then, ROUNDS times, alternating: the ladder run on an empty local cache (every
 # result a remote hit: entries and blobs fetched and hash-checked, the five
-# outputs assembled) and `aws s3 cp --recursive` of the remote's blobs to an
-# empty directory. Prints, per round, seconds and MB/s for both: ours is the
-# bytes fetched over the whole run's wall time (assembling included), aws's
-# the bytes copied over its wall time.
+# outputs assembled) and `aws s3 cp --recursive` of the same blobs (those the
+# first round fetched, copied once beforehand to a prefix of their own so that
+# aws lists and copies exactly them, with no filters) to an empty directory. Prints, per round,
+# seconds and MB/s for both: ours is the bytes fetched over the whole run's
+# wall time (entries read and outputs assembled included), aws's the bytes
+# copied over its wall time.
 #
 #   benches/remote.sh
 set -euo pipefail
@@ -37,9 +39,17 @@ for round in $(seq "$rounds"); do
     ours=$(secs "$start")
     fetched=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["remote"]; print(r["bytes_fetched"])' "$work/report.json")
     encoded=$(python3 -c 'import json,sys; print(sum(n["tensors_encoded"] for n in json.load(open(sys.argv[1]))["nodes"]))' "$work/report.json")
+    if [ "$round" = 1 ]; then
+        includes=()
+        for blob in "$work"/cache/blobs/*/*; do
+            includes+=(--include "$(basename "$(dirname "$blob")")/$(basename "$blob")")
+        done
+        "$aws" s3 cp --recursive --quiet --endpoint-url "$AWS_ENDPOINT_URL" --exclude '*' "${includes[@]}" \
+            "$url/quantforge-v1/blobs/" "$url-same-blobs/"
+    fi
     sync; echo 1 > /proc/sys/vm/drop_caches 2>/dev/null || true
     start=$EPOCHREALTIME
-    "$aws" s3 cp --recursive --quiet --endpoint-url "$AWS_ENDPOINT_URL" "${url%/}/quantforge-v1/blobs/" "$work/aws"
+    "$aws" s3 cp --recursive --quiet --endpoint-url "$AWS_ENDPOINT_URL" "$url-same-blobs/" "$work/aws"
     theirs=$(secs "$start")
     copied=$(du -sb "$work/aws" | cut -f1)
     awk -v r="$round" -v o="$ours" -v f="$fetched" -v e="$encoded" -v t="$theirs" -v c="$copied" 'BEGIN {

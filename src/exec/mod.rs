@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use indicatif::{MultiProgress, ProgressDrawTarget};
 
-use crate::artifact::{Tensor, TensorSet};
+use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::codecs::CODEC_VERSION;
 use crate::formats::safetensors::SafeTensorsIndex;
 use crate::formats::{FormatError, InputShape, OpenOptions, gguf};
@@ -327,6 +327,7 @@ impl Engine {
             }
         };
         let backends = resolve_backends(&bound)?;
+        let prefetch = self.prefetch_exports(&bound, &loaded, &must_run);
         let shared = Arc::new(Shared {
             bound,
             backends,
@@ -347,6 +348,10 @@ impl Engine {
             .map_err(|e| RunError::Workers(e.to_string()))?;
         let jobs = self.jobs;
         let done = runtime.block_on(schedule::schedule(Arc::clone(&shared), needed.clone(), must_run.clone(), jobs));
+        if let Some(prefetch) = prefetch {
+            // Best effort: what it did not fetch, the exports fetched themselves.
+            let _ = prefetch.join();
+        }
         for (i, report) in done {
             reports[i] = Some(report);
         }
@@ -390,6 +395,41 @@ impl Engine {
         entries.sort_unstable_by_key(|(kind, key)| (kind.name(), key.0));
         entries.dedup();
         Ok(entries)
+    }
+
+    /// Starts fetching, beside the run, the bytes of the exports that will be
+    /// written from cached results (a store with nothing to fetch ignores it),
+    /// so downloads overlap the writing of outputs.
+    fn prefetch_exports(
+        &self,
+        bound: &Bound,
+        loaded: &[Option<Arc<TensorSet>>],
+        must_run: &[bool],
+    ) -> Option<std::thread::JoinHandle<()>> {
+        let (mut tensors, mut blobs) = (Vec::new(), Vec::new());
+        let exports =
+            bound.recipe.nodes.iter().enumerate().filter(|(i, n)| must_run[*i] && matches!(n.op, Op::Export(_)));
+        for (_, node) in exports {
+            let sets = node.from.iter().filter_map(|s| match s {
+                Source::Node(j) => loaded[*j].as_ref(),
+                Source::Input(_) => None,
+            });
+            for tensor in sets.flat_map(|set| set.tensors.iter()) {
+                match tensor.data {
+                    TensorData::Convert { .. } => tensors.push(tensor.key),
+                    TensorData::Blob { hash } => blobs.push(hash),
+                    _ => {}
+                }
+            }
+        }
+        if tensors.is_empty() && blobs.is_empty() {
+            return None;
+        }
+        let store = Arc::clone(&self.store);
+        Some(std::thread::spawn(move || {
+            store.prefetch_actions(ActionKind::Tensor, &tensors);
+            store.prefetch_blobs(&blobs);
+        }))
     }
 
     /// What `run` would do, and why: each node a hit or a miss with the
@@ -614,8 +654,12 @@ impl Shared {
         }
         let mut set = self.compute(i, &inputs)?;
         claim_conversions(&mut set, &self.bound.keys[i], &inputs);
-        if !dry && self.store.keeps_results() {
-            self.cache_manifest(i, &set, !set.tensors.iter().any(Tensor::is_derived))?;
+        let derived = set.tensors.iter().any(Tensor::is_derived);
+        // A kept node's entry is written once, by `keep`, when its tensors
+        // are stored: an entry is never replaced by a better one under the
+        // same key (a shared cache keeps the first).
+        if !dry && self.store.keeps_results() && !(self.bound.recipe.nodes[i].keep && derived) {
+            self.cache_manifest(i, &set, !derived)?;
         }
         Ok(Arc::new(set))
     }

@@ -17,7 +17,7 @@ use std::collections::HashSet;
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::{Remote, RemoteError, RemoteUrl, UrlError, named_blobs};
@@ -74,6 +74,8 @@ pub struct Layered {
     bad_blobs: Mutex<HashSet<Key>>,
     /// Entries found broken on the remote: replaced when next published.
     bad_entries: Mutex<HashSet<(ActionKind, Key)>>,
+    /// Blobs being fetched now: a second reader waits for the first fetch.
+    fetching: (Mutex<HashSet<Key>>, Condvar),
     incidents: Incidents,
     stats: Stats,
 }
@@ -123,6 +125,7 @@ impl Layered {
             present: Mutex::default(),
             bad_blobs: Mutex::default(),
             bad_entries: Mutex::default(),
+            fetching: Default::default(),
             incidents: Incidents::default(),
             stats: Stats::default(),
         };
@@ -192,12 +195,26 @@ impl Layered {
     /// Makes sure the local cache holds `hash`, fetching and checking it
     /// from the remote if needed.
     fn fetch(&self, hash: &Key) -> Result<()> {
+        let (fetching, done) = &self.fetching;
+        let mut now = lock(fetching);
+        while now.contains(hash) {
+            now = done.wait(now).unwrap_or_else(|e| e.into_inner());
+        }
         if self.local.has_blob(hash) {
             return Ok(());
         }
         if !self.up() || lock(&self.bad_blobs).contains(hash) {
             return Err(StoreError::Missing(*hash));
         }
+        now.insert(*hash);
+        drop(now);
+        let fetched = self.download(hash);
+        lock(fetching).remove(hash);
+        done.notify_all();
+        fetched
+    }
+
+    fn download(&self, hash: &Key) -> Result<()> {
         let _timing = self.stats.start_fetch();
         let fetched = self.local.import_blob(hash, |file: &File| match self.remote.download_blob(hash, file) {
             Ok(Some(downloaded)) => Ok(downloaded),

@@ -30,7 +30,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
+use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 
 pub use layered::{Layered, LayeredError, RemoteMode, TransferReport};
 pub use maintenance::{RemoteGcReport, RemoteUsage, RemoteVerifyReport};
@@ -135,31 +135,37 @@ impl Remote {
         }
     }
 
-    /// Downloads a blob into `file` (from offset 0), in parallel ranges when
-    /// it is large, hashing the ranges in order as they arrive; returns its
-    /// length and the hash of what was written (the caller compares it with
-    /// the name). `None` when the remote does not hold it.
+    /// Downloads a blob into `file` (from offset 0), hashing it as it comes;
+    /// returns its length and the hash of what was written (the caller
+    /// compares it with the name). The first part's answer tells the size:
+    /// a blob of one part costs one request, a larger one fetches its other
+    /// parts in parallel, hashed in order. `None` when the remote lacks it.
     pub fn download_blob(&self, hash: &Key, file: &File) -> Result<Option<(u64, Key)>> {
-        let Some(size) = self.blob_size(hash)? else { return Ok(None) };
+        if *hash == Key::of_bytes(&[]) {
+            return Ok(Some((0, *hash)));
+        }
         let file = Arc::new(file.try_clone().map_err(|e| self.local_error(e))?);
         let (objects, path, permits) = (self.objects.clone(), self.blob_path(hash), self.downloads.clone());
-        let ranges: Vec<_> = (0..size.div_ceil(PART)).map(|i| i * PART..((i + 1) * PART).min(size)).collect();
         let downloaded = self.wait(async move {
-            let mut parts = futures::stream::iter(ranges)
-                .map(|range| {
-                    let (objects, path, file, permits) = (objects.clone(), path.clone(), file.clone(), permits.clone());
-                    async move {
-                        // The semaphore is never closed.
-                        let _permit = permits.acquire_owned().await.ok();
-                        let start = range.start;
-                        let bytes = objects.get_range(&path, range).await?;
-                        file.write_all_at(&bytes, start).map_err(Transfer::Local)?;
-                        Ok::<_, Transfer>(bytes)
-                    }
-                })
-                .buffered(CONCURRENCY);
-            let (mut hasher, mut written) = (blake3::Hasher::new(), 0u64);
-            while let Some(bytes) = parts.try_next().await? {
+            let part = |range: std::ops::Range<u64>| {
+                let (objects, path, file, permits) = (objects.clone(), path.clone(), file.clone(), permits.clone());
+                async move {
+                    // The semaphore is never closed.
+                    let _permit = permits.acquire_owned().await.ok();
+                    let options = GetOptions { range: Some(range.into()), ..GetOptions::default() };
+                    let got = objects.get_opts(&path, options).await?;
+                    let (start, size) = (got.range.start, got.meta.size);
+                    let bytes = got.bytes().await?;
+                    file.write_all_at(&bytes, start).map_err(Transfer::Local)?;
+                    Ok::<_, Transfer>((bytes, size))
+                }
+            };
+            let (first, size) = part(0..PART).await?;
+            let (mut hasher, mut written) = (blake3::Hasher::new(), first.len() as u64);
+            hasher.update(&first);
+            let rest = (1..size.div_ceil(PART)).map(|i| i * PART..((i + 1) * PART).min(size));
+            let mut rest = futures::stream::iter(rest).map(part).buffered(CONCURRENCY);
+            while let Some((bytes, _)) = rest.try_next().await? {
                 hasher.update(&bytes);
                 written += bytes.len() as u64;
             }
