@@ -448,3 +448,38 @@ fn ls_du_verify_repair_and_gc_on_a_remote() {
     let du = stdout_of(&cache_command(&machine, &url, &["du", "--remote"]));
     assert!(du.contains("in 0 blobs") && du.contains("0 tensors, 0 nodes, 0 exports"), "{du}");
 }
+
+#[test]
+fn a_recipe_names_its_remote_and_the_command_line_overrides_it() {
+    let shared = tempfile::tempdir().unwrap();
+    let a = Machine::new();
+    let header = format!("[recipe]\nname = \"ladder\"\nremote = \"file://{}\"\n", shared.path().display());
+    let recipe = LADDER.replace("[recipe]\nname = \"ladder\"\n", &header);
+    assert_ne!(recipe, LADDER);
+    std::fs::write(a.recipe(), &recipe).unwrap();
+    let run = |m: &Machine| {
+        common::quantforge(&[
+            "run".as_ref(),
+            m.recipe().as_os_str(),
+            "--json".as_ref(),
+            "--cache-dir".as_ref(),
+            m.cache().as_os_str(),
+        ])
+    };
+    report(&run(&a));
+    let b = Machine::new();
+    std::fs::write(b.recipe(), &recipe).unwrap();
+    assert_eq!(encoded(&report(&run(&b))), 0, "the recipe's remote served the second machine");
+
+    let elsewhere = tempfile::tempdir().unwrap();
+    let c = Machine::new();
+    std::fs::write(c.recipe(), &recipe).unwrap();
+    let url = format!("file://{}", elsewhere.path().display());
+    assert!(encoded(&report(&c.run(&[], &url, &[]))) > 0, "--cache-url replaces the recipe's remote");
+
+    let secret = recipe.replace(&format!("file://{}", shared.path().display()), "s3://user:hunter2@bucket/x");
+    std::fs::write(c.recipe(), secret).unwrap();
+    let out = run(&c);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("AWS_ACCESS_KEY_ID") && !stderr.contains("hunter2"), "{stderr}");
+}

@@ -12,11 +12,20 @@ pub struct Diagnostic {
     pub message: String,
     pub span: Span,
     pub hint: Option<String>,
+    /// The source line is not shown (it may hold a secret).
+    pub hide_source: bool,
 }
 
 impl Diagnostic {
     pub fn new(message: impl Into<String>, span: Span) -> Diagnostic {
-        Diagnostic { message: message.into(), span, hint: None }
+        Diagnostic { message: message.into(), span, hint: None, hide_source: false }
+    }
+
+    /// Says where the problem is without quoting the line (a URL that may
+    /// hold a credential, say).
+    pub fn hiding_source(mut self) -> Diagnostic {
+        self.hide_source = true;
+        self
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Diagnostic {
@@ -96,7 +105,10 @@ fn locate(text: &str, d: Diagnostic) -> Located {
     let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
     let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
     let column = text[line_start..start].chars().count();
-    let (source_line, at) = crate::text::window(text[line_start..line_end].trim_end(), column, SNIPPET_WIDTH);
+    let (source_line, at) = match d.hide_source {
+        true => (String::new(), 0),
+        false => crate::text::window(text[line_start..line_end].trim_end(), column, SNIPPET_WIDTH),
+    };
     Located {
         line: text[..start].matches('\n').count() + 1,
         column: column + 1,

@@ -145,7 +145,7 @@ fn parse_header(value: &Spanned<DeValue<'_>>, diags: &mut Vec<Diagnostic>) -> (O
                 remote = string(v, "`remote`", diags).and_then(|url| match RemoteUrl::parse(&url) {
                     Ok(url) => Some(url),
                     Err(e) => {
-                        diags.push(Diagnostic::new(e.to_string(), v.span()));
+                        diags.push(Diagnostic::new(e.to_string(), v.span()).hiding_source());
                         None
                     }
                 })
