@@ -3,7 +3,8 @@
 
 use crate::arch::registry::{FAMILIES, Family, gguf_name};
 use crate::artifact::RowTransform;
-use crate::codecs::{self, CodecError, scalar};
+use crate::backend::{Backend, Slab};
+use crate::codecs::{CodecError, scalar};
 use crate::formats::ModelFile;
 use crate::model::TensorInfo;
 use crate::types::GgmlType;
@@ -102,10 +103,10 @@ fn whole_tensor_values(
     shard: &ModelFile,
     source: &TensorInfo,
     transform: &RowTransform,
+    backend: &dyn Backend,
 ) -> Result<Vec<f32>, ConvertError> {
     let mut values = vec![0f32; source.n_elements() as usize];
-    codecs::dequantize_row(source.ggml_type, &shard.tensor_data(source)?, &mut values)
-        .map_err(|e| ConvertError::Codec { tensor: source.name.clone(), source: e })?;
+    decode(backend, source, source.n_elements() as usize, 0, &shard.tensor_data(source)?, &mut values)?;
     // Read once: its mapped pages need not stay resident.
     shard.release_tensor_range(source, 0, source.n_bytes());
     if let Some(heads) = transform.permute_heads {
@@ -116,6 +117,29 @@ fn whole_tensor_values(
         values.truncate(n);
     }
     Ok(values)
+}
+
+/// Decodes whole rows of checkpoint tensor `source` (`n_per_row` values
+/// each, the first being tensor row `first_row`) on `backend`.
+fn decode(
+    backend: &dyn Backend,
+    source: &TensorInfo,
+    n_per_row: usize,
+    first_row: usize,
+    bytes: &[u8],
+    out: &mut [f32],
+) -> Result<(), ConvertError> {
+    let slab = Slab {
+        from: source.ggml_type,
+        to: source.ggml_type,
+        n_per_row,
+        first_row,
+        rows_per_expert: 1,
+        source: bytes,
+        importance: None,
+        row_numbers: None,
+    };
+    backend.decode(&slab, out).map_err(|e| ConvertError::Codec { tensor: source.name.clone(), source: e })
 }
 
 /// Gemma's norm +1, added in the tensor's own dtype: an f16 checkpoint
@@ -140,11 +164,11 @@ pub fn checkpoint_rows(
     source: &TensorInfo,
     transform: &RowTransform,
     first: usize,
+    backend: &dyn Backend,
     out: &mut [f32],
 ) -> Result<(), ConvertError> {
-    let codec = |e| ConvertError::Codec { tensor: source.name.clone(), source: e };
     if source.dims.len() < 2 {
-        let values = whole_tensor_values(shard, source, transform)?;
+        let values = whole_tensor_values(shard, source, transform, backend)?;
         out.copy_from_slice(&values[..out.len()]);
         return Ok(());
     }
@@ -154,7 +178,7 @@ pub fn checkpoint_rows(
     match transform.permute_heads {
         None => {
             let range = shard.tensor_data_range(source, first as u64 * row_bytes, n_rows as u64 * row_bytes)?;
-            codecs::dequantize_row(source.ggml_type, &range, out).map_err(codec)?;
+            decode(backend, source, row_len, first, &range, out)?;
         }
         Some(n_head) => {
             // Output row 2i + j of a head takes input row j·hd/2 + i.
@@ -164,7 +188,7 @@ pub fn checkpoint_rows(
                 let (head, k) = (to / hd, to % hd);
                 let from = head * hd + (k % 2) * (hd / 2) + k / 2;
                 let bytes = shard.tensor_data_range(source, from as u64 * row_bytes, row_bytes)?;
-                codecs::dequantize_row(source.ggml_type, &bytes, row).map_err(codec)?;
+                decode(backend, source, row_len, from, &bytes, row)?;
             }
         }
     }

@@ -321,13 +321,15 @@ impl Materializer<'_> {
             TensorData::Blob { hash } => Ok(self.store.read_blob_range(hash, offset, len)?),
             TensorData::Checkpoint { file, index, transform } => {
                 let model = self.files.model(file)?;
+                // A checkpoint tensor names no node: the run's default backend decodes it.
+                let backend = &*self.backends.fallback;
                 let source = model.tensors.get(*index).ok_or_else(|| MaterializeError::Io {
                     tensor: tensor.name.clone(),
                     source: io::Error::other(format!("{} has no tensor {index}", model.path().display())),
                 })?;
                 let (n_per_row, _) = rows_of(tensor);
                 let mut values = vec![0f32; n * n_per_row];
-                crate::convert::checkpoint_rows(&model, source, transform, first, &mut values)
+                crate::convert::checkpoint_rows(&model, source, transform, first, backend, &mut values)
                     .map_err(|e| MaterializeError::Checkpoint { tensor: tensor.name.clone(), source: Box::new(e) })?;
                 // f32 rows in the host order: little-endian, as the codecs assume.
                 Ok(bytemuck::cast_slice(&values).to_vec())
@@ -426,10 +428,9 @@ pub struct SetRows<'a> {
 }
 
 impl RowSource for SetRows<'_> {
-    fn rows(&self, index: usize, rows: &[usize], out: &mut [f32]) -> Result<(), BudgetError> {
+    fn rows(&self, index: usize, rows: &[usize], backend: &dyn Backend, out: &mut [f32]) -> Result<(), BudgetError> {
         let tensor = &self.set.tensors[index];
         let (n_per_row, _) = rows_of(tensor);
-        let backend = &*self.materializer.backends.fallback;
         for (&r, out) in rows.iter().zip(out.chunks_exact_mut(n_per_row)) {
             let encoded = self
                 .materializer

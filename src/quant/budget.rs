@@ -19,7 +19,7 @@ use super::imatrix::{ImatrixError, ImportanceMatrix};
 use super::mixture::TensorTypeOverride;
 use crate::arch::registry::{Role, block_of, detect, role_of};
 use crate::backend::{Backend, Slab, SlabError};
-use crate::codecs::{self, CodecError};
+use crate::codecs::CodecError;
 use crate::formats::gguf::{DEFAULT_ALIGNMENT, align_up};
 use crate::formats::{FormatError, ModelFile};
 use crate::model::{Metadata, TensorInfo};
@@ -63,22 +63,31 @@ pub enum BudgetError {
 /// Where the planner reads the rows it samples, decoded to f32: a model
 /// file, or a recipe step's tensor set.
 pub trait RowSource: Sync {
-    /// Rows `rows` of tensor `index` (ascending), one after another in `out`.
-    fn rows(&self, index: usize, rows: &[usize], out: &mut [f32]) -> Result<(), BudgetError>;
+    /// Rows `rows` of tensor `index` (ascending), decoded on `backend`, one
+    /// after another in `out`.
+    fn rows(&self, index: usize, rows: &[usize], backend: &dyn Backend, out: &mut [f32]) -> Result<(), BudgetError>;
 }
 
 impl RowSource for ModelFile {
-    fn rows(&self, index: usize, rows: &[usize], out: &mut [f32]) -> Result<(), BudgetError> {
+    fn rows(&self, index: usize, rows: &[usize], backend: &dyn Backend, out: &mut [f32]) -> Result<(), BudgetError> {
         let tensor = &self.tensors[index];
         let n_per_row = tensor.dims[0] as usize;
         let row_bytes = tensor.ggml_type.row_size(n_per_row as u64).unwrap_or(0) as usize;
         let data = self.tensor_data(tensor)?;
-        for (&r, out) in rows.iter().zip(out.chunks_exact_mut(n_per_row)) {
-            codecs::dequantize_row(tensor.ggml_type, &data[r * row_bytes..][..row_bytes], out)
-                .map_err(|source| BudgetError::Codec { tensor: tensor.name.clone(), source })?;
-        }
+        let sampled: Vec<u8> = rows.iter().flat_map(|&r| &data[r * row_bytes..][..row_bytes]).copied().collect();
         // The rows are copied out: keep no pages of the input.
         drop(data);
+        let slab = Slab {
+            from: tensor.ggml_type,
+            to: tensor.ggml_type,
+            n_per_row,
+            first_row: rows.first().copied().unwrap_or(0),
+            rows_per_expert: 1,
+            source: &sampled,
+            importance: None,
+            row_numbers: Some(rows),
+        };
+        backend.decode(&slab, out).map_err(|source| BudgetError::Codec { tensor: tensor.name.clone(), source })?;
         self.release_tensor_range(tensor, 0, tensor.n_bytes());
         Ok(())
     }
@@ -420,7 +429,7 @@ fn measure(model: &Model, index: usize, weights: &ErrorWeights) -> Result<(Vec<C
     let sampled: Vec<usize> = (0..SAMPLE_ROWS.min(n_rows)).map(|k| k * n_rows / SAMPLE_ROWS.min(n_rows)).collect();
 
     let mut rows = vec![0f32; sampled.len() * n_per_row];
-    model.rows.rows(index, &sampled, &mut rows)?;
+    model.rows.rows(index, &sampled, model.backend, &mut rows)?;
     let scale = n_rows as f64 / sampled.len() as f64;
     let mut encoded = Vec::new();
     let mut decoded = vec![0f32; rows.len()];
