@@ -68,6 +68,8 @@ pub struct Layered {
     remote: Remote,
     mode: RemoteMode,
     failure: OnceLock<String>,
+    /// Whether the remote answered when first asked.
+    probed: OnceLock<bool>,
     /// Blobs known to be complete on the remote.
     present: Mutex<HashSet<Key>>,
     /// Blobs found bad on the remote: not used, written over on upload.
@@ -94,9 +96,9 @@ struct Stats {
 }
 
 impl Layered {
-    /// `local` in front of the remote at `url`. The remote is asked once
-    /// whether it answers: a best-effort remote that does not is reported
-    /// and left alone; a required one is an error.
+    /// `local` in front of the remote at `url`. A required remote is asked
+    /// now whether it answers (an error if not); a best-effort one when it is
+    /// first needed (reported and left alone if not).
     pub fn open(local: LocalStore, url: &RemoteUrl, mode: RemoteMode) -> Result<Layered, LayeredError> {
         Layered::with_local(local, None, url, mode)
     }
@@ -122,6 +124,7 @@ impl Layered {
             remote,
             mode,
             failure: OnceLock::new(),
+            probed: OnceLock::new(),
             present: Mutex::default(),
             bad_blobs: Mutex::default(),
             bad_entries: Mutex::default(),
@@ -129,11 +132,12 @@ impl Layered {
             incidents: Incidents::default(),
             stats: Stats::default(),
         };
-        if let Err(e) = layered.remote.probe() {
-            match mode {
-                RemoteMode::Required => return Err(LayeredError::Unreachable(e)),
-                RemoteMode::BestEffort => layered.fail(e),
-            }
+        // A required remote must answer before any work; a best-effort one
+        // is first asked when it is needed, so a run that finds everything
+        // in the local cache sends nothing.
+        if mode == RemoteMode::Required {
+            layered.remote.probe().map_err(LayeredError::Unreachable)?;
+            let _ = layered.probed.set(true);
         }
         Ok(layered)
     }
@@ -155,8 +159,17 @@ impl Layered {
         self.failure.get().map(String::as_str)
     }
 
+    /// Whether the remote may be used: it answered when first asked and has
+    /// not failed since.
     fn up(&self) -> bool {
-        self.failure.get().is_none()
+        let answered = *self.probed.get_or_init(|| match self.remote.probe() {
+            Ok(()) => true,
+            Err(e) => {
+                self.fail(e);
+                false
+            }
+        });
+        answered && self.failure.get().is_none()
     }
 
     fn fail(&self, error: RemoteError) {

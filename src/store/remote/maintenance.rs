@@ -167,9 +167,9 @@ impl Remote {
     /// Every entry of `kind`, read and unsealed, several at a time.
     fn read_entries(&self, kind: ActionKind) -> Result<Vec<ReadEntry>> {
         let listed = self.list_entries(kind)?;
-        let objects = self.objects.clone();
+        let objects = self.client()?.objects.clone();
         let paths: Vec<_> = listed.iter().map(|l| (*l, self.action_path(kind, &l.key))).collect();
-        let got = self.wait(async move {
+        let got = self.client()?.wait(async move {
             futures::stream::iter(paths)
                 .map(|(listed, path)| {
                     let objects = objects.clone();
@@ -199,9 +199,9 @@ impl Remote {
 
     /// Each blob's actual hash, streamed (`None` when it vanished).
     fn hash_blobs(&self, blobs: &[Listed]) -> Result<Vec<(Listed, Option<Key>)>> {
-        let objects = self.objects.clone();
+        let objects = self.client()?.objects.clone();
         let paths: Vec<_> = blobs.iter().map(|b| (*b, self.blob_path(&b.key))).collect();
-        let hashed = self.wait(async move {
+        let hashed = self.client()?.wait(async move {
             futures::stream::iter(paths)
                 .map(|(listed, path)| {
                     let objects = objects.clone();

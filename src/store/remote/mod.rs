@@ -25,7 +25,7 @@ use std::fs::File;
 use std::future::Future;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use futures::{StreamExt, TryStreamExt};
@@ -59,33 +59,53 @@ pub enum RemoteError {
     /// local file being uploaded).
     #[error("blob {hash}: {problem}")]
     Corrupt { hash: Key, problem: String },
+    #[error("{location}: {problem}")]
+    Client { location: String, problem: String },
 }
 
 pub type Result<T, E = RemoteError> = std::result::Result<T, E>;
 
-/// A connection to one remote store.
+/// One remote store.
 pub struct Remote {
+    url: RemoteUrl,
+    root: ObjectPath,
+    location: String,
+    /// Made on first use: an S3 client reads the system's root
+    /// certificates, which a run that never asks the remote should not pay.
+    client: OnceLock<Result<Client, String>>,
+}
+
+/// What talks to the remote.
+struct Client {
     objects: Arc<dyn ObjectStore>,
+    runtime: tokio::runtime::Runtime,
     /// Ranges being downloaded, over all blobs: bounds the bytes in flight
     /// to `CONCURRENCY` parts.
     downloads: Arc<tokio::sync::Semaphore>,
-    root: ObjectPath,
-    runtime: tokio::runtime::Runtime,
-    location: String,
 }
 
 impl Remote {
-    /// Connects (lazily: nothing is sent until the first request).
+    /// The remote at `url`; nothing is made or sent until it is used.
     pub fn new(url: &RemoteUrl) -> Result<Remote, UrlError> {
-        let (objects, root) = url.object_store()?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("quantforge-remote")
-            .enable_all()
-            .build()
-            .map_err(|e| UrlError::Client(e.to_string()))?;
-        let downloads = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
-        Ok(Remote { objects, downloads, root: root.join(LAYOUT), runtime, location: url.to_string() })
+        let root = url.root()?.join(LAYOUT);
+        Ok(Remote { url: url.clone(), root, location: url.to_string(), client: OnceLock::new() })
+    }
+
+    fn client(&self) -> Result<&Client> {
+        let client = self.client.get_or_init(|| {
+            let objects = self.url.object_store().map_err(|e| e.to_string())?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("quantforge-remote")
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the remote client: {e}"))?;
+            let downloads = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+            Ok(Client { objects, runtime, downloads })
+        });
+        client
+            .as_ref()
+            .map_err(|problem| RemoteError::Client { location: self.location.clone(), problem: problem.clone() })
     }
 
     /// The URL, without anything secret (a URL never holds a secret).
@@ -95,9 +115,9 @@ impl Remote {
 
     /// Checks that the remote answers, and marks its layout on first use.
     pub fn probe(&self) -> Result<()> {
-        let (objects, path) = (self.objects.clone(), self.root.clone().join("LAYOUT"));
+        let (objects, path) = (self.client()?.objects.clone(), self.root.clone().join("LAYOUT"));
         let text = format!("quantforge remote cache, layout {LAYOUT}\n");
-        let result = self.wait(async move {
+        let result = self.client()?.wait(async move {
             match objects.head(&path).await {
                 Ok(_) => Ok(()),
                 Err(object_store::Error::NotFound { .. }) => {
@@ -127,8 +147,8 @@ impl Remote {
 
     /// The blob's size, if the remote holds it (not yet checked).
     pub fn blob_size(&self, hash: &Key) -> Result<Option<u64>> {
-        let (objects, path) = (self.objects.clone(), self.blob_path(hash));
-        match self.wait(async move { objects.head(&path).await }) {
+        let (objects, path) = (self.client()?.objects.clone(), self.blob_path(hash));
+        match self.client()?.wait(async move { objects.head(&path).await }) {
             Ok(meta) => Ok(Some(meta.size)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.object_error(e)),
@@ -145,8 +165,9 @@ impl Remote {
             return Ok(Some((0, *hash)));
         }
         let file = Arc::new(file.try_clone().map_err(|e| self.local_error(e))?);
-        let (objects, path, permits) = (self.objects.clone(), self.blob_path(hash), self.downloads.clone());
-        let downloaded = self.wait(async move {
+        let (objects, path, permits) =
+            (self.client()?.objects.clone(), self.blob_path(hash), self.client()?.downloads.clone());
+        let downloaded = self.client()?.wait(async move {
             let part = |range: std::ops::Range<u64>| {
                 let (objects, path, file, permits) = (objects.clone(), path.clone(), file.clone(), permits.clone());
                 async move {
@@ -185,8 +206,8 @@ impl Remote {
     /// when it is large. The bytes are hashed as they are read: a file that
     /// does not hold the blob is never uploaded under its name.
     pub fn upload_blob(&self, hash: &Key, file: File, len: u64) -> Result<()> {
-        let (objects, path, expected) = (self.objects.clone(), self.blob_path(hash), *hash);
-        let result = self.wait(async move {
+        let (objects, path, expected) = (self.client()?.objects.clone(), self.blob_path(hash), *hash);
+        let result = self.client()?.wait(async move {
             let mut hasher = blake3::Hasher::new();
             if len <= PART {
                 let bytes = read_at_most(&file, 0, len as usize).map_err(Transfer::Local)?;
@@ -220,8 +241,8 @@ impl Remote {
 
     /// A sealed entry and when it was written, if the remote holds one.
     pub fn get_entry(&self, kind: ActionKind, key: &Key) -> Result<Option<(Vec<u8>, SystemTime)>> {
-        let (objects, path) = (self.objects.clone(), self.action_path(kind, key));
-        let result = self.wait(async move {
+        let (objects, path) = (self.client()?.objects.clone(), self.action_path(kind, key));
+        let result = self.client()?.wait(async move {
             let got = objects.get(&path).await?;
             let modified = got.meta.last_modified.into();
             Ok::<_, object_store::Error>((got.bytes().await?.to_vec(), modified))
@@ -244,9 +265,9 @@ impl Remote {
     }
 
     fn put_entry(&self, kind: ActionKind, key: &Key, sealed: Vec<u8>, mode: PutMode) -> Result<bool> {
-        let (objects, path) = (self.objects.clone(), self.action_path(kind, key));
+        let (objects, path) = (self.client()?.objects.clone(), self.action_path(kind, key));
         let options = PutOptions { mode, ..PutOptions::default() };
-        match self.wait(async move { objects.put_opts(&path, PutPayload::from(sealed), options).await }) {
+        match self.client()?.wait(async move { objects.put_opts(&path, PutPayload::from(sealed), options).await }) {
             Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
             Err(e) => Err(self.object_error(e)),
@@ -264,8 +285,8 @@ impl Remote {
     }
 
     fn list(&self, prefix: ObjectPath) -> Result<Vec<Listed>> {
-        let objects = self.objects.clone();
-        let metas = self.wait(async move { objects.list(Some(&prefix)).try_collect::<Vec<_>>().await });
+        let objects = self.client()?.objects.clone();
+        let metas = self.client()?.wait(async move { objects.list(Some(&prefix)).try_collect::<Vec<_>>().await });
         let metas = metas.map_err(|e| self.object_error(e))?;
         Ok(metas
             .into_iter()
@@ -285,29 +306,11 @@ impl Remote {
     }
 
     fn delete(&self, path: ObjectPath) -> Result<()> {
-        let objects = self.objects.clone();
-        match self.wait(async move { objects.delete(&path).await }) {
+        let objects = self.client()?.objects.clone();
+        match self.client()?.wait(async move { objects.delete(&path).await }) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.object_error(e)),
         }
-    }
-
-    /// Runs `future` on the remote's runtime and waits for it. Callable
-    /// from any thread, including the engine's blocking tasks.
-    fn wait<T, E>(&self, future: impl Future<Output = Result<T, E>> + Send + 'static) -> Result<T, E>
-    where
-        T: Send + 'static,
-        E: From<object_store::Error> + Send + 'static,
-    {
-        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-        self.runtime.spawn(async move {
-            // The receiver waits until this sends; it cannot be gone.
-            let _ = sender.send(future.await);
-        });
-        receiver.recv().unwrap_or_else(|_| {
-            let source = "the remote task ended without an answer".into();
-            Err(object_store::Error::Generic { store: "quantforge", source }.into())
-        })
     }
 
     fn object_error(&self, source: object_store::Error) -> RemoteError {
@@ -324,6 +327,26 @@ impl Remote {
             Transfer::Local(e) => self.local_error(e),
             Transfer::Mismatch(problem) => RemoteError::Corrupt { hash: *hash, problem },
         }
+    }
+}
+
+impl Client {
+    /// Runs `future` on the client's runtime and waits for it. Callable
+    /// from any thread, including the engine's blocking tasks.
+    fn wait<T, E>(&self, future: impl Future<Output = Result<T, E>> + Send + 'static) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<object_store::Error> + Send + 'static,
+    {
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        self.runtime.spawn(async move {
+            // The receiver waits until this sends; it cannot be gone.
+            let _ = sender.send(future.await);
+        });
+        receiver.recv().unwrap_or_else(|_| {
+            let source = "the remote task ended without an answer".into();
+            Err(object_store::Error::Generic { store: "quantforge", source }.into())
+        })
     }
 }
 

@@ -71,10 +71,19 @@ impl RemoteUrl {
         }
     }
 
-    /// The client and the path under which the layout lives.
-    pub(super) fn object_store(&self) -> Result<(Arc<dyn ObjectStore>, ObjectPath), UrlError> {
+    /// The path under which the layout lives.
+    pub(super) fn root(&self) -> Result<ObjectPath, UrlError> {
         match self {
-            RemoteUrl::S3 { bucket, prefix } => {
+            RemoteUrl::S3 { prefix, .. } => ObjectPath::parse(prefix)
+                .map_err(|e| UrlError::Invalid { shown: self.to_string(), problem: e.to_string() }),
+            RemoteUrl::File { .. } => Ok(ObjectPath::default()),
+        }
+    }
+
+    /// The client.
+    pub(super) fn object_store(&self) -> Result<Arc<dyn ObjectStore>, UrlError> {
+        match self {
+            RemoteUrl::S3 { bucket, .. } => {
                 let retry = RetryConfig {
                     backoff: BackoffConfig {
                         init_backoff: Duration::from_millis(100),
@@ -91,9 +100,7 @@ impl RemoteUrl {
                     .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), seconds(CONNECT_TIMEOUT))
                     .build()
                     .map_err(|e| UrlError::Client(e.to_string()))?;
-                let root = ObjectPath::parse(prefix)
-                    .map_err(|e| UrlError::Invalid { shown: self.to_string(), problem: e.to_string() })?;
-                Ok((Arc::new(store), root))
+                Ok(Arc::new(store))
             }
             RemoteUrl::File { dir } => {
                 std::fs::create_dir_all(dir).map_err(|e| UrlError::Invalid {
@@ -101,7 +108,7 @@ impl RemoteUrl {
                     problem: format!("cannot create the directory: {e}"),
                 })?;
                 let store = LocalFileSystem::new_with_prefix(dir).map_err(|e| UrlError::Client(e.to_string()))?;
-                Ok((Arc::new(store), ObjectPath::default()))
+                Ok(Arc::new(store))
             }
         }
     }
