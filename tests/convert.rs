@@ -253,7 +253,8 @@ fn the_recipe_op_writes_what_the_command_writes() {
 fn unmodelled_settings_are_refused_by_name() {
     let checkpoints = common::repo().join("tests/data/convert/checkpoints");
     let unmodelled = "does not model";
-    let cases: [(&str, &str, Json, &str, &str); 9] = [
+    let not_a_count = "not a whole number below 2^32";
+    let cases: [(&str, &str, Json, &str, &str); 11] = [
         (
             "tiny-llama-3-chat",
             "rope_scaling",
@@ -299,6 +300,8 @@ fn unmodelled_settings_are_refused_by_name() {
         ("tiny-llama-3-chat", "hidden_act", json!("gelu"), "`hidden_act` (\"gelu\")", unmodelled),
         ("Mistral-Tiny-180K-v0.3", "sliding_window", json!(4096), "`sliding_window` (4096)", unmodelled),
         ("Qwen2.5-Tiny-Instruct", "use_sliding_window", json!(true), "`use_sliding_window` (true)", unmodelled),
+        ("Qwen2.5-Tiny-Instruct", "hidden_size", json!(64.5), "`hidden_size` (64.5)", not_a_count),
+        ("tiny-llama-3-chat", "max_position_embeddings", json!(1u64 << 33), "`max_position_embeddings`", not_a_count),
     ];
     for (model, key, value, named, why) in cases {
         let dir = tempfile::tempdir().unwrap();
