@@ -74,7 +74,8 @@ impl Machine {
     }
 
     fn run(&self, env: &[(String, String)], url: &str, extra: &[&str]) -> Output {
-        let mut args: Vec<&OsStr> = vec!["run".as_ref(), self.recipe().as_os_str().to_owned().leak()];
+        let recipe = self.recipe();
+        let mut args: Vec<&OsStr> = vec!["run".as_ref(), recipe.as_os_str()];
         args.extend(["--json"].iter().chain(extra).map(OsStr::new));
         self.command(env, url, &args).output().unwrap()
     }
