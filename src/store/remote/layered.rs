@@ -66,7 +66,6 @@ pub struct Layered {
     /// The directory of a local cache made for this run only, removed with it.
     _scratch: Option<tempfile::TempDir>,
     remote: Remote,
-    mode: RemoteMode,
     failure: OnceLock<String>,
     /// Whether the remote answered when first asked.
     probed: OnceLock<bool>,
@@ -122,7 +121,6 @@ impl Layered {
             local,
             _scratch: scratch,
             remote,
-            mode,
             failure: OnceLock::new(),
             probed: OnceLock::new(),
             present: Mutex::default(),
@@ -142,21 +140,8 @@ impl Layered {
         Ok(layered)
     }
 
-    pub fn local(&self) -> &LocalStore {
-        &self.local
-    }
-
     pub fn remote(&self) -> &Remote {
         &self.remote
-    }
-
-    pub fn mode(&self) -> RemoteMode {
-        self.mode
-    }
-
-    /// Why the remote was left alone, if it failed.
-    pub fn failure(&self) -> Option<&str> {
-        self.failure.get().map(String::as_str)
     }
 
     /// Whether the remote may be used: it answered when first asked and has
@@ -184,7 +169,8 @@ impl Layered {
         true
     }
 
-    /// Whether the remote holds `hash` (asked at most once per run).
+    /// Whether the remote holds `hash` (a blob found there is not asked
+    /// about again).
     fn remote_has(&self, hash: &Key) -> bool {
         if lock(&self.present).contains(hash) {
             return true;

@@ -23,7 +23,6 @@ mod url;
 
 use std::fs::File;
 use std::future::Future;
-use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
@@ -210,7 +209,7 @@ impl Remote {
         let result = self.client()?.wait(async move {
             let mut hasher = blake3::Hasher::new();
             if len <= PART {
-                let bytes = read_at_most(&file, 0, len as usize).map_err(Transfer::Local)?;
+                let bytes = read_at(&file, 0, len as usize).map_err(Transfer::Local)?;
                 hasher.update(&bytes);
                 if Key(*hasher.finalize().as_bytes()) != expected {
                     return Err(Transfer::Mismatch(NOT_UPLOADED.into()));
@@ -222,7 +221,7 @@ impl Remote {
             let mut writer = WriteMultipart::new_with_chunk_size(upload, PART as usize);
             let mut offset = 0;
             while offset < len {
-                let chunk = read_at_most(&file, offset, PART.min(len - offset) as usize).map_err(Transfer::Local)?;
+                let chunk = read_at(&file, offset, PART.min(len - offset) as usize).map_err(Transfer::Local)?;
                 hasher.update(&chunk);
                 offset += chunk.len() as u64;
                 writer.wait_for_capacity(CONCURRENCY).await?;
@@ -388,25 +387,11 @@ fn sharded(dir: ObjectPath, key: &Key) -> ObjectPath {
     dir.join(&hex[..2]).join(hex.as_str())
 }
 
-/// Up to `len` bytes of `file` at `offset` (fewer only at its end).
-fn read_at_most(file: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
-    let mut bytes = Vec::with_capacity(len);
-    let mut reader = PositionedReader { file, offset };
-    reader.by_ref().take(len as u64).read_to_end(&mut bytes)?;
+/// The `len` bytes of `file` at `offset`.
+fn read_at(file: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    let mut bytes = vec![0; len];
+    file.read_exact_at(&mut bytes, offset)?;
     Ok(bytes)
-}
-
-struct PositionedReader<'a> {
-    file: &'a File,
-    offset: u64,
-}
-
-impl Read for PositionedReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.file.read_at(buf, self.offset)?;
-        self.offset += n as u64;
-        Ok(n)
-    }
 }
 
 /// How long the client waits before it gives up on a request (each is
