@@ -22,6 +22,7 @@ pub mod ops;
 pub mod params;
 pub mod quant;
 pub mod recipe;
+pub mod slurm;
 pub mod store;
 pub mod synth;
 pub mod text;

@@ -151,6 +151,30 @@ fn rerun_is_all_hits_even_after_touching_the_input() {
 }
 
 #[test]
+fn targets_build_only_what_they_need() {
+    let ws = Workspace::new();
+    let recipe = ws.recipe("ladder.toml", LADDER);
+    let one = run(&recipe, &ws.cache(), &["out[preset=Q4_K_M]"]);
+    let written: Vec<String> =
+        std::fs::read_dir(ws.path("out")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(written, ["tiny-Q4_K_M.gguf"]);
+    assert_eq!(totals(&one, "ran"), 3, "load, quantize, export: {one}");
+    // A step names all of its nodes; an export path names its export.
+    let step = run(&recipe, &ws.cache(), &["q"]);
+    assert_eq!(totals(&step, "tensors_encoded"), 0, "a step that is not kept has nothing to store: {step}");
+    let by_path = run(&recipe, &ws.cache(), &["out/tiny-Q8_0.gguf"]);
+    assert_eq!(totals(&by_path, "ran"), 1, "the steps' results are cached now: {by_path}");
+    assert!(ws.path("out/tiny-Q8_0.gguf").exists() && !ws.path("out/tiny-Q3_K_S.gguf").exists());
+
+    let cache = ws.cache();
+    let args = [os("run"), recipe.as_os_str(), os("publish"), os("--cache-dir"), cache.as_os_str()];
+    let out = common::quantforge(&args);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no step, export or output path `publish`") && stderr.contains("q, out"), "{stderr}");
+}
+
+#[test]
 fn changing_one_tensors_type_encodes_one_tensor() {
     let ws = Workspace::new();
     let base = LADDER.replace(r#"preset = ["Q8_0", "Q4_K_M", "Q3_K_S"]"#, r#"preset = "Q4_K_M""#);

@@ -45,6 +45,8 @@ enum Command {
     Run(run::RunArgs),
     /// Show what `run` would do: each node a hit or a miss (and why), and sizes.
     Plan(run::PlanArgs),
+    /// Compute work units of a recipe (from `plan --units`) into the shared cache.
+    Work(run::WorkArgs),
     /// Inspect and manage the cache.
     #[command(subcommand)]
     Cache(cache::CacheCommand),
@@ -327,6 +329,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Run(args) => run::run(args)?,
         Command::Plan(args) => run::plan(args)?,
+        Command::Work(args) => run::work(args)?,
         Command::Cache(command) => cache::run(command)?,
         Command::Edit { input, output, set, delete, rename_tensor, load, cache } => {
             let edits = Edits { set, delete, rename_tensors: rename_tensor };

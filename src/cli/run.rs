@@ -1,21 +1,31 @@
-//! `quantforge run` and `quantforge plan`: a recipe on the engine, its
-//! report as text or JSON.
+//! `quantforge run`, `plan` and `work`: a recipe on the engine (or handed
+//! to Slurm as work units), its report as text or JSON.
 
 use std::io::{self, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::cache::CacheDir;
 use crate::exec::Engine;
 use crate::exec::report::{RunReport, Status};
+use crate::exec::units::{self, UnitPlan, UnitSize};
 use crate::formats::human_bytes;
 use crate::recipe::Recipe;
-use crate::store::remote::Layered;
+use crate::slurm;
+use crate::store::remote::{Layered, RemoteMode};
 use crate::store::{LocalStore, MemoryStore, Store};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct RunArgs {
     recipe: PathBuf,
+    /// Build only what these need: step names, node ids (`q[preset=Q8_0]`) or export paths.
+    targets: Vec<String>,
+    /// Where the work runs: here, or as Slurm job arrays meeting in the shared cache (--cache-url).
+    #[arg(long, value_enum, default_value_t = Executor::Local)]
+    executor: Executor,
+    #[command(flatten)]
+    slurm: SlurmArgs,
     /// Say what would run and why; build nothing (same as `plan`).
     #[arg(long)]
     dry_run: bool,
@@ -32,6 +42,42 @@ pub(super) struct RunArgs {
     verbose: bool,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Executor {
+    Local,
+    Slurm,
+}
+
+/// What `--executor slurm` asks Slurm for; CPUs and memory default to the units' estimates.
+#[derive(Debug, clap::Args)]
+struct SlurmArgs {
+    #[arg(long, help_heading = "Slurm")]
+    partition: Option<String>,
+    #[arg(long, help_heading = "Slurm")]
+    account: Option<String>,
+    /// Time limit of each task, in sbatch's form (`30`, `1:00:00`).
+    #[arg(long, help_heading = "Slurm")]
+    time: Option<String>,
+    /// CPUs per task (default: 4, at most the partition's largest node's).
+    #[arg(long, help_heading = "Slurm", value_parser = clap::value_parser!(u32).range(1..))]
+    cpus_per_task: Option<u32>,
+    /// Memory per task: a number of MiB, or with K, M, G or T (default: from the units' slab sizes).
+    #[arg(long, help_heading = "Slurm", value_parser = parse_mem_mb)]
+    mem: Option<u64>,
+    /// Tasks of one array running at once.
+    #[arg(long, help_heading = "Slurm", value_parser = clap::value_parser!(u64).range(1..))]
+    max_parallel: Option<u64>,
+    /// An argument for every sbatch, as it is (repeatable): --sbatch-arg=--qos=long.
+    #[arg(long = "sbatch-arg", value_name = "ARG", help_heading = "Slurm", allow_hyphen_values = true)]
+    sbatch_args: Vec<String>,
+    /// Follow the jobs to their end with a progress bar; fail naming any failed task.
+    #[arg(long, help_heading = "Slurm")]
+    wait: bool,
+    /// Estimated work per unit, in one core's time: 90s, 5m, 1h.
+    #[arg(long, help_heading = "Slurm", value_parser = UnitSize::parse, default_value = "5m")]
+    unit_size: UnitSize,
+}
+
 #[derive(Debug, clap::Args)]
 pub(super) struct PlanArgs {
     recipe: PathBuf,
@@ -39,18 +85,70 @@ pub(super) struct PlanArgs {
     cache: CacheDir,
     #[arg(long)]
     json: bool,
+    /// List what is still to compute as work units for `quantforge work`, and the exports to assemble.
+    #[arg(long)]
+    units: bool,
+    /// Estimated work per unit, in one core's time: 90s, 5m, 1h.
+    #[arg(long, requires = "units", value_parser = UnitSize::parse, default_value = "5m")]
+    unit_size: UnitSize,
+    /// Group the units into N jobs and print a CI matrix: {"include": [{"index": 0, "units": [...]}, ...]}.
+    #[arg(long, value_name = "N", requires = "units", value_parser = clap::value_parser!(u64).range(1..))]
+    matrix: Option<u64>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct WorkArgs {
+    recipe: PathBuf,
+    /// The units to compute, as `plan --units` lists them (repeatable, or comma-separated).
+    #[arg(long = "unit", value_name = "ID", required = true, value_delimiter = ',')]
+    units: Vec<String>,
+    /// The unit size the units were planned with.
+    #[arg(long, value_parser = UnitSize::parse, default_value = "5m")]
+    unit_size: UnitSize,
+    #[arg(long, short = 'j')]
+    jobs: Option<usize>,
+    #[command(flatten)]
+    cache: CacheDir,
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_mem_mb(text: &str) -> Result<u64, String> {
+    let (number, scale) = match text.char_indices().last() {
+        Some((i, c @ ('K' | 'M' | 'G' | 'T'))) => (&text[..i], c),
+        _ => (text, 'M'),
+    };
+    let n: u64 = number.parse().map_err(|_| format!("`{text}` is not a size such as 4096, 4096M or 4G"))?;
+    Ok(match scale {
+        'K' => n.div_ceil(1024),
+        'G' => n << 10,
+        'T' => n << 20,
+        _ => n,
+    })
 }
 
 pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.dry_run {
-        return plan(PlanArgs { recipe: args.recipe, cache: args.cache, json: args.json });
+        let size = args.slurm.unit_size;
+        let plan_args = PlanArgs {
+            recipe: args.recipe,
+            cache: args.cache,
+            json: args.json,
+            units: false,
+            unit_size: size,
+            matrix: None,
+        };
+        return plan(plan_args);
     }
     let recipe = Recipe::load(&args.recipe)?;
+    if args.executor == Executor::Slurm {
+        return run_on_slurm(&args, &recipe);
+    }
     let remote = args.cache.remote.remote(Some(&recipe))?;
     let store = crate::store::open(Some(&args.cache.cache_dir), remote.as_ref().map(|(url, mode)| (url, *mode)))?;
     let engine = Engine::new(store, super::workers(args.jobs))?;
     let progress = !args.json && io::stderr().is_terminal();
-    let report = engine.run(&recipe, progress)?;
+    let report = engine.run_targets(&recipe, &args.targets, progress)?;
     const SHOWN: usize = 5;
     for incident in report.cache_incidents.iter().take(SHOWN) {
         eprintln!("warning: cache: {incident}");
@@ -73,6 +171,140 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Plans here, hands the units and exports to Slurm, and (with `--wait`)
+/// follows them to the end.
+fn run_on_slurm(args: &RunArgs, recipe: &Recipe) -> anyhow::Result<()> {
+    if !args.targets.is_empty() {
+        anyhow::bail!("--executor slurm builds the whole recipe; targets are for the local executor");
+    }
+    let Some((url, _)) = args.cache.remote.remote(Some(recipe))? else {
+        anyhow::bail!(
+            "--executor slurm needs a shared cache, where the tasks' results meet: give --cache-url URL, \
+             set QUANTFORGE_CACHE_URL or `remote` in [recipe]"
+        );
+    };
+    let store = crate::store::open(Some(&args.cache.cache_dir), Some((&url, RemoteMode::Required)))?;
+    let engine = Engine::new(store, super::workers(args.jobs))?;
+    let plan = engine.units(recipe, args.slurm.unit_size, true)?;
+    if plan.units.is_empty() && plan.exports.is_empty() {
+        println!("{}: every export is up to date; nothing submitted", recipe.name);
+        return Ok(());
+    }
+    let absolute = |path: &Path| std::path::absolute(path);
+    let worker = slurm::Worker {
+        binary: std::env::current_exe()?,
+        recipe: absolute(&args.recipe)?,
+        cache_dir: absolute(&args.cache.cache_dir)?,
+        cache_url: url.to_string(),
+        unit_size: args.slurm.unit_size,
+    };
+    let request = slurm::Request {
+        partition: args.slurm.partition.clone(),
+        account: args.slurm.account.clone(),
+        time: args.slurm.time.clone(),
+        cpus_per_task: args.slurm.cpus_per_task,
+        mem_mb: args.slurm.mem,
+        max_parallel: args.slurm.max_parallel.map(|k| k as usize),
+        sbatch_args: args.slurm.sbatch_args.clone(),
+    };
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    let dir = worker.cache_dir.join("slurm").join(format!("{}-{stamp}", file_name_safe(&recipe.name)));
+    let submission = slurm::submit(&plan, &worker, &request, &dir)?;
+    let mut out = io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &serde_json::json!({ "plan": plan, "submission": submission }))?;
+        writeln!(out)?;
+    } else {
+        writeln!(
+            out,
+            "{}: {} of {} units to compute, {} exports to write",
+            recipe.name,
+            plan.units.len(),
+            plan.total_units,
+            plan.exports.len()
+        )?;
+        for job in &submission.jobs {
+            writeln!(
+                out,
+                "submitted job {} ({}): {} tasks, {} CPUs and {} MiB each",
+                job.job_id,
+                job.what,
+                job.tasks.len(),
+                job.cpus,
+                job.mem_mb
+            )?;
+        }
+        writeln!(out, "scripts and logs: {}", submission.dir.display())?;
+    }
+    out.flush()?;
+    drop(out);
+    if !args.slurm.wait {
+        let ids: Vec<&str> = submission.jobs.iter().map(|j| j.job_id.as_str()).collect();
+        eprintln!(
+            "follow with `squeue --jobs {}`; run the same command again to resubmit whatever is missing",
+            ids.join(",")
+        );
+        return Ok(());
+    }
+    let progress = !args.json && io::stderr().is_terminal();
+    slurm::follow(&submission, progress, Duration::from_secs(1))?;
+    // The controller's word is checked against the cache's.
+    let left = engine.units(recipe, args.slurm.unit_size, false)?;
+    if !left.units.is_empty() || !left.exports.is_empty() {
+        anyhow::bail!(
+            "the jobs ended, but {} units and {} exports are still missing; run again to resubmit them",
+            left.units.len(),
+            left.exports.len()
+        );
+    }
+    if !args.json {
+        println!("{}: done; every export is up to date", recipe.name);
+    }
+    Ok(())
+}
+
+/// `name` with anything but letters, digits, `-`, `_` and `.` as `_`.
+fn file_name_safe(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+}
+
+/// `quantforge work`: computes units of a recipe into the cache.
+pub(super) fn work(args: WorkArgs) -> anyhow::Result<()> {
+    let recipe = Recipe::load(&args.recipe)?;
+    let Some((url, mode)) = args.cache.remote.remote(Some(&recipe))? else {
+        anyhow::bail!(
+            "work stores its results for other machines: give --cache-url URL, set QUANTFORGE_CACHE_URL \
+             or `remote` in [recipe]"
+        );
+    };
+    let store = crate::store::open(Some(&args.cache.cache_dir), Some((&url, mode)))?;
+    let engine = Engine::new(store, super::workers(args.jobs))?;
+    let report = engine.work(&recipe, &args.units, args.unit_size)?;
+    let mut out = io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        for unit in &report.units {
+            writeln!(
+                out,
+                "unit {}: {} tensors, {} encoded, {} already cached",
+                unit.id, unit.tensors, unit.encoded, unit.reused
+            )?;
+        }
+        writeln!(
+            out,
+            "{}: {} units in {:.0} ms",
+            crate::text::for_terminal(&report.recipe),
+            report.units.len(),
+            report.wall_ms
+        )?;
+    }
+    out.flush()?;
+    super::cache::report_transfers(report.remote.as_ref(), args.cache.remote.remote_required)?;
+    Ok(())
+}
+
 pub(super) fn plan(args: PlanArgs) -> anyhow::Result<()> {
     let recipe = Recipe::load(&args.recipe)?;
     // Planning reads the cache and never creates one: without a cache,
@@ -89,6 +321,10 @@ pub(super) fn plan(args: PlanArgs) -> anyhow::Result<()> {
         (None, Some((url, mode))) => Arc::new(Layered::scratch(&url, mode)?),
     };
     let engine = Engine::new(store, 1)?;
+    if args.units {
+        let plan = engine.units(&recipe, args.unit_size, false)?;
+        return print_units(&plan, args.matrix, args.json);
+    }
     let report = engine.plan(&recipe)?;
     let mut out = io::stdout().lock();
     if args.json {
@@ -159,4 +395,47 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
         t.tensors_copied,
         report.wall_ms
     )
+}
+
+fn print_units(plan: &UnitPlan, matrix: Option<u64>, json: bool) -> anyhow::Result<()> {
+    let mut out = io::stdout().lock();
+    if let Some(jobs) = matrix {
+        let include: Vec<serde_json::Value> = units::matrix(&plan.units, jobs as usize)
+            .into_iter()
+            .enumerate()
+            .map(|(index, units)| serde_json::json!({ "index": index, "units": units }))
+            .collect();
+        serde_json::to_writer(&mut out, &serde_json::json!({ "include": include }))?;
+        writeln!(out)?;
+    } else if json {
+        serde_json::to_writer_pretty(&mut out, plan)?;
+        writeln!(out)?;
+    } else {
+        writeln!(
+            out,
+            "{:14}  {:>5}  {:>7}  {:>7}  {:>10}  {:>9}",
+            "unit", "stage", "tensors", "pending", "weights", "estimate"
+        )?;
+        for unit in &plan.units {
+            writeln!(
+                out,
+                "{:14}  {:>5}  {:>7}  {:>7}  {:>10}  {:>8.2}s",
+                unit.id, unit.stage, unit.tensors, unit.pending, unit.weights, unit.estimate_seconds
+            )?;
+        }
+        for export in &plan.exports {
+            writeln!(out, "export {}  → {}", crate::text::for_terminal(&export.id), export.path.display())?;
+        }
+        writeln!(
+            out,
+            "{}: {} of {} units to compute ({:.0} core-seconds estimated), {} exports to write",
+            crate::text::for_terminal(&plan.recipe),
+            plan.units.len(),
+            plan.total_units,
+            plan.units.iter().fold(0.0, |sum, u| sum + u.estimate_seconds),
+            plan.exports.len()
+        )?;
+    }
+    out.flush()?;
+    Ok(())
 }

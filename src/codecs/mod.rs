@@ -55,6 +55,28 @@ fn check_len(ty: GgmlType, what: &'static str, got: usize, expected: usize) -> R
     if got == expected { Ok(()) } else { Err(CodecError::Length { ty, what, got, expected }) }
 }
 
+/// One core's time to encode a weight as `ty`, in nanoseconds: what work
+/// estimates (a unit's size, its Slurm request) are made of. Measured with
+/// `quantize --pure models/wide-f16.gguf OUT TYPE 1` (617M weights, one
+/// thread, AVX-512, input read and output written included; see
+/// docs/SCALE.md); a type without its own measurement takes its family's.
+pub fn encode_ns_per_weight(ty: GgmlType) -> f64 {
+    use GgmlType::*;
+    match ty {
+        F32 | F64 | I8 | I16 | I32 | I64 | BF16 => 4.0,
+        F16 => 6.5,
+        Q8_0 | Q8_1 | Q8_K => 6.2,
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q1_0 | Q2_0 => 8.4,
+        TQ1_0 | TQ2_0 => 11.0,
+        MXFP4 | NVFP4 => 12.0,
+        Q6_K => 18.0,
+        Q2_K | Q3_K | Q4_K | Q5_K => 29.0,
+        IQ4_NL | IQ4_XS => 72.0,
+        // The grid searches (not yet encoded here): as the slowest measured.
+        IQ1_S | IQ1_M | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S => 72.0,
+    }
+}
+
 /// Types [`dequantize_row`] decodes.
 pub fn can_dequantize(ty: GgmlType) -> bool {
     !matches!(ty, GgmlType::I8 | GgmlType::I16 | GgmlType::I32 | GgmlType::I64 | GgmlType::Q1_0 | GgmlType::Q2_0)

@@ -26,7 +26,7 @@ use crate::store::{ActionKind, Key, Store, StoreError};
 
 /// Rows converted per slab: bounds memory at about this many f32 values per
 /// worker while keeping every worker busy on small tensors.
-const SLAB_ELEMENTS: usize = 1 << 20;
+pub(super) const SLAB_ELEMENTS: usize = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MaterializeError {
@@ -252,6 +252,11 @@ impl Materializer<'_> {
             }
             None => self.encode(tensor, &mut io::sink()),
         }
+    }
+
+    /// True when a derived tensor's bytes are in the store.
+    pub fn is_cached(&self, tensor: &Tensor) -> bool {
+        self.cached(tensor).is_some()
     }
 
     /// The blob holding a derived tensor's bytes, if the store has it.

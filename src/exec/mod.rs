@@ -18,6 +18,7 @@ pub mod oneshot;
 pub mod outputs;
 pub mod report;
 mod schedule;
+pub mod units;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -70,6 +71,12 @@ pub enum RunError {
     Output(#[from] outputs::OutputError),
     #[error("step `{node}`: {source}")]
     Backend { node: String, source: crate::backend::BackendError },
+    #[error("step `{node}`: {source}")]
+    Step { node: String, source: Box<NodeError> },
+    #[error("unit `{id}`: {why}")]
+    Unit { id: String, why: String },
+    #[error("no step, export or output path `{target}` in the recipe (its steps: {steps})")]
+    UnknownTarget { target: String, steps: String },
 }
 
 /// Why one node failed.
@@ -289,7 +296,14 @@ impl Engine {
 
     /// Runs `recipe`: everything not already done.
     pub fn run(&self, recipe: &Recipe, progress: bool) -> Result<RunReport, RunError> {
+        self.run_targets(recipe, &[], progress)
+    }
+
+    /// Runs what `targets` need (step names, node ids or export paths; all
+    /// exports and kept steps when empty), unless already done.
+    pub fn run_targets(&self, recipe: &Recipe, targets: &[String], progress: bool) -> Result<RunReport, RunError> {
         let started = Instant::now();
+        let roots = select(recipe, targets)?;
         let (bound, input_reports) = self.bind(recipe)?;
         outputs::check_exports(&bound.recipe, self.store.directory(), bound.files.paths())?;
         outputs::sweep(&bound.recipe);
@@ -311,7 +325,7 @@ impl Engine {
         // that fails its check is a miss, which may make its inputs needed.
         let mut loaded: Vec<Option<Arc<TensorSet>>> = vec![None; n];
         let (needed, must_run) = loop {
-            let (needed, must_run) = demand(&bound, &fresh, &cached);
+            let (needed, must_run) = demand(&bound, &fresh, &cached, roots.as_deref());
             let mut changed = false;
             for i in 0..n {
                 if !needed[i] || must_run[i] || is_export(i) || loaded[i].is_some() {
@@ -326,20 +340,8 @@ impl Engine {
                 break (needed, must_run);
             }
         };
-        let backends = resolve_backends(&bound)?;
         let prefetch = self.prefetch_exports(&bound, &loaded, &must_run);
-        let shared = Arc::new(Shared {
-            bound,
-            backends,
-            loaded,
-            store: Arc::clone(&self.store),
-            pool: Arc::clone(&self.pool),
-            progress: MultiProgress::with_draw_target(if progress {
-                ProgressDrawTarget::stderr()
-            } else {
-                ProgressDrawTarget::hidden()
-            }),
-        });
+        let shared = Arc::new(self.shared(bound, loaded, progress)?);
         let mut reports: Vec<Option<NodeReport>> = vec![None; n];
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -439,15 +441,7 @@ impl Engine {
         let (bound, input_reports) = self.bind(recipe)?;
         outputs::check_exports(&bound.recipe, self.store.directory(), bound.files.paths())?;
         let n = bound.recipe.nodes.len();
-        let backends = resolve_backends(&bound)?;
-        let shared = Shared {
-            bound,
-            backends,
-            loaded: vec![None; n],
-            store: Arc::clone(&self.store),
-            pool: Arc::clone(&self.pool),
-            progress: MultiProgress::with_draw_target(ProgressDrawTarget::hidden()),
-        };
+        let shared = self.shared(bound, vec![None; n], false)?;
         let mut sets: Vec<Option<Arc<TensorSet>>> = vec![None; n];
         let mut nodes = Vec::with_capacity(n);
         for i in 0..n {
@@ -496,6 +490,53 @@ impl Engine {
     fn node_entry(&self, key: &Key) -> Option<NodeEntry> {
         node_entry(&*self.store, key)
     }
+
+    /// What the node tasks of a bound recipe share, its backends resolved.
+    fn shared(&self, bound: Bound, loaded: Vec<Option<Arc<TensorSet>>>, progress: bool) -> Result<Shared, RunError> {
+        Ok(Shared {
+            backends: resolve_backends(&bound)?,
+            bound,
+            loaded,
+            store: Arc::clone(&self.store),
+            pool: Arc::clone(&self.pool),
+            progress: MultiProgress::with_draw_target(if progress {
+                ProgressDrawTarget::stderr()
+            } else {
+                ProgressDrawTarget::hidden()
+            }),
+        })
+    }
+}
+
+/// The nodes `targets` name (a step: all its fan-out nodes; a node id; an
+/// export's path, relative to the recipe or to the working directory), or
+/// `None` for all.
+fn select(recipe: &Recipe, targets: &[String]) -> Result<Option<Vec<bool>>, RunError> {
+    if targets.is_empty() {
+        return Ok(None);
+    }
+    let mut roots = vec![false; recipe.nodes.len()];
+    let recipe_dir = recipe.source.as_deref().and_then(std::path::Path::parent);
+    for target in targets {
+        // A path as written in the recipe, or as the shell completes it.
+        let paths = [recipe_dir.map(|d| d.join(target)), std::path::absolute(target).ok()];
+        let mut found = false;
+        for (i, node) in recipe.nodes.iter().enumerate() {
+            let names_export = match &node.op {
+                Op::Export(o) => paths.iter().flatten().any(|p| *p == o.path),
+                _ => false,
+            };
+            if node.step == *target || node.id == *target || names_export {
+                (roots[i], found) = (true, true);
+            }
+        }
+        if !found {
+            let mut steps: Vec<&str> = recipe.nodes.iter().map(|n| n.step.as_str()).collect();
+            steps.dedup();
+            return Err(RunError::UnknownTarget { target: target.clone(), steps: steps.join(", ") });
+        }
+    }
+    Ok(Some(roots))
 }
 
 /// Every node's backend, resolved when the run is planned: one this machine
@@ -526,20 +567,22 @@ fn claim_conversions(set: &mut TensorSet, key: &Key, inputs: &[Arc<TensorSet>]) 
     }
 }
 
-/// Which nodes must run and whose results are needed, from the exports back.
-fn demand(bound: &Bound, fresh: &[bool], cached: &[bool]) -> (Vec<bool>, Vec<bool>) {
+/// Which nodes must run and whose results are needed, from the exports back
+/// (from `roots` only, when given).
+fn demand(bound: &Bound, fresh: &[bool], cached: &[bool], roots: Option<&[bool]>) -> (Vec<bool>, Vec<bool>) {
     let n = bound.recipe.nodes.len();
     let mut must_run = vec![false; n];
     let mut needed = vec![false; n];
     for i in (0..n).rev() {
         let node = &bound.recipe.nodes[i];
+        let rooted = roots.map(|r| r[i]);
         if matches!(node.op, Op::Export(_)) {
-            must_run[i] = !fresh[i];
+            must_run[i] = !fresh[i] && rooted.unwrap_or(true);
             needed[i] = must_run[i];
             continue;
         }
-        let leaf = bound.consumers[i].is_empty();
-        needed[i] = bound.consumers[i].iter().any(|&j| must_run[j]) || (!cached[i] && (leaf || node.keep));
+        let root = rooted.unwrap_or(bound.consumers[i].is_empty() || node.keep);
+        needed[i] = bound.consumers[i].iter().any(|&j| must_run[j]) || (!cached[i] && root);
         must_run[i] = needed[i] && !cached[i];
     }
     (needed, must_run)

@@ -3,8 +3,10 @@
 
 #![allow(dead_code)]
 
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, SystemTime};
 
 /// The repository root.
 pub fn repo() -> PathBuf {
@@ -69,6 +71,34 @@ pub fn minilm() -> Option<PathBuf> {
         eprintln!("skipped: {} is absent; run scripts/fetch-minilm.sh", path.display());
         None
     }
+}
+
+/// The S3 server of `scripts/s3-server.sh`.
+pub const S3_PORT: u16 = 8333;
+
+/// The client variables for the test server, or `None` (with a message)
+/// when it is not running outside CI.
+pub fn s3_env() -> Option<Vec<(String, String)>> {
+    if TcpStream::connect_timeout(&([127, 0, 0, 1], S3_PORT).into(), Duration::from_secs(1)).is_err() {
+        assert!(std::env::var_os("CI").is_none(), "CI must start the S3 server (scripts/s3-server.sh start)");
+        eprintln!("skipped: no S3 server on 127.0.0.1:{S3_PORT}; start one with scripts/s3-server.sh start");
+        return None;
+    }
+    let out = Command::new("bash").arg(repo().join("scripts/s3-server.sh")).arg("env").output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    Some(
+        text.lines()
+            .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+    )
+}
+
+/// A prefix no other test (or earlier run) uses.
+pub fn unique_url(env: &[(String, String)], test: &str) -> String {
+    let bucket = &env.iter().find(|(k, _)| k == "QUANTFORGE_TEST_BUCKET").unwrap().1;
+    let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos();
+    format!("s3://{bucket}/{test}-{}-{nanos}", std::process::id())
 }
 
 pub fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
