@@ -26,6 +26,8 @@ pub(super) struct RunArgs {
     executor: Executor,
     #[command(flatten)]
     slurm: SlurmArgs,
+    #[command(flatten)]
+    pins: PinArgs,
     /// Say what would run and why; build nothing (same as `plan`).
     #[arg(long)]
     dry_run: bool,
@@ -109,8 +111,28 @@ pub(super) struct WorkArgs {
     jobs: Option<usize>,
     #[command(flatten)]
     cache: CacheDir,
+    #[command(flatten)]
+    pins: PinArgs,
     #[arg(long)]
     json: bool,
+}
+
+/// Input hashes handed over by the planner that submitted this task.
+#[derive(Debug, clap::Args)]
+struct PinArgs {
+    /// Take the inputs' hashes from this file (written by `run --executor slurm`) while their stats match.
+    #[arg(long, value_name = "FILE")]
+    input_pins: Option<PathBuf>,
+}
+
+impl PinArgs {
+    fn pins(&self) -> anyhow::Result<Vec<crate::store::fingerprint::Pin>> {
+        const MAX_PINS_BYTES: u64 = 16 << 20;
+        let Some(path) = &self.input_pins else { return Ok(Vec::new()) };
+        let bytes = crate::files::read_regular(path, MAX_PINS_BYTES)
+            .map_err(|e| anyhow::anyhow!("input pins {}: {e}", path.display()))?;
+        serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!("input pins {}: {e}", path.display()))
+    }
 }
 
 fn parse_mem_mb(text: &str) -> Result<u64, String> {
@@ -146,7 +168,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let remote = args.cache.remote.remote(Some(&recipe))?;
     let store = crate::store::open(Some(&args.cache.cache_dir), remote.as_ref().map(|(url, mode)| (url, *mode)))?;
-    let engine = Engine::new(store, super::workers(args.jobs))?;
+    let engine = Engine::new(store, super::workers(args.jobs))?.with_pins(args.pins.pins()?);
     let progress = !args.json && io::stderr().is_terminal();
     let report = engine.run_targets(&recipe, &args.targets, progress)?;
     const SHOWN: usize = 5;
@@ -186,6 +208,7 @@ fn run_on_slurm(args: &RunArgs, recipe: &Recipe) -> anyhow::Result<()> {
     let store = crate::store::open(Some(&args.cache.cache_dir), Some((&url, RemoteMode::Required)))?;
     let engine = Engine::new(store, super::workers(args.jobs))?;
     let plan = engine.units(recipe, args.slurm.unit_size, true)?;
+    let pins = engine.input_pins(recipe)?;
     if plan.units.is_empty() && plan.exports.is_empty() {
         println!("{}: every export is up to date; nothing submitted", recipe.name);
         return Ok(());
@@ -197,6 +220,7 @@ fn run_on_slurm(args: &RunArgs, recipe: &Recipe) -> anyhow::Result<()> {
         cache_dir: absolute(&args.cache.cache_dir)?,
         cache_url: url.to_string(),
         unit_size: args.slurm.unit_size,
+        pins: None,
     };
     let request = slurm::Request {
         partition: args.slurm.partition.clone(),
@@ -209,7 +233,7 @@ fn run_on_slurm(args: &RunArgs, recipe: &Recipe) -> anyhow::Result<()> {
     };
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
     let dir = worker.cache_dir.join("slurm").join(format!("{}-{stamp}", file_name_safe(&recipe.name)));
-    let submission = slurm::submit(&plan, &worker, &request, &dir)?;
+    let submission = slurm::submit(&plan, &pins, &worker, &request, &dir)?;
     let mut out = io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &serde_json::json!({ "plan": plan, "submission": submission }))?;
@@ -278,7 +302,7 @@ pub(super) fn work(args: WorkArgs) -> anyhow::Result<()> {
         );
     };
     let store = crate::store::open(Some(&args.cache.cache_dir), Some((&url, mode)))?;
-    let engine = Engine::new(store, super::workers(args.jobs))?;
+    let engine = Engine::new(store, super::workers(args.jobs))?.with_pins(args.pins.pins()?);
     let report = engine.work(&recipe, &args.units, args.unit_size)?;
     let mut out = io::stdout().lock();
     if args.json {

@@ -102,6 +102,15 @@ impl InputFiles {
         self.files.values().map(|f| &f.path)
     }
 
+    /// Each file's content hash with its stat, while it still holds.
+    pub fn pins(&self) -> impl Iterator<Item = crate::store::fingerprint::Pin> + '_ {
+        self.files.iter().filter_map(|(hash, pinned)| {
+            let content =
+                crate::store::fingerprint::ContentHash { hash: *hash, rehashed: false, len: 0, stat: pinned.stat };
+            crate::store::fingerprint::Pin::of(&pinned.path, &content)
+        })
+    }
+
     /// The content hash the run pinned for the file at `path`.
     pub fn key_of(&self, path: &std::path::Path) -> Option<Key> {
         self.files.iter().find(|(_, f)| f.path == path).map(|(key, _)| *key)

@@ -53,6 +53,8 @@ pub struct Engine {
     pool: Arc<rayon::ThreadPool>,
     jobs: usize,
     open: OpenOptions,
+    /// Input hashes handed over by a planner, by path.
+    pins: HashMap<PathBuf, fingerprint::Pin>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -162,7 +164,23 @@ impl Engine {
             .thread_name(|i| format!("quantforge-worker-{i}"))
             .build()
             .map_err(|e| RunError::Workers(e.to_string()))?;
-        Ok(Engine { store, pool: Arc::new(pool), jobs, open: OpenOptions::default() })
+        Ok(Engine { store, pool: Arc::new(pool), jobs, open: OpenOptions::default(), pins: HashMap::new() })
+    }
+
+    /// Input hashes from the planner that submitted this run's work: an
+    /// input whose stat still matches its pin is not read to hash it.
+    pub fn with_pins(mut self, pins: Vec<fingerprint::Pin>) -> Engine {
+        self.pins = pins.into_iter().map(|pin| (pin.path.clone(), pin)).collect();
+        self
+    }
+
+    /// The pins of `recipe`'s input files as this engine hashes them, for
+    /// the tasks of a submission.
+    pub fn input_pins(&self, recipe: &Recipe) -> Result<Vec<fingerprint::Pin>, RunError> {
+        let (bound, _) = self.bind(recipe)?;
+        let mut pins: Vec<fingerprint::Pin> = bound.files.pins().collect();
+        pins.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(pins)
     }
 
     /// How input files are opened (`--no-mmap`).
@@ -212,10 +230,13 @@ impl Engine {
                     let source = SplitError::MissingShard { path: file.clone(), shard: no + 1, count: files.len() };
                     return Err(RunError::Split { name: decl.name.clone(), source: Box::new(source) });
                 }
-                // A store that keeps nothing needs keys unique to this run only.
-                let content = match self.store.keeps_results() || decl.pin.is_some() {
-                    true => fingerprint::content_hash(&*self.store, file),
-                    false => fingerprint::stat_identity(file),
+                let content = match self.pins.get(file).and_then(|pin| pin.check(file)) {
+                    Some(pinned) => Ok(pinned),
+                    // A store that keeps nothing needs keys unique to this run only.
+                    None if self.store.keeps_results() || decl.pin.is_some() => {
+                        fingerprint::content_hash(&*self.store, file)
+                    }
+                    None => fingerprint::stat_identity(file),
                 };
                 let content = content.map_err(input_err)?;
                 if let Some(expected) = decl.pin

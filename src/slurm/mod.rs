@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::exec::units::{UnitPlan, UnitSize};
+use crate::store::fingerprint::Pin;
 
 pub use queue::{Failure, follow};
 
@@ -41,6 +42,8 @@ pub struct Worker {
     pub cache_dir: PathBuf,
     pub cache_url: String,
     pub unit_size: UnitSize,
+    /// The input pins file the tasks read.
+    pub pins: Option<PathBuf>,
 }
 
 /// A submitted array and what each of its tasks does.
@@ -103,9 +106,22 @@ const PROCESS_MB: u64 = 128;
 /// leave cores idle.
 const DEFAULT_CPUS: u32 = 4;
 
-/// Submits `plan`: its stages' units, then its exports.
-pub fn submit(plan: &UnitPlan, worker: &Worker, request: &Request, dir: &Path) -> Result<Submission, SlurmError> {
+/// Submits `plan`: its stages' units, then its exports. The tasks take the
+/// inputs' hashes from `pins` while the files' stats match them, instead of
+/// each reading every input again.
+pub fn submit(
+    plan: &UnitPlan,
+    pins: &[Pin],
+    worker: &Worker,
+    request: &Request,
+    dir: &Path,
+) -> Result<Submission, SlurmError> {
     std::fs::create_dir_all(dir).map_err(|source| SlurmError::Write { path: dir.to_owned(), source })?;
+    let pins_path = dir.join("inputs.json");
+    let json =
+        serde_json::to_vec_pretty(pins).map_err(|e| SlurmError::Write { path: pins_path.clone(), source: e.into() })?;
+    std::fs::write(&pins_path, json).map_err(|source| SlurmError::Write { path: pins_path.clone(), source })?;
+    let worker = &Worker { pins: Some(pins_path), ..worker.clone() };
     let (node_cpus, node_mb) = largest_node(request.partition.as_deref())?;
     let cpus = request.cpus_per_task.unwrap_or_else(|| DEFAULT_CPUS.min(node_cpus.max(1)));
     let mut jobs: Vec<ArrayJob> = Vec::new();
@@ -143,24 +159,34 @@ pub fn cancel(submission: &Submission) -> Result<(), SlurmError> {
 }
 
 fn work_command(worker: &Worker, cpus: u32) -> String {
+    let size = format!("--unit-size {}s", worker.unit_size.seconds);
     format!(
-        "{} work {} --unit \"$task\" --unit-size {}s --cache-dir {} --cache-url {} --remote-required --jobs {cpus}",
-        quote(&worker.binary.to_string_lossy()),
-        quote(&worker.recipe.to_string_lossy()),
-        worker.unit_size.seconds,
-        quote(&worker.cache_dir.to_string_lossy()),
-        quote(&worker.cache_url),
+        "{} work {} --unit \"$task\" {size}{}",
+        quote_path(&worker.binary),
+        quote_path(&worker.recipe),
+        common_args(worker, cpus)
     )
 }
 
 fn export_command(worker: &Worker, cpus: u32) -> String {
-    format!(
-        "{} run {} \"$task\" --cache-dir {} --cache-url {} --remote-required --jobs {cpus}",
-        quote(&worker.binary.to_string_lossy()),
-        quote(&worker.recipe.to_string_lossy()),
-        quote(&worker.cache_dir.to_string_lossy()),
-        quote(&worker.cache_url),
-    )
+    format!("{} run {} \"$task\"{}", quote_path(&worker.binary), quote_path(&worker.recipe), common_args(worker, cpus))
+}
+
+/// The caches, the pins and the threads, as every task takes them.
+fn common_args(worker: &Worker, cpus: u32) -> String {
+    let mut args = format!(
+        " --cache-dir {} --cache-url {} --remote-required --jobs {cpus}",
+        quote_path(&worker.cache_dir),
+        quote(&worker.cache_url)
+    );
+    if let Some(pins) = &worker.pins {
+        let _ = write!(args, " --input-pins {}", quote_path(pins));
+    }
+    args
+}
+
+fn quote_path(path: &Path) -> String {
+    quote(&path.to_string_lossy())
 }
 
 /// Writes the task script of one array and submits it, after `after`.

@@ -98,6 +98,45 @@ pub fn content_hash(store: &dyn Store, path: &Path) -> io::Result<ContentHash> {
     Ok(ContentHash { hash, rehashed: true, len: meta.size(), stat })
 }
 
+/// A file's content hash with the parts of its stat that every machine
+/// mounting the same file system sees alike (the device number is each
+/// client's own): what a planner hands the tasks it submits, so that a
+/// task takes the hash for as long as the file's stat is the one hashed,
+/// exactly as the stat table does, instead of reading the file again.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Pin {
+    pub path: std::path::PathBuf,
+    pub hash: Key,
+    pub len: u64,
+    pub ino: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+}
+
+impl Pin {
+    /// The pin of `path`, hashed as `content`; `None` when its stat moved since.
+    pub fn of(path: &Path, content: &ContentHash) -> Option<Pin> {
+        let meta = input_metadata(path).ok().filter(|m| stat_key(m) == content.stat)?;
+        let (mtime_ns, ctime_ns) = times_ns(&meta);
+        Some(Pin { path: path.to_owned(), hash: content.hash, len: meta.size(), ino: meta.ino(), mtime_ns, ctime_ns })
+    }
+
+    /// The content hash of `path` if this pin still describes it.
+    pub fn check(&self, path: &Path) -> Option<ContentHash> {
+        let meta = input_metadata(path).ok()?;
+        let same = path == self.path
+            && meta.size() == self.len
+            && meta.ino() == self.ino
+            && times_ns(&meta) == (self.mtime_ns, self.ctime_ns);
+        same.then(|| ContentHash { hash: self.hash, rehashed: false, len: self.len, stat: stat_key(&meta) })
+    }
+}
+
+fn times_ns(meta: &fs::Metadata) -> (i128, i128) {
+    let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+    (ns(meta.mtime(), meta.mtime_nsec()), ns(meta.ctime(), meta.ctime_nsec()))
+}
+
 fn parse_hex(bytes: &[u8]) -> Option<Key> {
     std::str::from_utf8(bytes).ok().and_then(Key::from_hex)
 }
@@ -111,4 +150,28 @@ fn input_metadata(path: &Path) -> io::Result<fs::Metadata> {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, problem));
     }
     Ok(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pin_holds_until_the_file_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.bin");
+        fs::write(&path, b"weights").unwrap();
+        let meta = fs::metadata(&path).unwrap();
+        let content = ContentHash { hash: hash_file(&path).unwrap(), rehashed: true, len: 7, stat: stat_key(&meta) };
+        let pin = Pin::of(&path, &content).unwrap();
+        let json = serde_json::to_string(&pin).unwrap();
+        let pin: Pin = serde_json::from_str(&json).unwrap();
+        assert_eq!(pin.check(&path).map(|c| c.hash), Some(content.hash));
+        assert_eq!(pin.check(&dir.path().join("other.bin")), None, "a pin names one path");
+
+        std::thread::sleep(Duration::from_millis(10));
+        fs::write(&path, b"WEIGHTS").unwrap();
+        assert_eq!(pin.check(&path), None, "same length, new bytes: the stat moved");
+        assert!(Pin::of(&path, &content).is_none(), "no pin for a stat that is not the hashed one");
+    }
 }
