@@ -13,11 +13,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
-
-use rayon::prelude::*;
 
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::codecs::encode_ns_per_weight;
@@ -26,7 +24,7 @@ use crate::recipe::{Recipe, Source};
 use crate::store::remote::TransferReport;
 use crate::store::{Key, KeyBuilder};
 
-use super::materialize::SLAB_ELEMENTS;
+use super::materialize::{MaterializeError, SLAB_ELEMENTS};
 use super::{Engine, RunError, Shared, ms};
 
 /// How much estimated work one unit holds: seconds of one core.
@@ -201,9 +199,25 @@ impl Engine {
             let materializer = shared.materializer();
             let tensors: Vec<&Tensor> = draft.tensors.iter().collect();
             materializer.prefetch(&tensors);
-            self.pool
-                .install(|| tensors.par_iter().try_for_each(|t| materializer.persist(t)))
-                .map_err(|e| RunError::Unit { id: draft.id.clone(), why: e.to_string() })?;
+            // One tensor more in flight than there are workers: while one
+            // waits for its upload to the shared cache, the workers encode.
+            let next = AtomicUsize::new(0);
+            let failed: Mutex<Option<MaterializeError>> = Mutex::new(None);
+            std::thread::scope(|scope| {
+                for _ in 0..=self.jobs.min(tensors.len()) {
+                    scope.spawn(|| {
+                        while let Some(tensor) = tensors.get(next.fetch_add(1, Ordering::Relaxed)) {
+                            if let Err(e) = materializer.persist(tensor) {
+                                next.store(tensors.len(), Ordering::Relaxed);
+                                failed.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+                            }
+                        }
+                    });
+                }
+            });
+            if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                return Err(RunError::Unit { id: draft.id.clone(), why: e.to_string() });
+            }
             units.push(UnitWork {
                 id: draft.id.clone(),
                 tensors: tensors.len(),
