@@ -278,6 +278,52 @@ fn a_recipe_through_slurm_equals_a_local_run() {
     assert!(String::from_utf8_lossy(&again.stdout).contains("nothing submitted"));
 }
 
+/// The README's quickstart through Slurm writes what it writes locally.
+#[test]
+fn the_quickstart_through_slurm_equals_a_local_run() {
+    let Some(env) = s3_env() else { return };
+    if !slurm_up() {
+        return;
+    }
+    let _cluster = CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let url = unique_url(&env, "quickstart");
+    // The recipe names its model as `../tests/data/tiny-llama.gguf`.
+    let tree = |dir: &Path| {
+        std::fs::create_dir_all(dir.join("recipes")).unwrap();
+        std::fs::create_dir_all(dir.join("tests/data")).unwrap();
+        std::fs::copy(repo().join("recipes/quickstart.toml"), dir.join("recipes/quickstart.toml")).unwrap();
+        std::fs::copy(common::tiny_model(), dir.join("tests/data/tiny-llama.gguf")).unwrap();
+        dir.join("recipes/quickstart.toml")
+    };
+    let outputs = |dir: &Path| {
+        let mut files: Vec<_> = std::fs::read_dir(dir.join("recipes/out"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+            .collect();
+        files.sort();
+        files
+    };
+    let (local, distributed) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let quantforge = |recipe: &Path, args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_quantforge"));
+        command.arg("run").arg(recipe).args(args).arg("--cache-dir").arg(recipe.with_file_name("cache"));
+        command.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        command.output().unwrap()
+    };
+    succeeded(&quantforge(&tree(local.path()), &[]));
+    let args = ["--executor", "slurm", "--wait", "--json", "--cpus-per-task", "1", "--cache-url", &url];
+    let run = json(&quantforge(&tree(distributed.path()), &args));
+    for (job, tasks) in job_ids(&run) {
+        let states = task_states(&job);
+        assert_eq!(states.len(), tasks, "one controller record per task: {states:?}");
+        assert!(states.iter().all(|(_, state)| state == "COMPLETED"), "{states:?}");
+    }
+    let written = outputs(distributed.path());
+    assert_eq!(written.len(), 3);
+    assert_eq!(written, outputs(local.path()));
+}
+
 /// A cancelled array, resubmitted, computes only the units still missing.
 #[test]
 fn a_cancelled_run_resumes_with_the_missing_units_only() {
