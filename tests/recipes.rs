@@ -175,6 +175,49 @@ fn targets_build_only_what_they_need() {
 }
 
 #[test]
+fn force_rebuilds_and_plan_exit_code_tells_ci() {
+    let ws = Workspace::new();
+    let text = LADDER.replace("name = \"ladder\"", "name = \"ladder\"\njobs = 3");
+    let recipe = ws.recipe("ladder.toml", &text);
+    let cache = ws.cache();
+    let status = || {
+        let args = [os("plan"), recipe.as_os_str(), os("--exit-code"), os("--cache-dir"), cache.as_os_str()];
+        common::quantforge(&args).status.code()
+    };
+    assert_eq!(status(), Some(2), "work pending");
+    let first = run(&recipe, &ws.cache(), &[]);
+    assert_eq!(first["jobs"], 3, "[recipe] jobs sets the workers");
+    assert_eq!(run(&recipe, &ws.cache(), &["--jobs", "1"])["jobs"], 1, "the command line overrides it");
+    assert_eq!(status(), Some(0), "up to date");
+
+    let forced = run(&recipe, &ws.cache(), &["--force"]);
+    assert_eq!(totals(&forced, "hit"), 0, "{forced}");
+    assert_eq!(totals(&forced, "tensors_encoded"), totals(&first, "tensors_encoded"));
+    assert_eq!(totals(&forced, "tensors_reused"), 0);
+    let targeted = run(&recipe, &ws.cache(), &["out[preset=Q8_0]", "--force"]);
+    assert_eq!(totals(&targeted, "ran"), 3, "load, quantize, export: {targeted}");
+    assert_eq!(status(), Some(0));
+}
+
+#[test]
+fn graph_prints_the_dag_as_dot_and_mermaid() {
+    let ws = Workspace::new();
+    let recipe = ws.recipe("ladder.toml", LADDER);
+    let graph = |format: &str| ok(common::quantforge(&[os("graph"), recipe.as_os_str(), os("--format"), os(format)]));
+    let dot = graph("dot");
+    assert!(dot.starts_with("digraph \"ladder\" {"), "{dot}");
+    assert!(dot.contains("i0 [shape=ellipse, label=\"tiny\"];"), "{dot}");
+    assert!(dot.contains("n1 [shape=box, label=\"q[preset=Q8_0]\\nquantize\"];"), "{dot}");
+    assert!(dot.contains("n4 [shape=parallelogram, label=\"out[preset=Q8_0]\\nexport\"];"), "{dot}");
+    assert!(dot.contains("  i0 -> n0;") && dot.contains("  n1 -> n4;"), "{dot}");
+    assert_eq!(dot.matches(" -> ").count(), 7, "{dot}");
+    let mermaid = graph("mermaid");
+    assert!(mermaid.starts_with("flowchart LR\n"), "{mermaid}");
+    assert!(mermaid.contains("n4[/\"out[preset=Q8_0]<br>export\"/]") && mermaid.contains("  n1 --> n4"), "{mermaid}");
+    assert_eq!(mermaid.matches(" --> ").count(), 7, "{mermaid}");
+}
+
+#[test]
 fn changing_one_tensors_type_encodes_one_tensor() {
     let ws = Workspace::new();
     let base = LADDER.replace(r#"preset = ["Q8_0", "Q4_K_M", "Q3_K_S"]"#, r#"preset = "Q4_K_M""#);

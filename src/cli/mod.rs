@@ -47,6 +47,12 @@ enum Command {
     Plan(run::PlanArgs),
     /// Compute work units of a recipe (from `plan --units`) into the shared cache.
     Work(run::WorkArgs),
+    /// Print a recipe's DAG as Graphviz DOT or a Mermaid flowchart.
+    Graph {
+        recipe: PathBuf,
+        #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
+        format: GraphFormat,
+    },
     /// Inspect and manage the cache.
     #[command(subcommand)]
     Cache(cache::CacheCommand),
@@ -164,6 +170,18 @@ enum Command {
     },
 }
 
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum GraphFormat {
+    Dot,
+    Mermaid,
+}
+
+/// `plan --exit-code` found work to do: exit 2, with nothing on stderr
+/// (errors exit 1).
+#[derive(Debug, thiserror::Error)]
+#[error("work is pending")]
+struct Pending;
+
 /// `quantforge quantize`: llama-quantize's flags and positional order, so an
 /// existing command line works unchanged.
 #[derive(Debug, clap::Args)]
@@ -277,6 +295,7 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if e.is::<Pending>() => ExitCode::from(2),
         Err(e) => {
             eprintln!("error: {}", crate::text::for_terminal(&cause_chain(&e)));
             ExitCode::FAILURE
@@ -330,6 +349,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => run::run(args)?,
         Command::Plan(args) => run::plan(args)?,
         Command::Work(args) => run::work(args)?,
+        Command::Graph { recipe, format } => {
+            let recipe = crate::recipe::Recipe::load(&recipe)?;
+            let text = match format {
+                GraphFormat::Dot => crate::recipe::graph::dot(&recipe),
+                GraphFormat::Mermaid => crate::recipe::graph::mermaid(&recipe),
+            };
+            io::stdout().lock().write_all(text.as_bytes())?;
+        }
         Command::Cache(command) => cache::run(command)?,
         Command::Edit { input, output, set, delete, rename_tensor, load, cache } => {
             let edits = Edits { set, delete, rename_tensors: rename_tensor };

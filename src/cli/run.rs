@@ -31,9 +31,13 @@ pub(super) struct RunArgs {
     /// Say what would run and why; build nothing (same as `plan`).
     #[arg(long)]
     dry_run: bool,
-    /// Workers: nodes at once and codec threads share this budget (default: all cores).
+    /// Workers: nodes at once and codec threads share this budget (default: the recipe's
+    /// `jobs`, else all cores).
     #[arg(long, short = 'j')]
     jobs: Option<usize>,
+    /// Compute everything the run (or its targets) needs, whatever the cache holds.
+    #[arg(long, conflicts_with = "dry_run")]
+    force: bool,
     #[command(flatten)]
     cache: CacheDir,
     /// Print the run report as JSON (and no progress bars).
@@ -96,6 +100,9 @@ pub(super) struct PlanArgs {
     /// Group the units into N jobs and print a CI matrix: {"include": [{"index": 0, "units": [...]}, ...]}.
     #[arg(long, value_name = "N", requires = "units", value_parser = clap::value_parser!(u64).range(1..))]
     matrix: Option<u64>,
+    /// Exit with status 2 when there is work to do (0 when everything is up to date), for CI.
+    #[arg(long)]
+    exit_code: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -151,16 +158,15 @@ fn parse_mem_mb(text: &str) -> Result<u64, String> {
 
 pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.dry_run {
-        let size = args.slurm.unit_size;
-        let plan_args = PlanArgs {
+        return plan(PlanArgs {
             recipe: args.recipe,
             cache: args.cache,
             json: args.json,
             units: false,
-            unit_size: size,
+            unit_size: args.slurm.unit_size,
             matrix: None,
-        };
-        return plan(plan_args);
+            exit_code: false,
+        });
     }
     let recipe = Recipe::load(&args.recipe)?;
     if args.executor == Executor::Slurm {
@@ -168,7 +174,9 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let remote = args.cache.remote.remote(Some(&recipe))?;
     let store = crate::store::open(Some(&args.cache.cache_dir), remote.as_ref().map(|(url, mode)| (url, *mode)))?;
-    let engine = Engine::new(store, super::workers(args.jobs))?.with_pins(args.pins.pins()?);
+    let engine = Engine::new(store, super::workers(args.jobs.or(recipe.jobs)))?
+        .with_pins(args.pins.pins()?)
+        .with_force(args.force);
     let progress = !args.json && io::stderr().is_terminal();
     let report = engine.run_targets(&recipe, &args.targets, progress)?;
     const SHOWN: usize = 5;
@@ -206,7 +214,7 @@ fn run_on_slurm(args: &RunArgs, recipe: &Recipe) -> anyhow::Result<()> {
         );
     };
     let store = crate::store::open(Some(&args.cache.cache_dir), Some((&url, RemoteMode::Required)))?;
-    let engine = Engine::new(store, super::workers(args.jobs))?;
+    let engine = Engine::new(store, super::workers(args.jobs.or(recipe.jobs)))?;
     let plan = engine.units(recipe, args.slurm.unit_size, true)?;
     let pins = engine.input_pins(recipe)?;
     if plan.units.is_empty() && plan.exports.is_empty() {
@@ -302,7 +310,7 @@ pub(super) fn work(args: WorkArgs) -> anyhow::Result<()> {
         );
     };
     let store = crate::store::open(Some(&args.cache.cache_dir), Some((&url, mode)))?;
-    let engine = Engine::new(store, super::workers(args.jobs))?.with_pins(args.pins.pins()?);
+    let engine = Engine::new(store, super::workers(args.jobs.or(recipe.jobs)))?.with_pins(args.pins.pins()?);
     let report = engine.work(&recipe, &args.units, args.unit_size)?;
     let mut out = io::stdout().lock();
     if args.json {
@@ -347,7 +355,9 @@ pub(super) fn plan(args: PlanArgs) -> anyhow::Result<()> {
     let engine = Engine::new(store, 1)?;
     if args.units {
         let plan = engine.units(&recipe, args.unit_size, false)?;
-        return print_units(&plan, args.matrix, args.json);
+        print_units(&plan, args.matrix, args.json)?;
+        let pending = !plan.units.is_empty() || !plan.exports.is_empty();
+        return if args.exit_code && pending { Err(super::Pending.into()) } else { Ok(()) };
     }
     let report = engine.plan(&recipe)?;
     let mut out = io::stdout().lock();
@@ -358,6 +368,9 @@ pub(super) fn plan(args: PlanArgs) -> anyhow::Result<()> {
         print_text(&mut out, &report, true)?;
     }
     out.flush()?;
+    if args.exit_code && engine.pending(&recipe)? {
+        return Err(super::Pending.into());
+    }
     Ok(())
 }
 

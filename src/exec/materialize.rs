@@ -153,6 +153,8 @@ pub struct Materializer<'a> {
     pub files: &'a InputFiles,
     pub backends: &'a Backends,
     pub pool: &'a rayon::ThreadPool,
+    /// Encode derived tensors even when the store has them (`--force`).
+    pub rebuild: bool,
     pub counters: Counters,
 }
 
@@ -270,6 +272,9 @@ impl Materializer<'_> {
 
     /// The blob holding a derived tensor's bytes, if the store has it.
     fn cached(&self, tensor: &Tensor) -> Option<Key> {
+        if self.rebuild {
+            return None;
+        }
         let key = &tensor.key;
         let entry: TensorEntry = serde_json::from_slice(&self.store.get_action(ActionKind::Tensor, key)?).ok()?;
         (entry.len == tensor.n_bytes() && self.store.has_blob(&entry.blob)).then(|| {

@@ -55,6 +55,8 @@ pub struct Engine {
     open: OpenOptions,
     /// Input hashes handed over by a planner, by path.
     pins: HashMap<PathBuf, fingerprint::Pin>,
+    /// Compute everything a run needs, whatever the cache holds (`--force`).
+    force: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -164,7 +166,21 @@ impl Engine {
             .thread_name(|i| format!("quantforge-worker-{i}"))
             .build()
             .map_err(|e| RunError::Workers(e.to_string()))?;
-        Ok(Engine { store, pool: Arc::new(pool), jobs, open: OpenOptions::default(), pins: HashMap::new() })
+        Ok(Engine {
+            store,
+            pool: Arc::new(pool),
+            jobs,
+            open: OpenOptions::default(),
+            pins: HashMap::new(),
+            force: false,
+        })
+    }
+
+    /// Computes everything a run needs again, whatever the cache holds
+    /// (`run --force`); what it computes replaces nothing it finds.
+    pub fn with_force(mut self, force: bool) -> Engine {
+        self.force = force;
+        self
     }
 
     /// Input hashes from the planner that submitted this run's work: an
@@ -332,7 +348,7 @@ impl Engine {
         let is_export = |i: usize| matches!(bound.recipe.nodes[i].op, Op::Export(_));
         let mut cached = vec![false; n];
         let mut fresh = vec![false; n];
-        for i in 0..n {
+        for i in (0..n).filter(|_| !self.force) {
             match &bound.recipe.nodes[i].op {
                 Op::Export(o) => fresh[i] = self.export_is_fresh(&bound.keys[i], o),
                 _ => {
@@ -455,6 +471,22 @@ impl Engine {
         }))
     }
 
+    /// True when `run` would run anything: an export not up to date, or a
+    /// kept or final step whose result is not in the cache.
+    pub fn pending(&self, recipe: &Recipe) -> Result<bool, RunError> {
+        let (bound, _) = self.bind(recipe)?;
+        let n = bound.recipe.nodes.len();
+        let (mut fresh, mut cached) = (vec![false; n], vec![false; n]);
+        for (i, node) in bound.recipe.nodes.iter().enumerate() {
+            match &node.op {
+                Op::Export(o) => fresh[i] = self.export_is_fresh(&bound.keys[i], o),
+                _ => cached[i] = self.node_entry(&bound.keys[i]).is_some_and(|e| e.kept || !node.keep),
+            }
+        }
+        let (_, must_run) = demand(&bound, &fresh, &cached, None);
+        Ok(must_run.contains(&true))
+    }
+
     /// What `run` would do, and why: each node a hit or a miss with the
     /// reasons, and the size of what it would produce.
     pub fn plan(&self, recipe: &Recipe) -> Result<RunReport, RunError> {
@@ -520,6 +552,7 @@ impl Engine {
             loaded,
             store: Arc::clone(&self.store),
             pool: Arc::clone(&self.pool),
+            rebuild: self.force,
             progress: MultiProgress::with_draw_target(if progress {
                 ProgressDrawTarget::stderr()
             } else {
@@ -648,6 +681,8 @@ struct Shared {
     loaded: Vec<Option<Arc<TensorSet>>>,
     store: Arc<dyn Store>,
     pool: Arc<rayon::ThreadPool>,
+    /// Nothing is taken from the cache (`--force`).
+    rebuild: bool,
     progress: MultiProgress,
 }
 
@@ -713,7 +748,9 @@ impl Shared {
         if let Some(set) = &self.loaded[i] {
             return Ok(Arc::clone(set));
         }
-        if let Some(set) = cached_set(&*self.store, &self.bound.keys[i]) {
+        if !self.rebuild
+            && let Some(set) = cached_set(&*self.store, &self.bound.keys[i])
+        {
             return Ok(set);
         }
         let mut set = self.compute(i, &inputs)?;
@@ -813,6 +850,7 @@ impl Shared {
             files: &self.bound.files,
             backends: &self.backends,
             pool: &self.pool,
+            rebuild: self.rebuild,
             counters: Default::default(),
         }
     }

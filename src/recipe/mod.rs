@@ -8,6 +8,7 @@
 //! what a recipe may say and every diagnostic about it; it never touches a
 //! model file.
 
+pub mod graph;
 mod parse;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +34,8 @@ pub struct Recipe {
     /// `[recipe] remote`: the shared cache this recipe's results go to,
     /// unless the command line names another.
     pub remote: Option<RemoteUrl>,
+    /// `[recipe] jobs`: workers for a run, unless the command line says.
+    pub jobs: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -136,7 +139,7 @@ impl Recipe {
             split: job.split,
         });
         nodes.push(node("export", export, Source::Node(nodes.len() - 1), Vec::new()));
-        Recipe { name: job.name.into(), inputs, nodes, source: None, remote: None }
+        Recipe { name: job.name.into(), inputs, nodes, source: None, remote: None, jobs: None }
     }
 }
 
@@ -170,7 +173,7 @@ impl Recipe {
             split: crate::ops::export::SplitMode::Whole,
         };
         nodes.push(node("export".into(), Op::Export(export), vec![Source::Node(parts.len())]));
-        Recipe { name: "assemble".into(), inputs, nodes, source: None, remote: None }
+        Recipe { name: "assemble".into(), inputs, nodes, source: None, remote: None, jobs: None }
     }
 }
 

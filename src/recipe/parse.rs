@@ -22,7 +22,7 @@ use crate::store::Key;
 use crate::store::remote::RemoteUrl;
 
 const SECTIONS: [&str; 3] = ["recipe", "input", "step"];
-const RECIPE_FIELDS: [&str; 2] = ["name", "remote"];
+const RECIPE_FIELDS: [&str; 3] = ["name", "remote", "jobs"];
 const INPUT_FIELDS: [&str; 2] = ["path", "blake3"];
 const STEP_FIELDS: [&str; 4] = ["op", "from", "keep", "backend"];
 
@@ -49,12 +49,12 @@ pub(super) fn parse(text: &str, dir: &Path, fallback_name: &str) -> Result<Recip
         return Err(errors.iter().map(|e| Diagnostic::new(e.message(), e.span().unwrap_or(0..0))).collect());
     }
     let mut diags = Vec::new();
-    let (mut name, mut remote) = (None, None);
+    let mut header = Header::default();
     let mut inputs = Vec::new();
     let mut steps = Vec::new();
     for (key, value) in doc.get_ref().iter() {
         match key.get_ref().as_ref() {
-            "recipe" => (name, remote) = parse_header(value, &mut diags),
+            "recipe" => header = parse_header(value, &mut diags),
             "input" => {
                 for (iname, ivalue) in section(value, "input", &mut diags) {
                     if let Some(input) = parse_input(iname, ivalue, dir, &mut diags) {
@@ -89,7 +89,14 @@ pub(super) fn parse(text: &str, dir: &Path, fallback_name: &str) -> Result<Recip
     if !diags.is_empty() {
         return Err(diags);
     }
-    Ok(Recipe { name: name.unwrap_or_else(|| fallback_name.to_owned()), inputs, nodes, source: None, remote })
+    Ok(Recipe {
+        name: header.name.unwrap_or_else(|| fallback_name.to_owned()),
+        inputs,
+        nodes,
+        source: None,
+        remote: header.remote,
+        jobs: header.jobs,
+    })
 }
 
 fn table<'a, 'i>(value: &'a Spanned<DeValue<'i>>, what: &str, diags: &mut Vec<Diagnostic>) -> Option<&'a DeTable<'i>> {
@@ -134,15 +141,23 @@ fn string(value: &Spanned<DeValue<'_>>, what: &str, diags: &mut Vec<Diagnostic>)
     s
 }
 
-/// `[recipe]`: its name and its remote cache, if it names them.
-fn parse_header(value: &Spanned<DeValue<'_>>, diags: &mut Vec<Diagnostic>) -> (Option<String>, Option<RemoteUrl>) {
-    let (mut name, mut remote) = (None, None);
-    let Some(header) = table(value, "[recipe]", diags) else { return (None, None) };
-    for (key, v) in header.iter() {
+/// What `[recipe]` says.
+#[derive(Default)]
+struct Header {
+    name: Option<String>,
+    remote: Option<RemoteUrl>,
+    jobs: Option<usize>,
+}
+
+/// `[recipe]`: its name, its remote cache and its worker count, if it names them.
+fn parse_header(value: &Spanned<DeValue<'_>>, diags: &mut Vec<Diagnostic>) -> Header {
+    let mut header = Header::default();
+    let Some(table) = table(value, "[recipe]", diags) else { return header };
+    for (key, v) in table.iter() {
         match key.get_ref().as_ref() {
-            "name" => name = string(v, "`name`", diags),
+            "name" => header.name = string(v, "`name`", diags),
             "remote" => {
-                remote = string(v, "`remote`", diags).and_then(|url| match RemoteUrl::parse(&url) {
+                header.remote = string(v, "`remote`", diags).and_then(|url| match RemoteUrl::parse(&url) {
                     Ok(url) => Some(url),
                     Err(e) => {
                         diags.push(Diagnostic::new(e.to_string(), v.span()).hiding_source());
@@ -150,13 +165,24 @@ fn parse_header(value: &Spanned<DeValue<'_>>, diags: &mut Vec<Diagnostic>) -> (O
                     }
                 })
             }
+            "jobs" => {
+                let jobs = match v.get_ref() {
+                    DeValue::Integer(i) => i64::from_str_radix(&i.as_str().replace('_', ""), i.radix()).ok(),
+                    _ => None,
+                };
+                let jobs = jobs.and_then(|n| usize::try_from(n).ok()).filter(|&n| n > 0);
+                if jobs.is_none() {
+                    diags.push(Diagnostic::new("`jobs` must be a whole number of workers, at least 1", v.span()));
+                }
+                header.jobs = jobs;
+            }
             other => diags.push(
                 Diagnostic::new(format!("unknown field `{other}` in [recipe]"), key.span())
                     .suggest(other, RECIPE_FIELDS),
             ),
         }
     }
-    (name, remote)
+    header
 }
 
 fn parse_input(
