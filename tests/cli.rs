@@ -326,3 +326,38 @@ fn copies_write_zero_padding_whatever_the_input_holds() {
         }
     }
 }
+
+/// Under a terminal a one-shot command shows its progress from the first
+/// tensor; `-q` silences it, and a pipe never sees it.
+#[test]
+fn progress_shows_on_a_terminal_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let under_terminal = |extra: &str, output: &str| {
+        let log = dir.path().join(format!("{output}.log"));
+        let command = format!(
+            "{} quantize {extra} {} {} Q4_K_M",
+            env!("CARGO_BIN_EXE_quantforge"),
+            common::tiny_model().display(),
+            dir.path().join(output).display()
+        );
+        // `script` runs the command on a pseudo-terminal and records what it drew.
+        let status = std::process::Command::new("script").args(["-qec", &command]).arg(&log).status().unwrap();
+        assert!(status.success(), "{command}");
+        String::from_utf8_lossy(&std::fs::read(&log).unwrap()).into_owned()
+    };
+    let shown = under_terminal("", "a.gguf");
+    assert!(shown.contains("/21 tensors") && shown.contains("MiB"), "{shown}");
+    let quiet = under_terminal("-q", "b.gguf");
+    assert!(!quiet.contains("/21 tensors"), "{quiet}");
+    assert!(quiet.contains("wrote "), "the result line stays: {quiet}");
+
+    let out = dir.path().join("c.gguf");
+    let piped = common::quantforge(&[
+        "quantize".as_ref(),
+        common::tiny_model().as_os_str(),
+        out.as_os_str(),
+        "Q4_K_M".as_ref(),
+    ]);
+    assert!(piped.status.success());
+    assert!(!String::from_utf8_lossy(&piped.stderr).contains("/21 tensors"));
+}

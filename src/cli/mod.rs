@@ -37,6 +37,18 @@ use crate::types::GgmlType;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// No progress bars on stderr (they show only when stderr is a terminal).
+    #[arg(long, short, global = true)]
+    quiet: bool,
+}
+
+/// `--quiet`, decided once when the command line is read.
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Progress bars go to stderr when it is a terminal, unless `--quiet`.
+fn show_progress() -> bool {
+    use std::io::IsTerminal;
+    !QUIET.load(std::sync::atomic::Ordering::Relaxed) && io::stderr().is_terminal()
 }
 
 #[derive(Debug, Subcommand)]
@@ -257,6 +269,7 @@ impl CacheArgs {
             remote: self.remote.remote(None)?,
             jobs: workers(jobs),
             open,
+            progress: show_progress(),
         })
     }
 }
@@ -292,6 +305,7 @@ impl LoadArgs {
 pub fn main() -> ExitCode {
     signals::install();
     let cli = Cli::parse();
+    QUIET.store(cli.quiet, std::sync::atomic::Ordering::Relaxed);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,

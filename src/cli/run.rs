@@ -1,7 +1,7 @@
 //! `quantforge run`, `plan` and `work`: a recipe on the engine (or handed
 //! to Slurm as work units), its report as text or JSON.
 
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -177,7 +177,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     let engine = Engine::new(store, super::workers(args.jobs.or(recipe.jobs)))?
         .with_pins(args.pins.pins()?)
         .with_force(args.force);
-    let progress = !args.json && io::stderr().is_terminal();
+    let progress = !args.json && super::show_progress();
     let report = engine.run_targets(&recipe, &args.targets, progress)?;
     const SHOWN: usize = 5;
     for incident in report.cache_incidents.iter().take(SHOWN) {
@@ -278,7 +278,7 @@ fn run_on_slurm(args: &RunArgs, recipe: &Recipe) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let progress = !args.json && io::stderr().is_terminal();
+    let progress = !args.json && super::show_progress();
     slurm::follow(&submission, progress, Duration::from_secs(1))?;
     // The controller's word is checked against the cache's.
     let left = engine.units(recipe, args.slurm.unit_size, false)?;

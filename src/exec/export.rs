@@ -121,13 +121,40 @@ fn write_file(
     m: &Materializer<'_>,
     layout: FileLayout<'_>,
     out: &mut AtomicOutput,
-    bar: &ProgressBar,
+    bar: &ExportProgress,
 ) -> Result<u64, WriteFailure> {
     out.preallocate(layout.file_len)?;
     m.prefetch(&layout.tensors);
     out.writer().write_all(&layout.header)?;
     place_all(m, &layout.tensors, &layout.offsets, layout.alignment, out.file()?, bar)?;
     Ok(layout.file_len)
+}
+
+/// An export's progress bar: bytes written, rate and ETA, and tensors done.
+struct ExportProgress {
+    bar: ProgressBar,
+    tensors: usize,
+    done: std::sync::atomic::AtomicUsize,
+}
+
+impl ExportProgress {
+    fn new(bar: ProgressBar, id: &str, tensors: usize) -> ExportProgress {
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{msg:24!} {bar:30} {prefix} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message(crate::text::for_terminal(id).into_owned());
+        bar.set_prefix(format!("0/{tensors} tensors"));
+        ExportProgress { bar, tensors, done: Default::default() }
+    }
+
+    fn advance(&self, tensors: usize, bytes: u64) {
+        let done = self.done.fetch_add(tensors, std::sync::atomic::Ordering::Relaxed) + tensors;
+        self.bar.set_prefix(format!("{done}/{} tensors", self.tensors));
+        self.bar.inc(bytes);
+    }
 }
 
 /// Puts each tensor's bytes at its offset (increasing), zeros after each up
@@ -139,7 +166,7 @@ fn place_all(
     offsets: &[u64],
     alignment: u64,
     output: &std::fs::File,
-    bar: &ProgressBar,
+    bar: &ExportProgress,
 ) -> Result<(), WriteFailure> {
     let mut k = 0;
     while k < tensors.len() {
@@ -155,7 +182,7 @@ fn place_all(
         let last = k + n - 1;
         let end = offsets[last] + tensors[last].n_bytes();
         write_zeros_at(output, end, gguf::align_up(end, alignment) - end)?;
-        bar.inc(tensors[k..=last].iter().map(|t| t.n_bytes()).sum());
+        bar.advance(n, tensors[k..=last].iter().map(|t| t.n_bytes()).sum());
         k += n;
     }
     Ok(())
@@ -238,12 +265,11 @@ impl Shared {
         let set = inputs.first().ok_or_else(|| NodeError::Upstream(self.bound.recipe.nodes[i].id.clone()))?;
         let files = ops::export::output_files(set, options)?;
         let planned: u64 = set.tensors.iter().map(Tensor::n_bytes).sum();
-        let bar = self.progress.add(ProgressBar::new(planned));
-        bar.set_style(
-            ProgressStyle::with_template("{msg:24!} {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {eta}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        let bar = ExportProgress::new(
+            self.progress.add(ProgressBar::new(planned)),
+            &self.bound.recipe.nodes[i].id,
+            set.tensors.len(),
         );
-        bar.set_message(crate::text::for_terminal(&self.bound.recipe.nodes[i].id).into_owned());
         let m = self.materializer();
         let mut written = Vec::with_capacity(files.len() + 1);
         for file in &files {
@@ -262,7 +288,7 @@ impl Shared {
             out.writer().write_all(&index).map_err(|source| NodeError::Write { path: path.clone(), source })?;
             written.push((path, out, index.len() as u64, 0));
         }
-        bar.finish_and_clear();
+        bar.bar.finish_and_clear();
         // An input that moved under the run may have fed these bytes.
         self.bound.files.check_unchanged()?;
         let count = written.len();

@@ -24,6 +24,8 @@ pub struct OneShotSettings {
     pub remote: Option<(RemoteUrl, RemoteMode)>,
     pub jobs: usize,
     pub open: OpenOptions,
+    /// Progress bars on stderr.
+    pub progress: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +52,7 @@ fn run_recipe(recipe: &Recipe, settings: &OneShotSettings) -> Result<RunReport, 
     let remote = settings.remote.as_ref().map(|(url, mode)| (url, *mode));
     let store = crate::store::open(settings.cache_dir.as_deref(), remote)?;
     let engine = Engine::new(store, settings.jobs)?.with_open_options(settings.open);
-    let report = engine.run(recipe, false)?;
+    let report = engine.run(recipe, settings.progress)?;
     if let Some(failed) = report.nodes.iter().find(|n| n.status == Status::Failed) {
         return Err(OneShotError::Failed(failed.error.clone().unwrap_or_default()));
     }
