@@ -218,6 +218,45 @@ fn graph_prints_the_dag_as_dot_and_mermaid() {
 }
 
 #[test]
+fn the_cache_belongs_to_the_project_not_the_working_directory() {
+    let (project, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let root = project.path();
+    std::fs::create_dir_all(root.join(".git")).unwrap();
+    std::fs::create_dir_all(root.join("recipes")).unwrap();
+    std::fs::copy(common::tiny_model(), root.join("recipes/tiny.gguf")).unwrap();
+    let recipe = root.join("recipes/ladder.toml");
+    std::fs::write(&recipe, LADDER).unwrap();
+    let quantforge = |cwd: &Path, args: &[&OsStr]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_quantforge"));
+        command.current_dir(cwd).args(args).env_remove("QUANTFORGE_CACHE");
+        command.output().unwrap()
+    };
+    let run_json = |cwd: &Path| -> Value {
+        serde_json::from_str(&ok(quantforge(cwd, &[os("run"), recipe.as_os_str(), os("--json")]))).unwrap()
+    };
+    let first = run_json(elsewhere.path());
+    assert!(totals(&first, "tensors_encoded") > 0);
+    assert!(root.join("cache").is_dir() && !elsewhere.path().join("cache").exists());
+    let again = run_json(&root.join("recipes"));
+    assert_eq!(totals(&again, "hit"), totals(&again, "nodes"), "one cache, wherever the command starts");
+    let shown = ok(quantforge(elsewhere.path(), &[os("cache"), os("dir"), recipe.as_os_str()]));
+    assert_eq!(shown.trim(), root.join("cache").to_str().unwrap());
+
+    // `[recipe] cache` names another, relative to the recipe.
+    std::fs::write(&recipe, LADDER.replace("name = \"ladder\"", "name = \"ladder\"\ncache = \"../other\"")).unwrap();
+    let shown = ok(quantforge(elsewhere.path(), &[os("cache"), os("dir"), recipe.as_os_str()]));
+    assert_eq!(Path::new(shown.trim()), root.join("recipes/../other"));
+
+    // A one-shot command caches in the user's cache directory when asked.
+    let xdg = tempfile::tempdir().unwrap();
+    let out = root.join("q.gguf");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_quantforge"));
+    command.args([os("quantize"), os("--user-cache"), common::tiny_model().as_os_str(), out.as_os_str(), os("Q8_0")]);
+    ok(command.env("XDG_CACHE_HOME", xdg.path()).output().unwrap());
+    assert!(xdg.path().join("quantforge").is_dir());
+}
+
+#[test]
 fn changing_one_tensors_type_encodes_one_tensor() {
     let ws = Workspace::new();
     let base = LADDER.replace(r#"preset = ["Q8_0", "Q4_K_M", "Q3_K_S"]"#, r#"preset = "Q4_K_M""#);

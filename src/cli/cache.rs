@@ -58,6 +58,12 @@ pub(super) enum CacheCommand {
         #[command(flatten)]
         dir: CacheDir,
     },
+    /// Print the cache directory a recipe (or, without one, this directory's project) uses.
+    Dir {
+        recipe: Option<PathBuf>,
+        #[command(flatten)]
+        dir: CacheDir,
+    },
     /// Re-hash every blob and check every entry; fails if anything is corrupt.
     Verify {
         #[command(flatten)]
@@ -75,13 +81,28 @@ pub(super) enum CacheCommand {
     },
 }
 
-/// The recipe cache: `--cache-dir`, else `QUANTFORGE_CACHE`, else `./cache`.
+/// The recipe cache: `--cache-dir`, else `QUANTFORGE_CACHE`, else the
+/// recipe's own (`[recipe] cache`, else `cache/` in its project root), else
+/// `cache/` in the working directory's project root.
 #[derive(Debug, clap::Args)]
 pub(super) struct CacheDir {
-    #[arg(long, value_name = "DIR", env = "QUANTFORGE_CACHE", default_value = "cache")]
-    pub(super) cache_dir: PathBuf,
+    /// The cache directory (default: the recipe's `[recipe] cache`, else `cache/` in the project
+    /// root: the nearest directory above the recipe holding .git or quantforge.toml).
+    #[arg(long, value_name = "DIR", env = "QUANTFORGE_CACHE")]
+    cache_dir: Option<PathBuf>,
     #[command(flatten)]
     pub(super) remote: RemoteArgs,
+}
+
+impl CacheDir {
+    /// The cache directory for `recipe` (or, without one, for the working directory).
+    pub(super) fn path(&self, recipe: Option<&Recipe>) -> PathBuf {
+        match (&self.cache_dir, recipe) {
+            (Some(dir), _) => dir.clone(),
+            (None, Some(recipe)) => recipe.default_cache_dir(),
+            (None, None) => crate::recipe::project_root(std::path::Path::new(".")).join("cache"),
+        }
+    }
 }
 
 /// A shared cache behind the local one.
@@ -117,7 +138,7 @@ fn layered_for(path: &std::path::Path, dir: &CacheDir) -> anyhow::Result<(Arc<La
     let Some((url, _)) = dir.remote.remote(Some(&recipe))? else {
         anyhow::bail!("no remote cache: give --cache-url URL, set QUANTFORGE_CACHE_URL or `remote` in [recipe]");
     };
-    let local = LocalStore::open(&dir.cache_dir)?;
+    let local = LocalStore::open(&dir.path(Some(&recipe)))?;
     Ok((Arc::new(Layered::open(local, &url, RemoteMode::Required)?), recipe))
 }
 
@@ -232,6 +253,11 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
                 );
             }
         }
+        CacheCommand::Dir { recipe, dir } => {
+            let recipe = recipe.as_deref().map(Recipe::load).transpose()?;
+            let path = dir.path(recipe.as_ref());
+            writeln!(io::stdout(), "{}", std::path::absolute(&path).unwrap_or(path).display())?;
+        }
         CacheCommand::Push { recipe, dir } => {
             let (layered, recipe) = layered_for(&recipe, &dir)?;
             let engine = Engine::new(layered.clone(), 1)?;
@@ -273,7 +299,7 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
             report_transfers(Some(&t), true)?;
         }
         CacheCommand::Ls { dir, remote: false } => {
-            let store = LocalStore::open_existing(&dir.cache_dir)?;
+            let store = LocalStore::open_existing(&dir.path(None))?;
             for entry in store.list()? {
                 let field = |name: &str| entry.detail.get(name).and_then(|v| v.as_str()).unwrap_or("?").to_owned();
                 let age = SystemTime::now().duration_since(entry.modified).unwrap_or_default();
@@ -291,11 +317,11 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
             }
         }
         CacheCommand::Du { dir, remote: false } => {
-            let usage = LocalStore::open_existing(&dir.cache_dir)?.usage()?;
+            let usage = LocalStore::open_existing(&dir.path(None))?.usage()?;
             writeln!(
                 out,
                 "{}: {} in {} blobs",
-                dir.cache_dir.display(),
+                dir.path(None).display(),
                 human_bytes(usage.blob_bytes as f64),
                 usage.blobs
             )?;
@@ -311,7 +337,7 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
             )?;
         }
         CacheCommand::Gc { dir, max_size, older_than, .. } => {
-            let store = LocalStore::open_exclusive(&dir.cache_dir)?;
+            let store = LocalStore::open_exclusive(&dir.path(None))?;
             let report = store.gc(GcOptions { older_than, max_size })?;
             writeln!(
                 out,
@@ -325,8 +351,8 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
         }
         CacheCommand::Verify { dir, repair, remote: false, json } => {
             let store = match repair {
-                true => LocalStore::open_exclusive(&dir.cache_dir)?,
-                false => LocalStore::open_existing(&dir.cache_dir)?,
+                true => LocalStore::open_exclusive(&dir.path(None))?,
+                false => LocalStore::open_existing(&dir.path(None))?,
             };
             let report = store.verify(repair)?;
             if json {

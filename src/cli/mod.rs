@@ -258,19 +258,37 @@ pub(super) struct CacheArgs {
     /// Cache directory (default for one-shot commands: no cache).
     #[arg(long, value_name = "DIR", env = "QUANTFORGE_CACHE")]
     cache_dir: Option<PathBuf>,
+    /// Cache in the user's cache directory: $XDG_CACHE_HOME/quantforge, else ~/.cache/quantforge.
+    #[arg(long, conflicts_with = "cache_dir")]
+    user_cache: bool,
     #[command(flatten)]
     remote: cache::RemoteArgs,
 }
 
 impl CacheArgs {
     pub(super) fn settings(&self, jobs: Option<usize>, open: OpenOptions) -> anyhow::Result<OneShotSettings> {
+        let cache_dir = match self.user_cache {
+            true => Some(user_cache_dir()?),
+            false => self.cache_dir.clone(),
+        };
         Ok(OneShotSettings {
-            cache_dir: self.cache_dir.clone(),
+            cache_dir,
             remote: self.remote.remote(None)?,
             jobs: workers(jobs),
             open,
             progress: show_progress(),
         })
+    }
+}
+
+/// `$XDG_CACHE_HOME/quantforge`, else `$HOME/.cache/quantforge` (the XDG
+/// base directory rules; a relative `XDG_CACHE_HOME` is ignored, as they say).
+fn user_cache_dir() -> anyhow::Result<PathBuf> {
+    let absolute = |var: &str| std::env::var_os(var).map(PathBuf::from).filter(|p| p.is_absolute());
+    match (absolute("XDG_CACHE_HOME"), absolute("HOME")) {
+        (Some(xdg), _) => Ok(xdg.join("quantforge")),
+        (None, Some(home)) => Ok(home.join(".cache/quantforge")),
+        (None, None) => anyhow::bail!("--user-cache: neither XDG_CACHE_HOME nor HOME is an absolute path"),
     }
 }
 

@@ -173,7 +173,8 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         return run_on_slurm(&args, &recipe);
     }
     let remote = args.cache.remote.remote(Some(&recipe))?;
-    let store = crate::store::open(Some(&args.cache.cache_dir), remote.as_ref().map(|(url, mode)| (url, *mode)))?;
+    let cache_dir = args.cache.path(Some(&recipe));
+    let store = crate::store::open(Some(&cache_dir), remote.as_ref().map(|(url, mode)| (url, *mode)))?;
     let engine = Engine::new(store, super::workers(args.jobs.or(recipe.jobs)))?
         .with_pins(args.pins.pins()?)
         .with_force(args.force);
@@ -213,7 +214,8 @@ fn run_on_slurm(args: &RunArgs, recipe: &Recipe) -> anyhow::Result<()> {
              set QUANTFORGE_CACHE_URL or `remote` in [recipe]"
         );
     };
-    let store = crate::store::open(Some(&args.cache.cache_dir), Some((&url, RemoteMode::Required)))?;
+    let cache_dir = args.cache.path(Some(recipe));
+    let store = crate::store::open(Some(&cache_dir), Some((&url, RemoteMode::Required)))?;
     let engine = Engine::new(store, super::workers(args.jobs.or(recipe.jobs)))?;
     let plan = engine.units(recipe, args.slurm.unit_size, true)?;
     let pins = engine.input_pins(recipe)?;
@@ -225,7 +227,7 @@ fn run_on_slurm(args: &RunArgs, recipe: &Recipe) -> anyhow::Result<()> {
     let worker = slurm::Worker {
         binary: std::env::current_exe()?,
         recipe: absolute(&args.recipe)?,
-        cache_dir: absolute(&args.cache.cache_dir)?,
+        cache_dir: absolute(&cache_dir)?,
         cache_url: url.to_string(),
         unit_size: args.slurm.unit_size,
         pins: None,
@@ -309,7 +311,7 @@ pub(super) fn work(args: WorkArgs) -> anyhow::Result<()> {
              or `remote` in [recipe]"
         );
     };
-    let store = crate::store::open(Some(&args.cache.cache_dir), Some((&url, mode)))?;
+    let store = crate::store::open(Some(&args.cache.path(Some(&recipe))), Some((&url, mode)))?;
     let engine = Engine::new(store, super::workers(args.jobs.or(recipe.jobs)))?.with_pins(args.pins.pins()?);
     let report = engine.work(&recipe, &args.units, args.unit_size)?;
     let mut out = io::stdout().lock();
@@ -341,9 +343,10 @@ pub(super) fn plan(args: PlanArgs) -> anyhow::Result<()> {
     let recipe = Recipe::load(&args.recipe)?;
     // Planning reads the cache and never creates one: without a cache,
     // every node is a miss.
-    let local = match LocalStore::open_existing(&args.cache.cache_dir) {
+    let cache_dir = args.cache.path(Some(&recipe));
+    let local = match LocalStore::open_existing(&cache_dir) {
         Ok(store) => Some(store),
-        Err(_) if !args.cache.cache_dir.exists() => None,
+        Err(_) if !cache_dir.exists() => None,
         Err(e) => return Err(e.into()),
     };
     let store: Arc<dyn Store> = match (local, args.cache.remote.remote(Some(&recipe))?) {

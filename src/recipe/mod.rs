@@ -36,6 +36,8 @@ pub struct Recipe {
     pub remote: Option<RemoteUrl>,
     /// `[recipe] jobs`: workers for a run, unless the command line says.
     pub jobs: Option<usize>,
+    /// `[recipe] cache`: its cache directory, unless the command line says.
+    pub cache: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -86,6 +88,14 @@ pub struct NodeDecl {
     pub backend: Backend,
 }
 
+/// The project `start` (a directory) is in: the nearest ancestor holding
+/// `.git` or `quantforge.toml`, else `start` itself; absolute.
+pub fn project_root(start: &Path) -> PathBuf {
+    let start = std::path::absolute(start).unwrap_or_else(|_| start.to_owned());
+    let marked = |dir: &&Path| dir.join(".git").exists() || dir.join("quantforge.toml").exists();
+    start.ancestors().find(marked).unwrap_or(&start).to_owned()
+}
+
 /// A recipe is text a person writes; anything larger is not one.
 const MAX_RECIPE_BYTES: u64 = 16 << 20;
 
@@ -100,6 +110,17 @@ impl Recipe {
         let fallback_name = path.file_stem().map_or("recipe".into(), |s| s.to_string_lossy().into_owned());
         let recipe = parse::parse(&text, dir, &fallback_name).map_err(|d| RecipeError::new(path, &text, d))?;
         Ok(Recipe { source: Some(path.to_owned()), ..recipe })
+    }
+
+    /// Where the recipe's results are cached unless the command line says:
+    /// `[recipe] cache`, else `cache/` in the recipe's project root, so the
+    /// results never depend on the directory a command was started in.
+    pub fn default_cache_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.cache {
+            return dir.clone();
+        }
+        let dir = self.source.as_deref().and_then(Path::parent).filter(|p| !p.as_os_str().is_empty());
+        project_root(dir.unwrap_or(Path::new("."))).join("cache")
     }
 
     /// Validates recipe `text` as if read from `path`.
@@ -139,7 +160,7 @@ impl Recipe {
             split: job.split,
         });
         nodes.push(node("export", export, Source::Node(nodes.len() - 1), Vec::new()));
-        Recipe { name: job.name.into(), inputs, nodes, source: None, remote: None, jobs: None }
+        Recipe { name: job.name.into(), inputs, nodes, source: None, remote: None, jobs: None, cache: None }
     }
 }
 
@@ -173,7 +194,7 @@ impl Recipe {
             split: crate::ops::export::SplitMode::Whole,
         };
         nodes.push(node("export".into(), Op::Export(export), vec![Source::Node(parts.len())]));
-        Recipe { name: "assemble".into(), inputs, nodes, source: None, remote: None, jobs: None }
+        Recipe { name: "assemble".into(), inputs, nodes, source: None, remote: None, jobs: None, cache: None }
     }
 }
 

@@ -22,7 +22,7 @@ use crate::store::Key;
 use crate::store::remote::RemoteUrl;
 
 const SECTIONS: [&str; 3] = ["recipe", "input", "step"];
-const RECIPE_FIELDS: [&str; 3] = ["name", "remote", "jobs"];
+const RECIPE_FIELDS: [&str; 4] = ["name", "remote", "jobs", "cache"];
 const INPUT_FIELDS: [&str; 2] = ["path", "blake3"];
 const STEP_FIELDS: [&str; 4] = ["op", "from", "keep", "backend"];
 
@@ -54,7 +54,7 @@ pub(super) fn parse(text: &str, dir: &Path, fallback_name: &str) -> Result<Recip
     let mut steps = Vec::new();
     for (key, value) in doc.get_ref().iter() {
         match key.get_ref().as_ref() {
-            "recipe" => header = parse_header(value, &mut diags),
+            "recipe" => header = parse_header(value, dir, &mut diags),
             "input" => {
                 for (iname, ivalue) in section(value, "input", &mut diags) {
                     if let Some(input) = parse_input(iname, ivalue, dir, &mut diags) {
@@ -96,6 +96,7 @@ pub(super) fn parse(text: &str, dir: &Path, fallback_name: &str) -> Result<Recip
         source: None,
         remote: header.remote,
         jobs: header.jobs,
+        cache: header.cache,
     })
 }
 
@@ -147,15 +148,17 @@ struct Header {
     name: Option<String>,
     remote: Option<RemoteUrl>,
     jobs: Option<usize>,
+    cache: Option<std::path::PathBuf>,
 }
 
-/// `[recipe]`: its name, its remote cache and its worker count, if it names them.
-fn parse_header(value: &Spanned<DeValue<'_>>, diags: &mut Vec<Diagnostic>) -> Header {
+/// `[recipe]`: its name, its caches and its worker count, if it names them.
+fn parse_header(value: &Spanned<DeValue<'_>>, dir: &Path, diags: &mut Vec<Diagnostic>) -> Header {
     let mut header = Header::default();
     let Some(table) = table(value, "[recipe]", diags) else { return header };
     for (key, v) in table.iter() {
         match key.get_ref().as_ref() {
             "name" => header.name = string(v, "`name`", diags),
+            "cache" => header.cache = string(v, "`cache`", diags).map(|c| dir.join(c)),
             "remote" => {
                 header.remote = string(v, "`remote`", diags).and_then(|url| match RemoteUrl::parse(&url) {
                     Ok(url) => Some(url),
