@@ -361,3 +361,17 @@ fn progress_shows_on_a_terminal_only() {
     assert!(piped.status.success());
     assert!(!String::from_utf8_lossy(&piped.stderr).contains("/21 tensors"));
 }
+
+#[test]
+fn version_completions_and_manual() {
+    let (version, _) = run(&["--version".as_ref()]);
+    let script = std::fs::read_to_string(common::repo().join("scripts/fetch-references.sh")).unwrap();
+    let pinned = script.lines().find_map(|l| l.strip_prefix("version=")).unwrap();
+    assert!(version.contains(&format!("llama-cpp-python {pinned} ")), "--version and the references agree: {version}");
+    assert!(version.contains("codec version ") && version.contains("cache key scheme "), "{version}");
+    let (bash, _) = run(&["completions".as_ref(), "bash".as_ref()]);
+    assert!(bash.contains("_quantforge()") && bash.contains("--cache-dir"), "{bash}");
+    let (man, _) = run(&["man".as_ref()]);
+    assert!(man.starts_with(".ie") || man.contains(".TH quantforge"), "{man}");
+    assert!(man.contains("quantize"), "{man}");
+}

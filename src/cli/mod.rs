@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::exec::oneshot::{self, OneShotSettings};
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
@@ -33,13 +33,28 @@ use crate::quant::plan::KvOverride;
 use crate::types::GgmlType;
 
 #[derive(Debug, Parser)]
-#[command(name = "quantforge", version, about = "A build system for model weights")]
+#[command(name = "quantforge", version, long_version = long_version(), about = "A build system for model weights")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
     /// No progress bars on stderr (they show only when stderr is a terminal).
     #[arg(long, short, global = true)]
     quiet: bool,
+}
+
+/// `--version`: the versions that decide what a cached result or an output
+/// holds, and the llama.cpp whose bytes they match.
+fn long_version() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        format!(
+            "{}\ncodec version {}, cache key scheme {}\nbytes as {}",
+            env!("CARGO_PKG_VERSION"),
+            crate::codecs::CODEC_VERSION,
+            crate::store::KEY_SCHEME_VERSION,
+            crate::codecs::REFERENCE_LLAMA_CPP
+        )
+    })
 }
 
 /// `--quiet`, decided once when the command line is read.
@@ -59,6 +74,10 @@ enum Command {
     Plan(run::PlanArgs),
     /// Compute work units of a recipe (from `plan --units`) into the shared cache.
     Work(run::WorkArgs),
+    /// Print a shell completion script: `quantforge completions bash > /etc/bash_completion.d/quantforge`.
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page (roff): `quantforge man > quantforge.1`.
+    Man,
     /// Print a recipe's DAG as Graphviz DOT or a Mermaid flowchart.
     Graph {
         recipe: PathBuf,
@@ -381,6 +400,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => run::run(args)?,
         Command::Plan(args) => run::plan(args)?,
         Command::Work(args) => run::work(args)?,
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "quantforge", &mut io::stdout().lock());
+        }
+        Command::Man => clap_mangen::Man::new(Cli::command()).render(&mut io::stdout().lock())?,
         Command::Graph { recipe, format } => {
             let recipe = crate::recipe::Recipe::load(&recipe)?;
             let text = match format {

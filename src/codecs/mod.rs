@@ -32,6 +32,10 @@ use crate::types::GgmlType;
 /// of the old code are not reused.
 pub const CODEC_VERSION: u32 = 1;
 
+/// The llama.cpp whose bytes the codecs and presets reproduce: the source
+/// `scripts/fetch-references.sh` fetches (the tests compare against its tools).
+pub const REFERENCE_LLAMA_CPP: &str = "llama.cpp vendored by llama-cpp-python 0.3.36 (ggml 0.25.3)";
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodecError {
     #[error("cannot {op} {ty}: not supported")]
