@@ -374,4 +374,10 @@ fn version_completions_and_manual() {
     let (man, _) = run(&["man".as_ref()]);
     assert!(man.starts_with(".ie") || man.contains(".TH quantforge"), "{man}");
     assert!(man.contains("quantize"), "{man}");
+    let (help, _) = run(&["--help".as_ref()]);
+    for variable in
+        ["QUANTFORGE_CACHE", "QUANTFORGE_CACHE_URL", "QUANTFORGE_SIMD", "AWS_ENDPOINT_URL", "XDG_CACHE_HOME"]
+    {
+        assert!(help.contains(variable), "--help names {variable}: {help}");
+    }
 }

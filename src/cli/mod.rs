@@ -33,7 +33,13 @@ use crate::quant::plan::KvOverride;
 use crate::types::GgmlType;
 
 #[derive(Debug, Parser)]
-#[command(name = "quantforge", version, long_version = long_version(), about = "A build system for model weights")]
+#[command(
+    name = "quantforge",
+    version,
+    long_version = long_version(),
+    about = "A build system for model weights",
+    after_long_help = ENVIRONMENT
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -41,6 +47,16 @@ struct Cli {
     #[arg(long, short, global = true)]
     quiet: bool,
 }
+
+/// Every environment variable quantforge reads, for `--help`.
+const ENVIRONMENT: &str = "\
+Environment:
+  QUANTFORGE_CACHE       the cache directory (as --cache-dir)
+  QUANTFORGE_CACHE_URL   the shared cache behind it (as --cache-url)
+  QUANTFORGE_SIMD        scalar, avx2 or avx512: the highest vector level the CPU codecs use
+  AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+  AWS_ALLOW_HTTP         the S3 client of an s3:// cache URL
+  XDG_CACHE_HOME, HOME   where --user-cache lives";
 
 /// `--version`: the versions that decide what a cached result or an output
 /// holds, and the llama.cpp whose bytes they match.
