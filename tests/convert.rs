@@ -323,3 +323,39 @@ fn unmodelled_settings_are_refused_by_name() {
         assert!(!out.exists());
     }
 }
+
+/// A Hugging Face Hub cache (`models--ORG--NAME` with `refs/main`, and
+/// `snapshots/REV` of links into `blobs/`) converts as a clone named NAME
+/// would: the repository's name, never the revision hash, names the model.
+#[test]
+fn a_hub_cache_snapshot_converts_as_its_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = common::repo().join("tests/data/convert/checkpoints/Qwen2.5-Tiny-Instruct");
+    let repository = dir.path().join("hub/models--acme--Qwen2.5-Tiny-Instruct");
+    let rev = "0123456789abcdef0123456789abcdef01234567";
+    let snapshot = repository.join("snapshots").join(rev);
+    std::fs::create_dir_all(repository.join("blobs")).unwrap();
+    std::fs::create_dir_all(repository.join("refs")).unwrap();
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::write(repository.join("refs/main"), rev).unwrap();
+    for (i, entry) in std::fs::read_dir(&original).unwrap().enumerate() {
+        let path = entry.unwrap().path();
+        let blob = format!("blob{i}");
+        std::fs::copy(&path, repository.join("blobs").join(&blob)).unwrap();
+        std::os::unix::fs::symlink(format!("../../blobs/{blob}"), snapshot.join(path.file_name().unwrap())).unwrap();
+    }
+    let os = std::ffi::OsStr::new;
+    let convert = |input: &std::path::Path, out: &str, extra: &[&str]| {
+        let out = dir.path().join(out);
+        let mut args = vec![os("convert"), input.as_os_str(), out.as_os_str()];
+        args.extend(extra.iter().map(|a| os(a)));
+        run_quantforge(&args);
+        std::fs::read(out).unwrap()
+    };
+    let reference = convert(&original, "clone.gguf", &[]);
+    assert!(convert(&repository, "repository.gguf", &[]) == reference, "models--ORG--NAME reads refs/main");
+    assert!(convert(&snapshot, "snapshot.gguf", &[]) == reference, "a snapshot is named after its repository");
+    let renamed = convert(&snapshot, "renamed.gguf", &["--model-name", "Renamed-Model"]);
+    assert!(renamed.windows(13).any(|w| w == b"Renamed-Model"), "--model-name names it");
+    assert!(!renamed.windows(rev.len()).any(|w| w == rev.as_bytes()));
+}

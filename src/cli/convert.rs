@@ -20,7 +20,8 @@ use crate::recipe::OneShot;
 
 #[derive(Debug, clap::Args)]
 pub struct ConvertArgs {
-    /// A Hugging Face checkpoint directory (config.json, SafeTensors, tokenizer files).
+    /// A Hugging Face checkpoint directory (config.json, SafeTensors, tokenizer files): a
+    /// repository's clone, or a Hub cache's models--ORG--NAME (its refs/main) or one of its snapshots.
     input: PathBuf,
     output: PathBuf,
     /// f32, f16, bf16 or q8_0 (as convert_hf_to_gguf.py), or a quantization preset.
@@ -30,6 +31,10 @@ pub struct ConvertArgs {
     /// hashing a tokenization; default: the family's usual one).
     #[arg(long, value_name = "NAME")]
     pre: Option<String>,
+    /// The model's name, written as it is, as convert_hf_to_gguf.py's --model-name (default:
+    /// from the model card, the config or the directory, a Hub cache's repository NAME).
+    #[arg(long, value_name = "NAME")]
+    model_name: Option<String>,
     /// Worker threads (default: all cores).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
@@ -43,7 +48,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
         Some(outtype) => Target::Float(outtype),
         None => Target::Preset(parse_preset(&args.outtype).map_err(|e| anyhow::anyhow!("--outtype: {e}"))?),
     };
-    let options = ConvertOptions { target, pre: args.pre };
+    let options = ConvertOptions { target, pre: args.pre, model_name: args.model_name };
     let job = OneShot {
         name: "convert",
         input: &args.input,

@@ -22,6 +22,11 @@ pub enum CheckpointError {
 
 pub struct Checkpoint {
     pub dir: PathBuf,
+    /// The repository's name when the directory is a Hub cache snapshot:
+    /// it stands for the directory's name (a revision hash) in the naming.
+    pub repository: Option<String>,
+    /// The name written, whatever the naming finds (the converter's `--model-name`).
+    pub model_name: Option<String>,
     pub config: Json,
     /// The shards, in the converter's order.
     pub shards: Vec<ModelFile>,
@@ -56,7 +61,7 @@ impl Checkpoint {
             .iter()
             .map(|n| ModelFile::open(&dir.join(n), OpenOptions::default()))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Checkpoint { dir: dir.to_owned(), config, shards })
+        Ok(Checkpoint { dir: dir.to_owned(), repository: None, model_name: None, config, shards })
     }
 
     /// (shard, tensor index) of every tensor in the converter's order: shard

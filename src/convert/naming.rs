@@ -336,13 +336,19 @@ pub fn general_keys(ckpt: &Checkpoint, total_params: u64, keys: &mut Metadata) {
     {
         fill(model_id_components(id, total));
     }
-    let dir_name = ckpt.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let dir_name = match &ckpt.repository {
+        Some(name) => name.clone(),
+        None => ckpt.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+    };
     fill(model_id_components(&dir_name, total));
     if m.name.is_none() {
         m.name = Some(dir_name);
     }
     if m.size_label.is_none() && total_params > 0 {
         m.size_label = Some(rounded_count(total_params));
+    }
+    if let Some(name) = &ckpt.model_name {
+        m.name = Some(name.clone());
     }
 
     keys.set("general.type", Value::string("model"));

@@ -211,7 +211,7 @@ mod tests {
     use super::*;
 
     fn checkpoint(config: Json) -> Checkpoint {
-        Checkpoint { dir: Default::default(), config, shards: Vec::new() }
+        Checkpoint { dir: Default::default(), repository: None, model_name: None, config, shards: Vec::new() }
     }
 
     fn phi3(rope_scaling: Json) -> Checkpoint {

@@ -2,7 +2,8 @@
 //! file; every shard of a GGUF split (any shard's name stands for the
 //! whole, `PREFIX-0000i-of-0000N.gguf` as llama-gguf-split names them); a
 //! sharded SafeTensors checkpoint (its `*.index.json`); or, for `convert`, a
-//! checkpoint directory (its files).
+//! checkpoint directory (its files), a Hugging Face Hub cache snapshot
+//! among them.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,7 @@ impl InputShape {
                 let problem = "is a directory; only `convert` reads a checkpoint directory (give a model file)";
                 return Err(FormatError::io(path, std::io::Error::other(problem)));
             }
+            let path = &hub_snapshot(path);
             let mut files: Vec<PathBuf> = std::fs::read_dir(path)
                 .map_err(|e| FormatError::io(path, e))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
@@ -86,4 +88,34 @@ pub fn parse_shard_path(path: &Path) -> Option<(PathBuf, usize, usize)> {
 pub fn shard_set(path: &Path) -> Option<Vec<PathBuf>> {
     let (prefix, _, count) = parse_shard_path(path)?;
     (count > 1).then(|| (0..count).map(|no| shard_path(&prefix, no, count)).collect())
+}
+
+/// The Hugging Face Hub cache's layout: `models--ORG--NAME/snapshots/REV/`
+/// holds a revision's files (links into `blobs/`), `refs/main` names the
+/// revision of `main`.
+const HUB_PREFIX: &str = "models--";
+
+/// The snapshot directory `path` stands for: itself, or, for a Hub cache
+/// repository directory (`models--ORG--NAME`), the revision `refs/main` names.
+pub fn hub_snapshot(path: &Path) -> PathBuf {
+    let is_repository = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(HUB_PREFIX));
+    let main = std::fs::read_to_string(path.join("refs/main")).ok();
+    match main.map(|rev| rev.trim().to_owned()) {
+        Some(rev) if is_repository && !rev.is_empty() && !rev.contains(['/', '\\']) => path.join("snapshots").join(rev),
+        _ => path.to_owned(),
+    }
+}
+
+/// The repository's name (`NAME` of `models--ORG--NAME`) when `dir` is a
+/// snapshot in a Hub cache: what the directory would be called had the
+/// repository been cloned, which the converter names the model after.
+pub fn hub_model_name(dir: &Path) -> Option<String> {
+    let absolute = std::path::absolute(dir).ok()?;
+    let mut up = absolute.ancestors().skip(1);
+    let (snapshots, repository) = (up.next()?, up.next()?);
+    if snapshots.file_name()? != "snapshots" {
+        return None;
+    }
+    let name = repository.file_name()?.to_str()?.strip_prefix(HUB_PREFIX)?;
+    name.rsplit("--").next().filter(|n| !n.is_empty()).map(str::to_owned)
 }

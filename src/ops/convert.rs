@@ -17,7 +17,11 @@ use crate::types::{FileType, GgmlType};
 pub const SPEC: OpSpec = OpSpec::new(
     "convert",
     1,
-    &[ParamSpec::optional("outtype", ParamKind::Str).fanning_out(), ParamSpec::optional("pre", ParamKind::Str)],
+    &[
+        ParamSpec::optional("outtype", ParamKind::Str).fanning_out(),
+        ParamSpec::optional("pre", ParamKind::Str),
+        ParamSpec::optional("model_name", ParamKind::Str),
+    ],
 )
 .reading_an_input();
 
@@ -35,6 +39,8 @@ pub struct ConvertOptions {
     pub target: Target,
     /// The BPE pre-tokenizer name (default: the family's usual one).
     pub pre: Option<String>,
+    /// The model's name, written as it is (the converter's `--model-name`).
+    pub model_name: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +62,8 @@ impl ConvertOptions {
                 None => Target::Preset(parse_preset(name).map_err(|e| vec![p.error("outtype", e)])?),
             },
         };
-        Ok(ConvertOptions { target, pre: p.str("pre").map(|(s, _)| s.to_owned()) })
+        let text = |name: &str| p.str(name).map(|(s, _)| s.to_owned());
+        Ok(ConvertOptions { target, pre: text("pre"), model_name: text("model_name") })
     }
 
     pub fn key_params(&self) -> serde_json::Value {
@@ -64,7 +71,12 @@ impl ConvertOptions {
             Target::Float(t) => format!("{t:?}"),
             Target::Preset(f) => f.name().to_owned(),
         };
-        serde_json::json!({ "outtype": outtype, "pre": self.pre })
+        let mut params = serde_json::json!({ "outtype": outtype, "pre": self.pre });
+        // Absent, not null, when unset: keys made before the field existed stay valid.
+        if let Some(name) = &self.model_name {
+            params["model_name"] = name.as_str().into();
+        }
+        params
     }
 }
 
@@ -78,7 +90,10 @@ pub fn apply(
     store: &dyn Store,
     file_key: &dyn Fn(&Path) -> Option<Key>,
 ) -> Result<TensorSet, ConvertOpError> {
-    let checkpoint = Checkpoint::open(dir).map_err(ConvertError::from)?;
+    let dir = &crate::formats::hub_snapshot(dir);
+    let mut checkpoint = Checkpoint::open(dir).map_err(ConvertError::from)?;
+    checkpoint.repository = crate::formats::hub_model_name(dir);
+    checkpoint.model_name = options.model_name.clone();
     let pre = options.pre.as_deref();
     let (metadata, converted) = match options.target {
         Target::Float(outtype) => convert(&checkpoint, outtype, pre)?,
