@@ -381,3 +381,21 @@ fn version_completions_and_manual() {
         assert!(help.contains(variable), "--help names {variable}: {help}");
     }
 }
+
+/// `inspect` of a Hugging Face checkpoint directory or its index shows the
+/// whole checkpoint; a directory without weights says so.
+#[test]
+fn inspect_reads_a_checkpoint_directory_and_its_index() {
+    let checkpoints = common::repo().join("tests/data/convert/checkpoints");
+    let sharded = checkpoints.join("Mistral-Tiny-180K-v0.3");
+    let by_dir = inspect_json(&sharded, &[]);
+    let by_index = inspect_json(&sharded.join("model.safetensors.index.json"), &[]);
+    assert_eq!(by_dir["split"].as_array().unwrap().len(), 6, "{by_dir:#}");
+    assert_eq!(by_dir["tensor_count"], by_index["tensor_count"]);
+    let single = inspect_json(&checkpoints.join("Qwen2.5-Tiny-Instruct"), &[]);
+    assert_eq!(single["tensor_count"], 26);
+    let empty = tempfile::tempdir().unwrap();
+    let out = common::quantforge(&["inspect".as_ref(), empty.path().as_os_str()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without model*.safetensors"));
+}

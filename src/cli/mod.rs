@@ -316,6 +316,22 @@ impl CacheArgs {
     }
 }
 
+/// The SafeTensors files `path` stands for when it is a Hugging Face
+/// checkpoint directory (a Hub cache's too) or a `*.safetensors.index.json`;
+/// `None` for a model file.
+fn checkpoint_files(path: &std::path::Path) -> anyhow::Result<Option<Vec<PathBuf>>> {
+    if path.is_dir() {
+        let dir = crate::formats::hub_snapshot(path);
+        let files = crate::formats::checkpoint_weights(&dir)?;
+        anyhow::ensure!(!files.is_empty(), "{}: a directory without model*.safetensors files", dir.display());
+        return Ok(Some(files));
+    }
+    if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".safetensors.index.json")) {
+        return Ok(Some(crate::formats::safetensors::read_index(path)?.shards()));
+    }
+    Ok(None)
+}
+
 /// `$XDG_CACHE_HOME/quantforge`, else `$HOME/.cache/quantforge` (the XDG
 /// base directory rules; a relative `XDG_CACHE_HOME` is ignored, as they say).
 fn user_cache_dir() -> anyhow::Result<PathBuf> {
@@ -392,16 +408,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Inspect { file, json, tensors, load } => {
             let options = InspectOptions { tensors };
-            let report = match crate::formats::shard_set(&file) {
-                // Any shard of a split stands for the whole model.
+            let report = match checkpoint_files(&file)? {
+                Some(paths) if paths.len() == 1 => {
+                    crate::ops::inspect::inspect(&ModelFile::open(&paths[0], load.options())?, options)
+                }
+                // A checkpoint's shards make one model.
                 Some(paths) => {
                     let shards =
                         paths.iter().map(|p| ModelFile::open(p, load.options())).collect::<Result<Vec<_>, _>>()?;
                     let shards: Vec<&ModelFile> = shards.iter().collect();
-                    crate::ops::split::check_shards(&shards)?;
-                    crate::ops::inspect::inspect_split(&shards, options).context("a split has shards")?
+                    crate::ops::inspect::inspect_split(&shards, options).context("a checkpoint has shards")?
                 }
-                None => crate::ops::inspect::inspect(&ModelFile::open(&file, load.options())?, options),
+                None => match crate::formats::shard_set(&file) {
+                    // Any shard of a split stands for the whole model.
+                    Some(paths) => {
+                        let shards =
+                            paths.iter().map(|p| ModelFile::open(p, load.options())).collect::<Result<Vec<_>, _>>()?;
+                        let shards: Vec<&ModelFile> = shards.iter().collect();
+                        crate::ops::split::check_shards(&shards)?;
+                        crate::ops::inspect::inspect_split(&shards, options).context("a split has shards")?
+                    }
+                    None => crate::ops::inspect::inspect(&ModelFile::open(&file, load.options())?, options),
+                },
             };
             let mut out = io::stdout().lock();
             if json {

@@ -35,32 +35,11 @@ pub struct Checkpoint {
 impl Checkpoint {
     pub fn open(dir: &Path) -> Result<Checkpoint, CheckpointError> {
         let config = read_json(&dir.join("config.json"))?;
-        let index = dir.join("model.safetensors.index.json");
-        let mut names: Vec<String> = if index.exists() {
-            let index = read_json(&index)?;
-            let map = index["weight_map"].as_object().ok_or_else(|| CheckpointError::Json {
-                path: dir.join("model.safetensors.index.json"),
-                problem: "no `weight_map` object".into(),
-            })?;
-            map.values().filter_map(Json::as_str).map(str::to_owned).collect()
-        } else {
-            let entries =
-                std::fs::read_dir(dir).map_err(|source| CheckpointError::Io { path: dir.to_owned(), source })?;
-            entries
-                .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|n| n.starts_with("model") && n.ends_with(".safetensors"))
-                .collect()
-        };
-        // Python's sorted(set(...)): code-point order, which is UTF-8 byte order.
-        names.sort();
-        names.dedup();
-        if names.is_empty() {
+        let files = crate::formats::checkpoint_weights(dir)?;
+        if files.is_empty() {
             return Err(CheckpointError::NoWeights(dir.to_owned()));
         }
-        let shards = names
-            .iter()
-            .map(|n| ModelFile::open(&dir.join(n), OpenOptions::default()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let shards = files.iter().map(|f| ModelFile::open(f, OpenOptions::default())).collect::<Result<Vec<_>, _>>()?;
         Ok(Checkpoint { dir: dir.to_owned(), repository: None, model_name: None, config, shards })
     }
 

@@ -28,7 +28,9 @@ pub use detect::{DetectedFormat, detect, detect_bytes};
 pub use error::{ErrorKind, FormatError, HexBytes, Result};
 pub use ggml_legacy::LegacyVariant;
 pub use gguf::TensorDataSource;
-pub use input::{InputShape, hub_model_name, hub_snapshot, parse_shard_path, shard_path, shard_set};
+pub use input::{
+    InputShape, checkpoint_weights, hub_model_name, hub_snapshot, parse_shard_path, shard_path, shard_set,
+};
 pub use output::{AtomicOutput, remove_dead_temporaries, same_file};
 pub use safetensors::ElementConversion;
 pub use source::{AccessMode, LoadReport, OpenOptions, Source, copy_file_at, human_bytes, parse_size};
