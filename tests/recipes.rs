@@ -192,7 +192,9 @@ fn force_rebuilds_and_plan_exit_code_tells_ci() {
 
     let forced = run(&recipe, &ws.cache(), &["--force"]);
     assert_eq!(totals(&forced, "hit"), 0, "{forced}");
-    assert_eq!(totals(&forced, "tensors_encoded"), totals(&first, "tensors_encoded"));
+    // Nothing comes from the cache: a tensor two exports share is encoded by
+    // each (the first run may have found the other's blob), so at least as many.
+    assert!(totals(&forced, "tensors_encoded") >= totals(&first, "tensors_encoded"), "{forced}");
     assert_eq!(totals(&forced, "tensors_reused"), 0);
     let targeted = run(&recipe, &ws.cache(), &["out[preset=Q8_0]", "--force"]);
     assert_eq!(totals(&targeted, "ran"), 3, "load, quantize, export: {targeted}");

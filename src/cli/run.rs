@@ -241,8 +241,7 @@ fn run_on_slurm(args: &RunArgs, recipe: &Recipe) -> anyhow::Result<()> {
         max_parallel: args.slurm.max_parallel.map(|k| k as usize),
         sbatch_args: args.slurm.sbatch_args.clone(),
     };
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-    let dir = worker.cache_dir.join("slurm").join(format!("{}-{stamp}", file_name_safe(&recipe.name)));
+    let dir = slurm::submission_dir(&worker.cache_dir, &recipe.name);
     let submission = slurm::submit(&plan, &pins, &worker, &request, &dir)?;
     let mut out = io::stdout().lock();
     if args.json {
@@ -295,11 +294,6 @@ fn run_on_slurm(args: &RunArgs, recipe: &Recipe) -> anyhow::Result<()> {
         println!("{}: done; every export is up to date", recipe.name);
     }
     Ok(())
-}
-
-/// `name` with anything but letters, digits, `-`, `_` and `.` as `_`.
-fn file_name_safe(name: &str) -> String {
-    name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
 }
 
 /// `quantforge work`: computes units of a recipe into the cache.

@@ -133,18 +133,26 @@ pub fn submit(
         let slab = units.iter().map(|u| u.slab_bytes).max().unwrap_or(0);
         // Two slabs per thread: one encoding while the previous is written.
         let needed = PROCESS_MB + (2 * slab * u64::from(cpus)).div_ceil(1 << 20);
-        let mem_mb = request.mem_mb.unwrap_or_else(|| needed.min(node_mb.max(PROCESS_MB)));
-        let ids: Vec<String> = units.iter().map(|u| u.id.clone()).collect();
-        let command = work_command(worker, cpus);
-        let job = array(dir, &format!("stage{stage}"), &ids, &command, cpus, mem_mb, request, jobs.last())?;
-        jobs.push(ArrayJob { what: format!("units stage {stage}"), ..job });
+        let array = Array {
+            name: format!("stage{stage}"),
+            what: format!("units stage {stage}"),
+            tasks: units.iter().map(|u| u.id.clone()).collect(),
+            command: work_command(worker, cpus),
+            cpus,
+            mem_mb: request.mem_mb.unwrap_or_else(|| needed.min(node_mb.max(PROCESS_MB))),
+        };
+        jobs.push(submit_array(dir, &plan.recipe, array, request, jobs.last())?);
     }
     if !plan.exports.is_empty() {
-        let ids: Vec<String> = plan.exports.iter().map(|e| e.id.clone()).collect();
-        let mem_mb = request.mem_mb.unwrap_or(jobs.iter().map(|j| j.mem_mb).max().unwrap_or(2 * PROCESS_MB));
-        let command = export_command(worker, cpus);
-        let job = array(dir, "exports", &ids, &command, cpus, mem_mb, request, jobs.last())?;
-        jobs.push(ArrayJob { what: "exports".into(), ..job });
+        let array = Array {
+            name: "exports".into(),
+            what: "exports".into(),
+            tasks: plan.exports.iter().map(|e| e.id.clone()).collect(),
+            command: export_command(worker, cpus),
+            cpus,
+            mem_mb: request.mem_mb.unwrap_or(jobs.iter().map(|j| j.mem_mb).max().unwrap_or(2 * PROCESS_MB)),
+        };
+        jobs.push(submit_array(dir, &plan.recipe, array, request, jobs.last())?);
     }
     Ok(Submission { dir: dir.to_owned(), jobs })
 }
@@ -189,22 +197,31 @@ fn quote_path(path: &Path) -> String {
     quote(&path.to_string_lossy())
 }
 
-/// Writes the task script of one array and submits it, after `after`.
-#[allow(clippy::too_many_arguments)]
-fn array(
-    dir: &Path,
-    name: &str,
-    tasks: &[String],
-    command: &str,
+/// An array before it is submitted.
+struct Array {
+    /// Names its script, its logs and (after the recipe's) the Slurm job.
+    name: String,
+    what: String,
+    tasks: Vec<String>,
+    /// The task's command line, with `$task` its entry.
+    command: String,
     cpus: u32,
     mem_mb: u64,
+}
+
+/// Writes the task script of one array of `recipe` and submits it, after `after`.
+fn submit_array(
+    dir: &Path,
+    recipe: &str,
+    array: Array,
     request: &Request,
     after: Option<&ArrayJob>,
 ) -> Result<ArrayJob, SlurmError> {
+    let Array { name, what, tasks, command, cpus, mem_mb } = array;
     let mut script = String::from(
         "#!/bin/bash\n# Written by quantforge run --executor slurm: one task per entry.\nset -eu\ntasks=(\n",
     );
-    for task in tasks {
+    for task in &tasks {
         let _ = writeln!(script, "  {}", quote(task));
     }
     let _ = writeln!(script, ")\ntask=${{tasks[$SLURM_ARRAY_TASK_ID]}}\nexec {command}");
@@ -219,7 +236,7 @@ fn array(
     sbatch
         .arg("--parsable")
         .arg(format!("--array={range}"))
-        .arg(format!("--job-name=quantforge-{name}"))
+        .arg(format!("--job-name=quantforge-{}-{name}", safe_name(recipe)))
         .arg(format!("--output={}", log_pattern.display()))
         .arg(format!("--cpus-per-task={cpus}"))
         .arg(format!("--mem={mem_mb}M"));
@@ -238,7 +255,7 @@ fn array(
     if job_id.is_empty() || !job_id.bytes().all(|b| b.is_ascii_digit()) {
         return Err(SlurmError::JobId { command: describe(&sbatch), output: printed.trim().to_owned() });
     }
-    Ok(ArrayJob { job_id, what: String::new(), tasks: tasks.to_vec(), log_pattern, cpus, mem_mb })
+    Ok(ArrayJob { job_id, what, tasks, log_pattern, cpus, mem_mb })
 }
 
 /// The most CPUs and memory (MiB) of any node in `partition` (all when
@@ -282,6 +299,17 @@ fn describe(command: &Command) -> String {
         text.push_str(&arg.to_string_lossy());
     }
     text
+}
+
+/// Where one submission's scripts and logs go: `CACHE_DIR/slurm/RECIPE-MILLIS`.
+pub fn submission_dir(cache_dir: &Path, recipe: &str) -> PathBuf {
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    cache_dir.join("slurm").join(format!("{}-{stamp}", safe_name(recipe)))
+}
+
+/// `recipe` as part of a file or job name: letters, digits, `-`, `_` and `.` only.
+fn safe_name(recipe: &str) -> String {
+    recipe.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
 }
 
 /// `text` as one bash word.
