@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{LADDER, S3_PORT, s3_env, tiny_model, unique_url};
+use common::{LADDER, S3_PORT, encoded, files_in, s3_env, tiny_model, unique_url};
 
 /// A machine: its own directory with the ladder recipe and the model, and
 /// its own cache.
@@ -54,23 +54,13 @@ impl Machine {
     }
 
     fn outputs(&self) -> Vec<(String, Vec<u8>)> {
-        let mut files: Vec<_> = std::fs::read_dir(self.dir.path().join("out"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
-            .collect();
-        files.sort();
-        files
+        files_in(&self.dir.path().join("out"))
     }
 }
 
 fn report(out: &Output) -> serde_json::Value {
     assert!(out.status.success(), "run failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn encoded(report: &serde_json::Value) -> u64 {
-    report["nodes"].as_array().unwrap().iter().map(|n| n["tensors_encoded"].as_u64().unwrap()).sum()
 }
 
 fn verify_remote(env: &[(String, String)], url: &str) {

@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{repo, s3_env, unique_url};
+use common::{encoded, files_in, repo, s3_env, unique_url};
 use quantforge::formats::{AtomicOutput, gguf};
 use quantforge::model::Endian;
 use quantforge::synth::{self, LlamaConfig};
@@ -99,14 +99,7 @@ impl Project {
     }
 
     fn outputs(&self) -> Vec<(String, Vec<u8>)> {
-        let mut files: Vec<_> = std::fs::read_dir(self.path("out"))
-            .map(|dir| dir.map(|e| e.unwrap().path()).collect::<Vec<_>>())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
-            .collect();
-        files.sort();
-        files
+        files_in(&self.path("out"))
     }
 
     /// What a plain local run writes: the reference for every other way.
@@ -119,13 +112,9 @@ impl Project {
     }
 
     fn pending_units(&self, env: &[(String, String)], url: &str, cache: &str) -> serde_json::Value {
-        let plan = self.command(env, Some(url), cache, &["plan", "--units", "--unit-size", UNIT_SIZE, "--json"]);
-        json(&plan_output(plan))
+        let mut plan = self.command(env, Some(url), cache, &["plan", "--units", "--unit-size", UNIT_SIZE, "--json"]);
+        json(&plan.output().unwrap())
     }
-}
-
-fn plan_output(mut command: Command) -> Output {
-    command.output().unwrap()
 }
 
 fn succeeded(out: &Output) {
@@ -140,10 +129,6 @@ fn succeeded(out: &Output) {
 fn json(out: &Output) -> serde_json::Value {
     succeeded(out);
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn encoded(report: &serde_json::Value) -> u64 {
-    report["nodes"].as_array().unwrap().iter().map(|n| n["tensors_encoded"].as_u64().unwrap()).sum()
 }
 
 /// The controller's records of a job: (task index, state) per task.
@@ -295,15 +280,7 @@ fn the_quickstart_through_slurm_equals_a_local_run() {
         std::fs::copy(common::tiny_model(), dir.join("tests/data/tiny-llama.gguf")).unwrap();
         dir.join("recipes/quickstart.toml")
     };
-    let outputs = |dir: &Path| {
-        let mut files: Vec<_> = std::fs::read_dir(dir.join("recipes/out"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
-            .collect();
-        files.sort();
-        files
-    };
+    let outputs = |dir: &Path| files_in(&dir.join("recipes/out"));
     let (local, distributed) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let quantforge = |recipe: &Path, args: &[&str]| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_quantforge"));

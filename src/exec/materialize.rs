@@ -104,11 +104,9 @@ impl InputFiles {
 
     /// Each file's content hash with its stat, while it still holds.
     pub fn pins(&self) -> impl Iterator<Item = crate::store::fingerprint::Pin> + '_ {
-        self.files.iter().filter_map(|(hash, pinned)| {
-            let content =
-                crate::store::fingerprint::ContentHash { hash: *hash, rehashed: false, len: 0, stat: pinned.stat };
-            crate::store::fingerprint::Pin::of(&pinned.path, &content)
-        })
+        self.files
+            .iter()
+            .filter_map(|(hash, pinned)| crate::store::fingerprint::Pin::of(&pinned.path, *hash, pinned.stat))
     }
 
     /// The content hash the run pinned for the file at `path`.

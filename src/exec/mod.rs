@@ -346,17 +346,10 @@ impl Engine {
         outputs::sweep(&bound.recipe);
         let n = bound.recipe.nodes.len();
         let is_export = |i: usize| matches!(bound.recipe.nodes[i].op, Op::Export(_));
-        let mut cached = vec![false; n];
-        let mut fresh = vec![false; n];
-        for i in (0..n).filter(|_| !self.force) {
-            match &bound.recipe.nodes[i].op {
-                Op::Export(o) => fresh[i] = self.export_is_fresh(&bound.keys[i], o),
-                _ => {
-                    let keep = bound.recipe.nodes[i].keep;
-                    cached[i] = self.node_entry(&bound.keys[i]).is_some_and(|e| e.kept || !keep)
-                }
-            }
-        }
+        let (fresh, mut cached) = match self.force {
+            true => (vec![false; n], vec![false; n]),
+            false => self.done(&bound),
+        };
         // From the exports back: what must run, and whose result is needed.
         // A cached result that is needed is loaded (and so checked) now; one
         // that fails its check is a miss, which may make its inputs needed.
@@ -475,6 +468,15 @@ impl Engine {
     /// kept or final step whose result is not in the cache.
     pub fn pending(&self, recipe: &Recipe) -> Result<bool, RunError> {
         let (bound, _) = self.bind(recipe)?;
+        let (fresh, cached) = self.done(&bound);
+        let (_, must_run) = demand(&bound, &fresh, &cached, None);
+        Ok(must_run.contains(&true))
+    }
+
+    /// What the cache says is done: each export whose file is up to date
+    /// (`fresh`), each step whose result it holds, kept ones with their
+    /// tensors (`cached`).
+    fn done(&self, bound: &Bound) -> (Vec<bool>, Vec<bool>) {
         let n = bound.recipe.nodes.len();
         let (mut fresh, mut cached) = (vec![false; n], vec![false; n]);
         for (i, node) in bound.recipe.nodes.iter().enumerate() {
@@ -483,8 +485,7 @@ impl Engine {
                 _ => cached[i] = self.node_entry(&bound.keys[i]).is_some_and(|e| e.kept || !node.keep),
             }
         }
-        let (_, must_run) = demand(&bound, &fresh, &cached, None);
-        Ok(must_run.contains(&true))
+        (fresh, cached)
     }
 
     /// What `run` would do, and why: each node a hit or a miss with the

@@ -338,7 +338,7 @@ fn draft(index: usize, stage: usize, tensors: Vec<Tensor>) -> Draft {
 }
 
 fn find_unit<'d>(drafts: &'d [Draft], id: &str) -> Result<&'d Draft, RunError> {
-    let index = id.split_once('-').and_then(|(index, _)| index.parse::<usize>().ok());
+    let index = unit_index(id);
     let why = match index.and_then(|i| drafts.get(i)) {
         Some(draft) if draft.id == id => return Ok(draft),
         Some(draft) => format!(
@@ -420,14 +420,15 @@ pub fn matrix(units: &[Unit], jobs: usize) -> Vec<Vec<String>> {
         .into_iter()
         .filter(|units| !units.is_empty())
         .map(|mut units| {
-            units.sort_by_key(|u| (u.stage, unit_index(&u.id)));
+            units.sort_by_key(|u| (u.stage, unit_index(&u.id).unwrap_or(usize::MAX)));
             units.into_iter().map(|u| u.id.clone()).collect()
         })
         .collect()
 }
 
-fn unit_index(id: &str) -> usize {
-    id.split_once('-').and_then(|(i, _)| i.parse().ok()).unwrap_or(usize::MAX)
+/// The INDEX of an `INDEX-DIGEST` unit ID.
+fn unit_index(id: &str) -> Option<usize> {
+    id.split_once('-').and_then(|(i, _)| i.parse().ok())
 }
 
 #[cfg(test)]

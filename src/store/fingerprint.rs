@@ -114,11 +114,12 @@ pub struct Pin {
 }
 
 impl Pin {
-    /// The pin of `path`, hashed as `content`; `None` when its stat moved since.
-    pub fn of(path: &Path, content: &ContentHash) -> Option<Pin> {
-        let meta = input_metadata(path).ok().filter(|m| stat_key(m) == content.stat)?;
+    /// The pin of `path`, hashed as `hash` while its stat fingerprint was
+    /// `stat`; `None` when its stat moved since.
+    pub fn of(path: &Path, hash: Key, stat: Key) -> Option<Pin> {
+        let meta = input_metadata(path).ok().filter(|m| stat_key(m) == stat)?;
         let (mtime_ns, ctime_ns) = times_ns(&meta);
-        Some(Pin { path: path.to_owned(), hash: content.hash, len: meta.size(), ino: meta.ino(), mtime_ns, ctime_ns })
+        Some(Pin { path: path.to_owned(), hash, len: meta.size(), ino: meta.ino(), mtime_ns, ctime_ns })
     }
 
     /// The content hash of `path` if this pin still describes it.
@@ -163,7 +164,7 @@ mod tests {
         fs::write(&path, b"weights").unwrap();
         let meta = fs::metadata(&path).unwrap();
         let content = ContentHash { hash: hash_file(&path).unwrap(), rehashed: true, len: 7, stat: stat_key(&meta) };
-        let pin = Pin::of(&path, &content).unwrap();
+        let pin = Pin::of(&path, content.hash, content.stat).unwrap();
         let json = serde_json::to_string(&pin).unwrap();
         let pin: Pin = serde_json::from_str(&json).unwrap();
         assert_eq!(pin.check(&path).map(|c| c.hash), Some(content.hash));
@@ -172,6 +173,6 @@ mod tests {
         std::thread::sleep(Duration::from_millis(10));
         fs::write(&path, b"WEIGHTS").unwrap();
         assert_eq!(pin.check(&path), None, "same length, new bytes: the stat moved");
-        assert!(Pin::of(&path, &content).is_none(), "no pin for a stat that is not the hashed one");
+        assert!(Pin::of(&path, content.hash, content.stat).is_none(), "no pin for a stat that is not the hashed one");
     }
 }

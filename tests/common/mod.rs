@@ -101,6 +101,23 @@ pub fn unique_url(env: &[(String, String)], test: &str) -> String {
     format!("s3://{bucket}/{test}-{}-{nanos}", std::process::id())
 }
 
+/// Every file in `dir` (none when it is absent), by name, with its bytes.
+pub fn files_in(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map(|entries| entries.map(|e| e.unwrap().path()).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Tensors a run report says were encoded, over all its nodes.
+pub fn encoded(report: &serde_json::Value) -> u64 {
+    report["nodes"].as_array().unwrap().iter().map(|n| n["tensors_encoded"].as_u64().unwrap()).sum()
+}
+
 pub fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, bytes).expect("write temp file");
