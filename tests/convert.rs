@@ -359,3 +359,42 @@ fn a_hub_cache_snapshot_converts_as_its_repository() {
     assert!(renamed.windows(13).any(|w| w == b"Renamed-Model"), "--model-name names it");
     assert!(!renamed.windows(rev.len()).any(|w| w == rev.as_bytes()));
 }
+
+/// The six tiny checkpoints re-saved by transformers as `pytorch_model.bin`
+/// (two of them sharded, with `pytorch_model.bin.index.json`; made by
+/// `tests/convert/make_bin_checkpoints.py`), beside their other files:
+/// `quantforge convert` writes, for every outtype, the bytes
+/// `convert_hf_to_gguf.py` writes from them.
+#[test]
+fn bin_checkpoints_convert_as_convert_hf_to_gguf_converts_them() {
+    use sha2::{Digest, Sha256};
+    let data = common::repo().join("tests/data/convert");
+    let expected: Json = serde_json::from_slice(&std::fs::read(data.join("bin/expected.json")).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for (name, outtypes) in expected.as_object().unwrap() {
+        // The directory's name is the model's name in the output.
+        let checkpoint = dir.path().join(name);
+        std::fs::create_dir(&checkpoint).unwrap();
+        for source in [data.join("checkpoints").join(name), data.join("bin").join(name)] {
+            for entry in std::fs::read_dir(source).unwrap() {
+                let path = entry.unwrap().path();
+                let file = path.file_name().unwrap().to_str().unwrap();
+                if !(file.starts_with("model") && (file.ends_with(".safetensors") || file.ends_with(".index.json"))) {
+                    std::os::unix::fs::symlink(&path, checkpoint.join(file)).unwrap();
+                }
+            }
+        }
+        for (outtype, sha256) in outtypes.as_object().unwrap() {
+            let out = dir.path().join(format!("{name}-{outtype}.gguf"));
+            let os = std::ffi::OsStr::new;
+            run_quantforge(&[os("convert"), checkpoint.as_os_str(), out.as_os_str(), os("--outtype"), os(outtype)]);
+            let ours: String =
+                Sha256::digest(std::fs::read(&out).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
+            if ours != sha256.as_str().unwrap() {
+                failures.push(format!("{name} {outtype}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "differ from convert_hf_to_gguf.py: {failures:?}");
+}

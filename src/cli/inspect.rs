@@ -9,9 +9,10 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
     writeln!(out, "file          {} ({})", r.file, human_bytes(r.file_size as f64))?;
     writeln!(
         out,
-        "format        {} v{}, {}-endian, alignment {}, data at byte {}",
+        "format        {}{}, {}-endian, alignment {}, data at byte {}",
         r.format,
-        r.version,
+        // SafeTensors and PyTorch files have no version.
+        if r.version == 0 { String::new() } else { format!(" v{}", r.version) },
         match r.endian {
             crate::model::Endian::Little => "little",
             crate::model::Endian::Big => "big",

@@ -323,7 +323,11 @@ fn checkpoint_files(path: &std::path::Path) -> anyhow::Result<Option<Vec<PathBuf
     if path.is_dir() {
         let dir = crate::formats::hub_snapshot(path);
         let files = crate::formats::checkpoint_weights(&dir)?;
-        anyhow::ensure!(!files.is_empty(), "{}: a directory without model*.safetensors files", dir.display());
+        anyhow::ensure!(
+            !files.is_empty(),
+            "{}: a directory without model*.safetensors or pytorch_model*.bin files",
+            dir.display()
+        );
         return Ok(Some(files));
     }
     if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".safetensors.index.json")) {

@@ -1,12 +1,14 @@
-//! A Hugging Face checkpoint directory: `config.json`, the SafeTensors
-//! shards in the converter's order, and the tensors in each shard sorted by
-//! name (the converter's order, not the header's).
+//! A Hugging Face checkpoint directory: `config.json`, the weight shards
+//! (SafeTensors, or PyTorch's `pytorch_model*.bin`) in the converter's
+//! order, and the tensors of each shard in the converter's order too:
+//! sorted by name for SafeTensors (not the header's order), the state dict's
+//! own order for PyTorch.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value as Json;
 
-use crate::formats::{FormatError, ModelFile, OpenOptions};
+use crate::formats::{ContainerFormat, FormatError, ModelFile, OpenOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
@@ -16,7 +18,7 @@ pub enum CheckpointError {
     Json { path: PathBuf, problem: String },
     #[error(transparent)]
     Format(#[from] FormatError),
-    #[error("{}: no model*.safetensors files", .0.display())]
+    #[error("{}: no model*.safetensors or pytorch_model*.bin files", .0.display())]
     NoWeights(PathBuf),
 }
 
@@ -44,14 +46,17 @@ impl Checkpoint {
     }
 
     /// (shard, tensor index) of every tensor in the converter's order: shard
-    /// by shard, each shard's tensors sorted by name; a name seen again keeps
-    /// its first place and takes the later shard's data.
+    /// by shard, a SafeTensors shard's tensors sorted by name, a PyTorch
+    /// shard's in its state dict's order; a name seen again keeps its first
+    /// place and takes the later shard's data.
     pub fn tensor_order(&self) -> Vec<(usize, usize)> {
         let mut order: Vec<(usize, usize)> = Vec::new();
         let mut place: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         for (s, shard) in self.shards.iter().enumerate() {
             let mut indices: Vec<usize> = (0..shard.tensors.len()).collect();
-            indices.sort_by(|&a, &b| shard.tensors[a].name.cmp(&shard.tensors[b].name));
+            if shard.format != ContainerFormat::PyTorch {
+                indices.sort_by(|&a, &b| shard.tensors[a].name.cmp(&shard.tensors[b].name));
+            }
             for t in indices {
                 match place.get(shard.tensors[t].name.as_str()) {
                     Some(&at) => order[at] = (s, t),

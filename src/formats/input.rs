@@ -120,20 +120,27 @@ pub fn hub_model_name(dir: &Path) -> Option<String> {
     name.rsplit("--").next().filter(|n| !n.is_empty()).map(str::to_owned)
 }
 
-/// The SafeTensors files of a Hugging Face checkpoint directory, in the
-/// converter's order: the shards its `model.safetensors.index.json` names,
-/// else every `model*.safetensors` in it, sorted by name (code points, as
-/// Python's `sorted`) and each once. Empty when it holds none.
+/// The weight files of a Hugging Face checkpoint directory, in the
+/// converter's order: SafeTensors when it has them, else PyTorch's; of
+/// either, the shards its index (`model.safetensors.index.json`,
+/// `pytorch_model.bin.index.json`) names, else every `model*.safetensors`
+/// (`pytorch_model*.bin`) in it, sorted by name (code points, as Python's
+/// `sorted`) and each once. Empty when it holds none.
 pub fn checkpoint_weights(dir: &Path) -> Result<Vec<PathBuf>> {
-    let index = dir.join("model.safetensors.index.json");
-    if index.exists() {
-        return Ok(read_index(&index)?.shards());
+    for (stem, extension) in [("model", ".safetensors"), ("pytorch_model", ".bin")] {
+        let index = dir.join(format!("{stem}{extension}.index.json"));
+        if index.exists() {
+            return Ok(read_index(&index)?.shards());
+        }
+        let entries = std::fs::read_dir(dir).map_err(|e| FormatError::io(dir, e))?;
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(stem) && n.ends_with(extension))
+            .collect();
+        if !names.is_empty() {
+            names.sort();
+            return Ok(names.into_iter().map(|n| dir.join(n)).collect());
+        }
     }
-    let entries = std::fs::read_dir(dir).map_err(|e| FormatError::io(dir, e))?;
-    let mut names: Vec<String> = entries
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with("model") && n.ends_with(".safetensors"))
-        .collect();
-    names.sort();
-    Ok(names.into_iter().map(|n| dir.join(n)).collect())
+    Ok(Vec::new())
 }

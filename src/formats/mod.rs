@@ -17,6 +17,7 @@ mod output;
 pub mod safetensors;
 pub mod sentencepiece;
 mod source;
+pub mod torch;
 
 use std::borrow::Cow;
 use std::io::{self, Write};
@@ -35,16 +36,23 @@ pub use output::{AtomicOutput, remove_dead_temporaries, same_file};
 pub use safetensors::ElementConversion;
 pub use source::{AccessMode, LoadReport, OpenOptions, Source, copy_file_at, human_bytes, parse_size};
 
-use crate::model::{Endian, Metadata, StoredLayout, TensorInfo};
+use crate::model::{Endian, Metadata, PlacedElements, StoredLayout, TensorInfo, element_count};
 use crate::types::{GgmlType, RemovedGgmlType};
 use bytes::ByteReader;
 
 /// The container a model was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContainerFormat {
-    Gguf { version: u32 },
-    Legacy { variant: LegacyVariant, version: u32 },
+    Gguf {
+        version: u32,
+    },
+    Legacy {
+        variant: LegacyVariant,
+        version: u32,
+    },
     SafeTensors,
+    /// `torch.save`'s zip archive.
+    PyTorch,
 }
 
 impl ContainerFormat {
@@ -53,14 +61,15 @@ impl ContainerFormat {
             ContainerFormat::Gguf { .. } => "GGUF",
             ContainerFormat::Legacy { variant, .. } => variant.name(),
             ContainerFormat::SafeTensors => "SafeTensors",
+            ContainerFormat::PyTorch => "PyTorch",
         }
     }
 
-    /// The container's version; 0 for SafeTensors, which has none.
+    /// The container's version; 0 for SafeTensors and PyTorch, which have none.
     pub fn version(self) -> u32 {
         match self {
             ContainerFormat::Gguf { version } | ContainerFormat::Legacy { version, .. } => version,
-            ContainerFormat::SafeTensors => 0,
+            ContainerFormat::SafeTensors | ContainerFormat::PyTorch => 0,
         }
     }
 }
@@ -68,7 +77,7 @@ impl ContainerFormat {
 impl std::fmt::Display for ContainerFormat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ContainerFormat::SafeTensors => f.write_str(self.name()),
+            ContainerFormat::SafeTensors | ContainerFormat::PyTorch => f.write_str(self.name()),
             _ => write!(f, "{} v{}", self.name(), self.version()),
         }
     }
@@ -88,6 +97,9 @@ pub struct ModelFile {
     pub data_offset: u64,
     pub load: LoadReport,
     source: Source,
+    /// Files beside the model that hold some of its tensors (ONNX external
+    /// data), as [`PlacedElements::External`] numbers them.
+    externals: Vec<Source>,
 }
 
 impl ModelFile {
@@ -99,45 +111,36 @@ impl ModelFile {
         let detected = detect_bytes(&head).ok_or_else(|| {
             FormatError::at(path, 0, ErrorKind::UnknownFormat { first_bytes: HexBytes(head.to_vec()) })
         })?;
-        let mut reader = match source.mapped() {
-            Some(bytes) => ByteReader::over_bytes(bytes, path),
-            None => ByteReader::over_stream(source.stream()?, path, source.len()),
-        };
-        let (format, endian, alignment, metadata, tensors, data_offset) = match detected {
-            DetectedFormat::Gguf => {
-                let h = gguf::read_header(&mut reader)?;
+        let ((format, endian, alignment, metadata, tensors, data_offset), bytes_parsed) = match detected {
+            DetectedFormat::Gguf => front_to_back(&source, |r| {
+                let h = gguf::read_header(r)?;
                 let format = ContainerFormat::Gguf { version: h.version };
-                (format, h.endian, h.alignment, h.metadata, h.tensors, h.data_offset)
-            }
-            DetectedFormat::GgmlLegacy(_) => {
-                let m = ggml_legacy::read(&mut reader)?;
+                Ok((format, h.endian, h.alignment, h.metadata, h.tensors, h.data_offset))
+            })?,
+            DetectedFormat::GgmlLegacy(_) => front_to_back(&source, |r| {
+                let m = ggml_legacy::read(r)?;
                 let format = ContainerFormat::Legacy { variant: m.variant, version: m.version };
-                (format, Endian::Little, gguf::DEFAULT_ALIGNMENT, m.metadata, m.tensors, m.header_len)
-            }
-            DetectedFormat::SafeTensors => {
-                let h = safetensors::read_header(&mut reader)?;
-                (
-                    ContainerFormat::SafeTensors,
-                    Endian::Little,
-                    gguf::DEFAULT_ALIGNMENT,
-                    h.metadata,
-                    h.tensors,
-                    h.data_offset,
-                )
-            }
+                Ok((format, Endian::Little, gguf::DEFAULT_ALIGNMENT, m.metadata, m.tensors, m.header_len))
+            })?,
+            DetectedFormat::SafeTensors => front_to_back(&source, |r| {
+                let h = safetensors::read_header(r)?;
+                let format = ContainerFormat::SafeTensors;
+                Ok((format, Endian::Little, gguf::DEFAULT_ALIGNMENT, h.metadata, h.tensors, h.data_offset))
+            })?,
             DetectedFormat::PyTorchZip => {
-                return Err(FormatError::new(path, None, ErrorKind::UnsupportedFormat { format: detected.name() }));
+                let h = torch::read_header(&source)?;
+                let data_offset = h.tensors.iter().map(|t| t.file_offset).min().unwrap_or(0);
+                let format = ContainerFormat::PyTorch;
+                ((format, Endian::Little, gguf::DEFAULT_ALIGNMENT, h.metadata, h.tensors, data_offset), h.bytes_parsed)
             }
         };
-        let bytes_parsed = reader.pos().min(data_offset);
-        drop(reader);
         let load = LoadReport {
             mode: source.mode(),
             mmap_fallback: source.mmap_fallback().map(str::to_owned),
             bytes_parsed,
             duration: started.elapsed(),
         };
-        Ok(ModelFile { format, endian, alignment, metadata, tensors, data_offset, load, source })
+        Ok(ModelFile { format, endian, alignment, metadata, tensors, data_offset, load, source, externals: Vec::new() })
     }
 
     pub fn path(&self) -> &Path {
@@ -150,12 +153,66 @@ impl ModelFile {
 
     /// A tensor's bytes in ggml's current layout for its type.
     pub fn tensor_data(&self, tensor: &TensorInfo) -> Result<Cow<'_, [u8]>> {
-        let stored = self.source.read_range(tensor.file_offset, tensor.stored_len)?;
-        Ok(match tensor.layout {
-            StoredLayout::Native => stored,
-            StoredLayout::LegacyBlocks(layout) => Cow::Owned(layout.repack(tensor.ggml_type, &stored)),
-            StoredLayout::Converted(conversion) => Cow::Owned(conversion.convert(&stored)),
+        match self.run(tensor)? {
+            Some((source, None)) => source.read_range(tensor.file_offset, tensor.stored_len),
+            Some((source, Some(conversion))) => {
+                Ok(Cow::Owned(conversion.convert(&source.read_range(tensor.file_offset, tensor.stored_len)?)))
+            }
+            None => self.gathered(tensor).map(Cow::Owned),
+        }
+    }
+
+    /// The file whose bytes `[file_offset, file_offset + stored_len)` are the
+    /// tensor's stored elements, and the conversion they need; `None` when
+    /// they must be gathered instead (see [`ModelFile::gathered`]).
+    fn run(&self, tensor: &TensorInfo) -> Result<Option<(&Source, Option<ElementConversion>)>> {
+        Ok(match &tensor.layout {
+            StoredLayout::Native => Some((&self.source, None)),
+            StoredLayout::Converted(conversion) => Some((&self.source, Some(*conversion))),
+            StoredLayout::Placed(placement) => match placement.elements {
+                PlacedElements::External { file } => Some((self.external(tensor, file)?, placement.conversion)),
+                _ => None,
+            },
+            StoredLayout::LegacyBlocks(_) => None,
         })
+    }
+
+    fn external(&self, tensor: &TensorInfo, file: usize) -> Result<&Source> {
+        self.externals.get(file).ok_or_else(|| {
+            FormatError::new(
+                self.path(),
+                None,
+                ErrorKind::Invalid(format!(
+                    "tensor `{}` names external file {file}, which this model lacks",
+                    tensor.name
+                )),
+            )
+        })
+    }
+
+    /// A tensor whose bytes are not one run of a file, assembled in memory:
+    /// repacked legacy blocks, a strided view's elements, decoded elements.
+    fn gathered(&self, tensor: &TensorInfo) -> Result<Vec<u8>> {
+        let stored = || self.source.read_range(tensor.file_offset, tensor.stored_len);
+        match &tensor.layout {
+            StoredLayout::LegacyBlocks(layout) => Ok(layout.repack(tensor.ggml_type, &stored()?)),
+            StoredLayout::Placed(placement) => {
+                let elements = match &placement.elements {
+                    PlacedElements::Strided { strides, element_size } => {
+                        gather_strided(&stored()?, &tensor.dims, strides, *element_size)
+                    }
+                    PlacedElements::Decoded(bytes) => bytes.to_vec(),
+                    PlacedElements::External { file } => {
+                        self.external(tensor, *file)?.read_range(tensor.file_offset, tensor.stored_len)?.into_owned()
+                    }
+                };
+                Ok(match placement.conversion {
+                    Some(conversion) => conversion.convert(&elements),
+                    None => elements,
+                })
+            }
+            StoredLayout::Native | StoredLayout::Converted(_) => Ok(self.tensor_data(tensor)?.into_owned()),
+        }
     }
 
     /// `len` bytes of a tensor (in the current layout) from byte `offset` of it.
@@ -174,58 +231,33 @@ impl ModelFile {
         if offset.checked_add(len).is_none_or(|end| end > tensor.n_bytes()) {
             return Err(past_end());
         }
-        match tensor.layout {
-            StoredLayout::Native => self.source.read_range(tensor.file_offset + offset, len),
-            StoredLayout::LegacyBlocks(_) => {
-                let all = self.tensor_data(tensor)?;
-                let range = usize::try_from(offset).ok().zip(usize::try_from(offset + len).ok());
-                match range.and_then(|(a, b)| all.get(a..b)) {
-                    Some(bytes) => Ok(Cow::Owned(bytes.to_vec())),
-                    None => Err(past_end()),
-                }
+        let slice_of = |bytes: &[u8], skip: u64| -> Result<Cow<'_, [u8]>> {
+            let range = usize::try_from(skip).ok().zip(usize::try_from(skip + len).ok());
+            match range.and_then(|(a, b)| bytes.get(a..b)) {
+                Some(bytes) => Ok(Cow::Owned(bytes.to_vec())),
+                None => Err(past_end()),
             }
-            StoredLayout::Converted(conversion) => {
+        };
+        match self.run(tensor)? {
+            Some((source, None)) => source.read_range(tensor.file_offset + offset, len),
+            Some((source, Some(conversion))) => {
                 // Whole elements around the range, converted, then trimmed.
                 let (stored_offset, stored_len) = conversion.stored_range(offset, len);
-                let stored = self.source.read_range(tensor.file_offset + stored_offset, stored_len)?;
-                let converted = conversion.convert(&stored);
+                let stored = source.read_range(tensor.file_offset + stored_offset, stored_len)?;
                 let skip = offset - stored_offset / conversion.stored_size() * conversion.output_size();
-                let range = usize::try_from(skip).ok().zip(usize::try_from(skip + len).ok());
-                match range.and_then(|(a, b)| converted.get(a..b)) {
-                    Some(bytes) => Ok(Cow::Owned(bytes.to_vec())),
-                    None => Err(past_end()),
-                }
+                slice_of(&conversion.convert(&stored), skip)
             }
+            None => slice_of(&self.gathered(tensor)?, offset),
         }
     }
 
     /// Copies a tensor's bytes (in the current layout) to `out`.
     pub fn copy_tensor_data(&self, tensor: &TensorInfo, out: &mut dyn Write) -> io::Result<()> {
-        match tensor.layout {
-            StoredLayout::Native => self.source.copy_range(tensor.file_offset, tensor.stored_len, out),
-            StoredLayout::LegacyBlocks(_) => out.write_all(&self.tensor_data(tensor).map_err(io::Error::other)?),
-            StoredLayout::Converted(conversion) => self.copy_converted(tensor, conversion, out),
+        match self.run(tensor).map_err(io::Error::other)? {
+            Some((source, None)) => source.copy_range(tensor.file_offset, tensor.stored_len, out),
+            Some((source, Some(conversion))) => copy_converted(source, tensor, conversion, out),
+            None => out.write_all(&self.gathered(tensor).map_err(io::Error::other)?),
         }
-    }
-
-    /// Converts a tensor a slab at a time, so a large one never exists
-    /// converted in memory all at once.
-    fn copy_converted(
-        &self,
-        tensor: &TensorInfo,
-        conversion: ElementConversion,
-        out: &mut dyn Write,
-    ) -> io::Result<()> {
-        const SLAB_ELEMENTS: u64 = 1 << 20;
-        let slab = SLAB_ELEMENTS * conversion.stored_size();
-        let mut done = 0;
-        while done < tensor.stored_len {
-            let len = slab.min(tensor.stored_len - done);
-            let stored = self.source.read_range(tensor.file_offset + done, len).map_err(io::Error::other)?;
-            out.write_all(&conversion.convert(&stored))?;
-            done += len;
-        }
-        Ok(())
     }
 
     /// Whether the file's bytes `[offset, offset + len)` are all zero: the
@@ -250,9 +282,9 @@ impl ModelFile {
         out_offset: u64,
     ) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
-        match tensor.layout {
-            StoredLayout::Native => {
-                self.source.copy_range_to_file_at(tensor.file_offset, tensor.stored_len, out, out_offset)
+        match self.run(tensor).map_err(io::Error::other)? {
+            Some((source, None)) => {
+                source.copy_range_to_file_at(tensor.file_offset, tensor.stored_len, out, out_offset)
             }
             _ => out.write_all_at(&self.tensor_data(tensor).map_err(io::Error::other)?, out_offset),
         }
@@ -262,12 +294,12 @@ impl ModelFile {
     /// bytes (in the current layout) once they are consumed (see
     /// [`Source::release_range`]).
     pub fn release_tensor_range(&self, tensor: &TensorInfo, offset: u64, len: u64) {
-        let (offset, len) = match tensor.layout {
-            StoredLayout::Native => (offset, len),
-            StoredLayout::Converted(conversion) => conversion.stored_range(offset, len),
-            StoredLayout::LegacyBlocks(_) => return,
+        let Ok(Some((source, conversion))) = self.run(tensor) else { return };
+        let (offset, len) = match conversion {
+            None => (offset, len),
+            Some(conversion) => conversion.stored_range(offset, len),
         };
-        self.source.release_range(
+        source.release_range(
             tensor.file_offset.saturating_add(offset),
             len.min(tensor.stored_len.saturating_sub(offset)),
         );
@@ -276,6 +308,71 @@ impl ModelFile {
     /// True when some tensor's bytes change on read (pre-GGJTv3 blocks).
     pub fn has_legacy_blocks(&self) -> bool {
         self.tensors.iter().any(|t| matches!(t.layout, StoredLayout::LegacyBlocks(_)))
+    }
+}
+
+/// A container's header: its format, byte order, alignment, metadata,
+/// tensors and data offset.
+type Header = (ContainerFormat, Endian, u64, Metadata, Vec<TensorInfo>, u64);
+
+/// Parses a header read front to back, from the map or a stream, and says
+/// how many bytes it took.
+fn front_to_back(source: &Source, parse: impl FnOnce(&mut ByteReader<'_>) -> Result<Header>) -> Result<(Header, u64)> {
+    let mut reader = match source.mapped() {
+        Some(bytes) => ByteReader::over_bytes(bytes, source.path()),
+        None => ByteReader::over_stream(source.stream()?, source.path(), source.len()),
+    };
+    let header = parse(&mut reader)?;
+    let bytes_parsed = reader.pos().min(header.5);
+    Ok((header, bytes_parsed))
+}
+
+/// Converts a tensor a slab at a time, so a large one never exists
+/// converted in memory all at once.
+fn copy_converted(
+    source: &Source,
+    tensor: &TensorInfo,
+    conversion: ElementConversion,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    const SLAB_ELEMENTS: u64 = 1 << 20;
+    let slab = SLAB_ELEMENTS * conversion.stored_size();
+    let mut done = 0;
+    while done < tensor.stored_len {
+        let len = slab.min(tensor.stored_len - done);
+        let stored = source.read_range(tensor.file_offset + done, len).map_err(io::Error::other)?;
+        out.write_all(&conversion.convert(&stored))?;
+        done += len;
+    }
+    Ok(())
+}
+
+/// The elements of a strided view in row-major order. `span` starts at the
+/// view's first element; readers check that every element lies inside it.
+fn gather_strided(span: &[u8], dims: &[u64], strides: &[u64], element_size: u64) -> Vec<u8> {
+    let size = element_size as usize;
+    let count = element_count(dims).unwrap_or(0) as usize;
+    let mut out = Vec::with_capacity(count * size);
+    if count == 0 {
+        return out;
+    }
+    let mut index = vec![0u64; dims.len()];
+    loop {
+        let at = (index.iter().zip(strides).map(|(i, s)| i * s).sum::<u64>() * element_size) as usize;
+        out.extend_from_slice(&span[at..at + size]);
+        // The odometer: dims[0] turns fastest.
+        let mut axis = 0;
+        loop {
+            if axis == dims.len() {
+                return out;
+            }
+            index[axis] += 1;
+            if index[axis] < dims[axis] {
+                break;
+            }
+            index[axis] = 0;
+            axis += 1;
+        }
     }
 }
 

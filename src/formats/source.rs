@@ -112,6 +112,33 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok((number * scale) as u64)
 }
 
+/// See [`Source::positioned`].
+pub struct PositionedReader<'a> {
+    file: &'a File,
+    len: u64,
+    pos: u64,
+}
+
+impl Read for PositionedReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for PositionedReader<'_> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let target = match to {
+            SeekFrom::Start(at) => Some(at),
+            SeekFrom::End(delta) => self.len.checked_add_signed(delta),
+            SeekFrom::Current(delta) => self.pos.checked_add_signed(delta),
+        };
+        self.pos = target.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before the file's start"))?;
+        Ok(self.pos)
+    }
+}
+
 /// An open model file.
 #[derive(Debug)]
 pub struct Source {
@@ -177,6 +204,12 @@ impl Source {
         let mut file = &self.file;
         file.seek(SeekFrom::Start(0)).map_err(|e| FormatError::io(&self.path, e))?;
         Ok(Box::new(BufReader::with_capacity(1 << 16, file)))
+    }
+
+    /// A `Read + Seek` over the file by positioned reads, for parsers that
+    /// need random access (a zip's central directory), mapped or not.
+    pub fn positioned(&self) -> BufReader<PositionedReader<'_>> {
+        BufReader::with_capacity(1 << 14, PositionedReader { file: &self.file, len: self.len, pos: 0 })
     }
 
     /// The bytes `[offset, offset + len)`, borrowed from the map when there

@@ -8,4 +8,7 @@ mod metadata;
 mod tensor;
 
 pub use metadata::{Array, GgufString, Metadata, StringArray, Value, ValueType};
-pub use tensor::{ElementConversion, Endian, LegacyBlockLayout, StoredLayout, TensorInfo, element_count, tensor_bytes};
+pub use tensor::{
+    ElementConversion, Endian, LegacyBlockLayout, PlacedElements, Placement, StoredLayout, TensorInfo, element_count,
+    tensor_bytes,
+};

@@ -2,6 +2,8 @@
 //! layouts a stored tensor can have are data here; `formats` knows how to
 //! read each (their methods live with the readers).
 
+use std::sync::Arc;
+
 use crate::types::GgmlType;
 
 /// Byte order of a file's numbers (and of its tensor data).
@@ -13,7 +15,7 @@ pub enum Endian {
 }
 
 /// How a tensor's bytes are laid out in its file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoredLayout {
     /// Exactly ggml's current block layout for the tensor's type.
     Native,
@@ -23,6 +25,32 @@ pub enum StoredLayout {
     /// Elements of a type ggml lacks, converted exactly to the tensor's type
     /// on read (see `formats::safetensors`).
     Converted(ElementConversion),
+    /// Elements a container keeps other than as one run of its own file,
+    /// gathered on read (see [`Placement`]).
+    Placed(Arc<Placement>),
+}
+
+/// Where a tensor's elements are when they are not one run of its file, and
+/// what they are converted by once gathered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub elements: PlacedElements,
+    /// `None` when the gathered elements are already of the tensor's type.
+    pub conversion: Option<ElementConversion>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlacedElements {
+    /// A strided view of a storage, as PyTorch saves views: the element at
+    /// ggml index `(i0, i1, …)` is `element_size` bytes at `file_offset +
+    /// Σ i_k · strides[k] · element_size`; `stored_len` reaches the farthest.
+    Strided { strides: Vec<u64>, element_size: u64 },
+    /// `stored_len` bytes at `file_offset` of the container's external file
+    /// number `file` (ONNX external data).
+    External { file: usize },
+    /// Elements the reader decoded from the container's own encoding (ONNX's
+    /// typed fields), already of the tensor's type.
+    Decoded(Arc<[u8]>),
 }
 
 /// How a legacy tensor's blocks differ from ggml's current layout.

@@ -1,4 +1,5 @@
-//! The index of a sharded checkpoint (`model.safetensors.index.json`):
+//! The index of a sharded checkpoint (`model.safetensors.index.json`, and
+//! `pytorch_model.bin.index.json` in the same shape):
 //! `{"metadata": {...}, "weight_map": {tensor: shard file}}`, as
 //! `transformers` writes it. Parsing and checking only; loading the shards
 //! together is the engine's.
