@@ -14,6 +14,9 @@ pub enum DetectedFormat {
     SafeTensors,
     /// A zip archive: what `torch.save` writes.
     PyTorchZip,
+    /// A serialized ONNX `ModelProto` (protobuf has no magic; see
+    /// `onnx::looks_like_model`).
+    Onnx,
 }
 
 impl DetectedFormat {
@@ -23,6 +26,7 @@ impl DetectedFormat {
             DetectedFormat::GgmlLegacy(variant) => variant.name(),
             DetectedFormat::SafeTensors => "SafeTensors",
             DetectedFormat::PyTorchZip => "PyTorch zip",
+            DetectedFormat::Onnx => "ONNX",
         }
     }
 }
@@ -51,7 +55,7 @@ pub fn detect_bytes(head: &[u8]) -> Option<DetectedFormat> {
             return Some(DetectedFormat::SafeTensors);
         }
     }
-    None
+    super::onnx::looks_like_model(head).then_some(DetectedFormat::Onnx)
 }
 
 /// Detects the format of the file at `path`.
@@ -78,6 +82,9 @@ mod tests {
         assert_eq!(detect_bytes(b"\x01\xe1\xf5\x05\0\0\0\0{"), Some(DetectedFormat::SafeTensors));
         assert_eq!(detect_bytes(b"\xff\xff\xff\xff\xff\xff\xff\xff{"), Some(DetectedFormat::SafeTensors));
         assert_eq!(detect_bytes(b"\x01\0\0\0\0\0\0\0{"), None);
+        assert_eq!(detect_bytes(b"\x08\x08\x12\x07pytorch"), Some(DetectedFormat::Onnx));
+        assert_eq!(detect_bytes(b"\x08\x0a\x3a\x90\x01"), Some(DetectedFormat::Onnx));
+        assert_eq!(detect_bytes(b"\x08\x00\x12"), None);
         assert_eq!(detect_bytes(b"hello world"), None);
         assert_eq!(detect_bytes(b""), None);
     }

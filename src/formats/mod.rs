@@ -13,6 +13,7 @@ mod error;
 pub mod ggml_legacy;
 pub mod gguf;
 mod input;
+pub mod onnx;
 mod output;
 pub mod safetensors;
 pub mod sentencepiece;
@@ -53,6 +54,7 @@ pub enum ContainerFormat {
     SafeTensors,
     /// `torch.save`'s zip archive.
     PyTorch,
+    Onnx,
 }
 
 impl ContainerFormat {
@@ -62,14 +64,16 @@ impl ContainerFormat {
             ContainerFormat::Legacy { variant, .. } => variant.name(),
             ContainerFormat::SafeTensors => "SafeTensors",
             ContainerFormat::PyTorch => "PyTorch",
+            ContainerFormat::Onnx => "ONNX",
         }
     }
 
-    /// The container's version; 0 for SafeTensors and PyTorch, which have none.
+    /// The container's version; 0 for SafeTensors, PyTorch and ONNX, which
+    /// have none (an ONNX model's IR version is in its metadata).
     pub fn version(self) -> u32 {
         match self {
             ContainerFormat::Gguf { version } | ContainerFormat::Legacy { version, .. } => version,
-            ContainerFormat::SafeTensors | ContainerFormat::PyTorch => 0,
+            ContainerFormat::SafeTensors | ContainerFormat::PyTorch | ContainerFormat::Onnx => 0,
         }
     }
 }
@@ -77,7 +81,7 @@ impl ContainerFormat {
 impl std::fmt::Display for ContainerFormat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ContainerFormat::SafeTensors | ContainerFormat::PyTorch => f.write_str(self.name()),
+            ContainerFormat::SafeTensors | ContainerFormat::PyTorch | ContainerFormat::Onnx => f.write_str(self.name()),
             _ => write!(f, "{} v{}", self.name(), self.version()),
         }
     }
@@ -111,6 +115,7 @@ impl ModelFile {
         let detected = detect_bytes(&head).ok_or_else(|| {
             FormatError::at(path, 0, ErrorKind::UnknownFormat { first_bytes: HexBytes(head.to_vec()) })
         })?;
+        let mut externals = Vec::new();
         let ((format, endian, alignment, metadata, tensors, data_offset), bytes_parsed) = match detected {
             DetectedFormat::Gguf => front_to_back(&source, |r| {
                 let h = gguf::read_header(r)?;
@@ -127,6 +132,13 @@ impl ModelFile {
                 let format = ContainerFormat::SafeTensors;
                 Ok((format, Endian::Little, gguf::DEFAULT_ALIGNMENT, h.metadata, h.tensors, h.data_offset))
             })?,
+            DetectedFormat::Onnx => front_to_back(&source, |r| {
+                let h = onnx::read_header(r, options)?;
+                externals = h.externals;
+                let in_place = h.tensors.iter().filter(|t| !matches!(t.layout, StoredLayout::Placed(_)));
+                let data_offset = in_place.map(|t| t.file_offset).min().unwrap_or(0);
+                Ok((ContainerFormat::Onnx, Endian::Little, gguf::DEFAULT_ALIGNMENT, h.metadata, h.tensors, data_offset))
+            })?,
             DetectedFormat::PyTorchZip => {
                 let h = torch::read_header(&source)?;
                 let data_offset = h.tensors.iter().map(|t| t.file_offset).min().unwrap_or(0);
@@ -140,7 +152,7 @@ impl ModelFile {
             bytes_parsed,
             duration: started.elapsed(),
         };
-        Ok(ModelFile { format, endian, alignment, metadata, tensors, data_offset, load, source, externals: Vec::new() })
+        Ok(ModelFile { format, endian, alignment, metadata, tensors, data_offset, load, source, externals })
     }
 
     pub fn path(&self) -> &Path {

@@ -119,6 +119,7 @@ struct Walk<'a> {
     pickle: &'a Pickle,
     budget: u64,
     tensors: Vec<TensorInfo>,
+    /// Every name read so far, tensors' and values' alike.
     names: HashSet<String>,
     metadata: Vec<(String, Value)>,
 }
@@ -219,7 +220,7 @@ impl<'a> Walk<'a> {
         if let Some(view) = self.tensor(id, &name)? {
             let tensor = self.place(&name, id, view)?;
             if !self.names.insert(name.clone()) {
-                return Err(self.error(id, format!("tensor `{name}` appears twice")));
+                return Err(self.error(id, format!("`{name}` appears twice")));
             }
             self.tensors.push(tensor);
             return Ok(());
@@ -245,6 +246,9 @@ impl<'a> Walk<'a> {
                 ));
             }
         };
+        if !self.names.insert(name.clone()) {
+            return Err(self.error(id, format!("`{name}` appears twice")));
+        }
         self.metadata.push((format!("{METADATA_PREFIX}{name}"), value));
         Ok(())
     }
