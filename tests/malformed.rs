@@ -50,13 +50,13 @@ fn bad_magic() {
     check(
         b"GGUX\x03\0\0\0",
         expect![[
-            r#"FILE: at byte 0: unknown file format: the first bytes are 47 47 55 58 03 00 00 00 ("GGUX....") (expected GGUF, GGML/GGMF/GGJT, SafeTensors or a .pt zip)"#
+            r#"FILE: at byte 0: unknown file format: the first bytes are 47 47 55 58 03 00 00 00 ("GGUX....") (expected GGUF, GGML/GGMF/GGJT, SafeTensors, PyTorch or ONNX)"#
         ]],
     );
     check(
         b"",
         expect![[
-            r#"FILE: at byte 0: unknown file format: the first bytes are (empty file) (expected GGUF, GGML/GGMF/GGJT, SafeTensors or a .pt zip)"#
+            r#"FILE: at byte 0: unknown file format: the first bytes are (empty file) (expected GGUF, GGML/GGMF/GGJT, SafeTensors, PyTorch or ONNX)"#
         ]],
     );
 }
@@ -287,4 +287,216 @@ fn cli_reports_errors_without_panicking_and_leaves_no_output() {
     assert!(!out_path.exists());
     let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(leftovers.len(), 1, "temporary files left behind: {leftovers:?}");
+}
+
+/// A `torch.save`-shaped zip archive of `records` (name, bytes), stored.
+fn torch_zip(records: &[(&str, &[u8])]) -> Vec<u8> {
+    use std::io::Write;
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for (name, bytes) in records {
+        zip.start_file(*name, options).unwrap();
+        zip.write_all(bytes).unwrap();
+    }
+    zip.finish().unwrap().into_inner()
+}
+
+/// A state dict pickle: tensor `w` of `size` f32 elements in storage `key`
+/// declared to hold `numel`.
+fn state_pickle(key: &str, numel: u8, size: u8) -> Vec<u8> {
+    let mut p = b"\x80\x02}(X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storage".to_vec();
+    p.extend(b"ctorch\nFloatStorage\nX");
+    p.extend((key.len() as u32).to_le_bytes());
+    p.extend(key.as_bytes());
+    p.extend(b"X\x03\x00\x00\x00cpuK");
+    p.push(numel);
+    p.extend(b"tQK\x00K");
+    p.push(size);
+    p.extend(b"\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtRu.");
+    p
+}
+
+#[test]
+fn pytorch_archives() {
+    let storage = [0u8; 16];
+    let dir = tempfile::tempdir().unwrap();
+    let valid =
+        torch_zip(&[("a/data.pkl", &state_pickle("0", 4, 4)), ("a/byteorder", b"little"), ("a/data/0", &storage)]);
+    let model = ModelFile::open(&common::write_temp(dir.path(), "ok.pt", &valid), OpenOptions::default()).unwrap();
+    assert_eq!(model.tensors.len(), 1);
+
+    check(
+        &torch_zip(&[("a/data/0", &storage)]),
+        expect!["FILE: a zip archive without `data.pkl`: not a PyTorch checkpoint"],
+    );
+    check(
+        &torch_zip(&[("a/data.pkl", b"N."), ("b/data.pkl", b"N.")]),
+        expect!["FILE: a zip archive with 2 `data.pkl` records; torch.save writes one"],
+    );
+    check(
+        &torch_zip(&[("a/data.pkl", &state_pickle("0", 4, 4)), ("a/byteorder", b"big"), ("a/data/0", &storage)]),
+        expect!["FILE: the checkpoint's byteorder is `big`; only little-endian checkpoints are read"],
+    );
+    check(
+        &torch_zip(&[("a/data.pkl", &state_pickle("1", 4, 4)), ("a/data/0", &storage)]),
+        expect!["FILE: at byte 172: data.pkl byte 132: `w`: storage `1` has no record `data/1` in the archive"],
+    );
+    check(
+        &torch_zip(&[("a/data.pkl", &state_pickle("0", 4, 5)), ("a/data/0", &storage)]),
+        expect!["FILE: at byte 172: data.pkl byte 132: `w`: elements up to byte 20 of storage `0`, which has 16"],
+    );
+    check(
+        &torch_zip(&[("a/data.pkl", &state_pickle("0", 5, 4)), ("a/data/0", &storage)]),
+        expect![
+            "FILE: at byte 172: data.pkl byte 132: `w`: storage `0` declares 5 elements of F32, more than its 16 bytes"
+        ],
+    );
+    check(
+        &torch_zip(&[("a/data.pkl", b"\x80\x02]."), ("a/data/0", &storage)]),
+        expect!["FILE: at byte 42: data.pkl byte 2: the checkpoint holds a list, not a mapping of names to tensors"],
+    );
+    check(
+        &torch_zip(&[("a/data.pkl", b"\x80\x02}(X\x01\x00\x00\x00wK\x01X\x01\x00\x00\x00wK\x02u.")]),
+        expect!["FILE: at byte 58: data.pkl byte 18: `w` appears twice"],
+    );
+    check(
+        &b"PK\x03\x04 not a zip"[..],
+        expect!["FILE: not a readable zip archive: invalid Zip archive: Could not find EOCD"],
+    );
+    let mut legacy = quantforge::formats::torch::LEGACY_MAGIC.to_vec();
+    legacy.extend(b".\x80\x02M\xe8\x03.");
+    check(&legacy, expect!["FILE: at byte 15: a legacy checkpoint of protocol 1000, not 1001"]);
+}
+
+/// A protobuf field: its key, then the payload as the wire type wants it.
+fn field(number: u64, payload: Field) -> Vec<u8> {
+    let mut out = Vec::new();
+    let (wire, body) = match payload {
+        Field::Varint(v) => (0, varint(v)),
+        Field::Bytes(bytes) => (2, [varint(bytes.len() as u64), bytes].concat()),
+        Field::Fixed32(v) => (5, v.to_le_bytes().to_vec()),
+    };
+    out.extend(varint(number << 3 | wire));
+    out.extend(body);
+    out
+}
+
+enum Field {
+    Varint(u64),
+    Bytes(Vec<u8>),
+    Fixed32(u32),
+}
+
+fn varint(mut v: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// A model of IR version 8 whose graph holds `initializers`.
+fn onnx_model(graph: Vec<u8>) -> Vec<u8> {
+    [field(1, Field::Varint(8)), field(7, Field::Bytes(graph))].concat()
+}
+
+fn initializer(tensor: Vec<u8>) -> Vec<u8> {
+    field(5, Field::Bytes(tensor))
+}
+
+fn tensor(name: &str, dims: &[i64], data_type: u64, data: Vec<u8>) -> Vec<u8> {
+    let mut t: Vec<u8> = dims.iter().flat_map(|&d| field(1, Field::Varint(d as u64))).collect();
+    t.extend(field(2, Field::Varint(data_type)));
+    t.extend(field(8, Field::Bytes(name.as_bytes().to_vec())));
+    t.extend(data);
+    t
+}
+
+#[test]
+fn onnx_models() {
+    let raw = |n: usize| field(9, Field::Bytes(vec![0; n]));
+    let dir = tempfile::tempdir().unwrap();
+    let valid = onnx_model(initializer(tensor("w", &[2, 3], 1, raw(24))));
+    let model = ModelFile::open(&common::write_temp(dir.path(), "ok.onnx", &valid), OpenOptions::default()).unwrap();
+    assert_eq!((model.tensors.len(), model.tensors[0].dims.as_slice()), (1, &[3, 2][..]));
+
+    check(&[0x08, 0x08, 0x3a, 0x10], expect!["FILE: at byte 3: the graph declares 16 bytes; its message has 0"]);
+    check(
+        &[0x08, 0x08, 0x3a, 0x02, 0x0b, 0x00],
+        expect!["FILE: at byte 4: the graph: wire type 3 (groups are not read)"],
+    );
+    check(
+        &[0x08, 0x08, 0x3a, 0x02, 0x2a, 0x7f],
+        expect!["FILE: at byte 5: an initializer declares 127 bytes; its message has 0"],
+    );
+    check(
+        &[0x08, 0x08, 0x3a, 0x0b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
+        expect!["FILE: at byte 4: a varint longer than 10 bytes"],
+    );
+    check(
+        &onnx_model(initializer(tensor("w", &[-1], 1, raw(4)))),
+        expect!["FILE: at byte 6: tensor `w` has a negative dimension"],
+    );
+    check(
+        &onnx_model(initializer(tensor("w", &[2, 3], 1, raw(20)))),
+        expect!["FILE: at byte 6: tensor `w`: raw_data of 20 bytes; FLOAT of shape [2, 3] needs 24"],
+    );
+    check(
+        &onnx_model(initializer(tensor("w", &[2], 1, field(4, Field::Fixed32(0))))),
+        expect!["FILE: at byte 6: tensor `w`: 1 value in its typed field; shape [2] holds 2"],
+    );
+    check(
+        &onnx_model(initializer(tensor("w", &[2], 99, raw(8)))),
+        expect!["FILE: at byte 6: tensor `w`: data type 99, which no ggml type holds"],
+    );
+    check(
+        &onnx_model(initializer(tensor("w", &[2], 8, field(6, Field::Bytes(b"a".to_vec()))))),
+        expect!["FILE: at byte 6: tensor `w`: STRING, which no ggml type holds"],
+    );
+    check(
+        &onnx_model(initializer(tensor("w", &[1, 1, 1, 1, 1], 1, raw(4)))),
+        expect!["FILE: at byte 6: tensor `w`: 5 dimensions; ggml holds at most 4"],
+    );
+    check(
+        &onnx_model(initializer(tensor("w", &[1 << 62, 4], 1, raw(4)))),
+        expect!["FILE: at byte 6: tensor `w` shape [4611686018427387904, 4] has more elements than fit in 63 bits"],
+    );
+    check(
+        &onnx_model(initializer(tensor("w", &[2], 3, field(5, Field::Bytes([varint(1), varint(300)].concat()))))),
+        expect!["FILE: at byte 6: tensor `w`: value 300 does not fit INT8"],
+    );
+    check(
+        &onnx_model([initializer(tensor("w", &[1], 1, raw(4))), initializer(tensor("w", &[1], 1, raw(4)))].concat()),
+        expect!["FILE: at byte 21: duplicate tensor name `w`"],
+    );
+    check(
+        &onnx_model(field(15, Field::Bytes(Vec::new()))),
+        expect!["FILE: at byte 5: a sparse initializer; sparse tensors are not read"],
+    );
+    let constant = [field(2, Field::Bytes(b"c".to_vec())), field(4, Field::Bytes(b"Constant".to_vec()))].concat();
+    check(
+        &onnx_model(field(1, Field::Bytes(constant))),
+        expect![
+            "FILE: at byte 6: a Constant node without a value, value_float(s) or value_int(s); others are not read"
+        ],
+    );
+    let external = [
+        field(14, Field::Varint(1)),
+        field(
+            13,
+            Field::Bytes(
+                [field(1, Field::Bytes(b"location".to_vec())), field(2, Field::Bytes(b"w.bin".to_vec()))].concat(),
+            ),
+        ),
+    ]
+    .concat();
+    check(
+        &onnx_model(initializer(tensor("w", &[2], 1, external))),
+        expect!["FILE: at byte 6: tensor `w`: external data file `w.bin`: No such file or directory (os error 2)"],
+    );
 }

@@ -1,5 +1,6 @@
 //! PyTorch checkpoints (`formats::torch`) against torch itself: fixtures
-//! made by `tests/torch/make_fixtures.py` with torch, every tensor's bytes
+//! made by `tests/torch/make_fixtures.py` with torch (the zip format and
+//! the legacy one before it), every tensor's bytes
 //! equal to what `torch.load(weights_only=True)` gives (views, offsets,
 //! broadcasts, shared storages, every dtype), and the malicious checkpoints
 //! refused without their payloads running.
@@ -30,6 +31,7 @@ fn check_tensors(file: &str, expected: &Json) {
     for use_mmap in [true, false] {
         let model = ModelFile::open(&fixtures().join(file), OpenOptions { use_mmap }).unwrap();
         assert_eq!(model.format, ContainerFormat::PyTorch);
+        assert_eq!(model.metadata.len(), expected["metadata"].as_object().unwrap().len(), "{file}");
         let tensors = expected["tensors"].as_array().unwrap();
         let names: Vec<&str> = model.tensors.iter().map(|t| t.name.as_str()).collect();
         let want: Vec<&str> = tensors.iter().map(|t| t["name"].as_str().unwrap()).collect();
@@ -56,6 +58,12 @@ fn check_tensors(file: &str, expected: &Json) {
 #[test]
 fn every_tensor_equals_torch_load() {
     check_tensors("state.pt", &expected()["state.pt"]);
+}
+
+/// The format before PyTorch 1.6: pickles one after another, then storages.
+#[test]
+fn the_legacy_format_reads_as_torch_load_reads_it() {
+    check_tensors("legacy.pt", &expected()["legacy.pt"]);
 }
 
 #[test]

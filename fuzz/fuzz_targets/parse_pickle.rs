@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let storages: HashMap<String, StorageRecord> = (0..10)
         .map(|key| (key.to_string(), StorageRecord { offset: key * STORAGE, len: STORAGE, stored: true }))
         .collect();
-    let archive = Archive { pickle: data.to_vec(), pickle_offset: 0, storages };
+    let archive = Archive { pickle_name: "data.pkl", pickle: data.to_vec(), pickle_offset: 0, storages };
     let Ok((_, tensors)) = read_state(Path::new("fuzz.pt"), &archive) else { return };
     for t in &tensors {
         let storage_end = (t.file_offset / STORAGE + 1) * STORAGE;

@@ -14,6 +14,8 @@ pub enum DetectedFormat {
     SafeTensors,
     /// A zip archive: what `torch.save` writes.
     PyTorchZip,
+    /// What `torch.save` wrote before PyTorch 1.6: pickles, then storages.
+    PyTorchLegacy,
     /// A serialized ONNX `ModelProto` (protobuf has no magic; see
     /// `onnx::looks_like_model`).
     Onnx,
@@ -26,6 +28,7 @@ impl DetectedFormat {
             DetectedFormat::GgmlLegacy(variant) => variant.name(),
             DetectedFormat::SafeTensors => "SafeTensors",
             DetectedFormat::PyTorchZip => "PyTorch zip",
+            DetectedFormat::PyTorchLegacy => "PyTorch (legacy)",
             DetectedFormat::Onnx => "ONNX",
         }
     }
@@ -38,6 +41,9 @@ pub fn detect_bytes(head: &[u8]) -> Option<DetectedFormat> {
     }
     if head.starts_with(b"PK\x03\x04") {
         return Some(DetectedFormat::PyTorchZip);
+    }
+    if head.starts_with(&super::torch::LEGACY_MAGIC) {
+        return Some(DetectedFormat::PyTorchLegacy);
     }
     let word = |range: std::ops::Range<usize>| head.get(range);
     if let Some(magic) = word(0..4) {

@@ -25,11 +25,9 @@ pub enum ErrorKind {
     #[error("{0}")]
     Io(#[from] io::Error),
     #[error(
-        "unknown file format: the first bytes are {first_bytes} (expected GGUF, GGML/GGMF/GGJT, SafeTensors or a .pt zip)"
+        "unknown file format: the first bytes are {first_bytes} (expected GGUF, GGML/GGMF/GGJT, SafeTensors, PyTorch or ONNX)"
     )]
     UnknownFormat { first_bytes: HexBytes },
-    #[error("{format} files are not supported yet")]
-    UnsupportedFormat { format: &'static str },
     #[error("unsupported {format} version {version} (supported: {supported})")]
     UnsupportedVersion { format: &'static str, version: u32, supported: &'static str },
     #[error("file ends early: {what} needs {needed} bytes, {available} left")]

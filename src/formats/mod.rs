@@ -139,7 +139,7 @@ impl ModelFile {
                 let data_offset = in_place.map(|t| t.file_offset).min().unwrap_or(0);
                 Ok((ContainerFormat::Onnx, Endian::Little, gguf::DEFAULT_ALIGNMENT, h.metadata, h.tensors, data_offset))
             })?,
-            DetectedFormat::PyTorchZip => {
+            DetectedFormat::PyTorchZip | DetectedFormat::PyTorchLegacy => {
                 let h = torch::read_header(&source)?;
                 let data_offset = h.tensors.iter().map(|t| t.file_offset).min().unwrap_or(0);
                 let format = ContainerFormat::PyTorch;

@@ -9,6 +9,9 @@ Writes, with a fixed seed:
                  reads, a transposed view, a row view (storage offset), a
                  broadcast (stride 0) view, tied weights (one storage, two
                  names), a Parameter, a scalar, an empty tensor and a 4-D one;
+  legacy.pt      the state dict of state.pt (less the dtypes the format
+                 predates) in the format before PyTorch 1.6
+                 (_use_new_zipfile_serialization=False);
   archive.pt     a state dict saved through a file object (record prefix
                  `archive/`, not the file's stem), with nested dicts and
                  scalar values (read as metadata);
@@ -129,14 +132,19 @@ def state_dict() -> dict:
 
 
 def zip_with_pickle(path: Path, pickle_bytes: bytes, storages: dict) -> None:
-    """A torch.save-shaped archive around a hand-made pickle."""
+    """A torch.save-shaped archive around a hand-made pickle (no timestamps,
+    so the fixture is the same bytes every time it is made)."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
         stem = path.stem
-        z.writestr(f"{stem}/data.pkl", pickle_bytes)
-        z.writestr(f"{stem}/byteorder", "little")
+
+        def record(name, data):
+            z.writestr(zipfile.ZipInfo(f"{stem}/{name}", date_time=(1980, 1, 1, 0, 0, 0)), data)
+
+        record("data.pkl", pickle_bytes)
+        record("byteorder", "little")
         for key, data in storages.items():
-            z.writestr(f"{stem}/data/{key}", data)
-        z.writestr(f"{stem}/version", "3\n")
+            record(f"data/{key}", data)
+        record("version", "3\n")
 
 
 class Payload:
@@ -217,6 +225,12 @@ def main() -> None:
     state = state_dict()
     torch.save(state, out / "state.pt")
 
+    # The legacy format has no untyped storages: no uint16/uint32/float8.
+    legacy = {k: v for k, v in state.items() if v.dtype not in (
+        torch.uint16, torch.uint32, torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz,
+        torch.float8_e5m2fnuz, torch.float8_e8m0fnu)}
+    torch.save(legacy, out / "legacy.pt", _use_new_zipfile_serialization=False)
+
     nested = {
         "state_dict": {"encoder": {"weight": torch.randn(3, 2, generator=torch.Generator().manual_seed(7))},
                        "bias": torch.arange(3, dtype=torch.int64)},
@@ -234,6 +248,7 @@ def main() -> None:
     loaded_nested = torch.load(out / "archive.pt", weights_only=True)
     expected = {
         "state.pt": {"tensors": describe(loaded), "metadata": {}},
+        "legacy.pt": {"tensors": describe(torch.load(out / "legacy.pt", weights_only=True)), "metadata": {}},
         "archive.pt": {
             "tensors": describe(flatten(loaded_nested)),
             "metadata": {f"pytorch.{k}": v for k, v in loaded_nested.items() if not isinstance(v, dict)},

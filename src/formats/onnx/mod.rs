@@ -16,6 +16,7 @@ mod tensor;
 mod wire;
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 
 use super::bytes::ByteReader;
 use super::error::{ErrorKind, Result};
@@ -42,6 +43,13 @@ pub(crate) struct OnnxHeader {
 /// of its fields.
 pub(crate) fn looks_like_model(head: &[u8]) -> bool {
     matches!(head, [0x08, 1..=0x7f, next, ..] if matches!(next, 0x12 | 0x1a | 0x22 | 0x28 | 0x32 | 0x3a | 0x42 | 0x72))
+}
+
+/// Reads a model held in memory, as if it were the file at `path` (whose
+/// directory external data is found in): the fuzz target's way in.
+pub fn read_bytes(bytes: &[u8], path: &Path, options: OpenOptions) -> Result<(Metadata, Vec<TensorInfo>, Vec<u64>)> {
+    let header = read_header(&mut ByteReader::over_bytes(bytes, path), options)?;
+    Ok((header.metadata, header.tensors, header.externals.iter().map(Source::len).collect()))
 }
 
 pub(crate) fn read_header(r: &mut ByteReader<'_>, options: OpenOptions) -> Result<OnnxHeader> {

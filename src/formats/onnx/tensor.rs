@@ -244,7 +244,8 @@ impl TensorProto {
             self.varints.len() as u64
         };
         if found != count {
-            return Err(format!("{found} values; its shape {:?} holds {count}", self.dims));
+            let s = if found == 1 { "" } else { "s" };
+            return Err(format!("{found} value{s} in its typed field; shape {:?} holds {count}", self.dims));
         }
         if matches!(expected, 4 | 10) {
             return Ok(self.fixed.clone());
@@ -303,7 +304,7 @@ impl TensorProto {
         }
         let dir = externals.model.parent().unwrap_or(Path::new("."));
         let path = dir.join(relative);
-        let resolved = path.canonicalize().map_err(|e| format!("external data file {}: {e}", path.display()))?;
+        let resolved = path.canonicalize().map_err(|e| format!("external data file `{location}`: {e}"))?;
         let inside = dir.canonicalize().is_ok_and(|dir| resolved.starts_with(dir));
         if !inside {
             return Err(format!("external data location `{location}` resolves outside the model's directory; refused"));

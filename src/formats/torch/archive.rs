@@ -24,6 +24,8 @@ pub struct StorageRecord {
 
 /// What of the archive the state dict is read from.
 pub struct Archive {
+    /// What the pickle is called in messages: `data.pkl`.
+    pub pickle_name: &'static str,
     /// `data.pkl`'s bytes.
     pub pickle: Vec<u8>,
     /// The file offset of `data.pkl`'s first byte.
@@ -87,7 +89,7 @@ pub(super) fn read(source: &Source) -> Result<Archive> {
             Some((key.to_owned(), StorageRecord { offset: r.offset, len: r.len, stored }))
         })
         .collect();
-    Ok(Archive { pickle: pickle_bytes, pickle_offset: pickle.offset, storages })
+    Ok(Archive { pickle_name: "data.pkl", pickle: pickle_bytes, pickle_offset: pickle.offset, storages })
 }
 
 /// A small record's bytes (the pickle, the byte order), which must be stored.

@@ -1,5 +1,6 @@
-//! PyTorch checkpoints (`torch.save`'s zip format: `.pt`, `.pth`, `.bin`)
-//! read without Python and without running anything they contain.
+//! PyTorch checkpoints (`torch.save`'s zip format, and the legacy format
+//! before it: `.pt`, `.pth`, `.bin`) read without Python and without running
+//! anything they contain.
 //!
 //! `data.pkl` is parsed by a restricted unpickler ([`pickle`]) that refuses
 //! every global a state dict does not use, naming it and its byte offset;
@@ -11,6 +12,7 @@
 //! Dtypes become ggml types as SafeTensors' do ([`super::safetensors::Dtype`]).
 
 mod archive;
+mod legacy;
 pub mod pickle;
 mod state;
 
@@ -32,10 +34,12 @@ pub(crate) struct TorchHeader {
 }
 
 pub(crate) fn read_header(source: &Source) -> Result<TorchHeader> {
-    let archive = archive::read(source)?;
+    let head = source.read_range(0, source.len().min(LEGACY_MAGIC.len() as u64))?;
+    let archive = if *head == LEGACY_MAGIC { legacy::read(source)? } else { archive::read(source)? };
     let (metadata, tensors) = state::read(source.path(), &archive)?;
     Ok(TorchHeader { metadata, tensors, bytes_parsed: archive.pickle.len() as u64 })
 }
 
 pub use archive::{Archive, StorageRecord};
+pub use legacy::MAGIC as LEGACY_MAGIC;
 pub use state::{is_allowed_global, read as read_state};

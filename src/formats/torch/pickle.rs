@@ -53,6 +53,8 @@ pub struct Call {
 /// A parsed pickle: its objects, where each was made, and the one STOP returned.
 #[derive(Debug)]
 pub struct Pickle {
+    /// Bytes read, up to and including STOP: where anything after it starts.
+    pub len: usize,
     pub objects: Vec<Object>,
     /// The byte offset of the opcode that made each object.
     pub offsets: Vec<u64>,
@@ -75,6 +77,8 @@ impl Pickle {
 pub struct PickleError {
     pub offset: u64,
     pub message: String,
+    /// The bytes ended before the pickle did: more of them may parse.
+    pub cut_off: bool,
 }
 
 /// The highest protocol read (Python 3.8's).
@@ -127,7 +131,7 @@ impl<'a> Machine<'a> {
                 }
                 b'.' => {
                     let root = self.pop()?;
-                    return Ok(Pickle { objects: self.objects, offsets: self.offsets, root });
+                    return Ok(Pickle { len: self.pos, objects: self.objects, offsets: self.offsets, root });
                 }
                 b'(' => self.marks.push(self.stack.len()),
                 b'0' => {
@@ -339,12 +343,13 @@ impl<'a> Machine<'a> {
     }
 
     fn error(&self, message: String) -> PickleError {
-        PickleError { offset: self.op_at as u64, message }
+        PickleError { offset: self.op_at as u64, message, cut_off: false }
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], PickleError> {
-        let end = self.pos.checked_add(n).filter(|&end| end <= self.bytes.len()).ok_or_else(|| {
-            self.error(format!("needs {n} bytes, {} are left: the pickle is cut off", self.bytes.len() - self.pos))
+        let end = self.pos.checked_add(n).filter(|&end| end <= self.bytes.len()).ok_or_else(|| PickleError {
+            cut_off: true,
+            ..self.error(format!("needs {n} bytes, {} are left: the pickle is cut off", self.bytes.len() - self.pos))
         })?;
         let bytes = &self.bytes[self.pos..end];
         self.pos = end;
@@ -372,7 +377,10 @@ impl<'a> Machine<'a> {
     /// A newline-terminated text argument (GLOBAL's module and name).
     fn line(&mut self) -> Result<String, PickleError> {
         let rest = &self.bytes[self.pos..];
-        let n = rest.iter().position(|&b| b == b'\n').ok_or_else(|| self.error("an unterminated line".into()))?;
+        let n = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or_else(|| PickleError { cut_off: true, ..self.error("an unterminated line".into()) })?;
         let text = std::str::from_utf8(&rest[..n]).map_err(|_| self.error("a line that is not UTF-8".into()))?;
         let text = text.to_owned();
         self.pos += n + 1;

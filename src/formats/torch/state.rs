@@ -8,7 +8,7 @@
 //! bounded in depth (a cycle or nesting bomb) and in work (a memo bomb: the
 //! same mapping referenced over and over).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -85,6 +85,43 @@ pub fn is_allowed_global(module: &str, name: &str) -> bool {
     }
 }
 
+/// The element size of every storage the pickle names (a storage key with
+/// its typed storage class), for the legacy format, whose storages follow
+/// one another with only their element counts between them. A key named
+/// with two different sizes is an error, at the second.
+pub(super) fn storage_element_sizes(pickle: &Pickle) -> std::result::Result<HashMap<String, u64>, (u64, String)> {
+    let mut sizes = HashMap::new();
+    for (id, object) in pickle.objects.iter().enumerate() {
+        let Object::Tuple(fields) = object else { continue };
+        let [tag, class, key, ..] = fields[..] else { continue };
+        let (Object::Str(tag), Object::Global { name: class, .. }, Object::Str(key)) =
+            (pickle.get(tag), pickle.get(class), pickle.get(key))
+        else {
+            continue;
+        };
+        if tag != "storage" {
+            continue;
+        }
+        let Some(&(_, Some(dtype))) = TYPED_STORAGES.iter().find(|&&(n, _)| n == class) else {
+            return Err((pickle.offset(id), format!("storage `{key}` is a {class}, which no ggml type holds")));
+        };
+        let size = dtype.bits() / 8;
+        match sizes.get(key) {
+            Some(&known) if known != size => {
+                return Err((
+                    pickle.offset(id),
+                    format!("storage `{key}` has elements of {known} and of {size} bytes"),
+                ));
+            }
+            Some(_) => {}
+            None => {
+                sizes.insert(key.clone(), size);
+            }
+        }
+    }
+    Ok(sizes)
+}
+
 /// How deep mappings may nest (a Lightning checkpoint's `state_dict` is 1).
 const MAX_NESTING: usize = 16;
 
@@ -92,7 +129,11 @@ const MAX_NESTING: usize = 16;
 /// for errors.
 pub fn read(path: &Path, archive: &Archive) -> Result<(Metadata, Vec<TensorInfo>)> {
     let pickle = pickle::parse(&archive.pickle, &is_allowed_global).map_err(|e| {
-        FormatError::at(path, archive.pickle_offset + e.offset, ErrorKind::Invalid(format!("data.pkl {e}")))
+        FormatError::at(
+            path,
+            archive.pickle_offset + e.offset,
+            ErrorKind::Invalid(format!("{} {e}", archive.pickle_name)),
+        )
     })?;
     let mut walk = Walk {
         path,
@@ -142,7 +183,7 @@ impl<'a> Walk<'a> {
         FormatError::at(
             self.path,
             self.archive.pickle_offset + offset,
-            ErrorKind::Invalid(format!("data.pkl byte {offset}: {message}")),
+            ErrorKind::Invalid(format!("{} byte {offset}: {message}", self.archive.pickle_name)),
         )
     }
 
@@ -367,8 +408,16 @@ impl<'a> Walk<'a> {
             return Err(self.error(storage, format!("`{name}`: a storage that is not a persistent id")));
         };
         let fields = self.tuple(pid)?;
-        let [tag, class, key, _location, numel] = fields[..] else {
-            return Err(self.error(pid, format!("`{name}`: a storage id of {} fields, not 5", fields.len())));
+        // The legacy format adds a sixth field: a view into another storage.
+        let (tag, class, key, numel) = match fields[..] {
+            [tag, class, key, _location, numel] => (tag, class, key, numel),
+            [tag, class, key, _location, numel, view] => {
+                if !matches!(self.visit(view)?, Object::None) {
+                    return Err(self.error(view, format!("`{name}`: a storage that is a view of another; not read")));
+                }
+                (tag, class, key, numel)
+            }
+            _ => return Err(self.error(pid, format!("`{name}`: a storage id of {} fields, not 5", fields.len()))),
         };
         if !matches!(self.visit(tag)?, Object::Str(tag) if tag == "storage") {
             return Err(self.error(tag, format!("`{name}`: a persistent id that is not a storage")));
