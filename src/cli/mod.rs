@@ -316,9 +316,9 @@ impl CacheArgs {
     }
 }
 
-/// The SafeTensors files `path` stands for when it is a Hugging Face
-/// checkpoint directory (a Hub cache's too) or a `*.safetensors.index.json`;
-/// `None` for a model file.
+/// The weight files `path` stands for when it is a Hugging Face checkpoint
+/// directory (a Hub cache's too) or a checkpoint's `*.index.json`; `None`
+/// for a model file.
 fn checkpoint_files(path: &std::path::Path) -> anyhow::Result<Option<Vec<PathBuf>>> {
     if path.is_dir() {
         let dir = crate::formats::hub_snapshot(path);
@@ -330,7 +330,7 @@ fn checkpoint_files(path: &std::path::Path) -> anyhow::Result<Option<Vec<PathBuf
         );
         return Ok(Some(files));
     }
-    if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".safetensors.index.json")) {
+    if crate::formats::is_checkpoint_index(path) {
         return Ok(Some(crate::formats::safetensors::read_index(path)?.shards()));
     }
     Ok(None)

@@ -30,7 +30,7 @@ use indicatif::{MultiProgress, ProgressDrawTarget};
 
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::codecs::CODEC_VERSION;
-use crate::formats::safetensors::SafeTensorsIndex;
+use crate::formats::safetensors::CheckpointIndex;
 use crate::formats::{FormatError, InputShape, OpenOptions, gguf};
 use crate::ops::split::SplitError;
 use crate::ops::{self, Op};
@@ -144,7 +144,7 @@ struct BoundInput {
     /// Content hashes of the files, in shard order.
     shards: Vec<Key>,
     /// The index of a sharded SafeTensors checkpoint, when the input is one.
-    index: Option<SafeTensorsIndex>,
+    index: Option<CheckpointIndex>,
 }
 
 /// A recipe with its inputs hashed and its nodes keyed.
@@ -235,7 +235,7 @@ impl Engine {
                 .map_err(|source| RunError::Resolve { name: decl.name.clone(), source: Box::new(source) })?;
             let files = shape.files();
             let (index, directory) = match shape {
-                InputShape::SafeTensorsIndex(index) => (Some(index), false),
+                InputShape::CheckpointIndex(index) => (Some(index), false),
                 InputShape::Directory(_) => (None, true),
                 InputShape::File(_) | InputShape::Split(_) => (None, false),
             };

@@ -1,14 +1,14 @@
 //! What an input path names, before anything is read from it: one model
 //! file; every shard of a GGUF split (any shard's name stands for the
 //! whole, `PREFIX-0000i-of-0000N.gguf` as llama-gguf-split names them); a
-//! sharded SafeTensors checkpoint (its `*.index.json`); or, for `convert`, a
+//! sharded SafeTensors or PyTorch checkpoint (its `*.index.json`); or, for `convert`, a
 //! checkpoint directory (its files), a Hugging Face Hub cache snapshot
 //! among them.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use super::safetensors::{SafeTensorsIndex, read_index};
+use super::safetensors::{CheckpointIndex, read_index};
 use super::{FormatError, Result};
 
 /// An input resolved to its files.
@@ -17,8 +17,8 @@ pub enum InputShape {
     File(PathBuf),
     /// A GGUF split's shards, in order.
     Split(Vec<PathBuf>),
-    /// A sharded SafeTensors checkpoint: the index and its shards.
-    SafeTensorsIndex(SafeTensorsIndex),
+    /// A sharded checkpoint (SafeTensors or PyTorch): the index and its shards.
+    CheckpointIndex(CheckpointIndex),
     /// A checkpoint directory's regular files, sorted by name.
     Directory(Vec<PathBuf>),
 }
@@ -41,8 +41,8 @@ impl InputShape {
             files.sort();
             return Ok(InputShape::Directory(files));
         }
-        if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".index.json")) {
-            return Ok(InputShape::SafeTensorsIndex(read_index(path)?));
+        if is_checkpoint_index(path) {
+            return Ok(InputShape::CheckpointIndex(read_index(path)?));
         }
         Ok(match shard_set(path) {
             Some(shards) => InputShape::Split(shards),
@@ -55,7 +55,7 @@ impl InputShape {
         match self {
             InputShape::File(path) => vec![path.clone()],
             InputShape::Split(files) | InputShape::Directory(files) => files.clone(),
-            InputShape::SafeTensorsIndex(index) => index.shards(),
+            InputShape::CheckpointIndex(index) => index.shards(),
         }
     }
 }
@@ -118,6 +118,12 @@ pub fn hub_model_name(dir: &Path) -> Option<String> {
     }
     let name = repository.file_name()?.to_str()?.strip_prefix(HUB_PREFIX)?;
     name.rsplit("--").next().filter(|n| !n.is_empty()).map(str::to_owned)
+}
+
+/// Whether `path` names the index of a sharded checkpoint
+/// (`model.safetensors.index.json`, `pytorch_model.bin.index.json`, …).
+pub fn is_checkpoint_index(path: &Path) -> bool {
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".index.json"))
 }
 
 /// The weight files of a Hugging Face checkpoint directory, in the

@@ -31,7 +31,8 @@ pub use error::{ErrorKind, FormatError, HexBytes, Result};
 pub use ggml_legacy::LegacyVariant;
 pub use gguf::TensorDataSource;
 pub use input::{
-    InputShape, checkpoint_weights, hub_model_name, hub_snapshot, parse_shard_path, shard_path, shard_set,
+    InputShape, checkpoint_weights, hub_model_name, hub_snapshot, is_checkpoint_index, parse_shard_path, shard_path,
+    shard_set,
 };
 pub use output::{AtomicOutput, remove_dead_temporaries, same_file};
 pub use safetensors::ElementConversion;

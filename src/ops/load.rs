@@ -6,7 +6,7 @@
 
 use crate::artifact::{Tensor, TensorSet};
 use crate::formats::ModelFile;
-use crate::formats::safetensors::SafeTensorsIndex;
+use crate::formats::safetensors::CheckpointIndex;
 use crate::ops::split::{SplitError, check_shards, merged_metadata};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::store::Key;
@@ -63,7 +63,7 @@ pub fn apply_split(shards: &[(&ModelFile, Key)], options: MergeOptions) -> Resul
 pub struct LoadInput<'a> {
     pub path: &'a std::path::Path,
     pub shards: Vec<(&'a ModelFile, Key)>,
-    pub index: Option<&'a SafeTensorsIndex>,
+    pub index: Option<&'a CheckpointIndex>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,7 +107,7 @@ pub enum ShardError {
 /// one model: every tensor where the index says, no tensor unlisted.
 /// Metadata is the first shard's (`transformers` writes the same in each).
 pub fn apply_safetensors_shards(
-    index: &SafeTensorsIndex,
+    index: &CheckpointIndex,
     shards: &[(&ModelFile, Key)],
 ) -> Result<TensorSet, ShardError> {
     let expected: std::collections::HashMap<&str, &str> =

@@ -12,7 +12,7 @@ use super::json::{ParseError, Parsed, Parser};
 
 /// A checked index: every shard it names is a file beside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SafeTensorsIndex {
+pub struct CheckpointIndex {
     pub path: PathBuf,
     /// `metadata`'s entries in file order, each value as its JSON text
     /// (`("total_size", "90868376")`): the index promises nothing about them.
@@ -22,7 +22,7 @@ pub struct SafeTensorsIndex {
     pub weight_map: Vec<(String, String)>,
 }
 
-impl SafeTensorsIndex {
+impl CheckpointIndex {
     /// Every shard once, sorted by file name (`model-00001-of-00003...`
     /// sorts in shard order), as paths beside the index.
     pub fn shards(&self) -> Vec<PathBuf> {
@@ -34,14 +34,14 @@ impl SafeTensorsIndex {
     }
 }
 
-pub fn read_index(path: &Path) -> Result<SafeTensorsIndex> {
+pub fn read_index(path: &Path) -> Result<CheckpointIndex> {
     let bytes = std::fs::read(path).map_err(|e| FormatError::io(path, e))?;
     let text = std::str::from_utf8(&bytes).map_err(|e| {
         FormatError::at(path, e.valid_up_to() as u64, ErrorKind::InvalidUtf8 { what: "the index".into() })
     })?;
     let dir = path.parent().unwrap_or(Path::new(""));
     let (metadata, weight_map) = parse(text, dir).map_err(|e| FormatError::at(path, e.offset as u64, e.kind))?;
-    Ok(SafeTensorsIndex { path: path.to_owned(), metadata, weight_map })
+    Ok(CheckpointIndex { path: path.to_owned(), metadata, weight_map })
 }
 
 type Entries = Vec<(String, String)>;

@@ -30,7 +30,7 @@ mod writer;
 
 pub use crate::model::ElementConversion;
 pub use dtype::Dtype;
-pub use index::{SafeTensorsIndex, read_index};
+pub use index::{CheckpointIndex, read_index};
 pub(crate) use reader::read_header;
 pub use writer::{
     SafeTensorsEntry, SafeTensorsLayout, WriteError, header_bytes, safetensors_metadata, write_safetensors,
