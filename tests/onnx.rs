@@ -168,3 +168,23 @@ format = "safetensors"
         }
     }
 }
+
+/// External data 5 GB into its file, past 2^31 and 2^32 (where models over
+/// 2 GB keep their weights): a sparse file, made here as the fixture script
+/// made it.
+#[test]
+fn external_data_past_four_gigabytes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixtures().join("external/far.onnx"), dir.path().join("far.onnx")).unwrap();
+    let weights = std::fs::File::create(dir.path().join("far.weights")).unwrap();
+    let values: Vec<u8> = (0..15).flat_map(|i| (i as f32 * 0.5).to_le_bytes()).collect();
+    std::os::unix::fs::FileExt::write_all_at(&weights, &values, 5_000_000_000).unwrap();
+    let expected = &expected()["external/far.onnx"];
+    for use_mmap in [true, false] {
+        let model = ModelFile::open(&dir.path().join("far.onnx"), OpenOptions { use_mmap }).unwrap();
+        let tensor = &model.tensors[0];
+        assert_eq!(tensor.file_offset, 5_000_000_000);
+        let data = model.tensor_data(tensor).unwrap();
+        assert_eq!(sha256(&data), expected["tensors"][0]["sha256"].as_str().unwrap());
+    }
+}

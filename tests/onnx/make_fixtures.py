@@ -12,6 +12,9 @@ Writes, with a fixed seed:
   external/      the same kind of model with its weights as external data:
                  one file per tensor for some, several tensors at offsets in
                  one shared file for others (save_model's layout);
+  far.onnx       one initializer as external data 5 GB into far.weights (past
+                 2^31 and 2^32), a sparse file not kept: tests/onnx.rs makes it
+                 again with the same 60 bytes (0.5 * arange(15) as f32) there;
   bad-*.onnx     external data that must be refused (beside external/'s
                  files): a missing file, a range past the file's end, a
                  location with `..`, an absolute location, a length that does
@@ -24,6 +27,7 @@ Writes, with a fixed seed:
 import copy
 import hashlib
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -138,7 +142,9 @@ def build(rng, external):
 
 def main():
     out = Path(sys.argv[1])
-    (out / "external").mkdir(parents=True, exist_ok=True)
+    # save_model appends external data to files already there: start empty.
+    shutil.rmtree(out / "external", ignore_errors=True)
+    (out / "external").mkdir(parents=True)
     rng = np.random.default_rng(20261201)
 
     model = build(rng, external=False)
@@ -204,6 +210,28 @@ def main():
     bad("dotdot", location="../model.onnx")
     bad("absolute", location="/etc/hostname")
     bad("length", length=12)
+    # Past 2^32: a sparse file, made again by the test.
+    far_offset = 5_000_000_000
+    far_values = (np.arange(15, dtype=np.float32) * 0.5).reshape(3, 5)
+    far = numpy_helper.from_array(far_values, "far")
+    far.ClearField("raw_data")
+    far.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "far.weights"), ("offset", str(far_offset)), ("length", "60")):
+        far.external_data.add(key=key, value=value)
+    far_model = helper.make_model(helper.make_graph([], "far", [], [], initializer=[far]))
+    onnx.save_model(far_model, out / "external" / "far.onnx")
+    weights = out / "external" / "far.weights"
+    with open(weights, "wb") as f:
+        f.seek(far_offset)
+        f.write(far_values.tobytes())
+    m = onnx.load(out / "external" / "far.onnx", load_external_data=False)
+    expected["external/far.onnx"] = {
+        "tensors": [expected_of(m.graph.initializer[0], out / "external")],
+        "metadata": {"onnx.ir_version": m.ir_version, "onnx.graph.name": "far",
+                     **{f"onnx.opset.{o.domain or 'ai.onnx'}": o.version for o in m.opset_import}},
+    }
+    weights.unlink()
+
     (out / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
 
 
