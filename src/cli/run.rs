@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cache::CacheDir;
-use crate::exec::Engine;
 use crate::exec::report::{RunReport, Status};
 use crate::exec::units::{self, UnitPlan, UnitSize};
+use crate::exec::{Engine, lock};
 use crate::formats::human_bytes;
 use crate::recipe::Recipe;
 use crate::slurm;
@@ -38,6 +38,10 @@ pub(super) struct RunArgs {
     /// Compute everything the run (or its targets) needs, whatever the cache holds.
     #[arg(long, conflicts_with = "dry_run")]
     force: bool,
+    /// Fail, naming it, when an input no longer matches the recipe's lock file
+    /// (`x.toml` → `x.lock`), or when the run would change the lock.
+    #[arg(long, conflicts_with = "dry_run")]
+    locked: bool,
     #[command(flatten)]
     cache: CacheDir,
     /// Print the run report as JSON (and no progress bars).
@@ -178,6 +182,10 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     let engine = Engine::new(store, super::workers(args.jobs.or(recipe.jobs)))?
         .with_pins(args.pins.pins()?)
         .with_force(args.force);
+    let locked = match args.locked {
+        true => Some(check_locked_inputs(&engine, &recipe)?),
+        false => None,
+    };
     let progress = !args.json && super::show_progress();
     let report = engine.run_targets(&recipe, &args.targets, progress)?;
     const SHOWN: usize = 5;
@@ -199,7 +207,57 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     if report.failed() {
         anyhow::bail!("{} of {} nodes failed", report.totals.failed, report.totals.nodes);
     }
+    // A run of some targets says nothing about the others' files.
+    if args.targets.is_empty() {
+        update_lock(&engine, &recipe, &report, locked.as_ref())?;
+    }
     Ok(())
+}
+
+/// The recipe's lock, once every input is checked against it.
+fn check_locked_inputs(engine: &Engine, recipe: &Recipe) -> anyhow::Result<lock::Lock> {
+    let path = lock::lock_path(recipe)?;
+    let Some(locked) = lock::read(recipe)? else {
+        anyhow::bail!("--locked: there is no lock file {}; run once without --locked to write it", path.display());
+    };
+    let drift = lock::input_drift(&locked, recipe, &engine.input_reports(recipe)?);
+    if !drift.is_empty() {
+        anyhow::bail!("--locked: {} no longer matches:\n  {}", path.display(), drift.join("\n  "));
+    }
+    Ok(locked)
+}
+
+/// Writes the lock a complete run stands for; under `--locked`, fails
+/// instead when it would differ from `locked`.
+fn update_lock(
+    engine: &Engine,
+    recipe: &Recipe,
+    report: &RunReport,
+    locked: Option<&lock::Lock>,
+) -> anyhow::Result<()> {
+    let previous = match locked {
+        Some(locked) => Some(locked.clone()),
+        None => lock::read(recipe).unwrap_or_else(|e| {
+            eprintln!("warning: {e}; writing a new one");
+            None
+        }),
+    };
+    let new = lock::of_run(engine, recipe, report, previous.as_ref())?;
+    match locked {
+        Some(old) => match lock::first_difference(old, &new) {
+            Some(difference) => {
+                anyhow::bail!("--locked: {difference}; {} is left as it was", lock::lock_path(recipe)?.display())
+            }
+            None => Ok(()),
+        },
+        None => {
+            // The outputs are written; a lock that cannot be is worth a warning, not a failure.
+            if let Err(e) = lock::write(recipe, &new) {
+                eprintln!("warning: {e}");
+            }
+            Ok(())
+        }
+    }
 }
 
 /// Plans here, hands the units and exports to Slurm, and (with `--wait`)
@@ -349,6 +407,7 @@ pub(super) fn plan(args: PlanArgs) -> anyhow::Result<()> {
         (Some(local), Some((url, mode))) => Arc::new(Layered::open(local, &url, mode)?),
         (None, Some((url, mode))) => Arc::new(Layered::scratch(&url, mode)?),
     };
+    let keeps_results = store.keeps_results();
     let engine = Engine::new(store, 1)?;
     if args.units {
         let plan = engine.units(&recipe, args.unit_size, false)?;
@@ -357,18 +416,31 @@ pub(super) fn plan(args: PlanArgs) -> anyhow::Result<()> {
         return if args.exit_code && pending { Err(super::Pending.into()) } else { Ok(()) };
     }
     let report = engine.plan(&recipe)?;
+    let drift = lock_drift(&recipe, &report, keeps_results)?;
     let mut out = io::stdout().lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
+        let mut json = serde_json::to_value(&report)?;
+        json["lock_drift"] = serde_json::json!(drift);
+        serde_json::to_writer_pretty(&mut out, &json)?;
         writeln!(out)?;
     } else {
         print_text(&mut out, &report, true)?;
+        for line in drift.iter().flatten() {
+            writeln!(out, "lock: {line}")?;
+        }
     }
     out.flush()?;
     if args.exit_code && engine.pending(&recipe)? {
         return Err(super::Pending.into());
     }
     Ok(())
+}
+
+/// How the recipe's inputs differ from its lock: `None` without a lock,
+/// or without a cache to hash the inputs against.
+fn lock_drift(recipe: &Recipe, report: &RunReport, keeps_results: bool) -> anyhow::Result<Option<Vec<String>>> {
+    let Some(locked) = lock::read(recipe)? else { return Ok(None) };
+    Ok(keeps_results.then(|| lock::input_drift(&locked, recipe, &report.inputs)))
 }
 
 fn status_word(status: Status) -> &'static str {

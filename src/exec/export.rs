@@ -203,6 +203,15 @@ fn write_zeros_at(file: &std::fs::File, mut offset: u64, mut n: u64) -> std::io:
 const MAX_FINGERPRINTS: usize = 16;
 
 impl Engine {
+    /// The files an export last wrote, in output order, with their sizes and
+    /// blake3, as the store recorded them; `None` without a record.
+    pub(super) fn exported_files(&self, key: &Key, options: &ExportOptions) -> Option<Vec<(PathBuf, u64, Key)>> {
+        let entry: ExportEntry = serde_json::from_slice(&self.store.get_action(ActionKind::Export, key)?).ok()?;
+        let paths = ops::export::all_paths(options, entry.data_files);
+        (paths.len() == entry.files.len())
+            .then(|| paths.into_iter().zip(&entry.files).map(|(path, f)| (path, f.len, f.file_hash)).collect())
+    }
+
     /// True when every file this export wrote before still holds its bytes:
     /// its stat is one we recorded, or its content hashes to what we wrote.
     pub(super) fn export_is_fresh(&self, key: &Key, options: &ExportOptions) -> bool {

@@ -13,6 +13,7 @@
 
 mod explain;
 mod export;
+pub mod lock;
 pub mod materialize;
 pub mod oneshot;
 pub mod outputs;
@@ -38,7 +39,7 @@ use crate::quant::budget;
 use crate::recipe::{NodeDecl, Recipe, Source};
 use crate::store::{ActionKind, Key, KeyBuilder, Store, StoreError, fingerprint};
 use materialize::{Backends, InputFiles, MaterializeError, Materializer, PinnedFile, SetRows};
-use report::{InputReport, NodeReport, RunReport, Status};
+use report::{InputFileReport, InputReport, NodeReport, RunReport, Status};
 use schedule::Outcome;
 
 /// The most worker threads an engine starts: a few per core.
@@ -240,6 +241,7 @@ impl Engine {
                 InputShape::File(_) | InputShape::Split(_) => (None, false),
             };
             let mut shards = Vec::with_capacity(files.len());
+            let mut file_reports = Vec::with_capacity(files.len());
             let (mut bytes, mut rehashed) = (0, false);
             for (no, file) in files.iter().enumerate() {
                 if !file.exists() && files.len() > 1 {
@@ -267,6 +269,11 @@ impl Engine {
                     });
                 }
                 paths.insert(content.hash, PinnedFile { path: file.clone(), stat: content.stat });
+                file_reports.push(InputFileReport {
+                    path: file.clone(),
+                    bytes: content.len,
+                    blake3: content.hash.hex(),
+                });
                 shards.push(content.hash);
                 bytes += content.len;
                 rehashed |= content.rehashed;
@@ -289,7 +296,12 @@ impl Engine {
                 }
                 (Some(_), _) => {
                     // The index's weight map is checked against the shards.
-                    let index_hash = fingerprint::content_hash(&*self.store, &decl.path).map_err(input_err)?.hash;
+                    let index = fingerprint::content_hash(&*self.store, &decl.path).map_err(input_err)?;
+                    let index_hash = index.hash;
+                    file_reports.insert(
+                        0,
+                        InputFileReport { path: decl.path.clone(), bytes: index.len, blake3: index_hash.hex() },
+                    );
                     let mut key = KeyBuilder::new("input.safetensors-index");
                     key.key(&index_hash);
                     shards.iter().for_each(|h| {
@@ -304,6 +316,7 @@ impl Engine {
                 content_key: key.hex(),
                 bytes,
                 rehashed,
+                files: file_reports,
             });
             inputs.push(Some(BoundInput { key, shards, index }));
         }
@@ -338,6 +351,12 @@ impl Engine {
 
     /// Runs what `targets` need (step names, node ids or export paths; all
     /// exports and kept steps when empty), unless already done.
+    /// Hashes `recipe`'s inputs (through the store's fingerprints) and says
+    /// what each is, without running anything.
+    pub fn input_reports(&self, recipe: &Recipe) -> Result<Vec<InputReport>, RunError> {
+        Ok(self.bind(recipe)?.1)
+    }
+
     pub fn run_targets(&self, recipe: &Recipe, targets: &[String], progress: bool) -> Result<RunReport, RunError> {
         let started = Instant::now();
         let roots = select(recipe, targets)?;

@@ -31,6 +31,16 @@ pub struct InputReport {
     pub bytes: u64,
     /// The file was read to hash it (its stat fingerprint was new).
     pub rehashed: bool,
+    /// Each file of the input (a split's shards, a checkpoint's files), with
+    /// the blake3 of its bytes.
+    pub files: Vec<InputFileReport>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct InputFileReport {
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub blake3: String,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]

@@ -32,6 +32,11 @@ pub fn quantforge(args: &[&std::ffi::OsStr]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_quantforge")).args(args).output().expect("the binary runs")
 }
 
+/// `quantforge` run from the directory `dir`.
+pub fn quantforge_in(dir: &Path, args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quantforge")).args(args).current_dir(dir).output().expect("the binary runs")
+}
+
 /// Python with gguf-py importable, or `None` (with a message). CI installs
 /// it, so the differential tests run there; a developer without it is told.
 pub fn python_with_gguf() -> Option<String> {
