@@ -12,6 +12,7 @@ mod quantize;
 mod run;
 mod signals;
 mod split;
+mod verify;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -154,6 +155,9 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Plan per-tensor types that fit a file-size budget with the least weighted error.
     PlanQuant(plan_quant::PlanQuantArgs),
+    /// Check that a file is its claimed derivation, byte for byte: a recipe's export made again
+    /// (`--recipe R`), or a quantization of a base model (`--as "quantize [FLAGS] TYPE" --from BASE`).
+    Verify(verify::VerifyArgs),
     /// Compare two models tensor by tensor: MAE, RMSE, max abs error, cosine similarity, weighted squared error.
     Diff {
         a: PathBuf,
@@ -468,6 +472,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
         }
         Command::Quantize(args) => quantize::run(*args)?,
+        Command::Verify(args) => verify::run(args)?,
         Command::PlanQuant(args) => plan_quant::run(args)?,
         Command::Convert(args) => convert::run(args)?,
         Command::Dequantize { input, output, ty, threads, cache } => {

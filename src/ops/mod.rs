@@ -19,6 +19,7 @@ pub mod metadata;
 pub mod quantize;
 pub mod rename;
 pub mod split;
+pub mod verify;
 
 use std::path::PathBuf;
 
