@@ -367,7 +367,6 @@ fn a_hub_cache_snapshot_converts_as_its_repository() {
 /// `convert_hf_to_gguf.py` writes from them.
 #[test]
 fn bin_checkpoints_convert_as_convert_hf_to_gguf_converts_them() {
-    use sha2::{Digest, Sha256};
     let data = common::repo().join("tests/data/convert");
     let expected: Json = serde_json::from_slice(&std::fs::read(data.join("bin/expected.json")).unwrap()).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -389,8 +388,7 @@ fn bin_checkpoints_convert_as_convert_hf_to_gguf_converts_them() {
             let out = dir.path().join(format!("{name}-{outtype}.gguf"));
             let os = std::ffi::OsStr::new;
             run_quantforge(&[os("convert"), checkpoint.as_os_str(), out.as_os_str(), os("--outtype"), os(outtype)]);
-            let ours: String =
-                Sha256::digest(std::fs::read(&out).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
+            let ours: String = common::sha256_hex(&std::fs::read(&out).unwrap());
             if ours != sha256.as_str().unwrap() {
                 failures.push(format!("{name} {outtype}"));
             }

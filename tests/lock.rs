@@ -4,21 +4,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
-use sha2::{Digest, Sha256};
-
-/// A copy of the quickstart recipe and the tiny model, laid out as in the
-/// repository.
-fn project() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("recipes")).unwrap();
-    std::fs::create_dir_all(dir.path().join("tests/data")).unwrap();
-    std::fs::copy(common::repo().join("recipes/quickstart.toml"), dir.path().join("recipes/quickstart.toml")).unwrap();
-    std::fs::copy(common::tiny_model(), dir.path().join("tests/data/tiny-llama.gguf")).unwrap();
-    let recipe = dir.path().join("recipes/quickstart.toml");
-    (dir, recipe)
-}
+use std::path::Path;
 
 fn run(recipe: &Path, extra: &[&str]) -> std::process::Output {
     let mut args: Vec<&std::ffi::OsStr> = vec!["run".as_ref(), recipe.as_os_str(), "-q".as_ref()];
@@ -27,12 +13,12 @@ fn run(recipe: &Path, extra: &[&str]) -> std::process::Output {
 }
 
 fn sha256(path: &Path) -> String {
-    Sha256::digest(std::fs::read(path).unwrap()).iter().map(|b| format!("{b:02x}")).collect()
+    common::sha256_hex(&std::fs::read(path).unwrap())
 }
 
 #[test]
 fn a_run_writes_the_lock_and_a_second_leaves_it_unchanged() {
-    let (dir, recipe) = project();
+    let (dir, recipe) = common::quickstart_project();
     let lock_path = dir.path().join("recipes/quickstart.lock");
     assert!(run(&recipe, &[]).status.success());
     let first = std::fs::read_to_string(&lock_path).unwrap();
@@ -64,7 +50,7 @@ fn a_run_writes_the_lock_and_a_second_leaves_it_unchanged() {
 
 #[test]
 fn locked_fails_naming_a_changed_input_and_plan_reports_it() {
-    let (dir, recipe) = project();
+    let (dir, recipe) = common::quickstart_project();
     assert!(run(&recipe, &[]).status.success());
     let lock_path = dir.path().join("recipes/quickstart.lock");
     let lock = std::fs::read(&lock_path).unwrap();
@@ -89,7 +75,7 @@ fn locked_fails_naming_a_changed_input_and_plan_reports_it() {
 
 #[test]
 fn locked_fails_when_the_run_would_change_the_lock() {
-    let (dir, recipe) = project();
+    let (dir, recipe) = common::quickstart_project();
     let out = run(&recipe, &["--locked"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("there is no lock file"), "{out:?}");

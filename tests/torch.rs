@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use quantforge::formats::{ContainerFormat, ModelFile, OpenOptions};
 use quantforge::model::Value;
 use serde_json::Value as Json;
-use sha2::{Digest, Sha256};
 
 fn fixtures() -> PathBuf {
     common::repo().join("tests/data/torch")
@@ -22,36 +21,13 @@ fn expected() -> Json {
     serde_json::from_slice(&std::fs::read(fixtures().join("expected.json")).unwrap()).unwrap()
 }
 
-fn sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Every tensor of `file` as torch reads it, by every access path, mapped or not.
+/// Every tensor of `file` as torch reads it, mapped or not.
 fn check_tensors(file: &str, expected: &Json) {
     for use_mmap in [true, false] {
         let model = ModelFile::open(&fixtures().join(file), OpenOptions { use_mmap }).unwrap();
         assert_eq!(model.format, ContainerFormat::PyTorch);
         assert_eq!(model.metadata.len(), expected["metadata"].as_object().unwrap().len(), "{file}");
-        let tensors = expected["tensors"].as_array().unwrap();
-        let names: Vec<&str> = model.tensors.iter().map(|t| t.name.as_str()).collect();
-        let want: Vec<&str> = tensors.iter().map(|t| t["name"].as_str().unwrap()).collect();
-        assert_eq!(names, want, "{file}: the state dict's order");
-        for (tensor, want) in model.tensors.iter().zip(tensors) {
-            let name = &tensor.name;
-            assert_eq!(tensor.ggml_type.name(), want["type"].as_str().unwrap(), "{file} {name}");
-            let dims: Vec<u64> = want["dims"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
-            assert_eq!(tensor.dims, dims, "{file} {name}");
-            let data = model.tensor_data(tensor).unwrap();
-            assert_eq!(sha256(&data), want["sha256"].as_str().unwrap(), "{file} {name} (mmap {use_mmap})");
-            let mut copied = Vec::new();
-            model.copy_tensor_data(tensor, &mut copied).unwrap();
-            assert!(copied == *data, "{file} {name}: copy_tensor_data");
-            let n = tensor.n_bytes();
-            if n >= 4 {
-                let range = model.tensor_data_range(tensor, 1, n - 2).unwrap();
-                assert!(*range == data[1..n as usize - 1], "{file} {name}: a range");
-            }
-        }
+        common::check_tensors(&model, expected["tensors"].as_array().unwrap(), &format!("{file} (mmap {use_mmap})"));
     }
 }
 

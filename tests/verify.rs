@@ -13,12 +13,7 @@ fn verify(args: &[&std::ffi::OsStr]) -> std::process::Output {
 
 /// The quickstart recipe and the tiny model in a scratch project, built once.
 fn built_quickstart() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("recipes")).unwrap();
-    std::fs::create_dir_all(dir.path().join("tests/data")).unwrap();
-    std::fs::copy(common::repo().join("recipes/quickstart.toml"), dir.path().join("recipes/quickstart.toml")).unwrap();
-    std::fs::copy(common::tiny_model(), dir.path().join("tests/data/tiny-llama.gguf")).unwrap();
-    let recipe = dir.path().join("recipes/quickstart.toml");
+    let (dir, recipe) = common::quickstart_project();
     let out = common::quantforge(&["run".as_ref(), recipe.as_os_str(), "-q".as_ref()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     (dir, recipe)

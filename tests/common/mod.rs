@@ -386,3 +386,46 @@ pub fn reference(path_in_llama_cpp: &str) -> Option<PathBuf> {
     eprintln!("skipped: {} is absent; run scripts/fetch-references.sh --build", path.display());
     None
 }
+
+/// The sha256 of `bytes`, in hex (the digest the fixture scripts record).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Checks every tensor of `model` against `expected` (objects with `name`,
+/// `type`, `dims` in ggml order and the `sha256` of its bytes, in the
+/// model's order) by each way its bytes are read: whole, copied, a range.
+pub fn check_tensors(model: &quantforge::formats::ModelFile, expected: &[serde_json::Value], what: &str) {
+    let names: Vec<&str> = model.tensors.iter().map(|t| t.name.as_str()).collect();
+    let want: Vec<&str> = expected.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, want, "{what}: the tensors in order");
+    for (tensor, want) in model.tensors.iter().zip(expected) {
+        let name = &tensor.name;
+        assert_eq!(tensor.ggml_type.name(), want["type"].as_str().unwrap(), "{what} {name}");
+        let dims: Vec<u64> = want["dims"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
+        assert_eq!(tensor.dims, dims, "{what} {name}");
+        let data = model.tensor_data(tensor).unwrap();
+        assert_eq!(sha256_hex(&data), want["sha256"].as_str().unwrap(), "{what} {name}");
+        let mut copied = Vec::new();
+        model.copy_tensor_data(tensor, &mut copied).unwrap();
+        assert!(copied == *data, "{what} {name}: copy_tensor_data");
+        let n = tensor.n_bytes();
+        if n >= 4 {
+            let range = model.tensor_data_range(tensor, 1, n - 2).unwrap();
+            assert!(*range == data[1..n as usize - 1], "{what} {name}: a range");
+        }
+    }
+}
+
+/// A scratch project holding the quickstart recipe and the tiny model laid
+/// out as in the repository: (the project, its `recipes/quickstart.toml`).
+pub fn quickstart_project() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("recipes")).unwrap();
+    std::fs::create_dir_all(dir.path().join("tests/data")).unwrap();
+    std::fs::copy(repo().join("recipes/quickstart.toml"), dir.path().join("recipes/quickstart.toml")).unwrap();
+    std::fs::copy(tiny_model(), dir.path().join("tests/data/tiny-llama.gguf")).unwrap();
+    let recipe = dir.path().join("recipes/quickstart.toml");
+    (dir, recipe)
+}
