@@ -428,7 +428,7 @@ fn onnx_models() {
     check(&[0x08, 0x08, 0x3a, 0x10], expect!["FILE: at byte 3: the graph declares 16 bytes; its message has 0"]);
     check(
         &[0x08, 0x08, 0x3a, 0x02, 0x0b, 0x00],
-        expect!["FILE: at byte 4: the graph: wire type 3 (groups are not read)"],
+        expect!["FILE: at byte 4: a graph: wire type 3 (groups are not read)"],
     );
     check(
         &[0x08, 0x08, 0x3a, 0x02, 0x2a, 0x7f],
@@ -478,6 +478,16 @@ fn onnx_models() {
         &onnx_model(field(15, Field::Bytes(Vec::new()))),
         expect!["FILE: at byte 5: a sparse initializer; sparse tensors are not read"],
     );
+    // Subgraphs nested past the limit: an If in an If in an If…
+    let mut graph = Vec::new();
+    for _ in 0..20 {
+        let attribute = [field(1, Field::Bytes(b"then_branch".to_vec())), field(6, Field::Bytes(graph))].concat();
+        graph = field(
+            1,
+            Field::Bytes([field(4, Field::Bytes(b"If".to_vec())), field(5, Field::Bytes(attribute))].concat()),
+        );
+    }
+    check(&onnx_model(graph), expect!["FILE: at byte 439: subgraphs nested deeper than 16"]);
     let constant = [field(2, Field::Bytes(b"c".to_vec())), field(4, Field::Bytes(b"Constant".to_vec()))].concat();
     check(
         &onnx_model(field(1, Field::Bytes(constant))),

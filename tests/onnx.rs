@@ -52,6 +52,13 @@ fn external_data_in_files_of_their_own_and_at_offsets_in_one_file() {
     check_model("external/shared.onnx", &expected["external/shared.onnx"]);
 }
 
+/// An If's branches hold weights of their own: read with the graph's, in
+/// the order the file holds them.
+#[test]
+fn subgraph_initializers_and_constants_are_read() {
+    check_model("subgraph.onnx", &expected()["subgraph.onnx"]);
+}
+
 fn refusal(path: &Path) -> String {
     let error = ModelFile::open(path, OpenOptions::default()).unwrap_err().to_string();
     let out = common::quantforge(&["inspect".as_ref(), path.as_os_str()]);

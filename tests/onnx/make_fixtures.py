@@ -15,6 +15,8 @@ Writes, with a fixed seed:
   far.onnx       one initializer as external data 5 GB into far.weights (past
                  2^31 and 2^32), a sparse file not kept: tests/onnx.rs makes it
                  again with the same 60 bytes (0.5 * arange(15) as f32) there;
+  subgraph.onnx  an If node whose branches hold initializers and a Constant:
+                 a subgraph's weights are read with the graph's;
   bad-*.onnx     external data that must be refused (beside external/'s
                  files): a missing file, a range past the file's end, a
                  location with `..`, an absolute location, a length that does
@@ -190,6 +192,40 @@ def main():
         for prop in m.metadata_props:
             metadata[f"onnx.metadata.{prop.key}"] = prop.value
         expected[rel] = {"tensors": tensors, "metadata": metadata}
+
+    # Subgraphs: an If's branches with weights of their own.
+    def branch(tag, with_constant):
+        nodes = [helper.make_node("Identity", [f"{tag}.w"], [f"{tag}.out"])]
+        if with_constant:
+            nodes.insert(0, helper.make_node("Constant", [], [f"{tag}.c"], value_ints=[4, 5, 6]))
+        return helper.make_graph(nodes, tag, [], [helper.make_tensor_value_info(f"{tag}.out", TensorProto.FLOAT, None)],
+                                 initializer=[numpy_helper.from_array(values(rng, TensorProto.FLOAT, (2, 2)), f"{tag}.w")])
+    if_node = helper.make_node("If", ["cond"], ["y"], then_branch=branch("then", True), else_branch=branch("else", False))
+    outer = helper.make_graph([if_node], "outer", [helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(values(rng, TensorProto.INT64, (3,)), "outer.w")])
+    sub = helper.make_model(outer, opset_imports=[helper.make_opsetid("", 21)])
+    onnx.save_model(sub, out / "subgraph.onnx")
+    inits, consts = [], []
+
+    def walk(g):
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    walk(attr.g)
+                for sg in attr.graphs:
+                    walk(sg)
+            if node.op_type == "Constant":
+                t = numpy_helper.from_array(np.array(list(node.attribute[0].ints), dtype=np.int64))
+                t.name = node.output[0]
+                consts.append(t)
+        inits.extend(g.initializer)
+
+    walk(onnx.load(out / "subgraph.onnx").graph)
+    expected["subgraph.onnx"] = {
+        "tensors": [expected_of(t, out) for t in inits + consts],
+        "metadata": {"onnx.ir_version": sub.ir_version, "onnx.graph.name": "outer", "onnx.opset.ai.onnx": 21},
+    }
 
     # External data that must be refused, each beside external/'s files.
     base, _ = load(out / "external" / "shared.onnx", None)

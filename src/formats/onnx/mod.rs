@@ -1,5 +1,5 @@
 //! ONNX models: the weights of a `ModelProto` — its graph's initializers
-//! and the values of its `Constant` nodes — with their names and types, and
+//! and the values of its `Constant` nodes, its subgraphs' too — with their names and types, and
 //! the model's description as metadata under [`METADATA_PREFIX`] (IR
 //! version, producer, opsets, graph name, `metadata_props`). The operators
 //! themselves are not read: quantforge converts weights, it does not run
@@ -32,7 +32,8 @@ pub const METADATA_PREFIX: &str = "onnx.";
 /// A model, in the crate's terms.
 pub(crate) struct OnnxHeader {
     pub metadata: Metadata,
-    /// Initializers in graph order, then `Constant` values in node order.
+    /// Initializers, then `Constant` values, each in the order the file holds
+    /// them (a subgraph's where its node is).
     pub tensors: Vec<TensorInfo>,
     /// The files holding external data, as the tensors number them.
     pub externals: Vec<Source>,
@@ -74,7 +75,9 @@ pub(crate) fn read_header(r: &mut ByteReader<'_>, options: OpenOptions) -> Resul
             7 => {
                 w.expect(wire, WireType::Delimited, "the graph")?;
                 let stop = w.delimited_end(end, "the graph")?;
-                read_graph(w, stop, &mut metadata, &mut initializers, &mut constants)?;
+                let mut found = Found { initializers: &mut initializers, constants: &mut constants };
+                let name = read_graph(w, stop, 0, &mut found)?;
+                metadata.push((format!("{METADATA_PREFIX}graph.name"), Value::String(GgufString::from(name))));
             }
             8 => {
                 w.expect(wire, WireType::Delimited, "an opset_import")?;
@@ -129,41 +132,45 @@ pub(crate) fn read_header(r: &mut ByteReader<'_>, options: OpenOptions) -> Resul
     Ok(OnnxHeader { metadata: Metadata::from_unique_entries(metadata), tensors, externals: externals.sources })
 }
 
-fn read_graph(
-    w: &mut Wire<'_, '_>,
-    end: u64,
-    metadata: &mut Vec<(String, Value)>,
-    initializers: &mut Vec<TensorProto>,
-    constants: &mut Vec<TensorProto>,
-) -> Result<()> {
-    w.message(end, "the graph", |w, field, wire| {
+/// Where the weights a graph and its subgraphs hold are gathered, in the
+/// order they appear in the file.
+struct Found<'a> {
+    initializers: &'a mut Vec<TensorProto>,
+    constants: &'a mut Vec<TensorProto>,
+}
+
+/// How deeply subgraphs (an `If`'s branches, a `Loop`'s body) may nest.
+const MAX_GRAPH_DEPTH: usize = 16;
+
+/// Reads a graph's weights into `found`, its subgraphs' too; its name.
+fn read_graph(w: &mut Wire<'_, '_>, end: u64, depth: usize, found: &mut Found<'_>) -> Result<String> {
+    let mut name = String::new();
+    w.message(end, "a graph", |w, field, wire| {
         match field {
             1 => {
                 w.expect(wire, WireType::Delimited, "a node")?;
                 let stop = w.delimited_end(end, "a node")?;
-                if let Some(value) = read_node(w, stop)? {
-                    constants.push(value);
+                if let Some(value) = read_node(w, stop, depth, found)? {
+                    found.constants.push(value);
                 }
             }
-            2 => {
-                let name = w.string(wire, end, "the graph's name")?;
-                metadata.push((format!("{METADATA_PREFIX}graph.name"), Value::String(GgufString::from(name))));
-            }
+            2 => name = w.string(wire, end, "a graph's name")?,
             5 => {
                 w.expect(wire, WireType::Delimited, "an initializer")?;
                 let stop = w.delimited_end(end, "an initializer")?;
-                initializers.push(TensorProto::read(w, stop)?);
+                found.initializers.push(TensorProto::read(w, stop)?);
             }
             15 => return Err(w.error(w.pos(), "a sparse initializer; sparse tensors are not read".into())),
             _ => w.skip(wire, end)?,
         }
         Ok(())
-    })
+    })?;
+    Ok(name)
 }
 
 /// A node's value when it is a `Constant`: its `value` tensor, or a
 /// `value_float(s)`/`value_int(s)` made into one, named after its output.
-fn read_node(w: &mut Wire<'_, '_>, end: u64) -> Result<Option<TensorProto>> {
+fn read_node(w: &mut Wire<'_, '_>, end: u64, depth: usize, found: &mut Found<'_>) -> Result<Option<TensorProto>> {
     let at = w.pos();
     let (mut op_type, mut domain, mut output) = (String::new(), String::new(), None);
     let mut value: Option<(String, TensorProto)> = None;
@@ -175,7 +182,7 @@ fn read_node(w: &mut Wire<'_, '_>, end: u64) -> Result<Option<TensorProto>> {
             5 => {
                 w.expect(wire, WireType::Delimited, "an attribute")?;
                 let stop = w.delimited_end(end, "an attribute")?;
-                if let Some(attribute) = read_attribute(w, stop)? {
+                if let Some(attribute) = read_attribute(w, stop, depth, found)? {
                     value = Some(attribute);
                 }
             }
@@ -199,8 +206,14 @@ fn read_node(w: &mut Wire<'_, '_>, end: u64) -> Result<Option<TensorProto>> {
 }
 
 /// An attribute that can be a Constant's value, as a tensor: `value` (a
-/// `TensorProto`), `value_float(s)` (FLOAT) or `value_int(s)` (INT64).
-fn read_attribute(w: &mut Wire<'_, '_>, end: u64) -> Result<Option<(String, TensorProto)>> {
+/// `TensorProto`), `value_float(s)` (FLOAT) or `value_int(s)` (INT64). The
+/// weights of a subgraph it holds (`g`, `graphs`) go to `found`.
+fn read_attribute(
+    w: &mut Wire<'_, '_>,
+    end: u64,
+    depth: usize,
+    found: &mut Found<'_>,
+) -> Result<Option<(String, TensorProto)>> {
     let at = w.pos();
     let mut name = String::new();
     let mut tensor = None;
@@ -214,6 +227,14 @@ fn read_attribute(w: &mut Wire<'_, '_>, end: u64) -> Result<Option<(String, Tens
                 w.expect(wire, WireType::Delimited, "an attribute's tensor")?;
                 let stop = w.delimited_end(end, "an attribute's tensor")?;
                 tensor = Some(TensorProto::read(w, stop)?);
+            }
+            6 | 11 => {
+                w.expect(wire, WireType::Delimited, "a subgraph")?;
+                if depth == MAX_GRAPH_DEPTH {
+                    return Err(w.error(w.pos(), format!("subgraphs nested deeper than {MAX_GRAPH_DEPTH}")));
+                }
+                let stop = w.delimited_end(end, "a subgraph")?;
+                read_graph(w, stop, depth + 1, found)?;
             }
             _ => w.skip(wire, end)?,
         }
