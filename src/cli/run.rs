@@ -235,14 +235,18 @@ fn update_lock(
     report: &RunReport,
     locked: Option<&lock::Lock>,
 ) -> anyhow::Result<()> {
+    let read;
     let previous = match locked {
-        Some(locked) => Some(locked.clone()),
-        None => lock::read(recipe).unwrap_or_else(|e| {
-            eprintln!("warning: {e}; writing a new one");
-            None
-        }),
+        Some(locked) => Some(locked),
+        None => {
+            read = lock::read(recipe).unwrap_or_else(|e| {
+                eprintln!("warning: {e}; writing a new one");
+                None
+            });
+            read.as_ref()
+        }
     };
-    let new = lock::of_run(engine, recipe, report, previous.as_ref())?;
+    let new = lock::of_run(engine, recipe, report, previous)?;
     match locked {
         Some(old) => match lock::first_difference(old, &new) {
             Some(difference) => {

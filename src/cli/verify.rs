@@ -72,10 +72,7 @@ fn derive_export(args: &VerifyArgs, recipe_path: &Path, scratch: &Path) -> anyho
     let mut recipe = Recipe::load(recipe_path)?;
     let wanted = resolve(&args.file);
     let found = recipe.nodes.iter().position(|node| match &node.op {
-        Op::Export(options) => {
-            crate::ops::export::all_paths(options, 1).iter().any(|p| resolve(p) == wanted)
-                || resolve(&options.path) == wanted
-        }
+        Op::Export(options) => resolve(&options.path) == wanted,
         _ => false,
     });
     let Some(index) = found else {
