@@ -77,6 +77,32 @@ pub fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// sha256 of a file another tool or person will check against (Hugging
+/// Face and most publishers list it), hex.
+pub fn sha256_file(path: &Path) -> io::Result<String> {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut file = open_regular(path, Symlinks::Follow)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match file.read(&mut buf)? {
+            0 => return Ok(hex(&hasher.finalize())),
+            n => hasher.update(&buf[..n]),
+        }
+    }
+}
+
+/// sha256 of `bytes`, hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex(&sha2::Sha256::digest(bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

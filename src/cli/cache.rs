@@ -89,7 +89,7 @@ pub(super) struct CacheDir {
     /// The cache directory (default: the recipe's `[recipe] cache`, else `cache/` in the project
     /// root: the nearest directory above the recipe holding .git or quantforge.toml).
     #[arg(long, value_name = "DIR", env = "QUANTFORGE_CACHE")]
-    cache_dir: Option<PathBuf>,
+    pub(super) cache_dir: Option<PathBuf>,
     #[command(flatten)]
     pub(super) remote: RemoteArgs,
 }

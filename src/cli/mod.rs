@@ -3,6 +3,7 @@
 //! The only module that knows about clap and about stdout/stderr. Data goes to
 //! stdout, logs to stderr; a closed pipe ends the program quietly.
 
+mod attest;
 mod cache;
 mod convert;
 mod diff;
@@ -158,6 +159,9 @@ enum Command {
     /// Check that a file is its claimed derivation, byte for byte: a recipe's export made again
     /// (`--recipe R`), or a quantization of a base model (`--as "quantize [FLAGS] TYPE" --from BASE`).
     Verify(verify::VerifyArgs),
+    /// Write the provenance attestation of a recipe's export: an in-toto Statement with a SLSA
+    /// Provenance predicate (recipe, steps, inputs with digests), signed with --key as a DSSE envelope.
+    Attest(attest::AttestArgs),
     /// Compare two models tensor by tensor: MAE, RMSE, max abs error, cosine similarity, weighted squared error.
     Diff {
         a: PathBuf,
@@ -473,6 +477,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Quantize(args) => quantize::run(*args)?,
         Command::Verify(args) => verify::run(args)?,
+        Command::Attest(args) => attest::run(args)?,
         Command::PlanQuant(args) => plan_quant::run(args)?,
         Command::Convert(args) => convert::run(args)?,
         Command::Dequantize { input, output, ty, threads, cache } => {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::cache::CacheDir;
 use crate::exec::report::{RunReport, Status};
 use crate::exec::units::{self, UnitPlan, UnitSize};
-use crate::exec::{Engine, lock};
+use crate::exec::{Engine, attest, lock};
 use crate::formats::human_bytes;
 use crate::recipe::Recipe;
 use crate::slurm;
@@ -227,8 +227,9 @@ fn check_locked_inputs(engine: &Engine, recipe: &Recipe) -> anyhow::Result<lock:
     Ok(locked)
 }
 
-/// Writes the lock a complete run stands for; under `--locked`, fails
-/// instead when it would differ from `locked`.
+/// Writes the lock a complete run stands for (under `--locked`, fails
+/// instead when it would differ from `locked`), then the attestations of
+/// the exports that ask for one.
 fn update_lock(
     engine: &Engine,
     recipe: &Recipe,
@@ -247,21 +248,20 @@ fn update_lock(
         }
     };
     let new = lock::of_run(engine, recipe, report, previous)?;
-    match locked {
-        Some(old) => match lock::first_difference(old, &new) {
-            Some(difference) => {
-                anyhow::bail!("--locked: {difference}; {} is left as it was", lock::lock_path(recipe)?.display())
-            }
-            None => Ok(()),
-        },
+    match locked.map(|old| lock::first_difference(old, &new)) {
+        Some(Some(difference)) => {
+            anyhow::bail!("--locked: {difference}; {} is left as it was", lock::lock_path(recipe)?.display())
+        }
+        Some(None) => {}
+        // The outputs are written; a lock that cannot be is worth a warning, not a failure.
         None => {
-            // The outputs are written; a lock that cannot be is worth a warning, not a failure.
             if let Err(e) = lock::write(recipe, &new) {
                 eprintln!("warning: {e}");
             }
-            Ok(())
         }
     }
+    attest::write_for_run(recipe, &new, report)?;
+    Ok(())
 }
 
 /// Plans here, hands the units and exports to Slurm, and (with `--wait`)

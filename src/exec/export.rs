@@ -24,6 +24,9 @@ use crate::store::{ActionKind, Key};
 pub(super) struct ExportEntry {
     blobs: Vec<Key>,
     recipe: String,
+    /// The recipe file, resolved (none for a one-shot command's recipe).
+    #[serde(default)]
+    recipe_file: Option<PathBuf>,
     id: String,
     path: PathBuf,
     bytes: u64,
@@ -212,6 +215,24 @@ impl Engine {
             .then(|| paths.into_iter().zip(&entry.files).map(|(path, f)| (path, f.len, f.file_hash)).collect())
     }
 
+    /// The recipe files whose exports wrote `output` (their export path),
+    /// as the store recorded them.
+    pub fn recipes_that_exported(&self, output: &Path) -> Vec<PathBuf> {
+        let wanted = super::outputs::resolve(output);
+        let keys = self.store.list_actions(ActionKind::Export).unwrap_or_default();
+        let mut recipes: Vec<PathBuf> = keys
+            .iter()
+            .filter_map(|(key, _)| {
+                serde_json::from_slice::<ExportEntry>(&self.store.get_action(ActionKind::Export, key)?).ok()
+            })
+            .filter(|entry| super::outputs::resolve(&entry.path) == wanted)
+            .filter_map(|entry| entry.recipe_file)
+            .collect();
+        recipes.sort();
+        recipes.dedup();
+        recipes
+    }
+
     /// True when every file this export wrote before still holds its bytes:
     /// its stat is one we recorded, or its content hashes to what we wrote.
     pub(super) fn export_is_fresh(&self, key: &Key, options: &ExportOptions) -> bool {
@@ -317,6 +338,7 @@ impl Shared {
             let entry = ExportEntry {
                 blobs: Vec::new(),
                 recipe: self.bound.recipe.name.clone(),
+                recipe_file: self.bound.recipe.source.as_deref().map(super::outputs::resolve),
                 id: self.bound.recipe.nodes[i].id.clone(),
                 path: options.path.clone(),
                 bytes: report.bytes_out,

@@ -14,10 +14,7 @@
 //! and to finish when the run would change the lock; `plan` reports drift.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-
-use sha2::{Digest, Sha256};
 
 use super::Engine;
 use super::report::{InputReport, RunReport};
@@ -166,6 +163,31 @@ pub fn of_run(
     report: &RunReport,
     previous: Option<&Lock>,
 ) -> Result<Lock, LockError> {
+    of_part(engine, recipe, report, previous, |_| true, |_| true)
+}
+
+/// The part of the lock export node `export` stands on: the inputs upstream
+/// of it, and its files.
+pub fn of_export(
+    engine: &Engine,
+    recipe: &Recipe,
+    report: &RunReport,
+    previous: Option<&Lock>,
+    export: usize,
+) -> Result<Lock, LockError> {
+    let (_, inputs) = recipe.upstream(export);
+    let names: Vec<&str> = inputs.iter().map(|&j| recipe.inputs[j].name.as_str()).collect();
+    of_part(engine, recipe, report, previous, |name| names.contains(&name), |i| i == export)
+}
+
+fn of_part(
+    engine: &Engine,
+    recipe: &Recipe,
+    report: &RunReport,
+    previous: Option<&Lock>,
+    keep_input: impl Fn(&str) -> bool,
+    keep_export: impl Fn(usize) -> bool,
+) -> Result<Lock, LockError> {
     let dir = recipe_dir(recipe);
     let known: HashMap<(&str, u64), &str> = previous
         .into_iter()
@@ -182,6 +204,7 @@ pub fn of_run(
     let inputs = report
         .inputs
         .iter()
+        .filter(|input| keep_input(&input.name))
         .map(|input| {
             let files = input.files.iter().map(|f| locked_file(&f.path, f.bytes, f.blake3.clone()));
             Ok(LockedInput {
@@ -192,8 +215,11 @@ pub fn of_run(
         })
         .collect::<Result<_, LockError>>()?;
     let mut exports = Vec::new();
-    for (node, node_report) in recipe.nodes.iter().zip(&report.nodes) {
+    for (i, (node, node_report)) in recipe.nodes.iter().zip(&report.nodes).enumerate() {
         let Op::Export(options) = &node.op else { continue };
+        if !keep_export(i) {
+            continue;
+        }
         let recorded = Key::from_hex(&node_report.key).and_then(|key| engine.exported_files(&key, options));
         let Some(recorded) = recorded else { continue };
         let files = recorded.into_iter().map(|(path, size, blake3)| locked_file(&path, size, blake3.hex()));
@@ -260,18 +286,7 @@ pub fn write(recipe: &Recipe, lock: &Lock) -> Result<bool, LockError> {
 }
 
 fn sha256_file(path: &Path) -> Result<String, LockError> {
-    let hash_err = |source| LockError::Hash { path: path.to_owned(), source };
-    let mut file = crate::files::open_regular(path, crate::files::Symlinks::Follow).map_err(hash_err)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf).map_err(hash_err)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    crate::files::sha256_file(path).map_err(|source| LockError::Hash { path: path.to_owned(), source })
 }
 
 fn recipe_dir(recipe: &Recipe) -> PathBuf {
@@ -281,7 +296,7 @@ fn recipe_dir(recipe: &Recipe) -> PathBuf {
 
 /// `path` relative to the recipe's directory `dir` (both resolved; `..`
 /// where it lies outside), so a lock reads the same on every machine.
-fn relative(dir: &Path, path: &Path) -> String {
+pub(super) fn relative(dir: &Path, path: &Path) -> String {
     let resolved = crate::exec::outputs::resolve(path);
     let shared = dir.components().zip(resolved.components()).take_while(|(a, b)| a == b).count();
     let up = dir.components().skip(shared).map(|_| std::path::Component::ParentDir);

@@ -11,6 +11,8 @@
 //! tensor whose bytes are cached is copied, not encoded. So a rerun with
 //! nothing changed costs a `stat` per input and output and a few small reads.
 
+pub mod attest;
+pub mod dsse;
 mod explain;
 mod export;
 pub mod lock;

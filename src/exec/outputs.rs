@@ -190,6 +190,21 @@ pub fn resolve(path: &Path) -> PathBuf {
     }
 }
 
+/// The export node of `recipe` that writes `file`: its path, or one of its
+/// split's shards.
+pub fn find_export(recipe: &Recipe, file: &Path) -> Option<usize> {
+    let wanted = resolve(file);
+    let shard = crate::formats::parse_shard_path(file);
+    recipe.nodes.iter().position(|node| {
+        let Op::Export(options) = &node.op else { return false };
+        let as_shard = match (options.split, &shard) {
+            (SplitMode::Whole, _) | (_, None) => None,
+            (_, Some((_, no, count))) => Some(crate::ops::export::output_path(options, *no, *count)),
+        };
+        resolve(&options.path) == wanted || as_shard.is_some_and(|path| resolve(&path) == wanted)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,7 @@ pub const SPEC: OpSpec = OpSpec::new(
         ParamSpec::required("path", ParamKind::Str),
         ParamSpec::optional("format", ParamKind::Str),
         ParamSpec::optional("split", ParamKind::Table),
+        ParamSpec::optional("attest", ParamKind::Bool),
     ],
 )
 .sink();
@@ -57,6 +58,10 @@ pub struct ExportOptions {
     pub path: PathBuf,
     pub format: ExportFormat,
     pub split: SplitMode,
+    /// Write a provenance attestation beside the output (`PATH.intoto.json`)
+    /// after each complete run. Not part of the key: it changes no byte of
+    /// the output.
+    pub attest: bool,
 }
 
 impl ExportOptions {
@@ -81,7 +86,11 @@ impl ExportOptions {
         {
             problems.push(p.error("split", "a SafeTensors split takes `max_size` only"));
         }
-        if problems.is_empty() { Ok(ExportOptions { path, format, split }) } else { Err(problems) }
+        if problems.is_empty() {
+            Ok(ExportOptions { path, format, split, attest: p.bool("attest") })
+        } else {
+            Err(problems)
+        }
     }
     pub fn key_params(&self) -> serde_json::Value {
         let split = match self.split {

@@ -123,6 +123,31 @@ impl Recipe {
         project_root(dir.unwrap_or(Path::new("."))).join("cache")
     }
 
+    /// What node `index` is made from: the nodes on its path (itself
+    /// included) in dependency order, and the inputs they read or use.
+    pub fn upstream(&self, index: usize) -> (Vec<usize>, Vec<usize>) {
+        let mut nodes = vec![false; self.nodes.len()];
+        let mut inputs = vec![false; self.inputs.len()];
+        nodes[index] = true;
+        // Nodes come after their inputs, so one backward sweep reaches them all.
+        for i in (0..=index).rev() {
+            if !nodes[i] {
+                continue;
+            }
+            for source in &self.nodes[i].from {
+                match *source {
+                    Source::Input(j) => inputs[j] = true,
+                    Source::Node(j) => nodes[j] = true,
+                }
+            }
+            for &j in &self.nodes[i].uses {
+                inputs[j] = true;
+            }
+        }
+        let chosen = |flags: Vec<bool>| flags.iter().enumerate().filter(|(_, f)| **f).map(|(i, _)| i).collect();
+        (chosen(nodes), chosen(inputs))
+    }
+
     /// Validates recipe `text` as if read from `path`.
     pub fn parse(text: &str, path: &Path) -> Result<Recipe, RecipeError> {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -158,6 +183,7 @@ impl Recipe {
             path: job.output.to_owned(),
             format: crate::ops::export::ExportFormat::Gguf,
             split: job.split,
+            attest: false,
         });
         nodes.push(node("export", export, Source::Node(nodes.len() - 1), Vec::new()));
         Recipe { name: job.name.into(), inputs, nodes, source: None, remote: None, jobs: None, cache: None }
@@ -192,6 +218,7 @@ impl Recipe {
             path: output.to_owned(),
             format: crate::ops::export::ExportFormat::Gguf,
             split: crate::ops::export::SplitMode::Whole,
+            attest: false,
         };
         nodes.push(node("export".into(), Op::Export(export), vec![Source::Node(parts.len())]));
         Recipe { name: "assemble".into(), inputs, nodes, source: None, remote: None, jobs: None, cache: None }

@@ -83,8 +83,13 @@ impl LocalStore {
         LocalStore::lock(root, true)
     }
 
+    /// Whether `root` holds a cache (one `open_existing` would open).
+    pub fn exists_at(root: &Path) -> bool {
+        root.join("blobs").is_dir()
+    }
+
     fn check_exists(root: &Path) -> Result<()> {
-        if root.join("blobs").is_dir() {
+        if LocalStore::exists_at(root) {
             return Ok(());
         }
         let problem = match root.exists() {

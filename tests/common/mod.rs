@@ -40,27 +40,26 @@ pub fn quantforge_in(dir: &Path, args: &[&std::ffi::OsStr]) -> Output {
 /// Python with gguf-py importable, or `None` (with a message). CI installs
 /// it, so the differential tests run there; a developer without it is told.
 pub fn python_with_gguf() -> Option<String> {
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&python).args(["-c", "import gguf, numpy"]).output().is_ok_and(|o| o.status.success());
-    if ok {
-        Some(python)
-    } else {
-        assert!(std::env::var_os("CI").is_none(), "CI must install gguf-py (pip install gguf numpy)");
-        eprintln!("skipped: `{python} -c 'import gguf'` failed; pip install gguf numpy");
-        None
-    }
+    python_with("gguf, numpy", "gguf numpy")
 }
 
 /// Python with the `safetensors` package (and numpy) importable, or `None`
 /// (with a message). CI installs it, so the differential tests run there.
 pub fn python_with_safetensors() -> Option<String> {
+    python_with("safetensors, numpy", "safetensors numpy")
+}
+
+/// Python that can `import MODULES`, or `None` (with a message naming the
+/// pip packages); in CI, which installs them, a missing one fails the test.
+pub fn python_with(modules: &str, packages: &str) -> Option<String> {
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&python).args(["-c", "import safetensors, numpy"]).output().is_ok_and(|o| o.status.success());
+    let import = format!("import {modules}");
+    let ok = Command::new(&python).args(["-c", &import]).output().is_ok_and(|o| o.status.success());
     if ok {
         Some(python)
     } else {
-        assert!(std::env::var_os("CI").is_none(), "CI must install safetensors (pip install safetensors numpy)");
-        eprintln!("skipped: `{python} -c 'import safetensors'` failed; pip install safetensors numpy");
+        assert!(std::env::var_os("CI").is_none(), "CI must install {packages} (pip install {packages})");
+        eprintln!("skipped: `{python} -c '{import}'` failed; pip install {packages}");
         None
     }
 }
