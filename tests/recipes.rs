@@ -258,6 +258,52 @@ fn the_cache_belongs_to_the_project_not_the_working_directory() {
     assert!(xdg.path().join("quantforge").is_dir());
 }
 
+/// A quantized model records its importance matrix as the recipe writes its
+/// path (as llama-quantize records its `--imatrix` argument), so the bytes
+/// do not depend on where the command starts; and that name is in the key.
+#[test]
+fn an_importance_matrix_is_recorded_as_the_recipe_writes_it() {
+    let project = tempfile::tempdir().unwrap();
+    let dir = project.path().join("recipes");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(common::tiny_model(), dir.join("tiny.gguf")).unwrap();
+    std::fs::copy(common::repo().join("tests/data/imatrix/tiny-llama.imatrix.gguf"), dir.join("im.gguf")).unwrap();
+    let recipe = dir.join("im.toml");
+    let text = |path: &str| {
+        format!(
+            "[input.tiny]\npath = \"tiny.gguf\"\n[input.im]\npath = \"{path}\"\n\
+             [step.q]\nop = \"quantize\"\nfrom = \"tiny\"\npreset = \"Q4_K_M\"\nimatrix = \"im\"\n\
+             [step.out]\nop = \"export\"\nfrom = \"q\"\npath = \"out/q.gguf\"\n"
+        )
+    };
+    std::fs::write(&recipe, text("im.gguf")).unwrap();
+    let in_dir = |cwd: &Path, args: &[&OsStr]| {
+        Command::new(env!("CARGO_BIN_EXE_quantforge")).current_dir(cwd).args(args).output().unwrap()
+    };
+    let output = dir.join("out/q.gguf");
+    let mut made = Vec::new();
+    for (cwd, cache) in [(project.path(), "c1"), (dir.as_path(), "c2")] {
+        let cache = project.path().join(cache);
+        ok(in_dir(cwd, &[os("run"), recipe.as_os_str(), os("-q"), os("--cache-dir"), cache.as_os_str()]));
+        made.push(std::fs::read(&output).unwrap());
+    }
+    assert!(made[0] == made[1], "the bytes depend on the working directory");
+    let model = quantforge::formats::ModelFile::open(&output, Default::default()).unwrap();
+    assert_eq!(model.metadata.get_str("quantize.imatrix.file"), Some("im.gguf"));
+    let one_shot = project.path().join("one-shot.gguf");
+    let args =
+        [os("quantize"), os("-q"), os("--imatrix"), os("im.gguf"), os("tiny.gguf"), one_shot.as_os_str(), os("Q4_K_M")];
+    ok(in_dir(&dir, &args));
+    assert!(std::fs::read(&one_shot).unwrap() == made[0], "the one-shot command writes other bytes");
+
+    std::fs::write(&recipe, text("./im.gguf")).unwrap();
+    let report = run(&recipe, &project.path().join("c1"), &[]);
+    let q = report["nodes"].as_array().unwrap().iter().find(|n| n["id"] == "q").unwrap();
+    assert_eq!(q["status"], "ran", "another name for the matrix is another key");
+    let model = quantforge::formats::ModelFile::open(&output, Default::default()).unwrap();
+    assert_eq!(model.metadata.get_str("quantize.imatrix.file"), Some("./im.gguf"));
+}
+
 #[test]
 fn changing_one_tensors_type_encodes_one_tensor() {
     let ws = Workspace::new();

@@ -8,6 +8,7 @@ mod cache;
 mod convert;
 mod diff;
 mod inspect;
+mod pack;
 mod plan_quant;
 mod quantize;
 mod run;
@@ -162,6 +163,11 @@ enum Command {
     /// Write the provenance attestation of a recipe's export: an in-toto Statement with a SLSA
     /// Provenance predicate (recipe, steps, inputs with digests), signed with --key as a DSSE envelope.
     Attest(attest::AttestArgs),
+    /// Store a quantization ladder as its base, its importance matrix and each file's derivation
+    /// (plus the bytes no derivation reproduces, zstd-compressed).
+    Pack(pack::PackArgs),
+    /// Make a pack's files again, byte for byte, each checked against its recorded sha256.
+    Unpack(pack::UnpackArgs),
     /// Compare two models tensor by tensor: MAE, RMSE, max abs error, cosine similarity, weighted squared error.
     Diff {
         a: PathBuf,
@@ -253,6 +259,10 @@ struct QuantizeArgs {
     /// Importance matrix (llama.cpp's .dat or GGUF format).
     #[arg(long, value_name = "FILE")]
     imatrix: Option<PathBuf>,
+    /// The name the output records of the importance matrix (`quantize.imatrix.file`; default:
+    /// --imatrix as given), to make again a file made with the matrix elsewhere.
+    #[arg(long, value_name = "NAME", requires = "imatrix")]
+    imatrix_name: Option<PathBuf>,
     /// Use the importance matrix only for these tensors (repeatable).
     #[arg(long = "include-weights", value_name = "TENSOR", conflicts_with = "exclude_weights")]
     include_weights: Vec<String>,
@@ -478,6 +488,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Quantize(args) => quantize::run(*args)?,
         Command::Verify(args) => verify::run(args)?,
         Command::Attest(args) => attest::run(args)?,
+        Command::Pack(args) => pack::pack(args)?,
+        Command::Unpack(args) => pack::unpack(args)?,
         Command::PlanQuant(args) => plan_quant::run(args)?,
         Command::Convert(args) => convert::run(args)?,
         Command::Dequantize { input, output, ty, threads, cache } => {

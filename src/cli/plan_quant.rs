@@ -71,7 +71,7 @@ pub fn plan_for(
 ) -> anyhow::Result<BudgetPlan> {
     let model = ModelFile::open(input, OpenOptions::default())?;
     let imatrix = match imatrix {
-        Some(path) => load_imatrix(path, &base)?,
+        Some(path) => load_imatrix(path, path, &base)?,
         None => None,
     };
     let backend = crate::backend::resolve(crate::backend::Choice::Auto)?;

@@ -1,6 +1,10 @@
 //! `quantforge quantize`: flags to options, the plan or the run's summary to the terminal.
 
+use std::ffi::OsString;
 use std::io::{self, Write};
+use std::path::Path;
+
+use clap::Parser;
 
 use anyhow::Context;
 
@@ -12,8 +16,14 @@ use crate::ops::export::SplitMode;
 use crate::quant::budget::Target;
 use crate::quant::mixture::MixtureOptions;
 use crate::quant::plan::{self as quantize, QuantizeOptions, QuantizePlan, parse_preset};
+use crate::recipe::ExtraInput;
 
-pub(super) fn run(mut args: QuantizeArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: QuantizeArgs) -> anyhow::Result<()> {
+    quantize(args, true)
+}
+
+/// Quantizes as `args` say; `summary`: say what was written, on stderr.
+fn quantize(mut args: QuantizeArgs, summary: bool) -> anyhow::Result<()> {
     // With --target-size the type is the planner's: `IN OUT NTHREADS` then
     // puts the thread count where the type would be.
     if args.target_size.is_some()
@@ -62,14 +72,18 @@ pub(super) fn run(mut args: QuantizeArgs) -> anyhow::Result<()> {
     if args.dry_run {
         let model = ModelFile::open(&args.input, OpenOptions::default())?;
         let imatrix = match &args.imatrix {
-            Some(path) => quantize::load_imatrix(path, &options)?,
+            Some(path) => quantize::load_imatrix(path, args.imatrix_name.as_deref().unwrap_or(path), &options)?,
             None => None,
         };
         let plan = quantize::plan(&model.metadata, &model.tensors, &options, imatrix.as_ref())?;
         return print_plan(&mut io::stdout().lock(), &plan).map_err(Into::into);
     }
     let started = std::time::Instant::now();
-    let extra: Vec<(&str, &std::path::Path)> = args.imatrix.iter().map(|p| ("imatrix", p.as_path())).collect();
+    let extra: Vec<ExtraInput> = args
+        .imatrix
+        .iter()
+        .map(|path| ExtraInput { name: "imatrix", path, as_written: args.imatrix_name.as_deref().unwrap_or(path) })
+        .collect();
     let uses = if extra.is_empty() { Vec::new() } else { vec![1] };
     let mut job = oneshot::job("quantize", &args.input, vec![(Op::Quantize(Box::new(options)), uses)], &args.output);
     job.extra_inputs = &extra;
@@ -87,6 +101,9 @@ pub(super) fn run(mut args: QuantizeArgs) -> anyhow::Result<()> {
             report.output_bytes()
         );
     }
+    if !summary {
+        return Ok(());
+    }
     let totals = &report.totals;
     let kind = match args.target_size {
         Some(budget) => format!("types planned for a budget of {}", human_bytes(budget as f64)),
@@ -103,6 +120,18 @@ pub(super) fn run(mut args: QuantizeArgs) -> anyhow::Result<()> {
     );
     Ok(())
 }
+/// Runs `quantize [FLAGS] BASE OUT TYPE [NTHREADS]` as the command line
+/// would, without a word to the terminal: how `verify --as` and `pack` derive.
+pub(super) fn quantize_quietly<S: AsRef<str>>(flags: &[S], base: &Path, out: &Path, rest: &[S]) -> anyhow::Result<()> {
+    let mut argv: Vec<OsString> = vec!["quantforge".into(), "quantize".into(), "--quiet".into()];
+    argv.extend(flags.iter().map(|f| f.as_ref().into()));
+    argv.extend([base.into(), out.into()]);
+    argv.extend(rest.iter().map(|r| r.as_ref().into()));
+    let cli = super::Cli::try_parse_from(argv)?;
+    let super::Command::Quantize(args) = cli.command else { anyhow::bail!("not a quantize command") };
+    quantize(*args, false)
+}
+
 fn print_plan(out: &mut dyn Write, plan: &QuantizePlan) -> io::Result<()> {
     let width = plan.tensors.iter().map(|t| t.info.name.len()).max().unwrap_or(6);
     for t in &plan.tensors {

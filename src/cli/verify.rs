@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use clap::{CommandFactory, Parser};
+use clap::CommandFactory;
 
 use super::cache::CacheDir;
 use crate::exec::Engine;
@@ -222,13 +222,6 @@ fn derive_quantized(command: &str, base: &Path, scratch: &Path) -> anyhow::Resul
     }
     anyhow::ensure!(!positional.is_empty(), "--as names no type: \"quantize [FLAGS] TYPE\"");
     let derived = scratch.join("derived.gguf");
-    let mut argv: Vec<std::ffi::OsString> = vec!["quantforge".into(), "quantize".into(), "--quiet".into()];
-    argv.extend(flags.iter().map(Into::into));
-    argv.push(base.into());
-    argv.push(derived.clone().into());
-    argv.extend(positional.iter().map(Into::into));
-    let cli = super::Cli::try_parse_from(argv).map_err(|e| anyhow::anyhow!("--as: {e}"))?;
-    let super::Command::Quantize(quantize) = cli.command else { anyhow::bail!("--as: not a quantize command") };
-    super::quantize::run(*quantize)?;
+    super::quantize::quantize_quietly(&flags, base, &derived, &positional).map_err(|e| anyhow::anyhow!("--as: {e}"))?;
     Ok(derived)
 }

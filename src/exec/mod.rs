@@ -339,6 +339,7 @@ impl Engine {
             }
             for &j in &node.uses {
                 key.key(&input_hash(&inputs, j));
+                key.str(&recipe.inputs[j].as_written.to_string_lossy());
             }
             keys.push(key.finish());
         }
@@ -845,7 +846,10 @@ impl Shared {
             Op::Dequantize(o) => ops::quantize::apply(input()?, &o.quantize_options(), None, &*self.store)?,
             Op::Quantize(o) => {
                 let imatrix = match node.uses.first() {
-                    Some(&j) => crate::quant::plan::load_imatrix(&self.bound.recipe.inputs[j].path, o)?,
+                    Some(&j) => {
+                        let decl = &self.bound.recipe.inputs[j];
+                        crate::quant::plan::load_imatrix(&decl.path, &decl.as_written, o)?
+                    }
                     None => None,
                 };
                 let input = input()?;

@@ -15,6 +15,7 @@ pub mod gguf;
 mod input;
 pub mod onnx;
 mod output;
+pub mod pack;
 pub mod safetensors;
 pub mod sentencepiece;
 mod source;

@@ -310,6 +310,12 @@ impl ImportanceMatrix {
         Err(self.error(ImatrixErrorKind::UnknownTensors { count: unknown.len(), first }))
     }
 
+    /// Records the matrix in a quantized model as `name` instead of the path
+    /// it was read from.
+    pub fn record_as(&mut self, name: &Path) {
+        self.path = name.to_owned();
+    }
+
     /// The `quantize.imatrix.*` keys llama-quantize writes, in its order:
     /// the file name as given and the first dataset (each cut to 127 bytes),
     /// the entry count (after filtering) and, when positive, the chunk count,

@@ -231,11 +231,13 @@ pub fn plan(
 /// the include/exclude lists, checked finite, and none if nothing is left.
 pub fn load_imatrix(
     path: &std::path::Path,
+    recorded_as: &std::path::Path,
     options: &QuantizeOptions,
 ) -> Result<Option<ImportanceMatrix>, ImatrixError> {
     let mut m = ImportanceMatrix::load(path)?;
     m.filter(&options.include_weights, &options.exclude_weights);
     m.check_finite()?;
+    m.record_as(recorded_as);
     Ok((!m.is_empty()).then_some(m))
 }
 

@@ -45,6 +45,11 @@ pub struct InputDecl {
     pub name: String,
     /// Resolved against the recipe's directory.
     pub path: PathBuf,
+    /// The path as the recipe (or the command line) wrote it: what a model
+    /// quantized with this input as its importance matrix records of it, as
+    /// llama-quantize records its `--imatrix` argument. Part of the keys of
+    /// the nodes that use it, never of the nodes that read it.
+    pub as_written: PathBuf,
     /// `blake3 = "…"`: the run fails if the file's hash differs.
     pub pin: Option<Key>,
 }
@@ -158,10 +163,16 @@ impl Recipe {
     /// The recipe a one-shot command runs: read the input, apply the ops in
     /// order, export.
     pub fn one_shot(job: OneShot<'_>) -> Recipe {
-        let mut inputs = vec![InputDecl { name: "model".into(), path: job.input.to_owned(), pin: None }];
-        inputs.extend(job.extra_inputs.iter().map(|(n, p)| InputDecl {
-            name: (*n).into(),
-            path: p.to_path_buf(),
+        let mut inputs = vec![InputDecl {
+            name: "model".into(),
+            path: job.input.to_owned(),
+            as_written: job.input.to_owned(),
+            pin: None,
+        }];
+        inputs.extend(job.extra_inputs.iter().map(|extra| InputDecl {
+            name: extra.name.into(),
+            path: extra.path.to_path_buf(),
+            as_written: extra.as_written.to_path_buf(),
             pin: None,
         }));
         let node = |id: &str, op: Op, from: Source, uses: Vec<usize>| NodeDecl {
@@ -196,7 +207,12 @@ impl Recipe {
         let inputs: Vec<InputDecl> = parts
             .iter()
             .enumerate()
-            .map(|(i, path)| InputDecl { name: format!("part{}", i + 1), path: path.to_path_buf(), pin: None })
+            .map(|(i, path)| InputDecl {
+                name: format!("part{}", i + 1),
+                path: path.to_path_buf(),
+                as_written: path.to_path_buf(),
+                pin: None,
+            })
             .collect();
         let node = |id: String, op: Op, from: Vec<Source>| NodeDecl {
             step: id.clone(),
@@ -230,11 +246,20 @@ pub struct OneShot<'a> {
     pub name: &'a str,
     pub input: &'a Path,
     /// Named inputs the ops refer to by index from 1 (an importance matrix).
-    pub extra_inputs: &'a [(&'a str, &'a Path)],
+    pub extra_inputs: &'a [ExtraInput<'a>],
     /// `load` or `merge-shards`.
     pub read: Op,
     /// Each op with the indices of the inputs its parameters name.
     pub ops: Vec<(Op, Vec<usize>)>,
     pub output: &'a Path,
     pub split: crate::ops::export::SplitMode,
+}
+
+/// An input of a one-shot command besides its model.
+#[derive(Debug, Clone, Copy)]
+pub struct ExtraInput<'a> {
+    pub name: &'a str,
+    pub path: &'a Path,
+    /// See [`InputDecl::as_written`].
+    pub as_written: &'a Path,
 }

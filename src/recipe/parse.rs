@@ -218,7 +218,7 @@ fn parse_input(
         diags.push(Diagnostic::new(format!("input `{}` has no `path`", name.get_ref()), name.span()));
         return None;
     };
-    Some(InputDecl { name: name.get_ref().to_string(), path: dir.join(path), pin })
+    Some(InputDecl { name: name.get_ref().to_string(), path: dir.join(&path), as_written: PathBuf::from(path), pin })
 }
 
 fn parse_step(
