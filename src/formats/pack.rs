@@ -312,8 +312,9 @@ impl Pack {
     pub fn open(path: &Path) -> Result<Pack, PackError> {
         let file = open(path)?;
         let len = file.metadata().map_err(io_at(path))?.len();
+        let read_at = |buf: &mut [u8], offset: u64| file.read_exact_at(buf, offset);
         let manifest =
-            read_manifest(&file, len).map_err(|problem| PackError::Malformed { path: path.into(), problem })?;
+            read_manifest(&read_at, len).map_err(|problem| PackError::Malformed { path: path.into(), problem })?;
         Ok(Pack { path: path.to_owned(), file, manifest })
     }
 
@@ -373,16 +374,17 @@ impl Pack {
     }
 }
 
-/// Reads and checks the manifest of a pack of `len` bytes.
-fn read_manifest(file: &File, len: u64) -> Result<Manifest, String> {
+/// Reads and checks the manifest of a pack of `len` bytes, read through
+/// `read_at` (bytes at an offset).
+fn read_manifest(read_at: &dyn Fn(&mut [u8], u64) -> io::Result<()>, len: u64) -> Result<Manifest, String> {
     let magic = MAGIC.len() as u64;
     if len < 2 * magic + 8 {
         return Err(format!("{len} bytes, too short"));
     }
     let mut head = [0u8; 8];
     let mut tail = [0u8; 16];
-    file.read_exact_at(&mut head, 0).map_err(|e| e.to_string())?;
-    file.read_exact_at(&mut tail, len - 16).map_err(|e| e.to_string())?;
+    read_at(&mut head, 0).map_err(|e| e.to_string())?;
+    read_at(&mut tail, len - 16).map_err(|e| e.to_string())?;
     if &head != MAGIC || &tail[8..] != MAGIC {
         return Err("no QFPACK magic at its start and end".into());
     }
@@ -393,10 +395,22 @@ fn read_manifest(file: &File, len: u64) -> Result<Manifest, String> {
         return Err(format!("a manifest of {manifest_len} bytes does not fit"));
     };
     let mut json = vec![0u8; manifest_len as usize];
-    file.read_exact_at(&mut json, blobs_end).map_err(|e| e.to_string())?;
+    read_at(&mut json, blobs_end).map_err(|e| e.to_string())?;
     let manifest: Manifest = serde_json::from_slice(&json).map_err(|e| format!("manifest at byte {blobs_end}: {e}"))?;
     check_manifest(&manifest, magic, blobs_end)?;
     Ok(manifest)
+}
+
+/// The checked manifest of a pack held in memory (for the fuzzer).
+pub fn manifest_of(pack: &[u8]) -> Result<Manifest, String> {
+    let read_at = |buf: &mut [u8], offset: u64| {
+        let start = usize::try_from(offset).map_err(io::Error::other)?;
+        let bytes = pack.get(start..).and_then(|rest| rest.get(..buf.len()));
+        let bytes = bytes.ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(bytes);
+        Ok(())
+    };
+    read_manifest(&read_at, pack.len() as u64)
 }
 
 fn check_manifest(manifest: &Manifest, blobs_start: u64, blobs_end: u64) -> Result<(), String> {
