@@ -11,7 +11,7 @@ use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::quant::imatrix::KV_QUANTIZE_IMATRIX_FILE;
 use crate::quant::mixture;
 use crate::quant::plan::parse_preset;
-use crate::types::FileType;
+use crate::types::{FileType, GgmlType};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct PackArgs {
@@ -116,18 +116,17 @@ fn best_derivation(
 ) -> anyhow::Result<Option<(Derivation, Vec<Span>)>> {
     let Ok(model) = ModelFile::open(claimed, OpenOptions::default()) else { return Ok(None) };
     let file_type = model.metadata.get("general.file_type").and_then(|v| v.as_u64());
-    let Some(preset) = file_type.and_then(|id| FileType::from_id(id as u32)).map(FileType::name) else {
-        return Ok(None);
-    };
-    if parse_preset(preset).is_err() {
-        return Ok(None);
-    }
     let recorded = model.metadata.get_str(KV_QUANTIZE_IMATRIX_FILE).map(str::to_owned);
-    let first = Derivation {
-        preset: preset.to_owned(),
-        flags: Vec::new(),
-        imatrix: recorded.clone().filter(|_| imatrix.is_some()),
+    let imatrix_name = recorded.clone().filter(|_| imatrix.is_some());
+    let preset = file_type.and_then(|id| FileType::from_id(id as u32)).map(FileType::name);
+    let first = match preset.filter(|p| parse_preset(p).is_ok()) {
+        Some(preset) => Derivation { preset: preset.to_owned(), flags: Vec::new(), imatrix: imatrix_name },
+        None => match typed_derivation(&model, file_type, imatrix_name) {
+            Some(derivation) => derivation,
+            None => return Ok(None),
+        },
     };
+    let typed = first.flags.iter().any(|f| f == "--tensor-type");
     let mut best: Option<(Derivation, Vec<Span>)> = None;
     let mut tried = Vec::new();
     let mut next = Some(first);
@@ -141,6 +140,7 @@ fn best_derivation(
         let spans = pack::delta(claimed, &attempt)?;
         let stored = pack::literal_bytes(&spans);
         next = match stored {
+            _ if typed => None,
             0 => None,
             _ => refine(
                 &derivation,
@@ -158,6 +158,37 @@ fn best_derivation(
         }
     }
     Ok(best)
+}
+
+/// For a file of a preset quantforge does not make: a derivation that
+/// makes each tensor of a type quantforge writes in that type (one
+/// `--tensor-type` per type, naming its tensors) and records the file's
+/// type, so that only the other tensors' bytes (and the tensor infos naming
+/// their types) are stored. `None` when no tensor has such a type.
+fn typed_derivation(model: &ModelFile, file_type: Option<u64>, imatrix: Option<String>) -> Option<Derivation> {
+    let mut by_type: Vec<(GgmlType, Vec<String>)> = Vec::new();
+    for tensor in model.tensors.iter().filter(|t| t.ggml_type != GgmlType::F32) {
+        if !crate::codecs::can_quantize(tensor.ggml_type) {
+            continue;
+        }
+        let escaped = regex::escape(&tensor.name);
+        match by_type.iter_mut().find(|(ty, _)| *ty == tensor.ggml_type) {
+            Some((_, names)) => names.push(escaped),
+            None => by_type.push((tensor.ggml_type, vec![escaped])),
+        }
+    }
+    if by_type.is_empty() {
+        return None;
+    }
+    let mut flags = Vec::new();
+    if let Some(id) = file_type {
+        flags.extend(["--override-kv".to_owned(), format!("general.file_type=int:{id}")]);
+    }
+    for (ty, names) in by_type {
+        let pattern = format!("^({})$={}", names.join("|"), ty.name().to_lowercase());
+        flags.extend(["--tensor-type".to_owned(), pattern]);
+    }
+    Some(Derivation { preset: "Q8_0".to_owned(), flags, imatrix })
 }
 
 /// The next derivation worth trying after `tried` made `made`: flags for

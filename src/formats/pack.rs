@@ -175,12 +175,17 @@ pub fn delta(claimed: &Path, derived: &Path) -> Result<Vec<Span>, PackError> {
         }
         _ => spans.push(span),
     };
-    // The header: everything before the first tensor's data.
+    // The header (everything before the first tensor's data): as much of
+    // its start as the derived header shares (the metadata, when only tensor
+    // types differ), the rest stored.
     let header = tensors.first().map_or(len, |t| t.file_offset);
-    push(match header == b_first && same(0, 0, header)? {
-        true => Span::Derived { offset: 0, length: header },
-        false => Span::Literal { offset: 0, length: header },
-    });
+    let shared = common_prefix(&fa, &fb, header.min(b_first)).map_err(io_at(claimed))?;
+    if shared > 0 {
+        push(Span::Derived { offset: 0, length: shared });
+    }
+    if shared < header {
+        push(Span::Literal { offset: shared, length: header - shared });
+    }
     for (k, tensor) in tensors.iter().enumerate() {
         let end = tensors.get(k + 1).map_or(len, |next| next.file_offset);
         let data_end = (tensor.file_offset + tensor.stored_len).min(end);
@@ -207,6 +212,23 @@ pub fn delta(claimed: &Path, derived: &Path) -> Result<Vec<Span>, PackError> {
 /// Bytes a delta stores rather than derives.
 pub fn literal_bytes(spans: &[Span]) -> u64 {
     spans.iter().map(|s| if let Span::Literal { length, .. } = *s { length } else { 0 }).sum()
+}
+
+/// How many of the first `limit` bytes of `a` and `b` are equal.
+fn common_prefix(a: &File, b: &File, limit: u64) -> io::Result<u64> {
+    const CHUNK: u64 = 1 << 16;
+    let (mut ba, mut bb) = (vec![0u8; CHUNK as usize], vec![0u8; CHUNK as usize]);
+    let mut done = 0;
+    while done < limit {
+        let n = (limit - done).min(CHUNK) as usize;
+        a.read_exact_at(&mut ba[..n], done)?;
+        b.read_exact_at(&mut bb[..n], done)?;
+        if let Some(at) = ba[..n].iter().zip(&bb[..n]).position(|(x, y)| x != y) {
+            return Ok(done + at as u64);
+        }
+        done += n as u64;
+    }
+    Ok(limit)
 }
 
 fn equal_ranges(a: &File, a_off: u64, b: &File, b_off: u64, length: u64) -> io::Result<bool> {
