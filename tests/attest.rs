@@ -12,15 +12,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
-fn quantforge(args: &[&dyn AsRef<OsStr>]) -> std::process::Output {
-    let args: Vec<&OsStr> = args.iter().map(|a| a.as_ref()).collect();
-    common::quantforge(&args)
-}
-
-fn ok(out: std::process::Output) -> String {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
+use common::{quantforge_with as quantforge, stdout_of_success as ok};
 
 fn failed(out: std::process::Output) -> String {
     assert_eq!(out.status.code(), Some(1), "{out:?}");

@@ -234,6 +234,7 @@ fn quantize_refusals() {
     let tiny = common::tiny_model();
     let (q4, out) = (dir.path().join("q4.gguf"), dir.path().join("out.gguf"));
     quantize_fails(&[tiny.as_os_str(), out.as_os_str(), "Q9_Z".as_ref()], "valid types are F32, F16, Q4_0, Q4_1");
+    quantize_fails(&[tiny.as_os_str(), out.as_os_str(), "Q4_K_N".as_ref()], "did you mean `Q4_K_S`?");
     let output = common::quantforge(&["quantize".as_ref(), tiny.as_os_str(), q4.as_os_str(), "Q4_K_M".as_ref()]);
     assert!(output.status.success());
     quantize_fails(&[q4.as_os_str(), out.as_os_str(), "Q8_0".as_ref()], "requantizing from type Q6_K is disabled");

@@ -9,15 +9,7 @@ mod common;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-fn quantforge(args: &[&dyn AsRef<OsStr>]) -> std::process::Output {
-    let args: Vec<&OsStr> = args.iter().map(|a| a.as_ref()).collect();
-    common::quantforge(&args)
-}
-
-fn ok(out: std::process::Output) -> String {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
+use common::{quantforge_with as quantforge, stdout_of_success as ok};
 
 fn imatrix() -> PathBuf {
     common::repo().join("tests/data/imatrix/tiny-llama.imatrix.gguf")

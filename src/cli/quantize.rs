@@ -13,6 +13,7 @@ use crate::exec::oneshot;
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::ops::Op;
 use crate::ops::export::SplitMode;
+use crate::params::nearest;
 use crate::quant::budget::Target;
 use crate::quant::mixture::MixtureOptions;
 use crate::quant::plan::{self as quantize, QuantizeOptions, QuantizePlan, parse_preset};
@@ -33,7 +34,10 @@ fn quantize(mut args: QuantizeArgs, summary: bool) -> anyhow::Result<()> {
         args.preset = None;
     }
     let ftype = match &args.preset {
-        Some(preset) => parse_preset(preset).map_err(|e| anyhow::anyhow!("{e}"))?,
+        Some(preset) => parse_preset(preset).map_err(|e| match nearest(preset, quantize::preset_names()) {
+            Some(near) => anyhow::anyhow!("{e}\n  did you mean `{near}`?"),
+            None => anyhow::anyhow!("{e}"),
+        })?,
         None => plan_quant::base_options().mixture.ftype,
     };
     let mut mixture = MixtureOptions::new(ftype);

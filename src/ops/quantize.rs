@@ -49,7 +49,15 @@ impl QuantizeOptions {
                 problems.push(p.error("budget", "give a `preset` or a `budget`, not both"));
                 None
             }
-            (Some((name, _)), None) => parse_preset(name).map_err(|e| problems.push(p.error("preset", e))).ok(),
+            (Some((name, _)), None) => parse_preset(name)
+                .map_err(|e| {
+                    let problem = p.error("preset", e);
+                    problems.push(match crate::params::nearest(name, crate::quant::plan::preset_names()) {
+                        Some(near) => problem.with_hint(format!("did you mean `{near}`?")),
+                        None => problem,
+                    })
+                })
+                .ok(),
             (None, Some(_)) => Some(crate::quant::budget::probe_preset()),
             (None, None) => None,
         };

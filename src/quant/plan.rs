@@ -100,12 +100,17 @@ impl QuantizeOptions {
 /// A preset by name or llama ftype number, as llama-quantize accepts it,
 /// among those whose main type quantforge can encode.
 pub fn parse_preset(text: &str) -> Result<FileType, String> {
-    let supported = |f: &FileType| mixture::default_type(*f).is_some_and(crate::codecs::can_quantize);
     let by_number = text.parse::<u32>().ok().and_then(FileType::from_id);
-    by_number.or_else(|| FileType::from_name(text)).filter(supported).ok_or_else(|| {
-        let names: Vec<&str> = FileType::all().filter(supported).map(FileType::name).collect();
+    by_number.or_else(|| FileType::from_name(text)).filter(|f| preset_names().any(|n| n == f.name())).ok_or_else(|| {
+        let names: Vec<&str> = preset_names().collect();
         format!("unknown quantization type `{text}`; valid types are {}", names.join(", "))
     })
+}
+
+/// The presets quantforge makes, by name, in llama.h's order.
+pub fn preset_names() -> impl Iterator<Item = &'static str> {
+    let supported = |f: &FileType| mixture::default_type(*f).is_some_and(crate::codecs::can_quantize);
+    FileType::all().filter(supported).map(FileType::name)
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -33,6 +33,20 @@ pub fn quantforge(args: &[&std::ffi::OsStr]) -> Output {
 }
 
 /// `quantforge` run from the directory `dir`.
+/// `quantforge` with arguments of any kind that reads as an OS string
+/// (`&"run"`, `&path`, …).
+pub fn quantforge_with(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+    quantforge(&args)
+}
+
+/// The standard output of a command that must have succeeded (else the test
+/// fails, showing its standard error).
+pub fn stdout_of_success(out: Output) -> String {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
 pub fn quantforge_in(dir: &Path, args: &[&std::ffi::OsStr]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_quantforge")).args(args).current_dir(dir).output().expect("the binary runs")
 }
