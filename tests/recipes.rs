@@ -304,6 +304,48 @@ fn an_importance_matrix_is_recorded_as_the_recipe_writes_it() {
     assert_eq!(model.metadata.get_str("quantize.imatrix.file"), Some("./im.gguf"));
 }
 
+/// `preset` takes llama-quantize's ftype numbers too (alone or in a fan-out
+/// list), naming the node by the number, with the preset's bytes.
+#[test]
+fn a_preset_may_be_its_ftype_number() {
+    let ws = Workspace::new();
+    let recipe = ws.recipe("numbers.toml", &LADDER.replace(r#"["Q8_0", "Q4_K_M", "Q3_K_S"]"#, r#"[7, "Q6_K"]"#));
+    let report = run(&recipe, &ws.cache(), &[]);
+    let ids: Vec<&str> = report["nodes"].as_array().unwrap().iter().map(|n| n["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&"q[preset=7]") && ids.contains(&"q[preset=Q6_K]"), "{ids:?}");
+    let one_shot = ws.path("q8.gguf");
+    ok(common::quantforge(&[
+        os("quantize"),
+        os("-q"),
+        ws.path("tiny.gguf").as_os_str(),
+        one_shot.as_os_str(),
+        os("Q8_0"),
+    ]));
+    assert!(std::fs::read(ws.path("out/tiny-7.gguf")).unwrap() == std::fs::read(&one_shot).unwrap());
+}
+
+/// Ops are kebab-case and fields snake_case; the other spelling of either
+/// reads the same, and a field given in both spellings is refused.
+#[test]
+fn op_and_field_names_take_either_separator() {
+    let parse = |text: &str| Recipe::parse(text, Path::new("r.toml"));
+    let with = |field: &str, op: &str| {
+        LADDER.replace("from = \"tiny\"\n", &format!("from = \"tiny\"\n{field} = \"Q8_0\"\n")).replace(
+            "[step.out]",
+            &format!("[step.named]\nop = \"{op}\"\nfrom = \"q\"\nset = [\"general.name=str:x\"]\n\n[step.out]"),
+        )
+    };
+    let keys = |recipe: &Recipe| recipe.nodes.iter().map(|n| n.op.key_params().to_string()).collect::<Vec<_>>();
+    let snake = parse(&with("output_tensor_type", "set-metadata")).unwrap();
+    let kebab = parse(&with("output-tensor-type", "set_metadata")).unwrap();
+    assert_eq!(keys(&snake), keys(&kebab));
+    assert!(keys(&snake)[1].contains("\"output_tensor_type\":\"Q8_0\""), "{:?}", keys(&snake));
+    let both = with("output_tensor_type", "set-metadata")
+        .replace("from = \"tiny\"\n", "from = \"tiny\"\noutput-tensor-type = \"Q6_K\"\n");
+    let error = parse(&both).err().unwrap().to_string();
+    assert!(error.contains("`output_tensor_type` is given twice"), "{error}");
+}
+
 #[test]
 fn changing_one_tensors_type_encodes_one_tensor() {
     let ws = Workspace::new();
@@ -467,6 +509,9 @@ fn verify_finds_corruption_and_gc_collects() {
 
     // Collecting everything, then running again, rebuilds what is needed.
     std::fs::remove_file(&blob).unwrap();
+    // Nothing is two weeks old (ages take weeks as they take days): no blob goes.
+    let young = ok(cache_cmd(&["gc", "--older-than", "2w"]));
+    assert!(young.contains(", 0 blobs (0 B)"), "{young}");
     std::fs::write(ws.cache().join("tmp/stray"), b"left by a killed run").unwrap();
     let gc = ok(cache_cmd(&["gc", "--max-size", "0"]));
     assert!(gc.contains("1 temporary files"), "{gc}");

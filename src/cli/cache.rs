@@ -38,7 +38,7 @@ pub(super) enum CacheCommand {
         /// Keep at most this much: bytes, or a number with K, M, G (10^3…) or KiB, MiB, GiB.
         #[arg(long, value_name = "SIZE", value_parser = crate::formats::parse_size)]
         max_size: Option<u64>,
-        /// Remove entries not used for this long: a number with s, m, h or d (e.g. 30d).
+        /// Remove entries not used for this long: a number with s, m, h, d or w (e.g. 30d, 2w).
         #[arg(long, value_name = "AGE", value_parser = parse_age)]
         older_than: Option<Duration>,
         /// Collect the remote cache (--cache-url) instead: entries not written or read for
@@ -402,17 +402,18 @@ fn format_age(age: Duration) -> String {
     }
 }
 
-/// `90s`, `15m`, `12h`, `30d`.
+/// `90s`, `15m`, `12h`, `30d`, `2w`.
 fn parse_age(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let (number, unit) = t.split_at(t.len().saturating_sub(1));
-    let n: u64 = number.parse().map_err(|_| format!("`{text}` is not an age like 30d or 12h"))?;
+    let n: u64 = number.parse().map_err(|_| format!("`{text}` is not an age like 2w, 30d or 12h"))?;
     let seconds = match unit {
         "s" => n,
         "m" => n * 60,
         "h" => n * 3600,
         "d" => n * 86400,
-        _ => return Err(format!("`{text}` is not an age like 30d or 12h")),
+        "w" => n * 7 * 86400,
+        _ => return Err(format!("`{text}` is not an age like 2w, 30d or 12h")),
     };
     Ok(Duration::from_secs(seconds))
 }

@@ -182,8 +182,9 @@ enum Command {
     Split {
         input: PathBuf,
         out_prefix: PathBuf,
-        /// Most bytes of tensor data per shard: a number and M (10^6) or G (10^9), e.g. 100M, 2G.
-        #[arg(long, value_name = "N(M|G)", value_parser = crate::ops::split::parse_max_size,
+        /// Most bytes of tensor data per shard: llama-gguf-split's 100M and 2G (10^6, 10^9), or
+        /// 1.5GB, 2GiB, a number of bytes — the sizes recipes take.
+        #[arg(long, value_name = "SIZE", value_parser = crate::formats::parse_size,
               conflicts_with = "max_tensors", required_unless_present = "max_tensors")]
         max_size: Option<u64>,
         /// Most tensors per shard.

@@ -18,7 +18,7 @@ pub const SPEC: OpSpec = OpSpec::new(
     "convert",
     1,
     &[
-        ParamSpec::optional("outtype", ParamKind::Str).fanning_out(),
+        ParamSpec::optional("outtype", ParamKind::Name).fanning_out(),
         ParamSpec::optional("pre", ParamKind::Str),
         ParamSpec::optional("model_name", ParamKind::Str),
     ],

@@ -116,7 +116,7 @@ fn split_from_params(p: &Params, problems: &mut Vec<Diagnostic>) -> SplitMode {
     let mut no_tensor_first_split = false;
     for (field, value) in p.table("split") {
         match (field, &value.value) {
-            ("max_size", ParamValue::Str(text)) => match split::parse_max_size(text).or_else(|_| parse_size(text)) {
+            ("max_size", ParamValue::Str(text)) => match parse_size(text) {
                 Ok(bytes) if bytes > 0 => limit = Some(SplitLimit::MaxSize(bytes)),
                 _ => problems.push(
                     Diagnostic::new(format!("`{text}` is not a size"), value.span.clone())

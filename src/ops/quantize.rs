@@ -21,7 +21,7 @@ pub const SPEC: OpSpec = OpSpec::new(
     "quantize",
     1,
     &[
-        ParamSpec::optional("preset", ParamKind::Str).fanning_out(),
+        ParamSpec::optional("preset", ParamKind::Name).fanning_out(),
         ParamSpec::optional("budget", ParamKind::Str).fanning_out(),
         ParamSpec::optional("override", ParamKind::TableList),
         ParamSpec::optional("imatrix", ParamKind::InputName),

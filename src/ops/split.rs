@@ -81,21 +81,6 @@ pub enum SplitError {
     TensorTotal { first: PathBuf, expected: u64, found: u64 },
 }
 
-/// Parses a llama-gguf-split size: a positive integer followed by `M`
-/// (10^6 bytes) or `G` (10^9 bytes).
-pub fn parse_max_size(text: &str) -> Result<u64, String> {
-    let (number, unit) = match text.as_bytes().last() {
-        Some(b'M') => (&text[..text.len() - 1], 1_000_000u64),
-        Some(b'G') => (&text[..text.len() - 1], 1_000_000_000u64),
-        _ => return Err(format!("`{text}`: supported units are M (megabytes) or G (gigabytes)")),
-    };
-    let n: u64 = number.parse().map_err(|_| format!("`{text}` is not a number followed by M or G"))?;
-    if n == 0 {
-        return Err(format!("`{text}`: size must be a positive value"));
-    }
-    n.checked_mul(unit).ok_or_else(|| format!("`{text}` is too large"))
-}
-
 /// Assigns tensors to shards and builds each shard's metadata, exactly as
 /// llama-gguf-split does. Pure: no I/O.
 pub fn plan_split(

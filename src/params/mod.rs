@@ -17,6 +17,9 @@ pub type Span = Range<usize>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ParamKind {
     Str,
+    /// A name, or a number standing for one (a preset's ftype number, as
+    /// llama-quantize takes it): read as the number's digits.
+    Name,
     Bool,
     /// A list of strings.
     StrList,
@@ -34,6 +37,7 @@ impl ParamKind {
     pub fn describe(self) -> &'static str {
         match self {
             ParamKind::Str => "a string",
+            ParamKind::Name => "a name or a number",
             ParamKind::Bool => "true or false",
             ParamKind::StrList => "a list of strings",
             ParamKind::StrMap => "a table of strings",

@@ -240,7 +240,8 @@ fn parse_step(
     let op_names: Vec<&str> = ops::SPECS.iter().map(|s| s.name).collect();
     match fields.get("op") {
         Some(op) => match op.get_ref().as_str() {
-            Some(op_name) => match ops::spec(op_name) {
+            // Ops are kebab-case; `merge_shards` is read as `merge-shards`.
+            Some(op_name) => match ops::spec(&op_name.replace('_', "-")) {
                 Some(spec) => step.spec = Some(spec),
                 None => diags.push(
                     Diagnostic::new(format!("unknown op `{op_name}`"), op.span())
@@ -255,7 +256,12 @@ fn parse_step(
         ),
     }
     for (key, v) in fields.iter() {
-        let field = key.get_ref().as_ref();
+        // Fields are snake_case; `output-tensor-type` is read as `output_tensor_type`.
+        let field = &*key.get_ref().replace('-', "_");
+        if step.params.iter().any(|(name, _)| name == field) {
+            diags.push(Diagnostic::new(format!("`{field}` is given twice (as `{}` too)", key.get_ref()), key.span()));
+            continue;
+        }
         match field {
             "op" => {}
             "from" => {
@@ -290,7 +296,7 @@ fn parse_step(
                 match spec.param(field) {
                     Some(param) => match to_param(v) {
                         Ok(p) => match check_kind(field, param.kind, param.fans_out, &p) {
-                            Ok(()) => step.params.push((field.to_owned(), p)),
+                            Ok(()) => step.params.push((field.to_owned(), as_kind(param.kind, p))),
                             Err(d) => diags.push(d),
                         },
                         Err(d) => diags.push(d),
@@ -351,6 +357,7 @@ fn has_kind(kind: ParamKind, v: &ParamValue) -> bool {
     let all_str = |items: &[Param]| items.iter().all(|p| matches!(p.value, ParamValue::Str(_)));
     match kind {
         ParamKind::Str | ParamKind::InputName => matches!(v, ParamValue::Str(_)),
+        ParamKind::Name => matches!(v, ParamValue::Str(_) | ParamValue::Int(_)),
         ParamKind::Bool => matches!(v, ParamValue::Bool(_)),
         ParamKind::StrList => matches!(v, ParamValue::List(items) if all_str(items)),
         ParamKind::StrMap => {
@@ -363,6 +370,20 @@ fn has_kind(kind: ParamKind, v: &ParamValue) -> bool {
             &p.value, ParamValue::Table(entries) if entries.iter().all(|(_, e)| matches!(e.value, ParamValue::Str(_)))
         ))),
     }
+}
+
+/// `p` in the shape its kind is read in: a number given for a name becomes
+/// its digits (in a fan-out list too).
+fn as_kind(kind: ParamKind, p: Param) -> Param {
+    if kind != ParamKind::Name {
+        return p;
+    }
+    let value = match p.value {
+        ParamValue::Int(n) => ParamValue::Str(n.to_string()),
+        ParamValue::List(items) => ParamValue::List(items.into_iter().map(|i| as_kind(kind, i)).collect()),
+        other => other,
+    };
+    Param { value, span: p.span }
 }
 
 fn check_kind(name: &str, kind: ParamKind, fans_out: bool, p: &Param) -> Result<(), Diagnostic> {
