@@ -119,14 +119,14 @@ fn best_derivation(
     let recorded = model.metadata.get_str(KV_QUANTIZE_IMATRIX_FILE).map(str::to_owned);
     let imatrix_name = recorded.clone().filter(|_| imatrix.is_some());
     let preset = file_type.and_then(|id| FileType::from_id(id as u32)).map(FileType::name);
-    let first = match preset.filter(|p| parse_preset(p).is_ok()) {
-        Some(preset) => Derivation { preset: preset.to_owned(), flags: Vec::new(), imatrix: imatrix_name },
+    // A typed derivation is tried alone: refining a preset's choices is moot.
+    let (first, typed) = match preset.filter(|p| parse_preset(p).is_ok()) {
+        Some(preset) => (Derivation { preset: preset.to_owned(), flags: Vec::new(), imatrix: imatrix_name }, false),
         None => match typed_derivation(&model, file_type, imatrix_name) {
-            Some(derivation) => derivation,
+            Some(derivation) => (derivation, true),
             None => return Ok(None),
         },
     };
-    let typed = first.flags.iter().any(|f| f == "--tensor-type");
     let mut best: Option<(Derivation, Vec<Span>)> = None;
     let mut tried = Vec::new();
     let mut next = Some(first);

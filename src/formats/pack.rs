@@ -156,7 +156,7 @@ pub fn delta(claimed: &Path, derived: &Path) -> Result<Vec<Span>, PackError> {
         if b_off.checked_add(length).is_none_or(|end| end > b_len) {
             return Ok(false);
         }
-        equal_ranges(&fa, a_off, &fb, b_off, length).map_err(io_at(claimed))
+        Ok(common_prefix(&fa, a_off, &fb, b_off, length).map_err(io_at(claimed))? == length)
     };
     let mut tensors: Vec<_> = a.tensors.iter().collect();
     tensors.sort_by_key(|t| t.file_offset);
@@ -179,7 +179,7 @@ pub fn delta(claimed: &Path, derived: &Path) -> Result<Vec<Span>, PackError> {
     // its start as the derived header shares (the metadata, when only tensor
     // types differ), the rest stored.
     let header = tensors.first().map_or(len, |t| t.file_offset);
-    let shared = common_prefix(&fa, &fb, header.min(b_first)).map_err(io_at(claimed))?;
+    let shared = common_prefix(&fa, 0, &fb, 0, header.min(b_first)).map_err(io_at(claimed))?;
     if shared > 0 {
         push(Span::Derived { offset: 0, length: shared });
     }
@@ -214,24 +214,9 @@ pub fn literal_bytes(spans: &[Span]) -> u64 {
     spans.iter().map(|s| if let Span::Literal { length, .. } = *s { length } else { 0 }).sum()
 }
 
-/// How many of the first `limit` bytes of `a` and `b` are equal.
-fn common_prefix(a: &File, b: &File, limit: u64) -> io::Result<u64> {
-    const CHUNK: u64 = 1 << 16;
-    let (mut ba, mut bb) = (vec![0u8; CHUNK as usize], vec![0u8; CHUNK as usize]);
-    let mut done = 0;
-    while done < limit {
-        let n = (limit - done).min(CHUNK) as usize;
-        a.read_exact_at(&mut ba[..n], done)?;
-        b.read_exact_at(&mut bb[..n], done)?;
-        if let Some(at) = ba[..n].iter().zip(&bb[..n]).position(|(x, y)| x != y) {
-            return Ok(done + at as u64);
-        }
-        done += n as u64;
-    }
-    Ok(limit)
-}
-
-fn equal_ranges(a: &File, a_off: u64, b: &File, b_off: u64, length: u64) -> io::Result<bool> {
+/// How many of the `length` bytes at `a_off` in `a` and `b_off` in `b` are
+/// equal before the first that differs.
+fn common_prefix(a: &File, a_off: u64, b: &File, b_off: u64, length: u64) -> io::Result<u64> {
     const CHUNK: u64 = 1 << 20;
     let (mut ba, mut bb) = (vec![0u8; CHUNK as usize], vec![0u8; CHUNK as usize]);
     let mut done = 0;
@@ -239,12 +224,12 @@ fn equal_ranges(a: &File, a_off: u64, b: &File, b_off: u64, length: u64) -> io::
         let n = (length - done).min(CHUNK) as usize;
         a.read_exact_at(&mut ba[..n], a_off + done)?;
         b.read_exact_at(&mut bb[..n], b_off + done)?;
-        if ba[..n] != bb[..n] {
-            return Ok(false);
+        if let Some(at) = ba[..n].iter().zip(&bb[..n]).position(|(x, y)| x != y) {
+            return Ok(done + at as u64);
         }
         done += n as u64;
     }
-    Ok(true)
+    Ok(length)
 }
 
 fn open(path: &Path) -> Result<File, PackError> {
