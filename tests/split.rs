@@ -281,6 +281,47 @@ fn keep_split_matches_llama_quantize() {
     }
 }
 
+/// `quantize --keep-split` names the shards it wrote, not the path it was
+/// given: on stderr, and under `--json` each with its size.
+#[test]
+fn keep_split_reports_the_shards_it_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = split_tiny(dir.path(), "tiny", "8");
+    let out = dir.path().join("q.gguf");
+    let output = common::quantforge(&[
+        "quantize".as_ref(),
+        "--keep-split".as_ref(),
+        set[0].as_os_str(),
+        out.as_os_str(),
+        "Q8_0".as_ref(),
+    ]);
+    assert!(output.status.success());
+    let written = shards(&dir.path().join("q"));
+    assert_eq!(written.len(), 3);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+    assert!(stderr.starts_with(&format!("wrote {}: ", names.join(", "))), "{stderr}");
+    assert!(!out.exists());
+
+    let json = run_ok(&[
+        "quantize".as_ref(),
+        "--json".as_ref(),
+        "--keep-split".as_ref(),
+        set[0].as_os_str(),
+        out.as_os_str(),
+        "Q8_0".as_ref(),
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let files = report["files"].as_array().unwrap();
+    assert_eq!(files.len(), 3, "{json}");
+    for (file, path) in files.iter().zip(&written) {
+        assert_eq!(file["path"].as_str().unwrap(), path.to_str().unwrap());
+        assert_eq!(file["bytes"].as_u64().unwrap(), fs::metadata(path).unwrap().len());
+    }
+    let total: u64 = written.iter().map(|p| fs::metadata(p).unwrap().len()).sum();
+    assert_eq!(report["bytes"].as_u64().unwrap(), total);
+}
+
 /// Splitting and merging as recipe steps: an export with `split` writes the
 /// same shards as the command, and `merge-shards` gives the original back.
 #[test]

@@ -11,7 +11,7 @@ use crate::model::{Metadata, TensorInfo, Value};
 
 /// The hyperparameters every decoder-only architecture has, plus the
 /// optional ones reports show.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct Hyperparameters {
     pub architecture: String,
     pub embedding_length: u64,

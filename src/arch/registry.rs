@@ -389,7 +389,7 @@ pub static FAMILIES: &[Family] = &[
 pub static GENERIC: Family = family("generic", "generic", &[], Layout { hf_names: &[], ..COMMON });
 
 /// Which rule picked the family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DetectedBy {
     /// `general.architecture` alone.
@@ -471,7 +471,7 @@ fn has_experts(metadata: &Metadata, architecture: &str, tensors: &[TensorInfo]) 
 
 /// What a tensor is for, from the names llama.cpp gives tensors in every
 /// architecture.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     TokenEmbedding,

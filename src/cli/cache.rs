@@ -4,6 +4,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
+use super::json;
 use crate::formats::human_bytes;
 use crate::recipe::Recipe;
 use std::sync::Arc;
@@ -76,8 +77,6 @@ pub(super) enum CacheCommand {
         /// blob an entry names present and sound.
         #[arg(long)]
         remote: bool,
-        #[arg(long)]
-        json: bool,
     },
 }
 
@@ -182,28 +181,65 @@ pub(super) fn report_transfers(transfers: Option<&TransferReport>, required: boo
     Ok(())
 }
 
-pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
+/// A cache entry as `cache ls` shows it.
+fn cache_entry(kind: ActionKind, key: &Key, modified: SystemTime, detail: &serde_json::Value) -> json::CacheEntry {
+    let text = |name: &str| detail.get(name).and_then(|v| v.as_str()).map(str::to_owned);
+    json::CacheEntry {
+        kind: kind.name(),
+        key: key.hex(),
+        age_seconds: SystemTime::now().duration_since(modified).unwrap_or_default().as_secs(),
+        bytes: detail.get("bytes").or(detail.get("len")).and_then(|v| v.as_u64()),
+        recipe: text("recipe"),
+        id: text("id"),
+        path: text("path"),
+    }
+}
+
+fn print_entries(out: &mut dyn Write, entries: &[json::CacheEntry]) -> io::Result<()> {
+    for entry in entries {
+        let unknown = || "?".to_owned();
+        writeln!(
+            out,
+            "{}  {:>8} ago  {:7}  {:>10}  {}/{}  {}",
+            &entry.key[..12],
+            format_age(Duration::from_secs(entry.age_seconds)),
+            entry.kind,
+            entry.bytes.map_or(String::new(), |b| human_bytes(b as f64)),
+            entry.recipe.clone().unwrap_or_else(unknown),
+            entry.id.clone().unwrap_or_else(unknown),
+            entry.path.as_deref().unwrap_or(""),
+        )?;
+    }
+    Ok(())
+}
+
+pub(super) fn run(command: CacheCommand, json: bool) -> anyhow::Result<()> {
     let mut out = io::stdout().lock();
     match command {
-        CacheCommand::Ls { dir, remote: true } => {
-            for (kind, listed, detail) in remote_of(&dir)?.listing()? {
-                let field = |name: &str| detail.get(name).and_then(|v| v.as_str()).unwrap_or("?").to_owned();
-                let age = SystemTime::now().duration_since(listed.modified).unwrap_or_default();
-                writeln!(
-                    out,
-                    "{}  {:>8} ago  {:7}  {}/{}  {}",
-                    listed.key.short(),
-                    format_age(age),
-                    kind.name(),
-                    field("recipe"),
-                    field("id"),
-                    detail.get("path").and_then(|v| v.as_str()).unwrap_or(""),
-                )?;
+        CacheCommand::Ls { dir, remote } => {
+            let entries: Vec<json::CacheEntry> = match remote {
+                true => remote_of(&dir)?
+                    .listing()?
+                    .iter()
+                    .map(|(kind, listed, detail)| cache_entry(*kind, &listed.key, listed.modified, detail))
+                    .collect(),
+                false => LocalStore::open_existing(&dir.path(None))?
+                    .list()?
+                    .iter()
+                    .map(|e| cache_entry(e.kind, &e.key, e.modified, &e.detail))
+                    .collect(),
+            };
+            match json {
+                true => json::print(&entries)?,
+                false => print_entries(&mut out, &entries)?,
             }
         }
         CacheCommand::Du { dir, remote: true } => {
             let remote = remote_of(&dir)?;
             let usage = remote.usage()?;
+            if json {
+                return json::print(&usage);
+            }
             writeln!(out, "{}: {} in {} blobs", remote.location(), human_bytes(usage.blob_bytes as f64), usage.blobs)?;
             writeln!(
                 out,
@@ -213,6 +249,9 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
         }
         CacheCommand::Gc { dir, older_than: Some(age), remote: true, .. } => {
             let report = remote_of(&dir)?.gc(age)?;
+            if json {
+                return json::print(&report);
+            }
             writeln!(
                 out,
                 "removed {} entries, {} blobs ({}) from the remote",
@@ -221,12 +260,11 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
                 human_bytes(report.bytes_freed as f64)
             )?;
         }
-        CacheCommand::Verify { dir, repair, remote: true, json } => {
+        CacheCommand::Verify { dir, repair, remote: true } => {
             let remote = remote_of(&dir)?;
             let report = remote.verify(repair)?;
             if json {
-                serde_json::to_writer_pretty(&mut out, &report)?;
-                writeln!(out)?;
+                json::print(&report)?;
             } else {
                 for key in &report.corrupt_blobs {
                     writeln!(out, "corrupt blob {key}")?;
@@ -256,7 +294,11 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
         CacheCommand::Dir { recipe, dir } => {
             let recipe = recipe.as_deref().map(Recipe::load).transpose()?;
             let path = dir.path(recipe.as_ref());
-            writeln!(io::stdout(), "{}", std::path::absolute(&path).unwrap_or(path).display())?;
+            let path = std::path::absolute(&path).unwrap_or(path);
+            match json {
+                true => json::print(&json::CacheDir { path })?,
+                false => writeln!(out, "{}", path.display())?,
+            }
         }
         CacheCommand::Push { recipe, dir } => {
             let (layered, recipe) = layered_for(&recipe, &dir)?;
@@ -264,15 +306,19 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
             let entries = engine.result_entries(&recipe)?;
             let pushed = entries.iter().filter(|(kind, key)| layered.push(*kind, key)).count();
             let t = layered.transfers().unwrap_or_default();
-            writeln!(
-                out,
-                "pushed {pushed} of {} entries to {}: {} blobs uploaded ({}), {} entries new there",
-                entries.len(),
-                layered.remote().location(),
-                t.blobs_uploaded,
-                human_bytes(t.bytes_uploaded as f64),
-                t.entries_published
-            )?;
+            if json {
+                json::print(&json::Transferred { entries: entries.len(), transfers: t.clone() })?;
+            } else {
+                writeln!(
+                    out,
+                    "pushed {pushed} of {} entries to {}: {} blobs uploaded ({}), {} entries new there",
+                    entries.len(),
+                    layered.remote().location(),
+                    t.blobs_uploaded,
+                    human_bytes(t.bytes_uploaded as f64),
+                    t.entries_published
+                )?;
+            }
             report_transfers(Some(&t), true)?;
         }
         CacheCommand::Pull { recipe, dir } => {
@@ -280,44 +326,33 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
             let engine = Engine::new(layered.clone(), 1)?;
             // Node entries name their manifests, which name the tensors:
             // fetched in two rounds.
+            let mut entries = Vec::new();
             for _ in 0..2 {
-                let entries = engine.result_entries(&recipe)?;
+                entries = engine.result_entries(&recipe)?;
                 for kind in ActionKind::RESULTS {
                     let keys: Vec<Key> = entries.iter().filter(|(k, _)| *k == kind).map(|(_, key)| *key).collect();
                     layered.prefetch_actions(kind, &keys);
                 }
             }
             let t = layered.transfers().unwrap_or_default();
-            writeln!(
-                out,
-                "pulled {} entries and {} blobs ({}) from {}",
-                t.entries_fetched,
-                t.blobs_fetched,
-                human_bytes(t.bytes_fetched as f64),
-                layered.remote().location()
-            )?;
-            report_transfers(Some(&t), true)?;
-        }
-        CacheCommand::Ls { dir, remote: false } => {
-            let store = LocalStore::open_existing(&dir.path(None))?;
-            for entry in store.list()? {
-                let field = |name: &str| entry.detail.get(name).and_then(|v| v.as_str()).unwrap_or("?").to_owned();
-                let age = SystemTime::now().duration_since(entry.modified).unwrap_or_default();
-                let size = entry.detail.get("bytes").or(entry.detail.get("len")).and_then(|v| v.as_u64());
-                writeln!(
+            match json {
+                true => json::print(&json::Transferred { entries: entries.len(), transfers: t.clone() })?,
+                false => writeln!(
                     out,
-                    "{}  {:>8} ago  {:>10}  {}/{}  {}",
-                    entry.key.short(),
-                    format_age(age),
-                    size.map_or(String::new(), |b| human_bytes(b as f64)),
-                    field("recipe"),
-                    field("id"),
-                    entry.detail.get("path").and_then(|v| v.as_str()).unwrap_or(""),
-                )?;
+                    "pulled {} entries and {} blobs ({}) from {}",
+                    t.entries_fetched,
+                    t.blobs_fetched,
+                    human_bytes(t.bytes_fetched as f64),
+                    layered.remote().location()
+                )?,
             }
+            report_transfers(Some(&t), true)?;
         }
         CacheCommand::Du { dir, remote: false } => {
             let usage = LocalStore::open_existing(&dir.path(None))?.usage()?;
+            if json {
+                return json::print(&usage);
+            }
             writeln!(
                 out,
                 "{}: {} in {} blobs",
@@ -339,6 +374,9 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
         CacheCommand::Gc { dir, max_size, older_than, .. } => {
             let store = LocalStore::open_exclusive(&dir.path(None))?;
             let report = store.gc(GcOptions { older_than, max_size })?;
+            if json {
+                return json::print(&report);
+            }
             writeln!(
                 out,
                 "removed {} entries, {} blobs ({}), {} temporary files, {} quarantined files",
@@ -349,15 +387,14 @@ pub(super) fn run(command: CacheCommand) -> anyhow::Result<()> {
                 report.quarantined_removed
             )?;
         }
-        CacheCommand::Verify { dir, repair, remote: false, json } => {
+        CacheCommand::Verify { dir, repair, remote: false } => {
             let store = match repair {
                 true => LocalStore::open_exclusive(&dir.path(None))?,
                 false => LocalStore::open_existing(&dir.path(None))?,
             };
             let report = store.verify(repair)?;
             if json {
-                serde_json::to_writer_pretty(&mut out, &report)?;
-                writeln!(out)?;
+                json::print(&report)?;
             } else {
                 for key in &report.corrupt_blobs {
                     writeln!(out, "corrupt blob {key}")?;

@@ -42,7 +42,7 @@ pub struct ConvertArgs {
     cache: CacheArgs,
 }
 
-pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
+pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let target = match OutType::from_name(&args.outtype) {
         Some(outtype) => Target::Float(outtype),
@@ -61,6 +61,9 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
     let settings = args.cache.settings(Some(workers(args.threads)), OpenOptions::default())?;
     let report = oneshot::run(job, &settings).with_context(|| format!("cannot convert {}", args.input.display()))?;
     super::cache::report_transfers(report.remote.as_ref(), false)?;
+    if json {
+        return super::json::print(&super::json::Written::of("convert", &report));
+    }
     let tensors: usize = report.files().map(|f| f.tensors).sum();
     eprintln!(
         "wrote {}: {} tensors, {}, in {:.2} s",

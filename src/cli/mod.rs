@@ -8,6 +8,7 @@ mod cache;
 mod convert;
 mod diff;
 mod inspect;
+mod json;
 mod pack;
 mod plan_quant;
 mod quantize;
@@ -49,6 +50,10 @@ struct Cli {
     /// No progress bars on stderr (they show only when stderr is a terminal).
     #[arg(long, short, global = true)]
     quiet: bool,
+    /// Print the result as one JSON document on stdout, and a failure too
+    /// (`quantforge schema` lists each document's schema; docs/JSON.md).
+    #[arg(long, global = true)]
+    json: bool,
 }
 
 /// Every environment variable quantforge reads, for `--help`.
@@ -97,6 +102,8 @@ enum Command {
     Completions { shell: clap_complete::Shell },
     /// Print the manual page (roff): `quantforge man > quantforge.1`.
     Man,
+    /// Print the JSON Schema of a `--json` document (without NAME: every name, and its commands).
+    Schema { name: Option<String> },
     /// Print a recipe's DAG as Graphviz DOT or a Mermaid flowchart.
     Graph {
         recipe: PathBuf,
@@ -109,9 +116,6 @@ enum Command {
     /// Show a model file's format, metadata and tensors (reads headers only).
     Inspect {
         file: PathBuf,
-        /// Print one JSON object (documented in docs/INSPECT_JSON.md).
-        #[arg(long)]
-        json: bool,
         /// Add a table of every tensor: name, type, shape, offset, bytes.
         #[arg(long)]
         tensors: bool,
@@ -172,8 +176,6 @@ enum Command {
     Diff {
         a: PathBuf,
         b: PathBuf,
-        #[arg(long)]
-        json: bool,
         /// Weigh each squared error by this importance matrix's column weight.
         #[arg(long, value_name = "FILE")]
         imatrix: Option<PathBuf>,
@@ -398,12 +400,18 @@ pub fn main() -> ExitCode {
     signals::install();
     let cli = Cli::parse();
     QUIET.store(cli.quiet, std::sync::atomic::Ordering::Relaxed);
+    let json = cli.json;
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) if e.is::<Pending>() => ExitCode::from(2),
         Err(e) => {
-            eprintln!("error: {}", crate::text::for_terminal(&cause_chain(&e)));
+            let message = cause_chain(&e);
+            eprintln!("error: {}", crate::text::for_terminal(&message));
+            if json && !json::printed() {
+                // The terminal has the message already; a closed stdout changes nothing.
+                let _ = json::print(&json::Failure::of(&e, message));
+            }
             ExitCode::FAILURE
         }
     }
@@ -428,8 +436,9 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    let json = cli.json;
     match cli.command {
-        Command::Inspect { file, json, tensors, load } => {
+        Command::Inspect { file, tensors, load } => {
             let options = InspectOptions { tensors };
             let report = match checkpoint_files(&file)? {
                 Some(paths) if paths.len() == 1 => {
@@ -454,19 +463,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     None => crate::ops::inspect::inspect(&ModelFile::open(&file, load.options())?, options),
                 },
             };
-            let mut out = io::stdout().lock();
             if json {
-                serde_json::to_writer_pretty(&mut out, &report)?;
-                writeln!(out)?;
-            } else {
-                eprintln!("loaded {}: {}", file.display(), report.load);
-                inspect::print_text(&mut out, &report)?;
+                return json::print(&report);
             }
+            eprintln!("loaded {}: {}", file.display(), report.load);
+            let mut out = io::stdout().lock();
+            inspect::print_text(&mut out, &report)?;
             out.flush()?;
         }
-        Command::Run(args) => run::run(args)?,
-        Command::Plan(args) => run::plan(args)?,
-        Command::Work(args) => run::work(args)?,
+        Command::Run(args) => run::run(args, json)?,
+        Command::Plan(args) => run::plan(args, json)?,
+        Command::Work(args) => run::work(args, json)?,
+        Command::Schema { name } => print_schema(name.as_deref())?,
+        Command::Completions { .. } | Command::Man | Command::Graph { .. } if json => {
+            anyhow::bail!("--json: this command prints a document of another kind (a script, a page, a graph)")
+        }
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "quantforge", &mut io::stdout().lock());
         }
@@ -479,20 +490,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             io::stdout().lock().write_all(text.as_bytes())?;
         }
-        Command::Cache(command) => cache::run(command)?,
+        Command::Cache(command) => cache::run(command, json)?,
         Command::Edit { input, output, set, delete, rename_tensor, load, cache } => {
             let edits = Edits { set, delete, rename_tensors: rename_tensor };
             let report = oneshot::edit_file(&input, &output, edits, &cache.settings(Some(1), load.options())?)
                 .with_context(|| format!("cannot edit {}", input.display()))?;
-            eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
+            wrote("edit", &report, json)?;
         }
-        Command::Quantize(args) => quantize::run(*args)?,
-        Command::Verify(args) => verify::run(args)?,
+        Command::Quantize(args) => quantize::run(*args, json)?,
+        Command::Verify(args) => verify::run(args, json)?,
+        // An attestation is a JSON document already.
         Command::Attest(args) => attest::run(args)?,
-        Command::Pack(args) => pack::pack(args)?,
-        Command::Unpack(args) => pack::unpack(args)?,
-        Command::PlanQuant(args) => plan_quant::run(args)?,
-        Command::Convert(args) => convert::run(args)?,
+        Command::Pack(args) => pack::pack(args, json)?,
+        Command::Unpack(args) => pack::unpack(args, json)?,
+        Command::PlanQuant(args) => plan_quant::run(args, json)?,
+        Command::Convert(args) => convert::run(args, json)?,
         Command::Dequantize { input, output, ty, threads, cache } => {
             // clap allows only the float type names.
             let options = DequantizeOptions::from_name(&ty).with_context(|| format!("unknown float type `{ty}`"))?;
@@ -500,18 +512,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let settings = cache.settings(threads, OpenOptions::default())?;
             let report = oneshot::run(oneshot::job("dequantize", &input, ops, &output), &settings)
                 .with_context(|| format!("cannot dequantize {}", input.display()))?;
-            eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
+            wrote("dequantize", &report, json)?;
         }
-        Command::Diff { a, b, json, imatrix } => {
+        Command::Diff { a, b, imatrix } => {
             let imatrix = imatrix.map(|path| crate::quant::imatrix::ImportanceMatrix::load(&path)).transpose()?;
             let report = crate::ops::diff::diff_files(&a, &b, imatrix.as_ref())?;
-            let mut out = io::stdout().lock();
             if json {
-                serde_json::to_writer_pretty(&mut out, &report)?;
-                writeln!(out)?;
-            } else {
-                diff::print_text(&mut out, &report)?;
+                return json::print(&report);
             }
+            let mut out = io::stdout().lock();
+            diff::print_text(&mut out, &report)?;
             out.flush()?;
         }
         Command::Split { input, out_prefix, max_size, max_tensors, no_tensor_first_split, dry_run, cache } => {
@@ -524,7 +534,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let options = SplitOptions { limit, no_tensor_first_split };
             let context = || format!("cannot split {}", input.display());
             if dry_run {
-                return split::print_plan(&input, &out_prefix, options).with_context(context);
+                return split::print_plan(&input, &out_prefix, options, json).with_context(context);
             }
             // The export path's `.gguf` is what shard names replace.
             let mut output = out_prefix.into_os_string();
@@ -533,18 +543,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let mut job = oneshot::job("split", &input, Vec::new(), &output);
             job.split = SplitMode::Limit(options);
             let report = oneshot::run(job, &cache.settings(Some(1), OpenOptions::default())?).with_context(context)?;
-            let mut out = io::stdout().lock();
-            for file in report.files() {
-                let size = human_bytes(file.bytes as f64);
-                writeln!(out, "wrote {}: {} tensors, {size}", file.path.display(), file.tensors)?;
-            }
-            out.flush()?;
+            wrote("split", &report, json)?;
         }
         Command::Assemble { parts, output, cache } => {
             let parts: Vec<&std::path::Path> = parts.iter().map(PathBuf::as_path).collect();
             let report = oneshot::assemble_files(&parts, &output, &cache.settings(Some(1), OpenOptions::default())?)
                 .context("cannot assemble the bundle")?;
-            eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
+            wrote("assemble", &report, json)?;
         }
         Command::Unbundle { bundle, part, output, cache } => {
             let ops = vec![(Op::Unbundle(crate::ops::assemble::UnbundleOptions { part }), Vec::new())];
@@ -553,16 +558,56 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 &cache.settings(Some(1), OpenOptions::default())?,
             )
             .with_context(|| format!("cannot unbundle {}", bundle.display()))?;
-            eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
+            wrote("unbundle", &report, json)?;
         }
         Command::Merge { shard, output, keep_split_keys, cache } => {
             let mut job = oneshot::job("merge", &shard, Vec::new(), &output);
             job.read = Op::MergeShards(MergeOptions { keep_split_keys });
             let report = oneshot::run(job, &cache.settings(Some(1), OpenOptions::default())?)
                 .with_context(|| format!("cannot merge the split of {}", shard.display()))?;
-            eprintln!("wrote {}: {}", output.display(), human_bytes(report.output_bytes() as f64));
+            wrote("merge", &report, json)?;
         }
     }
+    Ok(())
+}
+
+/// Says what a one-shot command wrote: each file, its tensors and size (on
+/// stderr, as logs go), or under `--json` the [`json::Written`] document.
+fn wrote(command: &str, report: &crate::exec::report::RunReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        return json::print(&json::Written::of(command, report));
+    }
+    for file in report.files() {
+        let size = human_bytes(file.bytes as f64);
+        eprintln!("wrote {}: {} tensors, {size}", file.path.display(), file.tensors);
+    }
+    Ok(())
+}
+
+/// `quantforge schema [NAME]`.
+fn print_schema(name: Option<&str>) -> anyhow::Result<()> {
+    let schemas = json::schemas();
+    let mut out = io::stdout().lock();
+    match name {
+        None => {
+            for (name, commands, _) in &schemas {
+                writeln!(out, "{name:20}  {commands}")?;
+            }
+        }
+        Some(name) => {
+            let Some((_, _, schema)) = schemas.iter().find(|(n, _, _)| *n == name) else {
+                let names = schemas.iter().map(|(n, _, _)| *n);
+                let hint = crate::params::nearest(name, names.clone()).map(|n| format!("; did you mean `{n}`?"));
+                anyhow::bail!(
+                    "no schema `{name}`{}",
+                    hint.unwrap_or_else(|| format!(" (one of {})", names.collect::<Vec<_>>().join(", ")))
+                );
+            };
+            serde_json::to_writer_pretty(&mut out, schema)?;
+            writeln!(out)?;
+        }
+    }
+    out.flush()?;
     Ok(())
 }
 

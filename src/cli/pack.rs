@@ -42,7 +42,7 @@ pub(super) struct UnpackArgs {
     list: bool,
 }
 
-pub(super) fn pack(args: PackArgs) -> anyhow::Result<()> {
+pub(super) fn pack(args: PackArgs, json: bool) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let mut names = vec![file_name(&args.base)?];
     names.extend(args.imatrix.iter().map(|p| file_name(p)).collect::<anyhow::Result<Vec<_>>>()?);
@@ -92,6 +92,10 @@ pub(super) fn pack(args: PackArgs) -> anyhow::Result<()> {
         files,
     };
     let packed = writer.finish(&manifest)?;
+    if json {
+        let files = entries(&manifest);
+        return super::json::print(&super::json::Packed { output: args.output, bytes: packed, ladder_bytes, files });
+    }
     println!(
         "wrote {}: {} ({:.3}× the base), holding {} files of {} ({:.1}× smaller), in {:.1} s",
         args.output.display(),
@@ -236,9 +240,12 @@ fn derive(derivation: &Derivation, base: &Path, imatrix: Option<&Path>, out: &Pa
     super::quantize::quantize_quietly(&flags, base, out, std::slice::from_ref(&derivation.preset))
 }
 
-pub(super) fn unpack(args: UnpackArgs) -> anyhow::Result<()> {
+pub(super) fn unpack(args: UnpackArgs, json: bool) -> anyhow::Result<()> {
     let pack = Pack::open(&args.pack)?;
     let manifest = &pack.manifest;
+    if args.list && json {
+        return super::json::print(&entries(manifest));
+    }
     if args.list {
         print_list(manifest);
         return Ok(());
@@ -282,24 +289,48 @@ pub(super) fn unpack(args: UnpackArgs) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(&derived);
         eprintln!("{}: {} bytes, sha256 checked", file.name, file.size);
     }
+    if json {
+        let files = entries(manifest).into_iter().filter(|e| wanted.contains(&e.name.as_str())).collect();
+        return super::json::print(&super::json::Unpacked { directory: outdir.to_owned(), files });
+    }
     println!("unpacked {} files into {} in {:.1} s", wanted.len(), outdir.display(), started.elapsed().as_secs_f64());
     Ok(())
 }
 
+/// What the pack holds, the base first, and how each file is made.
+fn entries(manifest: &Manifest) -> Vec<super::json::PackEntry> {
+    let whole = |file: &pack::PackedFile, role| super::json::PackEntry {
+        name: file.name.clone(),
+        size: file.size,
+        sha256: file.sha256.clone(),
+        role,
+        derivation: None,
+        stored_bytes: file.size,
+    };
+    let mut entries = vec![whole(&manifest.base, "base")];
+    entries.extend(manifest.imatrix.iter().map(|imatrix| whole(imatrix, "imatrix")));
+    entries.extend(manifest.files.iter().map(|file| super::json::PackEntry {
+        name: file.name.clone(),
+        size: file.size,
+        sha256: file.sha256.clone(),
+        role: "ladder",
+        derivation: file.derivation.as_ref().map(ToString::to_string),
+        stored_bytes:
+            file.pieces.iter().filter(|p| matches!(p, pack::Piece::Stored { .. })).map(pack::Piece::length).sum(),
+    }));
+    entries
+}
+
 fn print_list(manifest: &Manifest) {
-    println!("{}  {:>12}  base", manifest.base.name, manifest.base.size);
-    if let Some(imatrix) = &manifest.imatrix {
-        println!("{}  {:>12}  importance matrix", imatrix.name, imatrix.size);
-    }
-    for file in &manifest.files {
-        let stored: u64 =
-            file.pieces.iter().filter(|p| matches!(p, pack::Piece::Stored { .. })).map(pack::Piece::length).sum();
-        let how = match (&file.derivation, stored) {
-            (Some(d), 0) => format!("{d}"),
-            (Some(d), _) => format!("{d}, {stored} bytes stored"),
-            (None, _) => "stored".to_owned(),
+    for entry in entries(manifest) {
+        let how = match (entry.role, &entry.derivation, entry.stored_bytes) {
+            ("base", _, _) => "base".to_owned(),
+            ("imatrix", _, _) => "importance matrix".to_owned(),
+            (_, Some(d), 0) => d.clone(),
+            (_, Some(d), stored) => format!("{d}, {stored} bytes stored"),
+            (_, None, _) => "stored".to_owned(),
         };
-        println!("{}  {:>12}  {how}", file.name, file.size);
+        println!("{}  {:>12}  {how}", entry.name, entry.size);
     }
 }
 

@@ -27,15 +27,12 @@ pub struct PlanQuantArgs {
     /// last blocks count twice and attention one and a half times).
     #[arg(long)]
     no_protect: bool,
-    /// Print the plan as one JSON object.
-    #[arg(long)]
-    json: bool,
     /// Also write the plan as an SVG chart, one group of bars per layer.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
 }
 
-pub fn run(args: PlanQuantArgs) -> anyhow::Result<()> {
+pub fn run(args: PlanQuantArgs, json: bool) -> anyhow::Result<()> {
     let target = match (args.target_size, args.target_bpw) {
         (Some(size), _) => Target::Size(size),
         (None, Some(bpw)) => Target::BitsPerWeight(bpw),
@@ -45,13 +42,11 @@ pub fn run(args: PlanQuantArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.svg {
         std::fs::write(path, svg(&plan)).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
-    let mut out = io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut out, &plan)?;
-        writeln!(out)?;
-    } else {
-        print_text(&mut out, &plan)?;
+    if json {
+        return super::json::print(&plan);
     }
+    let mut out = io::stdout().lock();
+    print_text(&mut out, &plan)?;
     out.flush()?;
     Ok(())
 }

@@ -19,12 +19,21 @@ use crate::quant::mixture::MixtureOptions;
 use crate::quant::plan::{self as quantize, QuantizeOptions, QuantizePlan, parse_preset};
 use crate::recipe::ExtraInput;
 
-pub(super) fn run(args: QuantizeArgs) -> anyhow::Result<()> {
-    quantize(args, true)
+/// How a quantization reports what it did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Summary {
+    Text,
+    Json,
+    /// Nothing: another command derives through it.
+    Silent,
 }
 
-/// Quantizes as `args` say; `summary`: say what was written, on stderr.
-fn quantize(mut args: QuantizeArgs, summary: bool) -> anyhow::Result<()> {
+pub(super) fn run(args: QuantizeArgs, json: bool) -> anyhow::Result<()> {
+    quantize(args, if json { Summary::Json } else { Summary::Text })
+}
+
+/// Quantizes as `args` say, and says what was written as `summary` asks.
+fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
     // With --target-size the type is the planner's: `IN OUT NTHREADS` then
     // puts the thread count where the type would be.
     if args.target_size.is_some()
@@ -64,6 +73,9 @@ fn quantize(mut args: QuantizeArgs, summary: bool) -> anyhow::Result<()> {
         && let Some(size) = args.target_size
     {
         let plan = plan_quant::plan_for(&args.input, Target::Size(size), args.imatrix.as_deref(), true, options)?;
+        if summary == Summary::Json {
+            return super::json::print(&plan);
+        }
         eprintln!(
             "planned {} for a budget of {}, predicted weighted squared error {:.4e}",
             human_bytes(plan.file_size as f64),
@@ -80,6 +92,9 @@ fn quantize(mut args: QuantizeArgs, summary: bool) -> anyhow::Result<()> {
             None => None,
         };
         let plan = quantize::plan(&model.metadata, &model.tensors, &options, imatrix.as_ref())?;
+        if summary == Summary::Json {
+            return super::json::print(&plan_document(&plan));
+        }
         return print_plan(&mut io::stdout().lock(), &plan).map_err(Into::into);
     }
     let started = std::time::Instant::now();
@@ -105,17 +120,20 @@ fn quantize(mut args: QuantizeArgs, summary: bool) -> anyhow::Result<()> {
             report.output_bytes()
         );
     }
-    if !summary {
-        return Ok(());
+    match summary {
+        Summary::Silent => return Ok(()),
+        Summary::Json => return super::json::print(&super::json::Written::of("quantize", &report)),
+        Summary::Text => {}
     }
     let totals = &report.totals;
     let kind = match args.target_size {
         Some(budget) => format!("types planned for a budget of {}", human_bytes(budget as f64)),
         None => ftype.description().to_owned(),
     };
+    let files: Vec<String> = report.files().map(|f| f.path.display().to_string()).collect();
     eprintln!(
         "wrote {}: {kind} ({}), {} tensors encoded, {} from cache, {} copied, in {:.2} s",
-        args.output.display(),
+        files.join(", "),
         human_bytes(report.output_bytes() as f64),
         totals.tensors_encoded,
         totals.tensors_reused,
@@ -133,7 +151,34 @@ pub(super) fn quantize_quietly<S: AsRef<str>>(flags: &[S], base: &Path, out: &Pa
     argv.extend(rest.iter().map(|r| r.as_ref().into()));
     let cli = super::Cli::try_parse_from(argv)?;
     let super::Command::Quantize(args) = cli.command else { anyhow::bail!("not a quantize command") };
-    quantize(*args, false)
+    quantize(*args, Summary::Silent)
+}
+
+/// `quantize --dry-run --json`.
+fn plan_document(plan: &QuantizePlan) -> super::json::QuantizePlan {
+    let tensors = plan
+        .tensors
+        .iter()
+        .map(|t| super::json::PlannedTensor {
+            name: t.info.name.clone(),
+            shape: t.info.dims.clone(),
+            from: t.from.name().to_owned(),
+            ggml_type: t.info.ggml_type.name().to_owned(),
+            fallback_from: t.fallback_from.map(|f| f.name().to_owned()),
+            bytes_in: t.bytes_in,
+            bytes_out: t.bytes_out,
+        })
+        .collect();
+    super::json::QuantizePlan {
+        file_type: super::json::FileTypeName {
+            id: plan.ftype.id(),
+            name: plan.ftype.name().to_owned(),
+            description: plan.ftype.description().to_owned(),
+        },
+        file_size: plan.file_size,
+        fallbacks: plan.n_fallback(),
+        tensors,
+    }
 }
 
 fn print_plan(out: &mut dyn Write, plan: &QuantizePlan) -> io::Result<()> {

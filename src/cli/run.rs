@@ -44,9 +44,6 @@ pub(super) struct RunArgs {
     locked: bool,
     #[command(flatten)]
     cache: CacheDir,
-    /// Print the run report as JSON (and no progress bars).
-    #[arg(long)]
-    json: bool,
     /// Also list nodes that were hits.
     #[arg(long, short = 'v')]
     verbose: bool,
@@ -93,8 +90,6 @@ pub(super) struct PlanArgs {
     recipe: PathBuf,
     #[command(flatten)]
     cache: CacheDir,
-    #[arg(long)]
-    json: bool,
     /// List what is still to compute as work units for `quantforge work`, and the exports to assemble.
     #[arg(long)]
     units: bool,
@@ -124,8 +119,6 @@ pub(super) struct WorkArgs {
     cache: CacheDir,
     #[command(flatten)]
     pins: PinArgs,
-    #[arg(long)]
-    json: bool,
 }
 
 /// Input hashes handed over by the planner that submitted this task.
@@ -160,21 +153,23 @@ fn parse_mem_mb(text: &str) -> Result<u64, String> {
     })
 }
 
-pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: RunArgs, json: bool) -> anyhow::Result<()> {
     if args.dry_run {
-        return plan(PlanArgs {
-            recipe: args.recipe,
-            cache: args.cache,
-            json: args.json,
-            units: false,
-            unit_size: args.slurm.unit_size,
-            matrix: None,
-            exit_code: false,
-        });
+        return plan(
+            PlanArgs {
+                recipe: args.recipe,
+                cache: args.cache,
+                units: false,
+                unit_size: args.slurm.unit_size,
+                matrix: None,
+                exit_code: false,
+            },
+            json,
+        );
     }
     let recipe = Recipe::load(&args.recipe)?;
     if args.executor == Executor::Slurm {
-        return run_on_slurm(&args, &recipe);
+        return run_on_slurm(&args, &recipe, json);
     }
     let remote = args.cache.remote.remote(Some(&recipe))?;
     let cache_dir = args.cache.path(Some(&recipe));
@@ -186,7 +181,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         true => Some(check_locked_inputs(&engine, &recipe)?),
         false => None,
     };
-    let progress = !args.json && super::show_progress();
+    let progress = !json && super::show_progress();
     let report = engine.run_targets(&recipe, &args.targets, progress)?;
     const SHOWN: usize = 5;
     for incident in report.cache_incidents.iter().take(SHOWN) {
@@ -195,14 +190,13 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     if report.cache_incidents.len() > SHOWN {
         eprintln!("warning: cache: … and {} more (`--json` lists them all)", report.cache_incidents.len() - SHOWN);
     }
-    let mut out = io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
-        writeln!(out)?;
+    if json {
+        super::json::print(&report)?;
     } else {
+        let mut out = io::stdout().lock();
         print_text(&mut out, &report, args.verbose)?;
+        out.flush()?;
     }
-    out.flush()?;
     super::cache::report_transfers(report.remote.as_ref(), args.cache.remote.remote_required)?;
     if report.failed() {
         anyhow::bail!("{} of {} nodes failed", report.totals.failed, report.totals.nodes);
@@ -266,7 +260,7 @@ fn update_lock(
 
 /// Plans here, hands the units and exports to Slurm, and (with `--wait`)
 /// follows them to the end.
-fn run_on_slurm(args: &RunArgs, recipe: &Recipe) -> anyhow::Result<()> {
+fn run_on_slurm(args: &RunArgs, recipe: &Recipe, json: bool) -> anyhow::Result<()> {
     if !args.targets.is_empty() {
         anyhow::bail!("--executor slurm builds the whole recipe; targets are for the local executor");
     }
@@ -306,9 +300,8 @@ fn run_on_slurm(args: &RunArgs, recipe: &Recipe) -> anyhow::Result<()> {
     let dir = slurm::submission_dir(&worker.cache_dir, &recipe.name);
     let submission = slurm::submit(&plan, &pins, &worker, &request, &dir)?;
     let mut out = io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut out, &serde_json::json!({ "plan": plan, "submission": submission }))?;
-        writeln!(out)?;
+    if json {
+        super::json::print(&super::json::Submitted { plan, submission: submission.clone() })?;
     } else {
         writeln!(
             out,
@@ -341,7 +334,7 @@ fn run_on_slurm(args: &RunArgs, recipe: &Recipe) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let progress = !args.json && super::show_progress();
+    let progress = !json && super::show_progress();
     slurm::follow(&submission, progress, Duration::from_secs(1))?;
     // The controller's word is checked against the cache's.
     let left = engine.units(recipe, args.slurm.unit_size, false)?;
@@ -352,14 +345,14 @@ fn run_on_slurm(args: &RunArgs, recipe: &Recipe) -> anyhow::Result<()> {
             left.exports.len()
         );
     }
-    if !args.json {
+    if !json {
         println!("{}: done; every export is up to date", recipe.name);
     }
     Ok(())
 }
 
 /// `quantforge work`: computes units of a recipe into the cache.
-pub(super) fn work(args: WorkArgs) -> anyhow::Result<()> {
+pub(super) fn work(args: WorkArgs, json: bool) -> anyhow::Result<()> {
     let recipe = Recipe::load(&args.recipe)?;
     let Some((url, mode)) = args.cache.remote.remote(Some(&recipe))? else {
         anyhow::bail!(
@@ -371,9 +364,8 @@ pub(super) fn work(args: WorkArgs) -> anyhow::Result<()> {
     let engine = Engine::new(store, super::workers(args.jobs.or(recipe.jobs)))?.with_pins(args.pins.pins()?);
     let report = engine.work(&recipe, &args.units, args.unit_size)?;
     let mut out = io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
-        writeln!(out)?;
+    if json {
+        super::json::print(&report)?;
     } else {
         for unit in &report.units {
             writeln!(
@@ -395,7 +387,7 @@ pub(super) fn work(args: WorkArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(super) fn plan(args: PlanArgs) -> anyhow::Result<()> {
+pub(super) fn plan(args: PlanArgs, json: bool) -> anyhow::Result<()> {
     let recipe = Recipe::load(&args.recipe)?;
     // Planning reads the cache and never creates one: without a cache,
     // every node is a miss.
@@ -415,26 +407,24 @@ pub(super) fn plan(args: PlanArgs) -> anyhow::Result<()> {
     let engine = Engine::new(store, 1)?;
     if args.units {
         let plan = engine.units(&recipe, args.unit_size, false)?;
-        print_units(&plan, args.matrix, args.json)?;
+        print_units(&plan, args.matrix, json)?;
         let pending = !plan.units.is_empty() || !plan.exports.is_empty();
         return if args.exit_code && pending { Err(super::Pending.into()) } else { Ok(()) };
     }
     let report = engine.plan(&recipe)?;
     let drift = lock_drift(&recipe, &report, keeps_results)?;
-    let mut out = io::stdout().lock();
-    if args.json {
-        let mut json = serde_json::to_value(&report)?;
-        json["lock_drift"] = serde_json::json!(drift);
-        serde_json::to_writer_pretty(&mut out, &json)?;
-        writeln!(out)?;
+    let pending = args.exit_code && engine.pending(&recipe)?;
+    if json {
+        super::json::print(&super::json::Plan { report, lock_drift: drift })?;
     } else {
+        let mut out = io::stdout().lock();
         print_text(&mut out, &report, true)?;
         for line in drift.iter().flatten() {
             writeln!(out, "lock: {line}")?;
         }
+        out.flush()?;
     }
-    out.flush()?;
-    if args.exit_code && engine.pending(&recipe)? {
+    if pending {
         return Err(super::Pending.into());
     }
     Ok(())
@@ -510,16 +500,16 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
 fn print_units(plan: &UnitPlan, matrix: Option<u64>, json: bool) -> anyhow::Result<()> {
     let mut out = io::stdout().lock();
     if let Some(jobs) = matrix {
-        let include: Vec<serde_json::Value> = units::matrix(&plan.units, jobs as usize)
+        let include = units::matrix(&plan.units, jobs as usize)
             .into_iter()
             .enumerate()
-            .map(|(index, units)| serde_json::json!({ "index": index, "units": units }))
+            .map(|(index, units)| super::json::MatrixJob { index, units })
             .collect();
-        serde_json::to_writer(&mut out, &serde_json::json!({ "include": include }))?;
+        // One line, for a CI variable.
+        serde_json::to_writer(&mut out, &super::json::Matrix { include })?;
         writeln!(out)?;
     } else if json {
-        serde_json::to_writer_pretty(&mut out, plan)?;
-        writeln!(out)?;
+        super::json::print(plan)?;
     } else {
         writeln!(
             out,

@@ -3,19 +3,33 @@
 use std::io::{self, Write};
 use std::path::Path;
 
+use crate::exec::report::FileReport;
 use crate::formats::{ModelFile, OpenOptions, gguf, human_bytes};
 use crate::model::TensorInfo;
 use crate::ops::split::{self, SplitOptions};
 
-pub(super) fn print_plan(input: &Path, out_prefix: &Path, options: SplitOptions) -> anyhow::Result<()> {
+pub(super) fn print_plan(input: &Path, out_prefix: &Path, options: SplitOptions, json: bool) -> anyhow::Result<()> {
     let model = ModelFile::open(input, OpenOptions::default())?;
     let plans = split::plan_split(&model.metadata, &model.tensors, options)?;
-    let mut out = io::stdout().lock();
+    let mut files = Vec::with_capacity(plans.len());
     for (no, plan) in plans.iter().enumerate() {
         let tensors: Vec<TensorInfo> = plan.tensors.iter().map(|&i| model.tensors[i].clone()).collect();
         let bytes = gguf::file_len(&plan.metadata, &tensors)?;
         let path = crate::formats::shard_path(out_prefix, no, plans.len());
-        writeln!(out, "would write {}: {} tensors, {}", path.display(), tensors.len(), human_bytes(bytes as f64))?;
+        files.push(FileReport { path, bytes, tensors: tensors.len() });
+    }
+    if json {
+        return super::json::print(&super::json::SplitPlan { files });
+    }
+    let mut out = io::stdout().lock();
+    for file in &files {
+        writeln!(
+            out,
+            "would write {}: {} tensors, {}",
+            file.path.display(),
+            file.tensors,
+            human_bytes(file.bytes as f64)
+        )?;
     }
     out.flush()?;
     Ok(())

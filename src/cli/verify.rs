@@ -51,7 +51,7 @@ pub(super) struct VerifyArgs {
     cache: CacheDir,
 }
 
-pub(super) fn run(args: VerifyArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: VerifyArgs, json: bool) -> anyhow::Result<()> {
     let claimed = &args.file;
     anyhow::ensure!(claimed.is_file(), "{}: no such file", claimed.display());
     anyhow::ensure!(
@@ -76,9 +76,15 @@ pub(super) fn run(args: VerifyArgs) -> anyhow::Result<()> {
             anyhow::bail!("{} is not its derivation: {difference}", claimed.display());
         }
     }
+    let mut files = Vec::new();
     for (claimed, _) in &pairs {
-        let bytes = std::fs::metadata(claimed)?.len();
-        println!("verified {}: {bytes} bytes, every one equal to its derivation", claimed.display());
+        files.push(super::json::VerifiedFile { path: claimed.clone(), bytes: std::fs::metadata(claimed)?.len() });
+    }
+    if json {
+        return super::json::print(&super::json::Verified { files });
+    }
+    for file in &files {
+        println!("verified {}: {} bytes, every one equal to its derivation", file.path.display(), file.bytes);
     }
     Ok(())
 }

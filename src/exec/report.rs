@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use crate::store::Incident;
 use crate::store::remote::TransferReport;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// The result was in the cache (or the exported file was up to date).
@@ -21,7 +21,7 @@ pub enum Status {
     Failed,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct InputReport {
     pub name: String,
     pub path: PathBuf,
@@ -36,14 +36,14 @@ pub struct InputReport {
     pub files: Vec<InputFileReport>,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct InputFileReport {
     pub path: PathBuf,
     pub bytes: u64,
     pub blake3: String,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct NodeReport {
     pub id: String,
     pub step: String,
@@ -76,14 +76,14 @@ pub struct NodeReport {
     pub error: Option<String>,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct FileReport {
     pub path: PathBuf,
     pub bytes: u64,
     pub tensors: usize,
 }
 
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, schemars::JsonSchema)]
 pub struct Totals {
     pub nodes: usize,
     pub hit: usize,
@@ -98,7 +98,7 @@ pub struct Totals {
     pub bytes_out: u64,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct RunReport {
     pub recipe: String,
     pub dry_run: bool,

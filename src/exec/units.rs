@@ -59,7 +59,7 @@ impl UnitSize {
 }
 
 /// What a run still has to compute, as units, and the exports to assemble.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct UnitPlan {
     pub recipe: String,
     pub unit_seconds: f64,
@@ -72,7 +72,7 @@ pub struct UnitPlan {
     pub exports: Vec<ExportUnit>,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct Unit {
     pub id: String,
     pub stage: usize,
@@ -88,7 +88,7 @@ pub struct Unit {
 }
 
 /// An export to write from the cache once the units are done.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct ExportUnit {
     /// The node's id: `run RECIPE ID` writes it.
     pub id: String,
@@ -96,7 +96,7 @@ pub struct ExportUnit {
 }
 
 /// What `work` did.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct WorkReport {
     pub recipe: String,
     pub units: Vec<UnitWork>,
@@ -105,7 +105,7 @@ pub struct WorkReport {
     pub remote: Option<TransferReport>,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct UnitWork {
     pub id: String,
     pub tensors: usize,

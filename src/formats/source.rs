@@ -18,7 +18,7 @@ use memmap2::Mmap;
 use super::error::{FormatError, Result};
 
 /// How the bytes of a file are reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AccessMode {
     Mmap,
@@ -38,7 +38,7 @@ impl Default for OpenOptions {
 }
 
 /// What loading a file cost: seed 002's start-up metrics.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct LoadReport {
     pub mode: AccessMode,
     /// Why mapping was not used, when it was asked for and failed.
@@ -46,6 +46,7 @@ pub struct LoadReport {
     /// Bytes parsed to build the model (headers, not tensor data).
     pub bytes_parsed: u64,
     #[serde(serialize_with = "serialize_secs")]
+    #[schemars(with = "f64")]
     pub duration: Duration,
 }
 

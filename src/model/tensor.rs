@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::types::GgmlType;
 
 /// Byte order of a file's numbers (and of its tensor data).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Endian {
     Little,

@@ -94,7 +94,7 @@ impl Sums {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Stats {
     pub elements: u64,
     pub mae: f64,
@@ -105,7 +105,7 @@ pub struct Stats {
     pub weighted_sq_error: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct TensorDiff {
     pub name: String,
     pub type_a: &'static str,
@@ -114,7 +114,7 @@ pub struct TensorDiff {
     pub stats: Stats,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct DiffReport {
     pub tensors: Vec<TensorDiff>,
     /// Tensor names only in A, and only in B.

@@ -17,7 +17,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// Arrays longer than this are summarised by their length and first entries.
 pub const ARRAY_PREVIEW: usize = 8;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct InspectReport {
     pub schema: u32,
     pub file: String,
@@ -55,7 +55,7 @@ pub struct InspectReport {
     pub split: Option<Vec<ShardRow>>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FamilyReport {
     pub id: &'static str,
     pub name: &'static str,
@@ -69,21 +69,21 @@ impl FamilyReport {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ShardRow {
     pub file: String,
     pub file_size: u64,
     pub tensor_count: usize,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FileTypeReport {
     pub id: u32,
     pub name: Option<&'static str>,
     pub description: Option<&'static str>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct MetadataEntry {
     pub key: String,
     /// `u8` … `f64`, `bool`, `str`, or `arr`.
@@ -102,7 +102,7 @@ pub struct MetadataEntry {
     pub truncated: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct TypeTotals {
     #[serde(rename = "type")]
     pub ggml_type: &'static str,
@@ -111,7 +111,7 @@ pub struct TypeTotals {
     pub bytes: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct TensorRow {
     pub name: String,
     #[serde(rename = "type")]

@@ -160,7 +160,7 @@ fn row_columns(columns: &[f32], rows_per_expert: usize, row: usize, n_per_row: u
 }
 
 /// A candidate type for one tensor.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Candidate {
     #[serde(rename = "type")]
     pub ty: &'static str,
@@ -175,7 +175,7 @@ pub struct Candidate {
 }
 
 /// The sampled rows' value distribution.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Stats {
     pub min: f32,
     pub max: f32,
@@ -186,7 +186,7 @@ pub struct Stats {
 }
 
 /// One tensor of the plan.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PlannedTensor {
     pub name: String,
     pub role: Role,
@@ -206,7 +206,7 @@ pub struct PlannedTensor {
     pub stats: Option<Stats>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct BudgetPlan {
     pub budget: u64,
     /// The output file's exact size.

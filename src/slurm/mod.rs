@@ -47,7 +47,7 @@ pub struct Worker {
 }
 
 /// A submitted array and what each of its tasks does.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct ArrayJob {
     pub job_id: String,
     /// `units stage N` or `exports`.
@@ -68,7 +68,7 @@ impl ArrayJob {
 }
 
 /// Everything one `run --executor slurm` submitted, in dependency order.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct Submission {
     pub dir: PathBuf,
     pub jobs: Vec<ArrayJob>,

@@ -51,6 +51,16 @@ impl serde::Serialize for Key {
     }
 }
 
+impl schemars::JsonSchema for Key {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Key".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "pattern": "^[0-9a-f]{64}$" })
+    }
+}
+
 impl<'de> serde::Deserialize<'de> for Key {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
         let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;

@@ -32,7 +32,7 @@ pub struct ListedEntry {
     pub detail: serde_json::Value,
 }
 
-#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, schemars::JsonSchema)]
 pub struct StoreUsage {
     pub blobs: u64,
     pub blob_bytes: u64,
@@ -52,7 +52,7 @@ pub struct GcOptions {
     pub max_size: Option<u64>,
 }
 
-#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, schemars::JsonSchema)]
 pub struct GcReport {
     pub entries_removed: u64,
     pub blobs_removed: u64,
@@ -61,7 +61,7 @@ pub struct GcReport {
     pub quarantined_removed: u64,
 }
 
-#[derive(Debug, Default, Clone, serde::Serialize)]
+#[derive(Debug, Default, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct VerifyReport {
     pub blobs_checked: u64,
     pub bytes_checked: u64,

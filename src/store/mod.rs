@@ -209,7 +209,7 @@ pub trait Store: BlobStore + ActionCache {
 }
 
 /// A corrupt blob or entry found while running, quarantined.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct Incident {
     /// `blob HASH` or `KIND entry KEY`.
     pub what: String,

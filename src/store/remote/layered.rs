@@ -37,7 +37,7 @@ pub enum RemoteMode {
 }
 
 /// What moved between this machine and the remote during a run.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, schemars::JsonSchema)]
 pub struct TransferReport {
     pub location: String,
     pub blobs_fetched: u64,

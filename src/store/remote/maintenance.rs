@@ -19,7 +19,7 @@ use object_store::ObjectStoreExt;
 use super::{CONCURRENCY, Listed, Remote, Result, named_blobs};
 use crate::store::{ActionKind, Key, seal};
 
-#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, schemars::JsonSchema)]
 pub struct RemoteUsage {
     pub blobs: u64,
     pub blob_bytes: u64,
@@ -28,7 +28,7 @@ pub struct RemoteUsage {
     pub export_entries: u64,
 }
 
-#[derive(Debug, Default, Clone, serde::Serialize)]
+#[derive(Debug, Default, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct RemoteVerifyReport {
     pub blobs_checked: u64,
     pub bytes_checked: u64,
@@ -49,7 +49,7 @@ impl RemoteVerifyReport {
     }
 }
 
-#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, schemars::JsonSchema)]
 pub struct RemoteGcReport {
     pub entries_removed: u64,
     pub blobs_removed: u64,
