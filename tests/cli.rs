@@ -400,3 +400,39 @@ fn inspect_reads_a_checkpoint_directory_and_its_index() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("without model*.safetensors"));
 }
+
+/// Logs: warnings by default, `-q` none, `-v` each node's outcome, `-vv`
+/// file, cache and remote events; `RUST_LOG` when no flag says.
+#[test]
+fn log_levels_follow_the_flags_and_rust_log() {
+    let (project, recipe) = common::quickstart_project();
+    let stderr_of = |args: &[&str], env: Option<(&str, &str)>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_quantforge"));
+        command.args(args).env_remove("RUST_LOG").current_dir(project.path());
+        if let Some((key, value)) = env {
+            command.env(key, value);
+        }
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8(output.stderr).unwrap()
+    };
+    let recipe = recipe.to_str().unwrap();
+    let quiet_run = stderr_of(&["run", recipe], None);
+    assert!(!quiet_run.contains("info:") && !quiet_run.contains("debug:"), "{quiet_run}");
+    let verbose = stderr_of(&["-v", "run", recipe, "--force"], None);
+    assert!(verbose.contains("info: publish[preset=Q8_0]: ran in "), "{verbose}");
+    assert!(!verbose.contains("debug:"), "{verbose}");
+    let debug = stderr_of(&["run", recipe, "--force", "-vv"], None);
+    assert!(debug.contains("debug: loaded ") && debug.contains("debug: publish[preset=Q8_0]: started"), "{debug}");
+    let from_env = stderr_of(&["run", recipe, "--force"], Some(("RUST_LOG", "quantforge=debug")));
+    assert!(from_env.contains("debug: loaded "), "{from_env}");
+
+    let tiny = common::tiny_model();
+    let out = project.path().join("t.gguf");
+    let args = ["quantize", "--threads", "100000", tiny.to_str().unwrap(), out.to_str().unwrap(), "Q8_0"];
+    let warned = stderr_of(&args, None);
+    assert!(warned.contains("warning: 100000 worker threads asked; using "), "{warned}");
+    let silenced = stderr_of(&[&["-q"], &args[..]].concat(), None);
+    assert!(!silenced.contains("warning:"), "{silenced}");
+    assert!(silenced.contains("wrote "), "the result line stays: {silenced}");
+}

@@ -133,6 +133,7 @@ pub enum BackendError {
 
 /// The backend for `choice` on this machine.
 pub fn resolve(choice: Choice) -> Result<Arc<dyn Backend>, BackendError> {
+    tracing::trace!("backend: {} asked", choice.name());
     match choice {
         Choice::Auto | Choice::Cpu => Ok(Arc::new(CpuBackend::new(simd::level()))),
         Choice::CpuAt(level) if level.is_supported() => Ok(Arc::new(CpuBackend::new(level))),

@@ -171,8 +171,8 @@ pub(super) fn report_transfers(transfers: Option<&TransferReport>, required: boo
     }
     match (&t.failure, required) {
         (Some(failure), true) => anyhow::bail!("remote cache {}: {}", t.location, crate::text::for_terminal(failure)),
-        (Some(failure), false) => eprintln!(
-            "warning: remote cache {}: {}; went on with the local cache only",
+        (Some(failure), false) => tracing::warn!(
+            "remote cache {}: {}; went on with the local cache only",
             t.location,
             crate::text::for_terminal(failure)
         ),

@@ -9,6 +9,7 @@ mod convert;
 mod diff;
 mod inspect;
 mod json;
+mod logs;
 mod pack;
 mod plan_quant;
 mod quantize;
@@ -47,9 +48,13 @@ use crate::types::GgmlType;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// No progress bars on stderr (they show only when stderr is a terminal).
+    /// No progress bars on stderr (they show only when stderr is a terminal), and no warnings.
     #[arg(long, short, global = true)]
     quiet: bool,
+    /// More log lines on stderr: -v each node's outcome (and `run` lists hits), -vv files, cache
+    /// and remote events, -vvv everything (RUST_LOG works too: RUST_LOG=quantforge=debug).
+    #[arg(long, short, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    verbose: u8,
     /// Print the result as one JSON document on stdout, and a failure too
     /// (`quantforge schema` lists each document's schema; docs/JSON.md).
     #[arg(long, global = true)]
@@ -64,7 +69,9 @@ Environment:
   QUANTFORGE_SIMD        scalar, avx2 or avx512: the highest vector level the CPU codecs use
   AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
   AWS_ALLOW_HTTP         the S3 client of an s3:// cache URL
-  XDG_CACHE_HOME, HOME   where --user-cache lives";
+  XDG_CACHE_HOME, HOME   where --user-cache lives
+  RUST_LOG               which log lines reach stderr when neither -q nor -v is given
+                         (e.g. quantforge=debug; default: warnings)";
 
 /// `--version`: the versions that decide what a cached result or an output
 /// holds, and the llama.cpp whose bytes they match.
@@ -400,6 +407,7 @@ pub fn main() -> ExitCode {
     signals::install();
     let cli = Cli::parse();
     QUIET.store(cli.quiet, std::sync::atomic::Ordering::Relaxed);
+    init_logs(cli.quiet, cli.verbose);
     let json = cli.json;
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -415,6 +423,24 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Log lines go to stderr as `warning: …`, `info: …`: at the level `-q`/`-v`
+/// ask for, else as `RUST_LOG` says, else warnings and errors.
+fn init_logs(quiet: bool, verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let level = match (quiet, verbose) {
+        (true, _) => Some("error"),
+        (false, 0) => None,
+        (false, 1) => Some("info"),
+        (false, 2) => Some("debug"),
+        (false, _) => Some("trace"),
+    };
+    let filter = match level {
+        Some(level) => EnvFilter::new(format!("warn,quantforge={level}")),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+    };
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).event_format(logs::Plain).init();
 }
 
 /// The error and its causes, each said once: a cause whose text the
@@ -471,7 +497,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             inspect::print_text(&mut out, &report)?;
             out.flush()?;
         }
-        Command::Run(args) => run::run(args, json)?,
+        Command::Run(args) => run::run(args, json, cli.verbose > 0)?,
         Command::Plan(args) => run::plan(args, json)?,
         Command::Work(args) => run::work(args, json)?,
         Command::Schema { name } => print_schema(name.as_deref())?,
@@ -620,7 +646,7 @@ fn workers(requested: Option<usize>) -> usize {
         None => cores,
         Some(n) if n > crate::exec::max_jobs() => {
             let max = crate::exec::max_jobs();
-            eprintln!("warning: {n} worker threads asked; using {max} ({} per core on {cores} cores)", max / cores);
+            tracing::warn!("{n} worker threads asked; using {max} ({} per core on {cores} cores)", max / cores);
             max
         }
         Some(n) => n,

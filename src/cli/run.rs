@@ -44,9 +44,6 @@ pub(super) struct RunArgs {
     locked: bool,
     #[command(flatten)]
     cache: CacheDir,
-    /// Also list nodes that were hits.
-    #[arg(long, short = 'v')]
-    verbose: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -153,7 +150,8 @@ fn parse_mem_mb(text: &str) -> Result<u64, String> {
     })
 }
 
-pub(super) fn run(args: RunArgs, json: bool) -> anyhow::Result<()> {
+/// `verbose`: list the nodes that were hits too.
+pub(super) fn run(args: RunArgs, json: bool, verbose: bool) -> anyhow::Result<()> {
     if args.dry_run {
         return plan(
             PlanArgs {
@@ -185,16 +183,16 @@ pub(super) fn run(args: RunArgs, json: bool) -> anyhow::Result<()> {
     let report = engine.run_targets(&recipe, &args.targets, progress)?;
     const SHOWN: usize = 5;
     for incident in report.cache_incidents.iter().take(SHOWN) {
-        eprintln!("warning: cache: {incident}");
+        tracing::warn!("cache: {incident}");
     }
     if report.cache_incidents.len() > SHOWN {
-        eprintln!("warning: cache: … and {} more (`--json` lists them all)", report.cache_incidents.len() - SHOWN);
+        tracing::warn!("cache: … and {} more (`--json` lists them all)", report.cache_incidents.len() - SHOWN);
     }
     if json {
         super::json::print(&report)?;
     } else {
         let mut out = io::stdout().lock();
-        print_text(&mut out, &report, args.verbose)?;
+        print_text(&mut out, &report, verbose)?;
         out.flush()?;
     }
     super::cache::report_transfers(report.remote.as_ref(), args.cache.remote.remote_required)?;
@@ -235,7 +233,7 @@ fn update_lock(
         Some(locked) => Some(locked),
         None => {
             read = lock::read(recipe).unwrap_or_else(|e| {
-                eprintln!("warning: {e}; writing a new one");
+                tracing::warn!("{e}; writing a new one");
                 None
             });
             read.as_ref()
@@ -250,7 +248,7 @@ fn update_lock(
         // The outputs are written; a lock that cannot be is worth a warning, not a failure.
         None => {
             if let Err(e) = lock::write(recipe, &new) {
-                eprintln!("warning: {e}");
+                tracing::warn!("{e}");
             }
         }
     }
@@ -437,16 +435,6 @@ fn lock_drift(recipe: &Recipe, report: &RunReport, keeps_results: bool) -> anyho
     Ok(keeps_results.then(|| lock::input_drift(&locked, recipe, &report.inputs)))
 }
 
-fn status_word(status: Status) -> &'static str {
-    match status {
-        Status::Hit => "hit",
-        Status::Ran => "ran",
-        Status::Miss => "miss",
-        Status::Skipped => "skipped",
-        Status::Failed => "FAILED",
-    }
-}
-
 fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<()> {
     const WIDEST_ID: usize = 48;
     let shown = |id: &str| crate::text::shorten(&crate::text::for_terminal(id), WIDEST_ID).into_owned();
@@ -456,7 +444,7 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
         if !interesting {
             continue;
         }
-        let mut line = format!("{:7}  {:width$}  {:16}", status_word(node.status), shown(&node.id), node.op);
+        let mut line = format!("{:7}  {:width$}  {:16}", node.status.name(), shown(&node.id), node.op);
         if node.tensors_encoded + node.tensors_reused + node.tensors_copied > 0 {
             line += &format!(
                 "  {} encoded, {} cached, {} copied",

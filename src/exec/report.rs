@@ -21,6 +21,19 @@ pub enum Status {
     Failed,
 }
 
+impl Status {
+    /// How reports say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Hit => "hit",
+            Status::Ran => "ran",
+            Status::Miss => "miss",
+            Status::Skipped => "skipped",
+            Status::Failed => "FAILED",
+        }
+    }
+}
+
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct InputReport {
     pub name: String,

@@ -58,6 +58,9 @@ pub(super) async fn schedule(
                 }
                 None => {
                     let _slot = slots.acquire().await;
+                    if run {
+                        tracing::debug!("{}: started", node.id);
+                    }
                     let worker = Arc::clone(&shared);
                     match tokio::task::spawn_blocking(move || worker.execute(i, inputs, run)).await {
                         Ok(done) => done,
@@ -69,6 +72,19 @@ pub(super) async fn schedule(
                     }
                 }
             };
+            match &report.error {
+                Some(error) => tracing::info!("{}: {} ({error})", report.id, report.status.name()),
+                None => tracing::info!(
+                    "{}: {} in {:.0} ms on {}, {} tensors encoded, {} reused, {} copied",
+                    report.id,
+                    report.status.name(),
+                    report.duration_ms,
+                    report.backend,
+                    report.tensors_encoded,
+                    report.tensors_reused,
+                    report.tensors_copied
+                ),
+            }
             // Consumers may all be gone (hits); nobody listening is fine.
             let _ = sender.send(Some(Arc::new(outcome)));
             (i, report)

@@ -154,6 +154,7 @@ impl ModelFile {
             bytes_parsed,
             duration: started.elapsed(),
         };
+        tracing::debug!("loaded {}: {} tensors, {load}", path.display(), tensors.len());
         Ok(ModelFile { format, endian, alignment, metadata, tensors, data_offset, load, source, externals })
     }
 

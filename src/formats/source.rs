@@ -166,7 +166,10 @@ impl Source {
                     let _ = map.advise(memmap2::Advice::Sequential);
                     (Some(map), None)
                 }
-                Err(e) => (None, Some(e.to_string())),
+                Err(e) => {
+                    tracing::info!("cannot map {} ({e}); reading it instead", path.display());
+                    (None, Some(e.to_string()))
+                }
             }
         } else {
             (None, None)

@@ -229,6 +229,7 @@ struct Incidents(Mutex<Vec<Incident>>);
 impl Incidents {
     fn record(&self, what: String, problem: impl Into<String>) {
         let incident = Incident { what, problem: problem.into() };
+        tracing::debug!("cache: {incident}");
         let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if !seen.contains(&incident) {
             seen.push(incident);

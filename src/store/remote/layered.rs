@@ -158,6 +158,7 @@ impl Layered {
     }
 
     fn fail(&self, error: RemoteError) {
+        tracing::debug!("remote: {error}; the local cache goes on alone");
         let _ = self.failure.set(error.to_string());
     }
 
@@ -222,6 +223,7 @@ impl Layered {
         });
         match fetched {
             Ok(len) => {
+                tracing::debug!("remote: fetched blob {} ({len} bytes)", hash.short());
                 self.stats.blobs_fetched.fetch_add(1, Ordering::Relaxed);
                 self.stats.bytes_fetched.fetch_add(len, Ordering::Relaxed);
                 Ok(())
@@ -260,6 +262,7 @@ impl Layered {
             source: std::io::Error::other(e.to_string()),
         })?;
         self.remote.upload_blob(hash, file, len)?;
+        tracing::debug!("remote: uploaded blob {} ({len} bytes)", hash.short());
         lock(&self.bad_blobs).remove(hash);
         lock(&self.present).insert(*hash);
         self.stats.blobs_uploaded.fetch_add(1, Ordering::Relaxed);
@@ -297,6 +300,7 @@ impl Layered {
         };
         match result {
             Ok(true) => {
+                tracing::debug!("remote: published {} entry {}", kind.name(), key.short());
                 self.stats.entries_published.fetch_add(1, Ordering::Relaxed);
             }
             Ok(false) => {}
@@ -442,6 +446,7 @@ impl ActionCache for Layered {
             return None;
         }
         let (content, modified) = self.remote_entry(kind, key)?;
+        tracing::debug!("remote: fetched {} entry {}", kind.name(), key.short());
         self.stats.entries_fetched.fetch_add(1, Ordering::Relaxed);
         // Best effort: without a local copy the next run asks the remote again.
         let _ = self.local.put_action(kind, key, &content);
