@@ -5,6 +5,7 @@
 
 mod attest;
 mod cache;
+mod chart;
 mod convert;
 mod diff;
 mod inspect;
@@ -13,6 +14,7 @@ mod logs;
 mod pack;
 mod plan_quant;
 mod quantize;
+mod report;
 mod run;
 mod signals;
 mod split;
@@ -103,6 +105,8 @@ enum Command {
     Run(run::RunArgs),
     /// Show what `run` would do: each node a hit or a miss (and why), and sizes.
     Plan(run::PlanArgs),
+    /// Write one self-contained HTML page from `--json` documents of run, plan, plan-quant or diff.
+    Report(report::ReportArgs),
     /// Compute work units of a recipe (from `plan --units`) into the shared cache.
     Work(run::WorkArgs),
     /// Print a shell completion script: `quantforge completions bash > /etc/bash_completion.d/quantforge`.
@@ -500,6 +504,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => run::run(args, json, cli.verbose > 0)?,
         Command::Plan(args) => run::plan(args, json)?,
         Command::Work(args) => run::work(args, json)?,
+        Command::Report(args) => report::run(args)?,
         Command::Schema { name } => print_schema(name.as_deref())?,
         Command::Completions { .. } | Command::Man | Command::Graph { .. } if json => {
             anyhow::bail!("--json: this command prints a document of another kind (a script, a page, a graph)")

@@ -1,10 +1,10 @@
 //! `quantforge plan-quant`: the size-budget planner's table as text, JSON
 //! or an SVG chart per layer; and the plan behind `quantize --target-size`.
 
-use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use super::chart::{self, Bar, Scale};
 use crate::formats::parse_size;
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::quant::budget::{BudgetPlan, Model, Target, plan_budget, probe_preset};
@@ -107,86 +107,21 @@ fn print_text(out: &mut dyn Write, plan: &BudgetPlan) -> io::Result<()> {
 /// One group of bars per layer (blocks in order, then the tensors outside
 /// blocks), one bar per planned tensor: its bits per weight, coloured by type.
 fn svg(plan: &BudgetPlan) -> String {
-    const COLOURS: [(&str, &str); 13] = [
-        ("Q2_K", "#d73027"),
-        ("Q3_K", "#f46d43"),
-        ("Q4_0", "#fdae61"),
-        ("Q4_1", "#ffffbf"),
-        ("Q4_K", "#fee08b"),
-        ("Q5_0", "#d9ef8b"),
-        ("Q5_1", "#c2e699"),
-        ("Q5_K", "#a6d96a"),
-        ("Q6_K", "#66bd63"),
-        ("Q8_0", "#1a9850"),
-        ("F16", "#3288bd"),
-        ("BF16", "#3288bd"),
-        ("F32", "#5e4fa2"),
-    ];
-    let colour = |ty: &str| COLOURS.iter().find(|(t, _)| *t == ty).map_or("#999999", |(_, c)| c);
-    let planned: Vec<_> = plan.tensors.iter().filter(|t| !t.candidates.is_empty()).collect();
-    let mut layers: Vec<Option<u64>> = planned.iter().map(|t| t.block).collect();
-    layers.sort_by_key(|b| b.map_or(u64::MAX, |b| b));
-    layers.dedup();
-    let (bar, gap, height, top, left): (f64, f64, f64, f64, f64) = (4.0, 8.0, 200.0, 20.0, 40.0);
-    let max_bpw = 16.0;
-    let mut body = String::new();
-    let mut x = left;
-    for layer in &layers {
-        let start = x;
-        for t in planned.iter().filter(|t| t.block == *layer) {
-            let bpw = t.bytes as f64 * 8.0 / t.elements.max(1) as f64;
-            let h = height * bpw.min(max_bpw) / max_bpw;
-            let _ = writeln!(
-                body,
-                r#"<rect x="{x:.1}" y="{:.1}" width="{bar}" height="{h:.1}" fill="{}"><title>{} {} {bpw:.2} bpw</title></rect>"#,
-                top + height - h,
-                colour(t.ty),
-                t.name,
-                t.ty
-            );
-            x += bar;
-        }
-        let label = layer.map_or("other".to_owned(), |b| b.to_string());
-        let _ = writeln!(
-            body,
-            r#"<text x="{:.1}" y="{:.1}" font-size="8" text-anchor="middle">{label}</text>"#,
-            (start + x) / 2.0,
-            top + height + 12.0
-        );
-        x += gap;
-    }
-    for bpw in [2.0, 4.0, 8.0, 16.0] {
-        let y = top + height - height * bpw / max_bpw;
-        let _ = writeln!(
-            body,
-            r##"<line x1="{left}" x2="{x:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#ccc" stroke-width="0.5"/><text x="{:.1}" y="{:.1}" font-size="8" text-anchor="end">{bpw}</text>"##,
-            left - 4.0,
-            y + 3.0
-        );
-    }
-    let mut legend_x = left;
-    let legend_y = top + height + 30.0;
-    let mut seen: Vec<&str> = planned.iter().map(|t| t.ty).collect();
-    seen.sort_unstable();
-    seen.dedup();
-    for ty in seen {
-        let _ = writeln!(
-            body,
-            r#"<rect x="{legend_x:.1}" y="{:.1}" width="8" height="8" fill="{}"/><text x="{:.1}" y="{legend_y:.1}" font-size="9">{ty}</text>"#,
-            legend_y - 8.0,
-            colour(ty),
-            legend_x + 11.0
-        );
-        legend_x += 50.0;
-    }
-    format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{:.0}" height="{:.0}" font-family="sans-serif">
-<text x="{left}" y="12" font-size="10">bits per weight per tensor, by layer; file {} for a budget of {}</text>
-{body}</svg>
-"#,
-        x.max(legend_x) + left,
-        legend_y + 10.0,
+    let bars: Vec<Bar> = plan
+        .tensors
+        .iter()
+        .filter(|t| !t.candidates.is_empty())
+        .map(|t| Bar {
+            name: &t.name,
+            ty: t.ty,
+            block: t.block,
+            value: t.bytes as f64 * 8.0 / t.elements.max(1) as f64,
+        })
+        .collect();
+    let title = format!(
+        "bits per weight per tensor, by layer; file {} for a budget of {}",
         human_bytes(plan.file_size as f64),
         human_bytes(plan.budget as f64)
-    )
+    );
+    chart::by_layer(&title, "bits per weight", Scale::Bits, &bars)
 }

@@ -35,6 +35,9 @@ pub(super) struct RunArgs {
     /// `jobs`, else all cores).
     #[arg(long, short = 'j')]
     jobs: Option<usize>,
+    /// Also write the run as one self-contained HTML page: the DAG, and each export's types by layer.
+    #[arg(long, value_name = "FILE.html")]
+    report: Option<PathBuf>,
     /// Compute everything the run (or its targets) needs, whatever the cache holds.
     #[arg(long, conflicts_with = "dry_run")]
     force: bool,
@@ -87,6 +90,9 @@ pub(super) struct PlanArgs {
     recipe: PathBuf,
     #[command(flatten)]
     cache: CacheDir,
+    /// Also write the plan as one self-contained HTML page (the DAG, each node's reason).
+    #[arg(long, value_name = "FILE.html", conflicts_with = "units")]
+    report: Option<PathBuf>,
     /// List what is still to compute as work units for `quantforge work`, and the exports to assemble.
     #[arg(long)]
     units: bool,
@@ -157,6 +163,7 @@ pub(super) fn run(args: RunArgs, json: bool, verbose: bool) -> anyhow::Result<()
             PlanArgs {
                 recipe: args.recipe,
                 cache: args.cache,
+                report: args.report,
                 units: false,
                 unit_size: args.slurm.unit_size,
                 matrix: None,
@@ -194,6 +201,9 @@ pub(super) fn run(args: RunArgs, json: bool, verbose: bool) -> anyhow::Result<()
         let mut out = io::stdout().lock();
         print_text(&mut out, &report, verbose)?;
         out.flush()?;
+    }
+    if let Some(page) = &args.report {
+        write_page(page, &args.recipe, &report)?;
     }
     super::cache::report_transfers(report.remote.as_ref(), args.cache.remote.remote_required)?;
     if report.failed() {
@@ -412,6 +422,9 @@ pub(super) fn plan(args: PlanArgs, json: bool) -> anyhow::Result<()> {
     let report = engine.plan(&recipe)?;
     let drift = lock_drift(&recipe, &report, keeps_results)?;
     let pending = args.exit_code && engine.pending(&recipe)?;
+    if let Some(page) = &args.report {
+        write_page(page, &args.recipe, &report)?;
+    }
     if json {
         super::json::print(&super::json::Plan { report, lock_drift: drift })?;
     } else {
@@ -430,6 +443,16 @@ pub(super) fn plan(args: PlanArgs, json: bool) -> anyhow::Result<()> {
 
 /// How the recipe's inputs differ from its lock: `None` without a lock,
 /// or without a cache to hash the inputs against.
+/// `--report`: the run's page, its relative paths the working directory's.
+fn write_page(page: &Path, recipe: &Path, report: &RunReport) -> anyhow::Result<()> {
+    let document = super::report::Document {
+        label: recipe.display().to_string(),
+        value: serde_json::to_value(report)?,
+        base: PathBuf::new(),
+    };
+    super::report::write(page, &super::report::page(&[document])?)
+}
+
 fn lock_drift(recipe: &Recipe, report: &RunReport, keeps_results: bool) -> anyhow::Result<Option<Vec<String>>> {
     let Some(locked) = lock::read(recipe)? else { return Ok(None) };
     Ok(keeps_results.then(|| lock::input_drift(&locked, recipe, &report.inputs)))

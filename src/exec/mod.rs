@@ -711,11 +711,25 @@ struct Shared {
 
 impl Shared {
     fn report(&self, i: usize, status: Status) -> NodeReport {
-        let node = &self.bound.recipe.nodes[i];
+        let recipe = &self.bound.recipe;
+        let node = &recipe.nodes[i];
+        let input_names = node.from.iter().filter_map(|src| match src {
+            Source::Input(k) => Some(*k),
+            Source::Node(_) => None,
+        });
         NodeReport {
             id: node.id.clone(),
             step: node.step.clone(),
             op: node.op.name(),
+            from: node
+                .from
+                .iter()
+                .filter_map(|src| match src {
+                    Source::Node(j) => Some(recipe.nodes[*j].id.clone()),
+                    Source::Input(_) => None,
+                })
+                .collect(),
+            inputs: input_names.chain(node.uses.iter().copied()).map(|k| recipe.inputs[k].name.clone()).collect(),
             status,
             key: self.bound.keys[i].hex(),
             backend: self.backends.of(Some(&self.bound.keys[i])).name(),

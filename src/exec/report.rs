@@ -61,6 +61,10 @@ pub struct NodeReport {
     pub id: String,
     pub step: String,
     pub op: &'static str,
+    /// The earlier nodes it reads, by id.
+    pub from: Vec<String>,
+    /// The recipe inputs it reads (a `load`'s file, an importance matrix), by name.
+    pub inputs: Vec<String>,
     pub status: Status,
     pub key: String,
     /// The backend that ran the node's conversions (`cpu-avx512`); for an
