@@ -3,6 +3,8 @@
 //! either argument order; fitting pairs bundle and every part comes back
 //! exactly; the others fail as llama.cpp would refuse them, naming the facts.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -336,4 +338,35 @@ fn assemble_and_unbundle_commands() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("outputs 96 values per token") && stderr.contains("takes 64"), "{stderr}");
     assert!(!refused.exists());
+}
+
+/// `inspect` of a bundle shows each part as a model of its own: the
+/// language part's hyperparameters, not "INVALID" for the bundle's.
+#[test]
+fn inspect_shows_each_parts_hyperparameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle.gguf");
+    let data = common::repo().join("tests/data/multimodal");
+    let (lm, mmproj) = (data.join("smolvlm-lm.gguf"), data.join("smolvlm-mmproj.gguf"));
+    common::stdout_of_success(common::quantforge_with(&[&"assemble", &lm, &mmproj, &"-o", &bundle]));
+    let text = common::stdout_of_success(common::quantforge_with(&[&"inspect", &bundle]));
+    assert!(!text.contains("INVALID"), "{text}");
+    assert!(text.contains("part          language: llama (SmolVLM2), 20 tensors, "), "{text}");
+    assert!(text.contains("  hparams     2 blocks, width 48, 3 heads (1 KV) of 16, context 256"), "{text}");
+    assert!(text.contains("part          vision: clip (SmolVLM2), 38 tensors, "), "{text}");
+    let json = common::stdout_of_success(common::quantforge_with(&[&"--json", &"inspect", &bundle]));
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(report.get("hyperparameters").is_none() && report.get("hyperparameter_error").is_none());
+    let parts = report["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 2);
+    assert_eq!(
+        (parts[0]["role"].as_str(), parts[0]["hyperparameters"]["block_count"].as_u64()),
+        (Some("language"), Some(2))
+    );
+    assert_eq!(parts[1]["role"], "vision");
+    assert_eq!(parts[1]["family"]["id"], "smolvlm2");
+    let lm_alone = common::stdout_of_success(common::quantforge_with(&[&"--json", &"inspect", &lm]));
+    let lm_alone: serde_json::Value = serde_json::from_str(&lm_alone).unwrap();
+    assert_eq!(parts[0]["hyperparameters"], lm_alone["hyperparameters"]);
+    assert_eq!(parts[0]["tensor_bytes"], lm_alone["tensor_bytes"]);
 }

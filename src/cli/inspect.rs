@@ -2,8 +2,32 @@
 
 use std::io::{self, Write};
 
+use crate::arch::hparams::Hyperparameters;
 use crate::formats::human_bytes;
 use crate::ops::inspect::InspectReport;
+
+fn print_hparams(out: &mut dyn Write, label: &str, h: Option<&Hyperparameters>, error: Option<&str>) -> io::Result<()> {
+    if let Some(h) = h {
+        let optional = |name: &str, v: Option<String>| v.map(|v| format!(", {name} {v}")).unwrap_or_default();
+        writeln!(
+            out,
+            "{label}{} blocks, width {}, {} heads ({} KV) of {}{}{}{}{}",
+            h.block_count,
+            h.embedding_length,
+            h.head_count,
+            h.head_count_kv,
+            h.head_dim,
+            optional("context", h.context_length.map(|v| v.to_string())),
+            optional("vocab", h.vocab_size.map(|v| v.to_string())),
+            optional("rope base", h.rope_freq_base.map(|v| v.to_string())),
+            optional("experts", h.expert_count.map(|v| v.to_string())),
+        )?;
+    }
+    if let Some(error) = error {
+        writeln!(out, "{label}INVALID: {error}")?;
+    }
+    Ok(())
+}
 
 pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
     writeln!(out, "file          {} ({})", r.file, human_bytes(r.file_size as f64))?;
@@ -22,24 +46,18 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
     )?;
     writeln!(out, "architecture  {}", r.architecture.as_deref().unwrap_or("(none)"))?;
     writeln!(out, "family        {} ({}; by {})", r.family.name, r.family.id, r.family.detected_by.describe())?;
-    if let Some(h) = &r.hyperparameters {
-        let optional = |name: &str, v: Option<String>| v.map(|v| format!(", {name} {v}")).unwrap_or_default();
+    print_hparams(out, "hparams       ", r.hyperparameters.as_ref(), r.hyperparameter_error.as_deref())?;
+    for part in r.parts.iter().flatten() {
         writeln!(
             out,
-            "hparams       {} blocks, width {}, {} heads ({} KV) of {}{}{}{}{}",
-            h.block_count,
-            h.embedding_length,
-            h.head_count,
-            h.head_count_kv,
-            h.head_dim,
-            optional("context", h.context_length.map(|v| v.to_string())),
-            optional("vocab", h.vocab_size.map(|v| v.to_string())),
-            optional("rope base", h.rope_freq_base.map(|v| v.to_string())),
-            optional("experts", h.expert_count.map(|v| v.to_string())),
+            "part          {}: {} ({}), {} tensors, {}",
+            part.role,
+            part.architecture.as_deref().unwrap_or("(none)"),
+            part.family.name,
+            part.tensor_count,
+            human_bytes(part.tensor_bytes as f64)
         )?;
-    }
-    if let Some(error) = &r.hyperparameter_error {
-        writeln!(out, "hparams       INVALID: {error}")?;
+        print_hparams(out, "  hparams     ", part.hyperparameters.as_ref(), part.hyperparameter_error.as_deref())?;
     }
     if let Some(ft) = &r.file_type {
         writeln!(out, "file type     {} (id {})", ft.description.unwrap_or("unknown"), ft.id)?;

@@ -214,16 +214,15 @@ pub fn unbundle(bundle: &TensorSet, part: PartRole) -> Result<TensorSet, Assembl
         let parts = parts.iter().map(|role| role.name()).collect::<Vec<_>>().join(", ");
         return Err(AssembleError::UnknownPart { part, parts });
     }
-    let prefix = prefix(part);
-    let metadata = bundle.metadata.strip_key_prefix(&prefix);
+    let metadata = part_metadata(&bundle.metadata, part);
     if metadata.is_empty() {
-        let problem = format!("{PARTS_KEY} lists {part}, but no key starts with `{prefix}`");
+        let problem = format!("{PARTS_KEY} lists {part}, but no key starts with `{}`", prefix(part));
         return Err(AssembleError::Malformed { problem });
     }
     let tensors = bundle
         .tensors
         .iter()
-        .filter_map(|tensor| Some(Tensor { name: tensor.name.strip_prefix(&prefix)?.to_owned(), ..tensor.clone() }))
+        .filter_map(|tensor| Some(Tensor { name: name_in_part(&tensor.name, part)?.to_owned(), ..tensor.clone() }))
         .collect();
     Ok(TensorSet { endian: bundle.endian, metadata, tensors })
 }
@@ -255,13 +254,24 @@ pub fn bundle_parts(metadata: &Metadata) -> Result<Vec<PartRole>, AssembleError>
     names.iter().map(role).collect()
 }
 
-fn is_bundle(metadata: &Metadata) -> bool {
+/// Whether `metadata` says it is a bundle (`general.type` = `bundle`).
+pub fn is_bundle(metadata: &Metadata) -> bool {
     metadata.get_str(TYPE_KEY) == Some(BUNDLE)
 }
 
 /// What a part's keys and tensor names start with in a bundle.
 fn prefix(role: PartRole) -> String {
     format!("{}.", role.name())
+}
+
+/// Part `role`'s metadata in a bundle: the keys under `role.`, that prefix removed.
+pub fn part_metadata(bundle: &Metadata, role: PartRole) -> Metadata {
+    bundle.strip_key_prefix(&prefix(role))
+}
+
+/// The name a bundle's tensor has in part `role`, when it belongs to it.
+pub fn name_in_part(name: &str, role: PartRole) -> Option<&str> {
+    name.strip_prefix(role.name())?.strip_prefix('.')
 }
 
 #[cfg(test)]

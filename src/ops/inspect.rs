@@ -48,6 +48,9 @@ pub struct InspectReport {
     pub types: Vec<TypeTotals>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tensors: Option<Vec<TensorRow>>,
+    /// For a bundle (`quantforge assemble`): each part, in bundle order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parts: Option<Vec<PartReport>>,
     /// When the file is one shard of a split: the whole split, which the
     /// rest of the report then describes (metadata without `split.*` keys,
     /// every shard's tensors, sizes summed).
@@ -67,6 +70,22 @@ impl FamilyReport {
         let detection = detect(metadata, tensors);
         FamilyReport { id: detection.family.id, name: detection.family.name, detected_by: detection.by }
     }
+}
+
+/// One part of a bundle, as a model of its own.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct PartReport {
+    /// `language`, `vision`, `audio` or `vision-audio`.
+    pub role: &'static str,
+    pub architecture: Option<String>,
+    pub family: FamilyReport,
+    /// The language model's hyperparameters, checked against its tensors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hyperparameters: Option<crate::arch::hparams::Hyperparameters>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hyperparameter_error: Option<String>,
+    pub tensor_count: usize,
+    pub tensor_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -135,7 +154,16 @@ pub struct InspectOptions {
 }
 
 pub fn inspect(model: &ModelFile, options: InspectOptions) -> InspectReport {
-    let hparams = crate::arch::hparams::hyperparameters(&model.metadata, &model.tensors);
+    // A bundle's hyperparameters are its parts'.
+    let (hparams, parts) = match crate::ops::assemble::is_bundle(&model.metadata) {
+        false => {
+            (crate::arch::hparams::hyperparameters(&model.metadata, &model.tensors).map_err(|e| e.to_string()), None)
+        }
+        true => match bundle_parts(&model.metadata, &model.tensors) {
+            Ok(parts) => (Ok(None), Some(parts)),
+            Err(e) => (Err(e), None),
+        },
+    };
     let element_count: u64 = model.tensors.iter().map(TensorInfo::n_elements).sum();
     let tensor_bytes: u64 = model.tensors.iter().map(TensorInfo::n_bytes).sum();
     let file_type = model.metadata.get("general.file_type").and_then(Value::as_u64).map(|id| {
@@ -158,7 +186,7 @@ pub fn inspect(model: &ModelFile, options: InspectOptions) -> InspectReport {
         architecture: model.metadata.get_str("general.architecture").map(str::to_owned),
         family: FamilyReport::detect(&model.metadata, &model.tensors),
         hyperparameters: hparams.as_ref().ok().cloned().flatten(),
-        hyperparameter_error: hparams.err().map(|e| e.to_string()),
+        hyperparameter_error: hparams.err(),
         file_type,
         load: model.load.clone(),
         legacy_blocks_repacked: model.has_legacy_blocks(),
@@ -172,8 +200,32 @@ pub fn inspect(model: &ModelFile, options: InspectOptions) -> InspectReport {
             let family = detect(&model.metadata, &model.tensors).family;
             model.tensors.iter().map(|t| tensor_row(family, t)).collect()
         }),
+        parts,
         split: None,
     }
+}
+
+fn bundle_parts(metadata: &crate::model::Metadata, tensors: &[TensorInfo]) -> Result<Vec<PartReport>, String> {
+    use crate::ops::assemble::{name_in_part, part_metadata};
+    let roles = crate::ops::assemble::bundle_parts(metadata).map_err(|e| e.to_string())?;
+    let parts = roles.into_iter().map(|role| {
+        let metadata = part_metadata(metadata, role);
+        let tensors: Vec<TensorInfo> = tensors
+            .iter()
+            .filter_map(|t| Some(TensorInfo { name: name_in_part(&t.name, role)?.to_owned(), ..t.clone() }))
+            .collect();
+        let hparams = crate::arch::hparams::hyperparameters(&metadata, &tensors);
+        PartReport {
+            role: role.name(),
+            architecture: metadata.get_str("general.architecture").map(str::to_owned),
+            family: FamilyReport::detect(&metadata, &tensors),
+            hyperparameters: hparams.as_ref().ok().cloned().flatten(),
+            hyperparameter_error: hparams.err().map(|e| e.to_string()),
+            tensor_count: tensors.len(),
+            tensor_bytes: tensors.iter().map(TensorInfo::n_bytes).sum(),
+        }
+    });
+    Ok(parts.collect())
 }
 
 fn type_totals(tensors: &[TensorInfo]) -> Vec<TypeTotals> {
