@@ -11,6 +11,27 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
+/// An I/O error as a message says it: in words for the usual ones, without
+/// the OS's error number for the rest.
+pub struct IoText<'a>(pub &'a io::Error);
+
+impl std::fmt::Display for IoText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.kind() {
+            // Our own errors of these kinds carry their own words.
+            _ if self.0.get_ref().is_some() => write!(f, "{}", self.0),
+            io::ErrorKind::NotFound => f.write_str("no such file or directory"),
+            io::ErrorKind::PermissionDenied => f.write_str("permission denied"),
+            io::ErrorKind::IsADirectory => f.write_str("is a directory"),
+            io::ErrorKind::NotADirectory => f.write_str("a component of the path is not a directory"),
+            _ => {
+                let text = self.0.to_string();
+                f.write_str(text.split(" (os error").next().unwrap_or(&text))
+            }
+        }
+    }
+}
+
 /// Whether a symlink as the last component of a path is followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Symlinks {

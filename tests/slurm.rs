@@ -378,7 +378,7 @@ fn a_failing_unit_fails_the_run_by_name() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("Slurm task(s) failed; nothing was exported"), "{stderr}");
     assert!(stderr.contains("unit 0-") && stderr.contains("FAILED"), "{stderr}");
-    assert!(stderr.contains("input `model`") && stderr.contains("No such file"), "{stderr}");
+    assert!(stderr.contains("input `model`") && stderr.contains("no such file"), "{stderr}");
     let log = stderr.lines().find_map(|l| l.trim().strip_prefix("log: ")).expect("a log path");
     assert!(Path::new(log).exists(), "{log}");
     assert!(project.outputs().is_empty());

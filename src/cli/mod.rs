@@ -453,10 +453,20 @@ fn init_logs(quiet: bool, verbose: u8) {
 fn cause_chain(e: &anyhow::Error) -> String {
     let mut message = e.to_string();
     for cause in e.chain().skip(1) {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message = format!("{message}: {text}");
+        // An I/O error is said as messages say it (`IoText`).
+        let text = match cause.downcast_ref::<io::Error>() {
+            Some(io) => crate::files::IoText(io).to_string(),
+            None => cause.to_string(),
+        };
+        if message.contains(&text) {
+            continue;
         }
+        // A cause that begins by naming what the message ends with names it once.
+        let text = match text.split_once(": ") {
+            Some((head, rest)) if message.ends_with(head) => rest.to_owned(),
+            _ => text,
+        };
+        message = format!("{message}: {text}");
     }
     message
 }
@@ -563,9 +573,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 (None, None) => anyhow::bail!("give --max-size or --max-tensors"),
             };
             let options = SplitOptions { limit, no_tensor_first_split };
-            let context = || format!("cannot split {}", input.display());
             if dry_run {
-                return split::print_plan(&input, &out_prefix, options, json).with_context(context);
+                return split::print_plan(&input, &out_prefix, options, json)
+                    .with_context(|| format!("cannot split {}", input.display()));
             }
             // The export path's `.gguf` is what shard names replace.
             let mut output = out_prefix.into_os_string();
@@ -573,7 +583,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let output = PathBuf::from(output);
             let mut job = oneshot::job("split", &input, Vec::new(), &output);
             job.split = SplitMode::Limit(options);
-            let report = oneshot::run(job, &cache.settings(Some(1), OpenOptions::default())?).with_context(context)?;
+            let report = oneshot::run(job, &cache.settings(Some(1), OpenOptions::default())?)
+                .with_context(|| format!("cannot split {}", input.display()))?;
             wrote("split", &report, json)?;
         }
         Command::Assemble { parts, output, cache } => {

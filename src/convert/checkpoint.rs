@@ -12,8 +12,14 @@ use crate::formats::{ContainerFormat, FormatError, ModelFile, OpenOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {}", path.display(), crate::files::IoText(source))]
     Io { path: PathBuf, source: std::io::Error },
+    #[error(
+        "{}: not a Hugging Face checkpoint: it has no config.json (expected config.json beside \
+         model*.safetensors or pytorch_model*.bin)",
+        .0.display()
+    )]
+    NoConfig(PathBuf),
     #[error("{}: {problem}", path.display())]
     Json { path: PathBuf, problem: String },
     #[error(transparent)]
@@ -36,7 +42,8 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     pub fn open(dir: &Path) -> Result<Checkpoint, CheckpointError> {
-        let config = read_json(&dir.join("config.json"))?;
+        let config =
+            read_optional_json(&dir.join("config.json"))?.ok_or_else(|| CheckpointError::NoConfig(dir.to_owned()))?;
         let files = crate::formats::checkpoint_weights(dir)?;
         if files.is_empty() {
             return Err(CheckpointError::NoWeights(dir.to_owned()));
@@ -74,13 +81,6 @@ impl Checkpoint {
     pub fn hparam(&self, keys: &[&str]) -> Option<&Json> {
         keys.iter().find_map(|k| self.config.get(*k))
     }
-}
-
-fn read_json(path: &Path) -> Result<Json, CheckpointError> {
-    read_optional_json(path)?.ok_or_else(|| CheckpointError::Io {
-        path: path.to_owned(),
-        source: std::io::Error::from(std::io::ErrorKind::NotFound),
-    })
 }
 
 /// A JSON file of the checkpoint, or `None` if it has none.

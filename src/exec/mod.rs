@@ -62,16 +62,27 @@ pub struct Engine {
     force: bool,
 }
 
+/// How an error about an input starts: where the recipe declares it
+/// (`recipes/x.toml:4:8: input `m`: `); nothing for a one-shot command's
+/// file, which the path after it names.
+fn input_label(recipe: &Recipe, decl: &crate::recipe::InputDecl) -> String {
+    match (&recipe.source, decl.written_at) {
+        (Some(file), Some((line, column))) => format!("{}:{line}:{column}: input `{}`: ", file.display(), decl.name),
+        _ => String::new(),
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("input `{name}` ({}): {source}", path.display())]
-    Input { name: String, path: PathBuf, source: std::io::Error },
-    #[error("input `{name}` ({}) has blake3 {actual}, but the recipe pins {expected}", path.display())]
-    PinMismatch { name: String, path: PathBuf, expected: Key, actual: Key },
-    #[error("input `{name}`: {source}")]
-    Split { name: String, source: Box<SplitError> },
-    #[error("input `{name}`: {source}")]
-    Resolve { name: String, source: Box<FormatError> },
+    /// `input` says which, and where the recipe declares it ([`input_label`]).
+    #[error("{input}{}: {}", path.display(), crate::files::IoText(source))]
+    Input { input: String, path: PathBuf, source: std::io::Error },
+    #[error("{input}{} has blake3 {actual}, but the recipe pins {expected}", path.display())]
+    PinMismatch { input: String, path: PathBuf, expected: Key, actual: Key },
+    #[error("{input}{source}")]
+    Split { input: String, source: Box<SplitError> },
+    #[error("{input}{source}")]
+    Resolve { input: String, source: Box<FormatError> },
     #[error("cannot start the workers: {0}")]
     Workers(String),
     #[error(transparent)]
@@ -231,11 +242,12 @@ impl Engine {
                 inputs.push(None);
                 continue;
             }
-            let input_err = |source| RunError::Input { name: decl.name.clone(), path: decl.path.clone(), source };
+            let label = input_label(recipe, decl);
+            let input_err = |source| RunError::Input { input: label.clone(), path: decl.path.clone(), source };
             let converted =
                 recipe.nodes.iter().any(|n| matches!(n.op, Op::Convert(_)) && n.from.contains(&Source::Input(idx)));
             let shape = InputShape::resolve(&decl.path, converted)
-                .map_err(|source| RunError::Resolve { name: decl.name.clone(), source: Box::new(source) })?;
+                .map_err(|source| RunError::Resolve { input: label.clone(), source: Box::new(source) })?;
             let files = shape.files();
             let (index, directory) = match shape {
                 InputShape::CheckpointIndex(index) => (Some(index), false),
@@ -248,7 +260,7 @@ impl Engine {
             for (no, file) in files.iter().enumerate() {
                 if !file.exists() && files.len() > 1 {
                     let source = SplitError::MissingShard { path: file.clone(), shard: no + 1, count: files.len() };
-                    return Err(RunError::Split { name: decl.name.clone(), source: Box::new(source) });
+                    return Err(RunError::Split { input: label.clone(), source: Box::new(source) });
                 }
                 let content = match self.pins.get(file).and_then(|pin| pin.check(file)) {
                     Some(pinned) => Ok(pinned),
@@ -264,7 +276,7 @@ impl Engine {
                     && expected != content.hash
                 {
                     return Err(RunError::PinMismatch {
-                        name: decl.name.clone(),
+                        input: label.clone(),
                         path: decl.path.clone(),
                         expected,
                         actual: content.hash,

@@ -22,7 +22,7 @@ pub struct FormatError {
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum ErrorKind {
-    #[error("{0}")]
+    #[error("{}", crate::files::IoText(.0))]
     Io(#[from] io::Error),
     #[error(
         "unknown file format: the first bytes are {first_bytes} (expected GGUF, GGML/GGMF/GGJT, SafeTensors, PyTorch or ONNX)"

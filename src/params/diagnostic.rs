@@ -97,26 +97,32 @@ const SNIPPET_WIDTH: usize = 100;
 /// Problems printed in full; the rest are counted.
 const SHOWN_PROBLEMS: usize = 50;
 
-fn locate(text: &str, d: Diagnostic) -> Located {
-    let mut start = d.span.start.min(text.len());
+/// The 1-based line and column (in characters) of byte `offset` of `text`.
+pub fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let start = char_start(text, offset);
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    (text[..start].matches('\n').count() + 1, text[line_start..start].chars().count() + 1)
+}
+
+/// `offset`, moved back to the start of the character it falls in.
+fn char_start(text: &str, offset: usize) -> usize {
+    let mut start = offset.min(text.len());
     while !text.is_char_boundary(start) {
         start -= 1;
     }
+    start
+}
+
+fn locate(text: &str, d: Diagnostic) -> Located {
+    let start = char_start(text, d.span.start);
+    let (line, column) = line_column(text, start);
     let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
     let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
-    let column = text[line_start..start].chars().count();
     let (source_line, at) = match d.hide_source {
         true => (String::new(), 0),
-        false => crate::text::window(text[line_start..line_end].trim_end(), column, SNIPPET_WIDTH),
+        false => crate::text::window(text[line_start..line_end].trim_end(), column - 1, SNIPPET_WIDTH),
     };
-    Located {
-        line: text[..start].matches('\n').count() + 1,
-        column: column + 1,
-        message: d.message,
-        hint: d.hint,
-        source_line,
-        snippet_column: at + 1,
-    }
+    Located { line, column, message: d.message, hint: d.hint, source_line, snippet_column: at + 1 }
 }
 
 impl fmt::Display for RecipeError {

@@ -8,7 +8,7 @@ mod diagnostic;
 
 use std::ops::Range;
 
-pub use diagnostic::{Diagnostic, Located, RecipeError, nearest};
+pub use diagnostic::{Diagnostic, Located, RecipeError, line_column, nearest};
 
 /// A byte range of the recipe text.
 pub type Span = Range<usize>;

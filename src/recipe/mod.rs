@@ -52,6 +52,9 @@ pub struct InputDecl {
     pub as_written: PathBuf,
     /// `blake3 = "…"`: the run fails if the file's hash differs.
     pub pin: Option<Key>,
+    /// Where the recipe writes its `path` (1-based line and column), for
+    /// errors about the file; `None` for a one-shot command's inputs.
+    pub written_at: Option<(usize, usize)>,
 }
 
 /// Where a node's input comes from.
@@ -109,7 +112,8 @@ impl Recipe {
     /// relative to its directory.
     pub fn load(path: &Path) -> Result<Recipe, RecipeError> {
         let cannot = |e: &dyn std::fmt::Display| RecipeError::whole_file(path, format!("cannot read the recipe: {e}"));
-        let bytes = crate::files::read_regular(path, MAX_RECIPE_BYTES).map_err(|e| cannot(&e))?;
+        let bytes =
+            crate::files::read_regular(path, MAX_RECIPE_BYTES).map_err(|e| cannot(&crate::files::IoText(&e)))?;
         let text = String::from_utf8(bytes).map_err(|_| cannot(&"it is not UTF-8 text"))?;
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let fallback_name = path.file_stem().map_or("recipe".into(), |s| s.to_string_lossy().into_owned());
@@ -168,12 +172,14 @@ impl Recipe {
             path: job.input.to_owned(),
             as_written: job.input.to_owned(),
             pin: None,
+            written_at: None,
         }];
         inputs.extend(job.extra_inputs.iter().map(|extra| InputDecl {
             name: extra.name.into(),
             path: extra.path.to_path_buf(),
             as_written: extra.as_written.to_path_buf(),
             pin: None,
+            written_at: None,
         }));
         let node = |id: &str, op: Op, from: Source, uses: Vec<usize>| NodeDecl {
             id: id.into(),
@@ -212,6 +218,7 @@ impl Recipe {
                 path: path.to_path_buf(),
                 as_written: path.to_path_buf(),
                 pin: None,
+                written_at: None,
             })
             .collect();
         let node = |id: String, op: Op, from: Vec<Source>| NodeDecl {

@@ -57,7 +57,7 @@ pub(super) fn parse(text: &str, dir: &Path, fallback_name: &str) -> Result<Recip
             "recipe" => header = parse_header(value, dir, &mut diags),
             "input" => {
                 for (iname, ivalue) in section(value, "input", &mut diags) {
-                    if let Some(input) = parse_input(iname, ivalue, dir, &mut diags) {
+                    if let Some(input) = parse_input(text, iname, ivalue, dir, &mut diags) {
                         inputs.push(input);
                     }
                 }
@@ -189,6 +189,7 @@ fn parse_header(value: &Spanned<DeValue<'_>>, dir: &Path, diags: &mut Vec<Diagno
 }
 
 fn parse_input(
+    text: &str,
     name: &Spanned<std::borrow::Cow<'_, str>>,
     value: &Spanned<DeValue<'_>>,
     dir: &Path,
@@ -196,9 +197,13 @@ fn parse_input(
 ) -> Option<InputDecl> {
     let mut path = None;
     let mut pin = None;
+    let mut written_at = None;
     for (key, v) in table(value, "an input", diags)?.iter() {
         match key.get_ref().as_ref() {
-            "path" => path = string(v, "`path`", diags),
+            "path" => {
+                path = string(v, "`path`", diags);
+                written_at = Some(crate::params::line_column(text, v.span().start));
+            }
             "blake3" => {
                 let hex = string(v, "`blake3`", diags)?;
                 pin = Key::from_hex(&hex);
@@ -218,7 +223,13 @@ fn parse_input(
         diags.push(Diagnostic::new(format!("input `{}` has no `path`", name.get_ref()), name.span()));
         return None;
     };
-    Some(InputDecl { name: name.get_ref().to_string(), path: dir.join(&path), as_written: PathBuf::from(path), pin })
+    Some(InputDecl {
+        name: name.get_ref().to_string(),
+        path: dir.join(&path),
+        as_written: PathBuf::from(path),
+        pin,
+        written_at,
+    })
 }
 
 fn parse_step(

@@ -94,7 +94,7 @@ impl LocalStore {
         }
         let problem = match root.exists() {
             true => "exists but is not a quantforge cache (no blobs/ directory)",
-            false => "no cache here",
+            false => "no cache here (a run makes one; `quantforge cache dir RECIPE` says where a recipe's is)",
         };
         Err(StoreError::io(root, io::Error::new(io::ErrorKind::NotFound, problem)))
     }

@@ -91,7 +91,7 @@ impl ActionKind {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("cache {}: {source}", path.display())]
+    #[error("cache {}: {}", path.display(), crate::files::IoText(source))]
     Io { path: PathBuf, source: io::Error },
     /// A blob whose bytes do not hash to its name (or that is not a regular
     /// file): quarantined; the caller recomputes what it held.

@@ -1,0 +1,120 @@
+//! The error corpus: what a user sees when a command fails, exactly. Each
+//! message names the user's thing (the recipe's file:line:col and input, the
+//! path) once, in one message, says what was expected where it can, and the
+//! command exits 1. Paths are relative: the commands run in a scratch
+//! directory holding the files below.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+/// (command line, stderr): every case exits 1.
+const CASES: &[(&str, &str)] = &[
+    ("run missing-input.toml", "error: missing-input.toml:2:8: input `m`: ./missing.gguf: no such file or directory\n"),
+    (
+        "plan missing-input.toml",
+        "error: missing-input.toml:2:8: input `m`: ./missing.gguf: no such file or directory\n",
+    ),
+    (
+        "run nope.toml",
+        "error: nope.toml has 1 problem\nnope.toml:1:1: cannot read the recipe: no such file or directory\n",
+    ),
+    (
+        "run typo.toml",
+        "error: typo.toml has 1 problem\ntypo.toml:5:6: unknown op `quantise`\n  |\n5 | op = \"quantise\"\n  |      ^\n  = hint: did you mean `quantize`?\n",
+    ),
+    (
+        "convert repo out.gguf",
+        "error: cannot convert repo: not a Hugging Face checkpoint: it has no config.json \
+         (expected config.json beside model*.safetensors or pytorch_model*.bin)\n",
+    ),
+    ("convert nope out.gguf", "error: cannot convert nope: no such file or directory\n"),
+    ("inspect repo", "error: repo: a directory without model*.safetensors or pytorch_model*.bin files\n"),
+    (
+        "merge nope-00001-of-00002.gguf out.gguf",
+        "error: cannot merge the split of nope-00001-of-00002.gguf: shard 1 of 2 is missing\n",
+    ),
+    ("quantize nope.gguf out.gguf Q8_0", "error: cannot quantize nope.gguf: no such file or directory\n"),
+    (
+        "quantize tiny.gguf out.gguf Q9_K",
+        "error: unknown quantization type `Q9_K`; valid types are F32, F16, Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q2_K, \
+         Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, Q2_K_S, IQ4_NL, IQ4_XS, BF16, TQ1_0, TQ2_0, \
+         MXFP4_MOE\n  did you mean `Q2_K`?\n",
+    ),
+    ("edit nope.gguf out.gguf", "error: cannot edit nope.gguf: no such file or directory\n"),
+    ("dequantize nope.gguf out.gguf", "error: cannot dequantize nope.gguf: no such file or directory\n"),
+    ("inspect nope.gguf", "error: nope.gguf: no such file or directory\n"),
+    ("diff tiny.gguf nope.gguf", "error: nope.gguf: no such file or directory\n"),
+    (
+        "inspect notes.txt",
+        "error: notes.txt: at byte 0: unknown file format: the first bytes are 68 65 6c 6c 6f 0a (\"hello.\") \
+         (expected GGUF, GGML/GGMF/GGJT, SafeTensors, PyTorch or ONNX)\n",
+    ),
+    (
+        "assemble tiny.gguf nope.gguf -o b.gguf",
+        "error: cannot assemble the bundle: nope.gguf: no such file or directory\n",
+    ),
+    (
+        "unbundle tiny.gguf vision out.gguf",
+        "error: cannot unbundle tiny.gguf: not a bundle: general.type is absent, not `bundle`\n",
+    ),
+    (
+        "split tiny.gguf x --max-size 1k",
+        "error: cannot split tiny.gguf: shard 1 would hold no tensors: the size or tensor limit is too small\n",
+    ),
+    (
+        "cache ls --cache-dir TYPO",
+        "error: cache TYPO: no cache here (a run makes one; `quantforge cache dir RECIPE` says where a recipe's is)\n",
+    ),
+];
+
+fn scratch() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::copy(common::tiny_model(), d.join("tiny.gguf")).unwrap();
+    std::fs::write(d.join("notes.txt"), "hello\n").unwrap();
+    std::fs::create_dir(d.join("repo")).unwrap();
+    std::fs::write(d.join("repo/README.md"), "a repository without a checkpoint\n").unwrap();
+    let missing = "[input.m]\npath = \"missing.gguf\"\n\n[step.q]\nop = \"quantize\"\nfrom = \"m\"\npreset = \"Q8_0\"\n\n\
+                   [step.e]\nop = \"export\"\nfrom = \"q\"\npath = \"out.gguf\"\n";
+    std::fs::write(d.join("missing-input.toml"), missing).unwrap();
+    std::fs::write(
+        d.join("typo.toml"),
+        "[input.m]\npath = \"tiny.gguf\"\n\n[step.q]\nop = \"quantise\"\nfrom = \"m\"\n",
+    )
+    .unwrap();
+    dir
+}
+
+fn fails(dir: &Path, command: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_quantforge"))
+        .current_dir(dir)
+        .args(command.split(' '))
+        .env_remove("QUANTFORGE_CACHE")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "`{command}` exits 1: {out:?}");
+    assert!(out.stdout.is_empty(), "`{command}` printed on stdout: {out:?}");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn every_error_is_one_message_naming_the_users_thing() {
+    let dir = scratch();
+    let mut wrong = Vec::new();
+    for (command, expected) in CASES {
+        let stderr = fails(dir.path(), command);
+        if stderr != *expected {
+            wrong.push(format!("`{command}`\n  expected: {expected:?}\n  got:      {stderr:?}"));
+        }
+        assert_eq!(stderr.matches("error:").count(), 1, "`{command}`: {stderr}");
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // Nothing was written by a failing command (`run` makes the recipe's cache as it starts).
+    let mut left: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, ["cache", "missing-input.toml", "notes.txt", "repo", "tiny.gguf", "typo.toml"]);
+}
