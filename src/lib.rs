@@ -23,6 +23,7 @@ pub mod params;
 pub mod quant;
 pub mod recipe;
 pub mod slurm;
+pub mod spelling;
 pub mod store;
 pub mod synth;
 pub mod text;

@@ -25,6 +25,11 @@ const CASES: &[(&str, &str)] = &[
         "error: typo.toml has 1 problem\ntypo.toml:5:6: unknown op `quantise`\n  |\n5 | op = \"quantise\"\n  |      ^\n  = hint: did you mean `quantize`?\n",
     ),
     (
+        "plan badtype.toml",
+        "error: badtype.toml has 1 problem\nbadtype.toml:7:13: bad override: invalid ggml type `Q8_O`; did you mean \
+         `Q8_0`?\n  |\n7 | override = [{ match = \"x\", type = \"Q8_O\" }]\n  |             ^\n",
+    ),
+    (
         "convert repo out.gguf",
         "error: cannot convert repo: not a Hugging Face checkpoint: it has no config.json \
          (expected config.json beside model*.safetensors or pytorch_model*.bin)\n",
@@ -79,6 +84,9 @@ fn scratch() -> tempfile::TempDir {
     let missing = "[input.m]\npath = \"missing.gguf\"\n\n[step.q]\nop = \"quantize\"\nfrom = \"m\"\npreset = \"Q8_0\"\n\n\
                    [step.e]\nop = \"export\"\nfrom = \"q\"\npath = \"out.gguf\"\n";
     std::fs::write(d.join("missing-input.toml"), missing).unwrap();
+    let badtype = "[input.m]\npath = \"tiny.gguf\"\n[step.q]\nop = \"quantize\"\nfrom = \"m\"\npreset = \"Q8_0\"\n\
+                   override = [{ match = \"x\", type = \"Q8_O\" }]\n";
+    std::fs::write(d.join("badtype.toml"), badtype).unwrap();
     std::fs::write(
         d.join("typo.toml"),
         "[input.m]\npath = \"tiny.gguf\"\n\n[step.q]\nop = \"quantise\"\nfrom = \"m\"\n",
@@ -116,5 +124,22 @@ fn every_error_is_one_message_naming_the_users_thing() {
     let mut left: Vec<String> =
         std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     left.sort();
-    assert_eq!(left, ["cache", "missing-input.toml", "notes.txt", "repo", "tiny.gguf", "typo.toml"]);
+    assert_eq!(left, ["badtype.toml", "cache", "missing-input.toml", "notes.txt", "repo", "tiny.gguf", "typo.toml"]);
+}
+
+/// A misspelt type on the command line is clap's usage error (exit 2), with
+/// the name it was probably meant to be.
+#[test]
+fn a_misspelt_type_gets_a_suggestion() {
+    let dir = scratch();
+    let out = Command::new(env!("CARGO_BIN_EXE_quantforge"))
+        .current_dir(dir.path())
+        .args(["quantize", "--output-tensor-type", "Q8_O", "tiny.gguf", "out.gguf", "Q8_0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let expected = "error: invalid value 'Q8_O' for '--output-tensor-type <TYPE>': unknown ggml type `Q8_O`; \
+                    did you mean `Q8_0`?\n";
+    assert!(stderr.starts_with(expected), "{stderr}");
 }

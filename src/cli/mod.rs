@@ -390,7 +390,10 @@ fn parse_part(text: &str) -> Result<crate::arch::clip::PartRole, String> {
 fn parse_ggml_type(text: &str) -> Result<GgmlType, String> {
     GgmlType::from_name(text).ok_or_else(|| {
         let names: Vec<&str> = GgmlType::all().map(GgmlType::name).collect();
-        format!("unknown ggml type `{text}` (valid: {})", names.join(", "))
+        match crate::spelling::nearest(text, names.iter().copied()) {
+            Some(near) => format!("unknown ggml type `{text}`; did you mean `{near}`?"),
+            None => format!("unknown ggml type `{text}` (valid: {})", names.join(", ")),
+        }
     })
 }
 

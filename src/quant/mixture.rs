@@ -102,7 +102,13 @@ impl TensorTypeOverride {
         if ty.is_empty() {
             return Err(bad("missing quantization type"));
         }
-        let ty = GgmlType::from_name(ty).ok_or_else(|| bad(&format!("invalid ggml type `{ty}`")))?;
+        let ty = GgmlType::from_name(ty).ok_or_else(|| {
+            let near = crate::spelling::nearest(ty, GgmlType::all().map(GgmlType::name));
+            bad(&format!(
+                "invalid ggml type `{ty}`{}",
+                near.map(|n| format!("; did you mean `{n}`?")).unwrap_or_default()
+            ))
+        })?;
         let pattern = Regex::new(&pattern.to_ascii_lowercase()).map_err(|e| bad(&e.to_string()))?;
         Ok(TensorTypeOverride { pattern, ty })
     }
