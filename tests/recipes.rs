@@ -579,3 +579,48 @@ path = "edited.gguf"
         assert!(model.tensor_data(t).unwrap() == source.tensor_data(original).unwrap(), "{}", t.name);
     }
 }
+
+/// Two exports of one quantization, run at once: each conversion is encoded
+/// once in the run (the other export waits and copies its blob), also under
+/// `--force`, and the files are those of a run one node at a time.
+#[test]
+fn a_conversion_two_exports_need_is_encoded_once_per_run() {
+    let ws = Workspace::new();
+    let recipe = ws.recipe(
+        "shared.toml",
+        r#"
+[input.tiny]
+path = "tiny.gguf"
+
+[step.q]
+op = "quantize"
+from = "tiny"
+preset = "Q4_K_M"
+
+[step.a]
+op = "export"
+from = "q"
+path = "a.gguf"
+
+[step.named]
+op = "set-metadata"
+from = "q"
+set = ["general.name=str:b"]
+
+[step.b]
+op = "export"
+from = "named"
+path = "b.gguf"
+"#,
+    );
+    // The tiny model has 16 tensors to quantize, 5 to copy, per export.
+    let concurrent = run(&recipe, &ws.cache(), &["-j", "2"]);
+    assert_eq!((totals(&concurrent, "tensors_encoded"), totals(&concurrent, "tensors_reused")), (16, 16));
+    let files = [std::fs::read(ws.path("a.gguf")).unwrap(), std::fs::read(ws.path("b.gguf")).unwrap()];
+    let forced = run(&recipe, &ws.cache(), &["-j", "2", "--force"]);
+    assert_eq!((totals(&forced, "tensors_encoded"), totals(&forced, "tensors_reused")), (16, 16));
+    let sequential = run(&recipe, &ws.path("other-cache"), &["-j", "1"]);
+    assert_eq!(totals(&sequential, "tensors_encoded"), 16);
+    assert!(std::fs::read(ws.path("a.gguf")).unwrap() == files[0]);
+    assert!(std::fs::read(ws.path("b.gguf")).unwrap() == files[1]);
+}

@@ -7,13 +7,13 @@
 //! it. A chain of conversions is computed slab by slab through every link;
 //! only the last link's bytes are written anywhere.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::backend::{Backend, Slab, SlabError};
@@ -153,7 +153,85 @@ pub struct Materializer<'a> {
     pub pool: &'a rayon::ThreadPool,
     /// Encode derived tensors even when the store has them (`--force`).
     pub rebuild: bool,
+    pub in_flight: &'a InFlight,
     pub counters: Counters,
+}
+
+/// The conversions some node of the run is encoding, and those it has
+/// encoded, by key: an export that needs one being encoded waits for it and
+/// copies its blob rather than encode it a second time (two exports of one
+/// quantization, a ladder's shared tensors).
+///
+/// Only a node's own thread waits, never a worker of the pool: encodes run
+/// their slabs on the pool, so a waiting worker could hold up the very
+/// encode it waits for. A thread waits only while it claims nothing, so no
+/// two wait on each other.
+#[derive(Default)]
+pub struct InFlight {
+    state: Mutex<InFlightState>,
+    finished: Condvar,
+}
+
+#[derive(Default)]
+struct InFlightState {
+    encoding: HashSet<Key>,
+    /// Encoded this run: in the store even under `--force`.
+    encoded: HashSet<Key>,
+}
+
+/// What [`InFlight::claim`] found.
+enum Claim<'a> {
+    /// This thread encodes it; others wait until the guard drops.
+    Mine(ClaimGuard<'a>),
+    /// Another node encoded it while this one waited.
+    Encoded,
+    /// Nothing to wait for, or no waiting here: encode it.
+    Alone,
+}
+
+struct ClaimGuard<'a> {
+    in_flight: &'a InFlight,
+    key: Key,
+    done: bool,
+}
+
+impl InFlight {
+    fn claim(&self, key: Key) -> Claim<'_> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.encoded.contains(&key) {
+            return Claim::Encoded;
+        }
+        if !state.encoding.contains(&key) {
+            state.encoding.insert(key);
+            return Claim::Mine(ClaimGuard { in_flight: self, key, done: false });
+        }
+        if rayon::current_thread_index().is_some() {
+            return Claim::Alone;
+        }
+        while state.encoding.contains(&key) {
+            state = self.finished.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        match state.encoded.contains(&key) {
+            true => Claim::Encoded,
+            false => Claim::Alone,
+        }
+    }
+
+    fn encoded_this_run(&self, key: &Key) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).encoded.contains(key)
+    }
+}
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        let mut state = self.in_flight.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.encoding.remove(&self.key);
+        if self.done {
+            state.encoded.insert(self.key);
+        }
+        drop(state);
+        self.in_flight.finished.notify_all();
+    }
 }
 
 impl Materializer<'_> {
@@ -242,9 +320,28 @@ impl Materializer<'_> {
         Ok(matches!(info.layout, StoredLayout::Native).then_some((model, offset, len)))
     }
 
-    /// Encodes `tensor` into `out` at `offset` (and a blob).
+    /// Encodes `tensor` into `out` at `offset` (and a blob), or, when
+    /// another node encodes it meanwhile, copies that node's blob.
     pub fn encode_at(&self, tensor: &Tensor, out: &File, offset: u64) -> Result<(), MaterializeError> {
-        self.encode(tensor, &mut PositionedWriter { file: out, offset })
+        let mut claim = match self.claim(tensor) {
+            Claim::Encoded if self.copy_at(tensor, out, offset)? => return Ok(()),
+            Claim::Mine(guard) => Some(guard),
+            Claim::Encoded | Claim::Alone => None,
+        };
+        self.encode(tensor, &mut PositionedWriter { file: out, offset })?;
+        if let Some(guard) = &mut claim {
+            guard.done = true;
+        }
+        Ok(())
+    }
+
+    /// Claims a conversion before encoding it, when its bytes will be in
+    /// the store for others to copy.
+    fn claim(&self, tensor: &Tensor) -> Claim<'_> {
+        match self.store.keeps_results() && tensor.is_derived() {
+            true => self.in_flight.claim(tensor.key),
+            false => Claim::Alone,
+        }
     }
 
     /// Puts a derived tensor's bytes in the store under its key, for a step
@@ -270,7 +367,7 @@ impl Materializer<'_> {
 
     /// The blob holding a derived tensor's bytes, if the store has it.
     fn cached(&self, tensor: &Tensor) -> Option<Key> {
-        if self.rebuild {
+        if self.rebuild && !self.in_flight.encoded_this_run(&tensor.key) {
             return None;
         }
         let key = &tensor.key;

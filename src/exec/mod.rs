@@ -40,7 +40,7 @@ use crate::ops::{self, Op};
 use crate::quant::budget;
 use crate::recipe::{NodeDecl, Recipe, Source};
 use crate::store::{ActionKind, Key, KeyBuilder, Store, StoreError, fingerprint};
-use materialize::{Backends, InputFiles, MaterializeError, Materializer, PinnedFile, SetRows};
+use materialize::{Backends, InFlight, InputFiles, MaterializeError, Materializer, PinnedFile, SetRows};
 use report::{InputFileReport, InputReport, NodeReport, RunReport, Status};
 use schedule::Outcome;
 
@@ -588,6 +588,7 @@ impl Engine {
             store: Arc::clone(&self.store),
             pool: Arc::clone(&self.pool),
             rebuild: self.force,
+            in_flight: InFlight::default(),
             progress: MultiProgress::with_draw_target(if progress {
                 ProgressDrawTarget::stderr()
             } else {
@@ -718,6 +719,8 @@ struct Shared {
     pool: Arc<rayon::ThreadPool>,
     /// Nothing is taken from the cache (`--force`).
     rebuild: bool,
+    /// Conversions being encoded by some node, so no other encodes them again.
+    in_flight: InFlight,
     progress: MultiProgress,
 }
 
@@ -903,6 +906,7 @@ impl Shared {
             backends: &self.backends,
             pool: &self.pool,
             rebuild: self.rebuild,
+            in_flight: &self.in_flight,
             counters: Default::default(),
         }
     }
