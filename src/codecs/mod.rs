@@ -27,6 +27,8 @@ mod x86_search;
 
 use crate::types::GgmlType;
 
+pub use float::all_finite;
+
 /// Version of the bytes the codecs produce. Part of every derived tensor's
 /// cache key: bump it whenever any codec's output changes, so cached results
 /// of the old code are not reused.

@@ -53,6 +53,31 @@ pub enum ConvertOpError {
     UnpinnedFile(std::path::PathBuf),
 }
 
+/// Whether the converter writes tensor `index` of `model` as `target` byte
+/// for byte as the checkpoint stores it, so it is copied, file to file,
+/// instead of decoded and encoded again: no transform, the same float type
+/// and shape, and every value finite (a conversion refuses the others, and
+/// a finite bf16 comes back unchanged from the f32 the converter goes through).
+fn written_as_stored(
+    model: &crate::formats::ModelFile,
+    index: usize,
+    transform: &crate::artifact::RowTransform,
+    target: &crate::model::TensorInfo,
+) -> Result<bool, ConvertOpError> {
+    let Some(source) = model.tensors.get(index) else { return Ok(false) };
+    let same = *transform == Default::default()
+        && source.ggml_type == target.ggml_type
+        && source.dims == target.dims
+        && matches!(source.layout, crate::model::StoredLayout::Native);
+    if !same {
+        return Ok(false);
+    }
+    let finite = crate::codecs::all_finite(source.ggml_type, &model.tensor_data(source).map_err(ConvertError::from)?);
+    // The copy goes file to file: the pages just read need not stay mapped.
+    model.release_tensor_range(source, 0, source.n_bytes());
+    Ok(finite == Some(true))
+}
+
 impl ConvertOptions {
     pub fn from_params(p: &Params) -> Result<ConvertOptions, Vec<Diagnostic>> {
         let target = match p.str("outtype") {
@@ -111,8 +136,12 @@ pub fn apply(
                     Tensor { name: info.name.clone(), dims: info.dims.clone(), ggml_type: GgmlType::F32, key, data }
                 }
                 Values::Checkpoint { shard, tensor, transform } => {
-                    let path = checkpoint.shards[*shard].path();
+                    let model = &checkpoint.shards[*shard];
+                    let path = model.path();
                     let file = file_key(path).ok_or_else(|| ConvertOpError::UnpinnedFile(path.to_owned()))?;
+                    if written_as_stored(model, *tensor, transform, info)? {
+                        return Ok(Tensor::from_input(file, *tensor, info));
+                    }
                     Tensor::from_checkpoint(&info.name, info.dims.clone(), file, *tensor, *transform)
                 }
             };
