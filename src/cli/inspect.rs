@@ -2,12 +2,11 @@
 
 use std::io::{self, Write};
 
-use crate::arch::hparams::Hyperparameters;
 use crate::formats::human_bytes;
-use crate::ops::inspect::InspectReport;
+use crate::ops::inspect::{Identity, InspectReport};
 
-fn print_hparams(out: &mut dyn Write, label: &str, h: Option<&Hyperparameters>, error: Option<&str>) -> io::Result<()> {
-    if let Some(h) = h {
+fn print_hparams(out: &mut dyn Write, label: &str, identity: &Identity) -> io::Result<()> {
+    if let Some(h) = &identity.hyperparameters {
         let optional = |name: &str, v: Option<String>| v.map(|v| format!(", {name} {v}")).unwrap_or_default();
         writeln!(
             out,
@@ -23,7 +22,7 @@ fn print_hparams(out: &mut dyn Write, label: &str, h: Option<&Hyperparameters>, 
             optional("experts", h.expert_count.map(|v| v.to_string())),
         )?;
     }
-    if let Some(error) = error {
+    if let Some(error) = &identity.hyperparameter_error {
         writeln!(out, "{label}INVALID: {error}")?;
     }
     Ok(())
@@ -44,20 +43,21 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
         r.alignment,
         r.data_offset
     )?;
-    writeln!(out, "architecture  {}", r.architecture.as_deref().unwrap_or("(none)"))?;
-    writeln!(out, "family        {} ({}; by {})", r.family.name, r.family.id, r.family.detected_by.describe())?;
-    print_hparams(out, "hparams       ", r.hyperparameters.as_ref(), r.hyperparameter_error.as_deref())?;
+    let id = &r.identity;
+    writeln!(out, "architecture  {}", id.architecture.as_deref().unwrap_or("(none)"))?;
+    writeln!(out, "family        {} ({}; by {})", id.family.name, id.family.id, id.family.detected_by.describe())?;
+    print_hparams(out, "hparams       ", id)?;
     for part in r.parts.iter().flatten() {
         writeln!(
             out,
             "part          {}: {} ({}), {} tensors, {}",
             part.role,
-            part.architecture.as_deref().unwrap_or("(none)"),
-            part.family.name,
+            part.identity.architecture.as_deref().unwrap_or("(none)"),
+            part.identity.family.name,
             part.tensor_count,
             human_bytes(part.tensor_bytes as f64)
         )?;
-        print_hparams(out, "  hparams     ", part.hyperparameters.as_ref(), part.hyperparameter_error.as_deref())?;
+        print_hparams(out, "  hparams     ", &part.identity)?;
     }
     if let Some(ft) = &r.file_type {
         writeln!(out, "file type     {} (id {})", ft.description.unwrap_or("unknown"), ft.id)?;

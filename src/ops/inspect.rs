@@ -27,15 +27,8 @@ pub struct InspectReport {
     pub endian: crate::model::Endian,
     pub alignment: u64,
     pub data_offset: u64,
-    pub architecture: Option<String>,
-    /// The model family the registry detected, and the rule that decided.
-    pub family: FamilyReport,
-    /// A language model's hyperparameters, checked against its tensors.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hyperparameters: Option<crate::arch::hparams::Hyperparameters>,
-    /// Why the hyperparameters do not hold together (the key at fault first).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hyperparameter_error: Option<String>,
+    #[serde(flatten)]
+    pub identity: Identity,
     pub file_type: Option<FileTypeReport>,
     pub load: LoadReport,
     /// True when pre-GGJTv3 blocks are repacked (scales narrowed to f16) on read.
@@ -72,18 +65,40 @@ impl FamilyReport {
     }
 }
 
+/// What a model is: its architecture, its family, and for a language model
+/// its hyperparameters.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct Identity {
+    pub architecture: Option<String>,
+    /// The model family the registry detected, and the rule that decided.
+    pub family: FamilyReport,
+    /// A language model's hyperparameters, checked against its tensors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hyperparameters: Option<crate::arch::hparams::Hyperparameters>,
+    /// Why the hyperparameters do not hold together (the key at fault first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hyperparameter_error: Option<String>,
+}
+
+impl Identity {
+    fn of(metadata: &crate::model::Metadata, tensors: &[TensorInfo]) -> Identity {
+        let hparams = crate::arch::hparams::hyperparameters(metadata, tensors);
+        Identity {
+            architecture: metadata.get_str("general.architecture").map(str::to_owned),
+            family: FamilyReport::detect(metadata, tensors),
+            hyperparameters: hparams.as_ref().ok().cloned().flatten(),
+            hyperparameter_error: hparams.err().map(|e| e.to_string()),
+        }
+    }
+}
+
 /// One part of a bundle, as a model of its own.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PartReport {
     /// `language`, `vision`, `audio` or `vision-audio`.
     pub role: &'static str,
-    pub architecture: Option<String>,
-    pub family: FamilyReport,
-    /// The language model's hyperparameters, checked against its tensors.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hyperparameters: Option<crate::arch::hparams::Hyperparameters>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hyperparameter_error: Option<String>,
+    #[serde(flatten)]
+    pub identity: Identity,
     pub tensor_count: usize,
     pub tensor_bytes: u64,
 }
@@ -154,15 +169,16 @@ pub struct InspectOptions {
 }
 
 pub fn inspect(model: &ModelFile, options: InspectOptions) -> InspectReport {
+    let mut identity = Identity::of(&model.metadata, &model.tensors);
     // A bundle's hyperparameters are its parts'.
-    let (hparams, parts) = match crate::ops::assemble::is_bundle(&model.metadata) {
-        false => {
-            (crate::arch::hparams::hyperparameters(&model.metadata, &model.tensors).map_err(|e| e.to_string()), None)
+    let parts = match crate::ops::assemble::is_bundle(&model.metadata) {
+        false => None,
+        true => {
+            let parts = bundle_parts(&model.metadata, &model.tensors);
+            identity.hyperparameters = None;
+            identity.hyperparameter_error = parts.as_ref().err().cloned();
+            parts.ok()
         }
-        true => match bundle_parts(&model.metadata, &model.tensors) {
-            Ok(parts) => (Ok(None), Some(parts)),
-            Err(e) => (Err(e), None),
-        },
     };
     let element_count: u64 = model.tensors.iter().map(TensorInfo::n_elements).sum();
     let tensor_bytes: u64 = model.tensors.iter().map(TensorInfo::n_bytes).sum();
@@ -183,10 +199,7 @@ pub fn inspect(model: &ModelFile, options: InspectOptions) -> InspectReport {
         endian: model.endian,
         alignment: model.alignment,
         data_offset: model.data_offset,
-        architecture: model.metadata.get_str("general.architecture").map(str::to_owned),
-        family: FamilyReport::detect(&model.metadata, &model.tensors),
-        hyperparameters: hparams.as_ref().ok().cloned().flatten(),
-        hyperparameter_error: hparams.err(),
+        identity,
         file_type,
         load: model.load.clone(),
         legacy_blocks_repacked: model.has_legacy_blocks(),
@@ -214,13 +227,9 @@ fn bundle_parts(metadata: &crate::model::Metadata, tensors: &[TensorInfo]) -> Re
             .iter()
             .filter_map(|t| Some(TensorInfo { name: name_in_part(&t.name, role)?.to_owned(), ..t.clone() }))
             .collect();
-        let hparams = crate::arch::hparams::hyperparameters(&metadata, &tensors);
         PartReport {
             role: role.name(),
-            architecture: metadata.get_str("general.architecture").map(str::to_owned),
-            family: FamilyReport::detect(&metadata, &tensors),
-            hyperparameters: hparams.as_ref().ok().cloned().flatten(),
-            hyperparameter_error: hparams.err().map(|e| e.to_string()),
+            identity: Identity::of(&metadata, &tensors),
             tensor_count: tensors.len(),
             tensor_bytes: tensors.iter().map(TensorInfo::n_bytes).sum(),
         }
@@ -268,10 +277,7 @@ pub fn inspect_split(shards: &[&ModelFile], options: InspectOptions) -> Option<I
     report.tensor_bytes = tensor_bytes;
     report.bits_per_weight = if element_count == 0 { 0.0 } else { tensor_bytes as f64 * 8.0 / element_count as f64 };
     report.types = type_totals(&tensors);
-    let hparams = crate::arch::hparams::hyperparameters(&metadata, &tensors);
-    report.hyperparameters = hparams.as_ref().ok().cloned().flatten();
-    report.hyperparameter_error = hparams.err().map(|e| e.to_string());
-    report.family = FamilyReport::detect(&metadata, &tensors);
+    report.identity = Identity::of(&metadata, &tensors);
     let family = detect(&metadata, &tensors).family;
     report.tensors = options.tensors.then(|| {
         shards
