@@ -17,6 +17,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// Arrays longer than this are summarised by their length and first entries.
 pub const ARRAY_PREVIEW: usize = 8;
 
+/// A model file (or a split, or a bundle) as its header describes it.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct InspectReport {
     pub schema: u32,
