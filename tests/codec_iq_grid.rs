@@ -1,14 +1,17 @@
-//! The IQ grid decoders (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S,
-//! IQ1_M) against ggml, bit for bit: golden vectors that ggml's own
+//! The IQ grid types (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M)
+//! against ggml. Decoders bit for bit: golden vectors that ggml's own
 //! `dequantize_row_*` decoded (`tests/ggml_ref/iq_goldens.py golden`), and
-//! fresh random blocks decoded by gguf-py where it is installed.
+//! fresh random blocks decoded by gguf-py where it is installed. Encoders
+//! byte for byte at every vector level: rows ggml's `ggml_quantize_chunk`
+//! encoded, with and without importance weights
+//! (`tests/ggml_ref/ggml_ref.py golden`).
 
 mod common;
 
 use std::path::Path;
 use std::process::Command;
 
-use quantforge::codecs::dequantize_row;
+use quantforge::codecs::{CodecError, dequantize_row, quantize_row, quantize_row_at, simd};
 use quantforge::types::GgmlType;
 
 const TYPES: [GgmlType; 7] = [
@@ -129,5 +132,64 @@ fn random_blocks_decode_as_gguf_py_does() {
         let theirs = f32s(&std::fs::read(&output).expect("gguf-py's output"));
         let n = n_blocks * ty.block_size() as usize;
         assert_same_bits(ty, "vs gguf-py", &decode(ty, &encoded, n), &theirs);
+    }
+}
+
+/// Encodes every row of `ty`'s golden files at every vector level the
+/// machine has; returns a line per row that differs from ggml's bytes.
+fn encode_goldens(ty: GgmlType, modes: &[&str]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for mode in modes {
+        let path = common::repo().join(format!("tests/data/golden/{ty}.{mode}.qfgv"));
+        let g = common::read_golden(&path);
+        assert_eq!(g.ty, ty, "{}", path.display());
+        assert_eq!(g.importance.is_some(), *mode == "imatrix", "{}: importance", path.display());
+        let row_bytes = ty.row_size(g.n_per_row as u64).expect("whole blocks") as usize;
+        for level in simd::supported() {
+            for (r, (row, expected)) in
+                g.rows.chunks_exact(g.n_per_row).zip(g.encoded.chunks_exact(row_bytes)).enumerate()
+            {
+                let mut ours = vec![0u8; row_bytes];
+                quantize_row_at(level, ty, row, g.importance.as_deref(), &mut ours).expect("quantize");
+                if let Some(first) = ours.iter().zip(expected).position(|(a, b)| a != b) {
+                    let differing = ours.iter().zip(expected).filter(|(a, b)| a != b).count();
+                    failures.push(format!(
+                        "{ty}.{mode} at {}: row {r} differs in {differing} of {row_bytes} bytes, first at {first} (ours {:#04x}, ggml {:#04x})",
+                        level.name(),
+                        ours[first],
+                        expected[first]
+                    ));
+                }
+            }
+        }
+    }
+    failures
+}
+
+#[test]
+fn iq2_xxs_iq2_xs_and_iq1_s_encode_as_ggml_does_with_importance() {
+    let failures: Vec<String> = [GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ1_S]
+        .into_iter()
+        .flat_map(|ty| encode_goldens(ty, &["imatrix"]))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn iq2_s_iq3_xxs_iq3_s_and_iq1_m_encode_as_ggml_does_with_and_without_importance() {
+    let failures: Vec<String> = [GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_M]
+        .into_iter()
+        .flat_map(|ty| encode_goldens(ty, &["plain", "imatrix"]))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_types_whose_search_weighs_by_importance_refuse_a_row_without_it() {
+    for ty in [GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ1_S] {
+        let mut out = vec![0u8; ty.row_size(256).unwrap() as usize];
+        let err = quantize_row(ty, &[0.5; 256], None, &mut out).unwrap_err();
+        assert_eq!(err, CodecError::NeedsImportance { ty });
+        assert_eq!(err.to_string(), format!("{ty} needs an importance matrix: its search weighs every value by one"));
     }
 }

@@ -31,8 +31,8 @@ const _: () = {
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockIq2Xxs {
-    d: F16,
-    qs: [u8; QK_K / 4],
+    pub(super) d: F16,
+    pub(super) qs: [u8; QK_K / 4],
 }
 const _: () = assert!(size_of::<BlockIq2Xxs>() as u64 == GgmlType::IQ2_XXS.type_size());
 
@@ -41,9 +41,9 @@ const _: () = assert!(size_of::<BlockIq2Xxs>() as u64 == GgmlType::IQ2_XXS.type_
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockIq2Xs {
-    d: F16,
-    qs: [u8; QK_K / 4],
-    scales: [u8; QK_K / 32],
+    pub(super) d: F16,
+    pub(super) qs: [u8; QK_K / 4],
+    pub(super) scales: [u8; QK_K / 32],
 }
 const _: () = assert!(size_of::<BlockIq2Xs>() as u64 == GgmlType::IQ2_XS.type_size());
 
@@ -52,10 +52,10 @@ const _: () = assert!(size_of::<BlockIq2Xs>() as u64 == GgmlType::IQ2_XS.type_si
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockIq2S {
-    d: F16,
-    qs: [u8; QK_K / 4],
-    qh: [u8; QK_K / 32],
-    scales: [u8; QK_K / 32],
+    pub(super) d: F16,
+    pub(super) qs: [u8; QK_K / 4],
+    pub(super) qh: [u8; QK_K / 32],
+    pub(super) scales: [u8; QK_K / 32],
 }
 const _: () = assert!(size_of::<BlockIq2S>() as u64 == GgmlType::IQ2_S.type_size());
 
@@ -64,8 +64,8 @@ const _: () = assert!(size_of::<BlockIq2S>() as u64 == GgmlType::IQ2_S.type_size
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockIq3Xxs {
-    d: F16,
-    qs: [u8; 3 * QK_K / 8],
+    pub(super) d: F16,
+    pub(super) qs: [u8; 3 * QK_K / 8],
 }
 const _: () = assert!(size_of::<BlockIq3Xxs>() as u64 == GgmlType::IQ3_XXS.type_size());
 
@@ -74,11 +74,11 @@ const _: () = assert!(size_of::<BlockIq3Xxs>() as u64 == GgmlType::IQ3_XXS.type_
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockIq3S {
-    d: F16,
-    qs: [u8; QK_K / 4],
-    qh: [u8; QK_K / 32],
-    signs: [u8; QK_K / 8],
-    scales: [u8; QK_K / 64],
+    pub(super) d: F16,
+    pub(super) qs: [u8; QK_K / 4],
+    pub(super) qh: [u8; QK_K / 32],
+    pub(super) signs: [u8; QK_K / 8],
+    pub(super) scales: [u8; QK_K / 64],
 }
 const _: () = assert!(size_of::<BlockIq3S>() as u64 == GgmlType::IQ3_S.type_size());
 
@@ -87,9 +87,9 @@ const _: () = assert!(size_of::<BlockIq3S>() as u64 == GgmlType::IQ3_S.type_size
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockIq1S {
-    d: F16,
-    qs: [u8; QK_K / 8],
-    qh: [u8; QK_K / 16],
+    pub(super) d: F16,
+    pub(super) qs: [u8; QK_K / 8],
+    pub(super) qh: [u8; QK_K / 16],
 }
 const _: () = assert!(size_of::<BlockIq1S>() as u64 == GgmlType::IQ1_S.type_size());
 
@@ -98,9 +98,9 @@ const _: () = assert!(size_of::<BlockIq1S>() as u64 == GgmlType::IQ1_S.type_size
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockIq1M {
-    qs: [u8; QK_K / 8],
-    qh: [u8; QK_K / 16],
-    scales: [u8; QK_K / 32],
+    pub(super) qs: [u8; QK_K / 8],
+    pub(super) qh: [u8; QK_K / 16],
+    pub(super) scales: [u8; QK_K / 32],
 }
 const _: () = assert!(size_of::<BlockIq1M>() as u64 == GgmlType::IQ1_M.type_size());
 

@@ -13,8 +13,11 @@
 mod blocks;
 mod float;
 mod fp4;
+mod iq1_encode;
 mod iq4;
 mod iq_grid;
+mod iq_grid_encode;
+mod iq_lattice;
 mod iq_tables;
 mod kquants;
 mod legacy;
@@ -44,6 +47,8 @@ pub enum CodecError {
     Unsupported { ty: GgmlType, op: &'static str },
     #[error("a row of {n_elements} elements is not a whole number of {ty} blocks ({block} elements)")]
     PartialBlock { ty: GgmlType, n_elements: usize, block: u64 },
+    #[error("{ty} needs an importance matrix: its search weighs every value by one")]
+    NeedsImportance { ty: GgmlType },
     #[error("{ty}: {what} holds {got} bytes or values, expected {expected}")]
     Length { ty: GgmlType, what: &'static str, got: usize, expected: usize },
 }
@@ -78,7 +83,7 @@ pub fn encode_ns_per_weight(ty: GgmlType) -> f64 {
         Q6_K => 18.0,
         Q2_K | Q3_K | Q4_K | Q5_K => 29.0,
         IQ4_NL | IQ4_XS => 72.0,
-        // The grid searches (not yet encoded here): as the slowest measured.
+        // Not measured yet: as the slowest measured.
         IQ1_S | IQ1_M | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S => 72.0,
     }
 }
@@ -108,6 +113,13 @@ pub fn can_quantize(ty: GgmlType) -> bool {
             | Q8_K
             | IQ4_NL
             | IQ4_XS
+            | IQ2_XXS
+            | IQ2_XS
+            | IQ2_S
+            | IQ3_XXS
+            | IQ3_S
+            | IQ1_S
+            | IQ1_M
             | TQ1_0
             | TQ2_0
             | MXFP4
@@ -279,6 +291,13 @@ fn encode(
         IQ4_XS => iq4::quantize_iq4_xs(level, src, importance, dst),
         TQ1_0 => ternary::quantize_tq1_0(src, dst),
         TQ2_0 => ternary::quantize_tq2_0(src, dst),
+        IQ2_XXS => iq_grid_encode::quantize_iq2_xxs(src, importance, bytemuck::cast_slice_mut(dst))?,
+        IQ2_XS => iq_grid_encode::quantize_iq2_xs(src, importance, bytemuck::cast_slice_mut(dst))?,
+        IQ2_S => iq_grid_encode::quantize_iq2_s(src, importance, bytemuck::cast_slice_mut(dst)),
+        IQ3_XXS => iq_grid_encode::quantize_iq3_xxs(src, importance, bytemuck::cast_slice_mut(dst)),
+        IQ3_S => iq_grid_encode::quantize_iq3_s(src, importance, bytemuck::cast_slice_mut(dst)),
+        IQ1_S => iq1_encode::quantize_iq1_s(src, importance, bytemuck::cast_slice_mut(dst))?,
+        IQ1_M => iq1_encode::quantize_iq1_m(src, importance, bytemuck::cast_slice_mut(dst)),
         _ => return Err(CodecError::Unsupported { ty, op: "quantize to" }),
     }
     Ok(())

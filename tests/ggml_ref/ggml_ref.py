@@ -106,8 +106,13 @@ TYPES = [
     ("Q5_0", 6, 256), ("Q5_1", 7, 256), ("Q8_0", 8, 256), ("Q2_K", 10, 512),
     ("Q3_K", 11, 512), ("Q4_K", 12, 512), ("Q5_K", 13, 512), ("Q6_K", 14, 512),
     ("Q8_K", 15, 512), ("IQ4_NL", 20, 256), ("IQ4_XS", 23, 512), ("TQ1_0", 34, 512),
-    ("TQ2_0", 35, 512), ("MXFP4", 39, 256),
+    ("TQ2_0", 35, 512), ("MXFP4", 39, 256), ("IQ2_XXS", 16, 512), ("IQ2_XS", 17, 512),
+    ("IQ2_S", 22, 512), ("IQ3_XXS", 18, 512), ("IQ3_S", 21, 512), ("IQ1_S", 19, 512),
+    ("IQ1_M", 29, 512),
 ]
+
+# ggml refuses to quantize these without an importance vector.
+NEEDS_IMPORTANCE = ("IQ2_XXS", "IQ2_XS", "IQ1_S")
 
 
 def golden_rows(n_per_row: int, seed: int) -> np.ndarray:
@@ -128,6 +133,22 @@ def golden_rows(n_per_row: int, seed: int) -> np.ndarray:
         np.round(rng.standard_normal(n_per_row) * 8) / 16,
     ]
     return np.stack(rows).astype(np.float32)
+
+
+def grid_rows(n_per_row: int, seed: int) -> np.ndarray:
+    """golden_rows, then rows for the IQ grid searches: zero and tiny
+    (below their 1e-8 threshold) groups between ordinary ones inside a
+    super-block, and rows whose groups hold odd counts of negatives."""
+    rng = np.random.default_rng(seed)
+    groups = n_per_row // 32
+    zero_every_third = rng.standard_normal((groups, 32)) * 0.05
+    zero_every_third[1::3] = 0.0
+    tiny_between = rng.standard_normal((groups, 32))
+    tiny_between[::2] *= 1e-9
+    odd_negatives = np.abs(rng.standard_normal(n_per_row))
+    odd_negatives[::7] *= -1
+    rows = [zero_every_third.ravel(), tiny_between.ravel(), odd_negatives, rng.standard_normal(n_per_row) ** 3]
+    return np.concatenate([golden_rows(n_per_row, seed), np.stack(rows).astype(np.float32)])
 
 
 def write_golden(path: Path, type_id: int, rows: np.ndarray, importance: np.ndarray | None) -> None:
@@ -168,8 +189,9 @@ def main() -> None:
         out = Path(sys.argv[2])
         out.mkdir(parents=True, exist_ok=True)
         for seed, (name, type_id, n_per_row) in enumerate(TYPES):
-            rows = golden_rows(n_per_row, seed)
-            write_golden(out / f"{name}.plain.qfgv", type_id, rows, None)
+            rows = grid_rows(n_per_row, seed) if name.startswith(("IQ1", "IQ2", "IQ3")) else golden_rows(n_per_row, seed)
+            if name not in NEEDS_IMPORTANCE:
+                write_golden(out / f"{name}.plain.qfgv", type_id, rows, None)
             if name not in ("F16", "BF16", "Q8_0", "Q8_K", "TQ1_0", "TQ2_0", "MXFP4"):
                 importance = np.random.default_rng(1000 + seed).random(n_per_row).astype(np.float32) ** 2 * 5
                 write_golden(out / f"{name}.imatrix.qfgv", type_id, rows, importance)
