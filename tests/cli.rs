@@ -218,6 +218,20 @@ fn edit_refusals() {
     }
 }
 
+/// `quantize --help` lists every preset it writes with its ftype number, as
+/// llama-quantize's usage does.
+#[test]
+fn quantize_help_lists_the_types() {
+    let (help, _) = run(&[OsStr::new("quantize"), OsStr::new("--help")]);
+    for line in [
+        "  19  or  IQ2_XXS   : IQ2_XXS - 2.0625 bpw",
+        "  15  or  Q4_K_M    : Q4_K - Medium",
+        "  31  or  IQ1_M     : IQ1_M - 1.75 bpw",
+    ] {
+        assert!(help.contains(line), "{line:?} not in:\n{help}");
+    }
+}
+
 fn quantize_fails(args: &[&OsStr], message: &str) {
     let mut cli = vec![OsStr::new("quantize")];
     cli.extend_from_slice(args);
@@ -235,6 +249,8 @@ fn quantize_refusals() {
     let (q4, out) = (dir.path().join("q4.gguf"), dir.path().join("out.gguf"));
     quantize_fails(&[tiny.as_os_str(), out.as_os_str(), "Q9_Z".as_ref()], "valid types are F32, F16, Q4_0, Q4_1");
     quantize_fails(&[tiny.as_os_str(), out.as_os_str(), "Q4_K_N".as_ref()], "did you mean `Q4_K_S`?");
+    quantize_fails(&[tiny.as_os_str(), out.as_os_str()], "missing TYPE: give a preset (Q4_K_M, …) or --target-size");
+    quantize_fails(&[tiny.as_os_str(), "Q8_0".as_ref(), "two".as_ref()], "invalid NTHREADS `two`");
     let output = common::quantforge(&["quantize".as_ref(), tiny.as_os_str(), q4.as_os_str(), "Q4_K_M".as_ref()]);
     assert!(output.status.success());
     quantize_fails(&[q4.as_os_str(), out.as_os_str(), "Q8_0".as_ref()], "requantizing from type Q6_K is disabled");

@@ -151,6 +151,38 @@ fn tiny_model_flags() {
     check_all(&common::tiny_model(), &["Q4_K_M", "Q3_K_S", "IQ4_XS"], flag_sets);
 }
 
+/// `--tensor-type-file`: its entries, spread over lines and spaces, read as
+/// llama-quantize reads them.
+#[test]
+fn tiny_model_tensor_type_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("types.txt");
+    std::fs::write(&file, "attn_v=q8_0\n  ffn_down=q5_k attn_q=IQ4_XS\n\n").unwrap();
+    let file = file.display().to_string();
+    check_all(&common::tiny_model(), &["Q4_K_M", "IQ3_S"], &[&["--tensor-type-file", &file]]);
+}
+
+/// `quantize IN TYPE [NTHREADS]`: the output is named as llama-quantize
+/// names it, beside the input, with the same bytes.
+#[test]
+fn tiny_model_output_named_after_the_type() {
+    let Some(llama) = llama_quantize() else { return };
+    let (ours, theirs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for dir in [&ours, &theirs] {
+        std::fs::copy(common::tiny_model(), dir.path().join("model.gguf")).unwrap();
+    }
+    let status = Command::new(llama).arg(theirs.path().join("model.gguf")).args(["q5_k_m", "2"]).output().unwrap();
+    assert!(status.status.success());
+    common::stdout_of_success(common::quantforge(&[
+        OsStr::new("quantize"),
+        ours.path().join("model.gguf").as_os_str(),
+        OsStr::new("q5_k_m"),
+        OsStr::new("2"),
+    ]));
+    let name = "ggml-model-Q5_K_M.gguf";
+    assert_eq!(std::fs::read(ours.path().join(name)).unwrap(), std::fs::read(theirs.path().join(name)).unwrap());
+}
+
 /// Gemma 3 270M: its F16 version made by our `dequantize` equals
 /// llama-quantize's own conversion, and a few presets from it (with and
 /// without a real importance matrix) are byte-identical. Every preset from

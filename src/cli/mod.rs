@@ -155,7 +155,8 @@ enum Command {
         #[command(flatten)]
         cache: CacheArgs,
     },
-    /// Quantize a model: `quantize [FLAGS] IN OUT TYPE [NTHREADS]`, byte-identical to llama-quantize.
+    /// Quantize a model: `quantize [FLAGS] IN [OUT] TYPE [NTHREADS]`, byte-identical to llama-quantize.
+    #[command(after_help = quantize::preset_list())]
     Quantize(Box<QuantizeArgs>),
     /// Decode every tensor to f32, f16 or bf16 (1-D tensors stay f32, as in converted models).
     Dequantize {
@@ -292,6 +293,10 @@ struct QuantizeArgs {
     /// Quantize tensors whose name matches PATTERN (a regex) to TYPE (repeatable).
     #[arg(long = "tensor-type", value_name = "PATTERN=TYPE", value_parser = TensorTypeOverride::parse)]
     tensor_type: Vec<TensorTypeOverride>,
+    /// A file of PATTERN=TYPE entries separated by spaces or newlines, read as --tensor-type
+    /// (after the --tensor-type flags; repeatable).
+    #[arg(long = "tensor-type-file", value_name = "FILE")]
+    tensor_type_file: Vec<PathBuf>,
     /// Override a metadata key in the output: KEY=TYPE:VALUE, TYPE one of int, float, bool, str.
     #[arg(long = "override-kv", value_name = "KEY=TYPE:VALUE", value_parser = KvOverride::parse)]
     override_kv: Vec<KvOverride>,
@@ -309,9 +314,11 @@ struct QuantizeArgs {
     #[arg(long)]
     threads: Option<usize>,
     input: PathBuf,
+    /// The output; left out, `ggml-model-TYPE.gguf` beside the input (llama-quantize's name).
+    #[arg(value_name = "OUT")]
     output: PathBuf,
     /// A preset (Q4_K_M, Q8_0, …) or its llama ftype number; left out with --target-size.
-    #[arg(value_name = "TYPE", required_unless_present = "target_size")]
+    #[arg(value_name = "TYPE")]
     preset: Option<String>,
     #[arg(value_name = "NTHREADS")]
     nthreads: Option<usize>,

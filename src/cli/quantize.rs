@@ -10,12 +10,13 @@ use anyhow::Context;
 
 use super::{QuantizeArgs, plan_quant, workers};
 use crate::exec::oneshot;
+use crate::files::IoText;
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::ops::Op;
 use crate::ops::export::SplitMode;
 use crate::params::nearest;
 use crate::quant::budget::Target;
-use crate::quant::mixture::MixtureOptions;
+use crate::quant::mixture::{MixtureOptions, TensorTypeOverride};
 use crate::quant::plan::{self as quantize, QuantizeOptions, QuantizePlan, parse_preset};
 use crate::recipe::ExtraInput;
 
@@ -32,8 +33,50 @@ pub(super) fn run(args: QuantizeArgs, json: bool) -> anyhow::Result<()> {
     quantize(args, if json { Summary::Json } else { Summary::Text })
 }
 
+/// The presets `quantize` writes, as llama-quantize's usage lists them.
+pub(super) fn preset_list() -> String {
+    let mut list = String::from("Types:\n");
+    for name in quantize::preset_names() {
+        let ftype = parse_preset(name).expect("a preset name parses");
+        list.push_str(&format!("  {:2}  or  {name:9} : {}\n", ftype.id(), ftype.description()));
+    }
+    list
+}
+
+/// llama-quantize's `IN TYPE [NTHREADS]`: with no OUT, the second
+/// positional is the type and the output is `ggml-model-TYPE.gguf` in the
+/// input's directory (without `.gguf` for --keep-split, which adds shard suffixes).
+fn name_output_after_type(args: &mut QuantizeArgs) -> anyhow::Result<()> {
+    let Some(ftype) = args.output.to_str().and_then(|second| parse_preset(second).ok()) else {
+        return Ok(());
+    };
+    if let Some(third) = args.preset.take() {
+        if let Some(extra) = args.nthreads {
+            anyhow::bail!("unexpected argument `{extra}` after NTHREADS");
+        }
+        args.nthreads = Some(third.parse().map_err(|_| anyhow::anyhow!("invalid NTHREADS `{third}`"))?);
+    }
+    args.preset = Some(ftype.name().to_owned());
+    let suffix = if args.keep_split { "" } else { ".gguf" };
+    args.output = args.input.with_file_name(format!("ggml-model-{}{suffix}", ftype.name()));
+    Ok(())
+}
+
+/// `--tensor-type-file`: whitespace-separated `PATTERN=TYPE` entries.
+fn tensor_types_from(path: &Path) -> anyhow::Result<Vec<TensorTypeOverride>> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {}: {}", path.display(), IoText(&e)))?;
+    text.split_whitespace()
+        .map(|entry| TensorTypeOverride::parse(entry).with_context(|| format!("in {}", path.display())))
+        .collect()
+}
+
 /// Quantizes as `args` say, and says what was written as `summary` asks.
 fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
+    if args.target_size.is_none() {
+        name_output_after_type(&mut args)?;
+        anyhow::ensure!(args.preset.is_some(), "missing TYPE: give a preset (Q4_K_M, …) or --target-size");
+    }
     // With --target-size the type is the planner's: `IN OUT NTHREADS` then
     // puts the thread count where the type would be.
     if args.target_size.is_some()
@@ -55,6 +98,9 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
     mixture.output_tensor_type = args.output_tensor_type;
     mixture.token_embedding_type = args.token_embedding_type;
     mixture.tensor_types = args.tensor_type;
+    for path in &args.tensor_type_file {
+        mixture.tensor_types.extend(tensor_types_from(path)?);
+    }
     mixture.keep_split = args.keep_split;
     anyhow::ensure!(
         args.target_size.is_none() || args.preset.is_none(),
