@@ -42,8 +42,11 @@ fn ascending<const N: usize>(xb: &[f32]) -> [usize; N] {
 }
 
 /// The levels of a split: the `i1` smallest values level 0, the next up to
-/// `i2` level 1, the rest level 2.
-fn split_levels(order: &[usize], i1: usize, i2: usize, levels: &mut [i8]) {
+/// `i2` level 1, the rest level 2; mirrored, with the scale, when the scale
+/// is negative. Returns them and whether they were mirrored (the delta's
+/// sign flips with them).
+fn split_levels<const N: usize>(order: &[usize; N], i1: usize, i2: usize, scale: &mut f32) -> ([i8; N], bool) {
+    let mut levels = [0i8; N];
     for (j, &i) in order.iter().enumerate() {
         levels[i] = if j < i1 {
             0
@@ -53,6 +56,12 @@ fn split_levels(order: &[usize], i1: usize, i2: usize, levels: &mut [i8]) {
             2
         };
     }
+    let mirrored = *scale < 0.0;
+    if mirrored {
+        levels.iter_mut().for_each(|l| *l = 2 - *l);
+        *scale = -*scale;
+    }
+    (levels, mirrored)
 }
 
 /// The weights of a group: importance-scaled, or the squares.
@@ -161,11 +170,8 @@ pub fn quantize_iq1_s(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq1
                 }
             }
             let Some((i1, i2, mut shift)) = best else { continue };
-            let mut levels = [0i8; IQ1S_GROUP];
-            split_levels(&order, i1, i2, &mut levels);
-            if scale < 0.0 {
-                levels.iter_mut().for_each(|l| *l = 2 - *l);
-                scale = -scale;
+            let (mut levels, mirrored) = split_levels(&order, i1, i2, &mut scale);
+            if mirrored {
                 shift = -shift;
             }
             let xx = if shift == 1 { &X_P } else { &X_M };
@@ -266,11 +272,8 @@ pub fn quantize_iq1_m(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq1
                 }
             }
             let Some((i1, i2, mut choice)) = best else { continue };
-            let mut levels = [0i8; IQ1M_GROUP];
-            split_levels(&order, i1, i2, &mut levels);
-            if scale < 0.0 {
-                levels.iter_mut().for_each(|l| *l = 2 - *l);
-                scale = -scale;
+            let (mut levels, mirrored) = split_levels(&order, i1, i2, &mut scale);
+            if mirrored {
                 choice = 3 - choice;
             }
             let mut indices = [0u16; IQ1M_GROUP / 8];

@@ -339,18 +339,6 @@ impl GridType {
             }
         }
     }
-
-    /// A group scale's 4-bit multiple of the block scale `1/id`.
-    fn scale_level(id: f32, scale: f32) -> u8 {
-        nearest_int(0.5 * (id * scale - 1.0)).clamp(0, 15) as u8
-    }
-
-    fn check(&self, importance: Option<&[f32]>) -> Result<(), CodecError> {
-        match (importance, self.unweighted) {
-            (None, Unweighted::Refused) => Err(CodecError::NeedsImportance { ty: self.ty }),
-            _ => Ok(()),
-        }
-    }
 }
 
 /// Folds the signs of eight values out into `xval` (magnitudes; with
@@ -397,54 +385,76 @@ fn weighted_sums(levels: &[i8], xval: &[f32], weight: &[f32]) -> (f32, f32) {
     (sumqx, sumq2)
 }
 
-/// The block scale of a super-block whose largest group scale is
-/// `max_scale` (not zero), stored with the type's fudge factor, and its inverse.
-fn block_scale(t: &GridType, max_scale: f32) -> (F16, f32) {
-    let d = max_scale / 31.0;
-    (F16::from_f32(d * t.fudge), 1.0 / d)
+impl SuperBlock {
+    /// The block scale, stored with the type's `fudge` factor, and each
+    /// group's 4-bit multiple of it; `None` when every group's scale is zero
+    /// (the block scale stays zero).
+    fn scales(&self, fudge: f32) -> Option<(F16, impl Iterator<Item = u8> + '_)> {
+        if self.max_scale == 0.0 {
+            return None;
+        }
+        let d = self.max_scale / 31.0;
+        let id = 1.0 / d;
+        let levels = self.groups.iter().map(move |g| {
+            let scale = g.as_ref().map_or(0.0, |g| g.scale);
+            nearest_int(0.5 * (id * scale - 1.0)).clamp(0, 15) as u8
+        });
+        Some((F16::from_f32(d * fudge), levels))
+    }
 }
 
-/// The importance weights of super-block `i` of a row.
-fn block_importance(importance: Option<&[f32]>, i: usize) -> Option<&[f32]> {
-    importance.map(|w| &w[i * QK_K..][..QK_K])
+impl GridType {
+    /// The types that weigh by importance alone refuse a row without it.
+    fn require(&self, importance: Option<&[f32]>) -> Result<(), CodecError> {
+        match (importance, self.unweighted) {
+            (None, Unweighted::Refused) => Err(CodecError::NeedsImportance { ty: self.ty }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Encodes each super-block of `x` into a zeroed block of `out`, the
+    /// groups searched and then packed by `pack`.
+    fn encode<B: Zeroable>(
+        &self,
+        x: &[f32],
+        importance: Option<&[f32]>,
+        out: &mut [B],
+        pack: impl Fn(&SuperBlock, &mut B),
+    ) {
+        let lattice = Lattice::of(self.grid);
+        for (i, (xb, y)) in x.chunks_exact(QK_K).zip(out).enumerate() {
+            let block = self.super_block(lattice, xb, importance.map(|w| &w[i * QK_K..][..QK_K]));
+            *y = B::zeroed();
+            pack(&block, y);
+        }
+    }
 }
 
 pub fn quantize_iq2_xxs(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq2Xxs]) -> Result<(), CodecError> {
-    let t = &IQ2_XXS;
-    t.check(importance)?;
-    let lattice = Lattice::of(t.grid);
-    for (i, (xb, y)) in x.chunks_exact(QK_K).zip(out).enumerate() {
-        let block = t.super_block(lattice, xb, block_importance(importance, i));
+    IQ2_XXS.require(importance)?;
+    IQ2_XXS.encode(x, importance, out, |block, y| {
+        // All zero, indices and signs too, when every scale is.
+        let Some((d, levels)) = block.scales(IQ2_XXS.fudge) else { return };
         let mut q2 = [0u32; QK_K / 16];
-        for (ib, group) in block.groups.iter().enumerate() {
+        for ((ib, group), l) in block.groups.iter().enumerate().zip(levels) {
             if let Some(g) = group {
                 for k in 0..4 {
                     q2[2 * ib] |= u32::from(g.indices[k]) << (8 * k);
                     q2[2 * ib + 1] |= u32::from(g.signs[k]) << (7 * k);
                 }
             }
+            q2[2 * ib + 1] |= u32::from(l) << 28;
         }
-        *y = BlockIq2Xxs::zeroed();
-        if block.max_scale == 0.0 {
-            continue;
-        }
-        let (d, id) = block_scale(t, block.max_scale);
         y.d = d;
-        for (ib, group) in block.groups.iter().enumerate() {
-            let scale = group.as_ref().map_or(0.0, |g| g.scale);
-            q2[2 * ib + 1] |= u32::from(GridType::scale_level(id, scale)) << 28;
-        }
         y.qs.copy_from_slice(bytemuck::cast_slice(&q2.map(u32::to_le)));
-    }
+    });
     Ok(())
 }
 
 pub fn quantize_iq2_xs(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq2Xs]) -> Result<(), CodecError> {
-    let t = &IQ2_XS;
-    t.check(importance)?;
-    let lattice = Lattice::of(t.grid);
-    for (i, (xb, y)) in x.chunks_exact(QK_K).zip(out).enumerate() {
-        let block = t.super_block(lattice, xb, block_importance(importance, i));
+    IQ2_XS.require(importance)?;
+    IQ2_XS.encode(x, importance, out, |block, y| {
+        let Some((d, levels)) = block.scales(IQ2_XS.fudge) else { return };
         let mut q2 = [0u16; QK_K / 8];
         for (ib, group) in block.groups.iter().enumerate() {
             if let Some(g) = group {
@@ -453,80 +463,52 @@ pub fn quantize_iq2_xs(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq
                 }
             }
         }
-        *y = BlockIq2Xs::zeroed();
-        if block.max_scale == 0.0 {
-            continue;
-        }
-        let (d, id) = block_scale(t, block.max_scale);
         y.d = d;
-        pack_nibble_scales(&block, id, &mut y.scales);
+        pack_nibbles(levels, &mut y.scales);
         y.qs.copy_from_slice(bytemuck::cast_slice(&q2.map(u16::to_le)));
-    }
+    });
     Ok(())
 }
 
 pub fn quantize_iq2_s(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq2S]) {
-    let t = &IQ2_S;
-    let lattice = Lattice::of(t.grid);
-    for (i, (xb, y)) in x.chunks_exact(QK_K).zip(out).enumerate() {
-        let block = t.super_block(lattice, xb, block_importance(importance, i));
-        *y = BlockIq2S::zeroed();
+    IQ2_S.encode(x, importance, out, |block, y| {
         for (ib, group) in block.groups.iter().enumerate() {
-            if let Some(g) = group {
-                for k in 0..2 {
-                    let i8 = 2 * ib + k;
-                    let index = g.indices[k];
-                    y.qs[i8] = index as u8;
-                    y.qh[i8 / 4] |= ((index >> 8) as u8) << (2 * (i8 % 4));
-                    y.qs[QK_K / 8 + i8] = g.signs[k];
-                }
+            let Some(g) = group else { continue };
+            for k in 0..2 {
+                let i8 = 2 * ib + k;
+                let index = g.indices[k];
+                y.qs[i8] = index as u8;
+                y.qh[i8 / 4] |= ((index >> 8) as u8) << (2 * (i8 % 4));
+                y.qs[QK_K / 8 + i8] = g.signs[k];
             }
         }
-        if block.max_scale == 0.0 {
-            continue;
+        if let Some((d, levels)) = block.scales(IQ2_S.fudge) {
+            y.d = d;
+            pack_nibbles(levels, &mut y.scales);
         }
-        let (d, id) = block_scale(t, block.max_scale);
-        y.d = d;
-        pack_nibble_scales(&block, id, &mut y.scales);
-    }
+    });
 }
 
 pub fn quantize_iq3_xxs(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq3Xxs]) {
-    let t = &IQ3_XXS;
-    let lattice = Lattice::of(t.grid);
-    for (i, (xb, y)) in x.chunks_exact(QK_K).zip(out).enumerate() {
-        let block = t.super_block(lattice, xb, block_importance(importance, i));
-        let mut indices = [0u8; QK_K / 4];
-        let mut scales_and_signs = [0u32; QK_K / 32];
-        for (ib, group) in block.groups.iter().enumerate() {
+    IQ3_XXS.encode(x, importance, out, |block, y| {
+        let Some((d, levels)) = block.scales(IQ3_XXS.fudge) else { return };
+        let (indices, scales_and_signs) = y.qs.split_at_mut(QK_K / 4);
+        for ((ib, group), l) in block.groups.iter().enumerate().zip(levels) {
+            let mut word = u32::from(l) << 28;
             if let Some(g) = group {
                 for k in 0..8 {
                     indices[8 * ib + k] = g.indices[k] as u8;
                 }
-                scales_and_signs[ib] = (0..4).map(|k| u32::from(g.signs[k]) << (7 * k)).fold(0, |a, b| a | b);
+                word |= (0..4).map(|k| u32::from(g.signs[k]) << (7 * k)).fold(0, |a, b| a | b);
             }
+            scales_and_signs[4 * ib..][..4].copy_from_slice(&word.to_le_bytes());
         }
-        *y = BlockIq3Xxs::zeroed();
-        if block.max_scale == 0.0 {
-            continue;
-        }
-        let (d, id) = block_scale(t, block.max_scale);
         y.d = d;
-        for (ib, group) in block.groups.iter().enumerate() {
-            let scale = group.as_ref().map_or(0.0, |g| g.scale);
-            scales_and_signs[ib] |= u32::from(GridType::scale_level(id, scale)) << 28;
-        }
-        y.qs[..QK_K / 4].copy_from_slice(&indices);
-        y.qs[QK_K / 4..].copy_from_slice(bytemuck::cast_slice(&scales_and_signs.map(u32::to_le)));
-    }
+    });
 }
 
 pub fn quantize_iq3_s(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq3S]) {
-    let t = &IQ3_S;
-    let lattice = Lattice::of(t.grid);
-    for (i, (xb, y)) in x.chunks_exact(QK_K).zip(out).enumerate() {
-        let block = t.super_block(lattice, xb, block_importance(importance, i));
-        *y = BlockIq3S::zeroed();
+    IQ3_S.encode(x, importance, out, |block, y| {
         // ggml advances its index and sign cursors only past groups it
         // wrote, so the groups after a degenerate one move up; the high
         // index bits stay at each group's own place.
@@ -541,19 +523,16 @@ pub fn quantize_iq3_s(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq3
             y.signs[4 * written..][..4].copy_from_slice(&g.signs[..4]);
             written += 1;
         }
-        if block.max_scale == 0.0 {
-            continue;
+        if let Some((d, levels)) = block.scales(IQ3_S.fudge) {
+            y.d = d;
+            pack_nibbles(levels, &mut y.scales);
         }
-        let (d, id) = block_scale(t, block.max_scale);
-        y.d = d;
-        pack_nibble_scales(&block, id, &mut y.scales);
-    }
+    });
 }
 
 /// Two groups' 4-bit scales a byte, the even group's in the low nibble.
-fn pack_nibble_scales(block: &SuperBlock, id: f32, scales: &mut [u8]) {
-    for (ib, group) in block.groups.iter().enumerate() {
-        let l = GridType::scale_level(id, group.as_ref().map_or(0.0, |g| g.scale));
+fn pack_nibbles(levels: impl Iterator<Item = u8>, scales: &mut [u8]) {
+    for (ib, l) in levels.enumerate() {
         scales[ib / 2] |= l << (4 * (ib % 2));
     }
 }
