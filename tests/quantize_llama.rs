@@ -44,6 +44,7 @@ const PRESETS: &[&str] = &[
     "F16",
     "BF16",
     "F32",
+    "COPY",
 ];
 
 fn llama_quantize() -> Option<PathBuf> {
@@ -160,6 +161,22 @@ fn tiny_model_tensor_type_file() {
     std::fs::write(&file, "attn_v=q8_0\n  ffn_down=q5_k attn_q=IQ4_XS\n\n").unwrap();
     let file = file.display().to_string();
     check_all(&common::tiny_model(), &["Q4_K_M", "IQ3_S"], &[&["--tensor-type-file", &file]]);
+}
+
+/// `COPY` of a file without `general.file_type` writes the file type
+/// llama.cpp's loader guesses (F16, flagged as guessed: 1025), as llama-quantize does.
+#[test]
+fn copy_of_a_file_without_a_file_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let unlabelled = dir.path().join("unlabelled.gguf");
+    common::stdout_of_success(common::quantforge_with(&[
+        &"edit",
+        &common::tiny_model(),
+        &unlabelled,
+        &"--delete",
+        &"general.file_type",
+    ]));
+    check_all(&unlabelled, &["COPY"], &[&[]]);
 }
 
 /// `quantize IN TYPE [NTHREADS]`: the output is named as llama-quantize

@@ -19,6 +19,7 @@ use crate::quant::budget::Target;
 use crate::quant::mixture::{MixtureOptions, TensorTypeOverride};
 use crate::quant::plan::{self as quantize, QuantizeOptions, QuantizePlan, parse_preset};
 use crate::recipe::ExtraInput;
+use crate::types::FileType;
 
 /// How a quantization reports what it did.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -40,6 +41,7 @@ pub(super) fn preset_list() -> String {
         let ftype = parse_preset(name).expect("a preset name parses");
         list.push_str(&format!("  {:2}  or  {name:9} : {}\n", ftype.id(), ftype.description()));
     }
+    list.push_str(&format!("          {COPY:9} : only copy tensors, no quantizing\n"));
     list
 }
 
@@ -47,7 +49,11 @@ pub(super) fn preset_list() -> String {
 /// positional is the type and the output is `ggml-model-TYPE.gguf` in the
 /// input's directory (without `.gguf` for --keep-split, which adds shard suffixes).
 fn name_output_after_type(args: &mut QuantizeArgs) -> anyhow::Result<()> {
-    let Some(ftype) = args.output.to_str().and_then(|second| parse_preset(second).ok()) else {
+    let type_name = |second: &str| match is_copy(second) {
+        true => Some(COPY),
+        false => parse_preset(second).ok().map(FileType::name),
+    };
+    let Some(name) = args.output.to_str().and_then(type_name) else {
         return Ok(());
     };
     if let Some(third) = args.preset.take() {
@@ -56,10 +62,17 @@ fn name_output_after_type(args: &mut QuantizeArgs) -> anyhow::Result<()> {
         }
         args.nthreads = Some(third.parse().map_err(|_| anyhow::anyhow!("invalid NTHREADS `{third}`"))?);
     }
-    args.preset = Some(ftype.name().to_owned());
+    args.preset = Some(name.to_owned());
     let suffix = if args.keep_split { "" } else { ".gguf" };
-    args.output = args.input.with_file_name(format!("ggml-model-{}{suffix}", ftype.name()));
+    args.output = args.input.with_file_name(format!("ggml-model-{name}{suffix}"));
     Ok(())
+}
+
+/// llama-quantize's `COPY` type: every tensor as it is, the input's file type kept.
+const COPY: &str = "COPY";
+
+fn is_copy(type_name: &str) -> bool {
+    type_name.eq_ignore_ascii_case(COPY)
 }
 
 /// `--tensor-type-file`: whitespace-separated `PATTERN=TYPE` entries.
@@ -85,7 +98,10 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
         args.nthreads = args.nthreads.or(Some(threads));
         args.preset = None;
     }
+    let copy = args.preset.as_deref().is_some_and(is_copy);
     let ftype = match &args.preset {
+        // The file type is the input's; the plan reads it.
+        Some(_) if copy => FileType::from_id(0).expect("ALL_F32"),
         Some(preset) => parse_preset(preset).map_err(|e| match nearest(preset, quantize::preset_names()) {
             Some(near) => anyhow::anyhow!("{e}\n  did you mean `{near}`?"),
             None => anyhow::anyhow!("{e}"),
@@ -102,6 +118,7 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
         mixture.tensor_types.extend(tensor_types_from(path)?);
     }
     mixture.keep_split = args.keep_split;
+    mixture.only_copy = copy;
     anyhow::ensure!(
         args.target_size.is_none() || args.preset.is_none(),
         "give either a TYPE or --target-size, not both"
@@ -174,6 +191,7 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
     let totals = &report.totals;
     let kind = match args.target_size {
         Some(budget) => format!("types planned for a budget of {}", human_bytes(budget as f64)),
+        None if copy => "every tensor copied".to_owned(),
         None => ftype.description().to_owned(),
     };
     let files: Vec<String> = report.files().map(|f| f.path.display().to_string()).collect();

@@ -48,6 +48,8 @@ pub struct MixtureOptions {
     /// An importance matrix with at least one entry is given (`--imatrix`);
     /// some presets spend their bits differently with one.
     pub has_imatrix: bool,
+    /// `COPY`: every tensor as it is, the file type the input's.
+    pub only_copy: bool,
     /// `--keep-split`: llama-quantize walks the tensors in the order of their
     /// data in the file instead of by layer and name, and the mixture rules
     /// count tensors in walking order.
@@ -65,6 +67,7 @@ impl MixtureOptions {
             token_embedding_type: None,
             tensor_types: Vec::new(),
             has_imatrix: false,
+            only_copy: false,
             keep_split: false,
         }
     }
@@ -580,7 +583,9 @@ struct Mixer<'a> {
 
 impl Mixer<'_> {
     fn choose(&mut self, t: &TensorInfo) -> Result<TensorChoice, MixtureError> {
-        if !is_quantizable(&self.hparams.arch, &t.name, &t.dims, self.options.leave_output_tensor) {
+        if self.options.only_copy
+            || !is_quantizable(&self.hparams.arch, &t.name, &t.dims, self.options.leave_output_tensor)
+        {
             return Ok(TensorChoice { quantize: false, ty: t.ggml_type, fallback_from: None, requires_imatrix: false });
         }
         let (ty, fallback_from) = self.target_type(t)?;

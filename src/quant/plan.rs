@@ -80,7 +80,7 @@ impl QuantizeOptions {
     /// change the output, normalized (preset by name, types by name).
     pub fn key_params(&self) -> serde_json::Value {
         let m = &self.mixture;
-        serde_json::json!({
+        let mut params = serde_json::json!({
             "preset": m.ftype.name(),
             "pure": m.pure,
             "leave_output_tensor": m.leave_output_tensor,
@@ -93,7 +93,12 @@ impl QuantizeOptions {
             "exclude_weights": self.exclude_weights,
             "override_kv": self.override_kv.iter().map(|o| format!("{}={:?}", o.key, o.value)).collect::<Vec<_>>(),
             "budget": self.budget,
-        })
+        });
+        // Only when set, so that the keys of every other quantization stay as they were.
+        if m.only_copy {
+            params["only_copy"] = true.into();
+        }
+        params
     }
 }
 
@@ -180,11 +185,15 @@ pub fn plan(
     let mut mixture_options = options.mixture.clone();
     mixture_options.has_imatrix = imatrix.is_some();
     let choices = mixture::choose_types(model_metadata, model_tensors, &mixture_options)?;
-    let ftype = options.mixture.ftype;
+    let file_type = match options.mixture.only_copy {
+        true => input_file_type(model_metadata, model_tensors),
+        false => options.mixture.ftype.id(),
+    };
+    let ftype = FileType::from_id(file_type).unwrap_or(options.mixture.ftype);
 
     let mut metadata = model_metadata.clone();
     metadata.set_last("general.quantization_version", Value::U32(QUANTIZATION_VERSION));
-    metadata.set_last("general.file_type", Value::U32(ftype.id()));
+    metadata.set_last("general.file_type", Value::U32(file_type));
     for key in ["split.no", "split.count", "split.tensors.count"] {
         metadata.remove(key);
     }
@@ -230,6 +239,15 @@ pub fn plan(
     let header = gguf::header_len(&metadata, tensors.iter().map(|t| &t.info));
     let file_size = gguf::align_up(header, gguf::DEFAULT_ALIGNMENT) + offset;
     Ok(QuantizePlan { ftype, metadata, tensors, file_size })
+}
+
+/// The input's `general.file_type`, or the one llama.cpp's loader guesses
+/// from its tensors when it has none: what a `COPY` writes.
+fn input_file_type(metadata: &Metadata, tensors: &[TensorInfo]) -> u32 {
+    if let Some(Value::U32(id)) = metadata.get("general.file_type") {
+        return *id;
+    }
+    FileType::guessed_id(mixture::visiting_order(tensors, false).into_iter().map(|i| tensors[i].ggml_type))
 }
 
 /// Loads an importance matrix as llama-quantize would use it: filtered by

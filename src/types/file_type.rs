@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use super::GgmlType;
+
 /// A llama `ftype`: the label a whole model file carries. Ids are llama.h's
 /// `enum llama_ftype`, with gaps where llama.cpp removed a type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,6 +84,53 @@ impl FileType {
         self.id
     }
 
+    /// The id llama.cpp's model loader gives a file without
+    /// `general.file_type`: the file type of its most common tensor type
+    /// (the first type to reach the top count, in the order `types` come),
+    /// flagged as guessed.
+    pub fn guessed_id(types: impl IntoIterator<Item = GgmlType>) -> u32 {
+        use GgmlType as G;
+        let mut counts = std::collections::HashMap::new();
+        let (mut top, mut most) = (0u32, G::F32);
+        for ty in types {
+            let n = counts.entry(ty).or_insert(0u32);
+            *n += 1;
+            if *n > top {
+                (top, most) = (*n, ty);
+            }
+        }
+        let name = match most {
+            G::F16 => "F16",
+            G::BF16 => "BF16",
+            G::Q4_0 => "Q4_0",
+            G::Q4_1 => "Q4_1",
+            G::Q5_0 => "Q5_0",
+            G::Q5_1 => "Q5_1",
+            G::Q8_0 => "Q8_0",
+            G::Q2_K => "Q2_K",
+            G::Q3_K => "Q3_K_M",
+            G::Q4_K => "Q4_K_M",
+            G::Q5_K => "Q5_K_M",
+            G::Q6_K => "Q6_K",
+            G::TQ1_0 => "TQ1_0",
+            G::TQ2_0 => "TQ2_0",
+            G::IQ2_XXS => "IQ2_XXS",
+            G::IQ2_XS => "IQ2_XS",
+            G::IQ2_S => "IQ2_S",
+            G::IQ3_XXS => "IQ3_XXS",
+            G::IQ1_S => "IQ1_S",
+            G::IQ1_M => "IQ1_M",
+            G::IQ4_NL => "IQ4_NL",
+            G::IQ4_XS => "IQ4_XS",
+            G::IQ3_S => "IQ3_S",
+            G::NVFP4 => "NVFP4",
+            G::Q1_0 => "Q1_0",
+            G::Q2_0 => "Q2_0",
+            _ => "F32",
+        };
+        FileType::from_name(name).expect("a file type of the table").id | GUESSED_FLAG
+    }
+
     pub fn name(self) -> &'static str {
         self.name
     }
@@ -114,5 +163,13 @@ mod tests {
         assert_eq!(FileType::from_id(15).map(FileType::name), Some("Q4_K_M"));
         assert_eq!(FileType::from_id(15 | GUESSED_FLAG).map(FileType::name), Some("Q4_K_M"));
         assert_eq!(FileType::from_name("q4_k_m").map(FileType::id), Some(15));
+    }
+
+    #[test]
+    fn the_guess_is_the_first_type_to_reach_the_top_count() {
+        use GgmlType as G;
+        assert_eq!(FileType::guessed_id([G::F32, G::Q4_K, G::Q6_K, G::Q4_K, G::Q6_K]), 15 | GUESSED_FLAG);
+        assert_eq!(FileType::guessed_id([G::Q3_K, G::F16]), 12 | GUESSED_FLAG);
+        assert_eq!(FileType::guessed_id([G::MXFP4]), GUESSED_FLAG);
     }
 }
