@@ -163,6 +163,17 @@ fn tiny_model_tensor_type_file() {
     check_all(&common::tiny_model(), &["Q4_K_M", "IQ3_S"], &[&["--tensor-type-file", &file]]);
 }
 
+/// `--prune-layers`: the tensors of the layers given go, the later layers
+/// take new numbers, `block_count` is the count kept; with an importance
+/// matrix found by the old names.
+#[test]
+fn tiny_model_prune_layers() {
+    let gguf = imatrix("gguf");
+    let flag_sets: &[&[&str]] =
+        &[&["--prune-layers", "0"], &["--prune-layers", "1,1"], &["--prune-layers", "0", "--imatrix", &gguf]];
+    check_all(&common::tiny_model(), &["Q4_K_M", "IQ2_XS"], flag_sets);
+}
+
 /// `COPY` of a file without `general.file_type` writes the file type
 /// llama.cpp's loader guesses (F16, flagged as guessed: 1025), as llama-quantize does.
 #[test]
@@ -223,7 +234,15 @@ fn gemma_presets() {
 
     let imatrix = common::repo().join("tests/data/imatrix/gemma-3-270m.imatrix.gguf").display().to_string();
     let mut failures = Vec::new();
-    for (preset, flags) in [("Q4_K_M", vec![]), ("Q8_0", vec![]), ("Q4_K_M", vec!["--imatrix", imatrix.as_str()])] {
+    let prune = ["--imatrix", imatrix.as_str(), "--prune-layers", "0,5,12"];
+    for (preset, flags) in [
+        ("Q4_K_M", vec![]),
+        ("Q8_0", vec![]),
+        ("Q4_K_M", vec!["--imatrix", imatrix.as_str()]),
+        ("IQ3_S", vec!["--imatrix", imatrix.as_str()]),
+        // Eighteen layers, renumbered past ten; the matrix found by the layers' old names.
+        ("Q4_K_M", prune.to_vec()),
+    ] {
         failures.extend(compare(&llama, dir.path(), &f16, preset, &flags));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -300,6 +300,10 @@ struct QuantizeArgs {
     /// Override a metadata key in the output: KEY=TYPE:VALUE, TYPE one of int, float, bool, str.
     #[arg(long = "override-kv", value_name = "KEY=TYPE:VALUE", value_parser = KvOverride::parse)]
     override_kv: Vec<KvOverride>,
+    /// Leave out these layers (comma-separated numbers); the layers after them are numbered
+    /// again and block_count is the count kept, as llama-quantize's --prune-layers.
+    #[arg(long, value_name = "L0,L1,…")]
+    prune_layers: Option<String>,
     /// Print the per-tensor plan and the output size; write nothing.
     #[arg(long)]
     dry_run: bool,

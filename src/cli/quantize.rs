@@ -18,6 +18,7 @@ use crate::params::nearest;
 use crate::quant::budget::Target;
 use crate::quant::mixture::{MixtureOptions, TensorTypeOverride};
 use crate::quant::plan::{self as quantize, QuantizeOptions, QuantizePlan, parse_preset};
+use crate::quant::prune;
 use crate::recipe::ExtraInput;
 use crate::types::FileType;
 
@@ -131,6 +132,10 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
         exclude_weights: args.exclude_weights,
         override_kv: args.override_kv,
         budget: args.target_size,
+        prune_layers: match &args.prune_layers {
+            Some(layers) => prune::parse_layers(layers).map_err(|e| anyhow::anyhow!("--prune-layers: {e}"))?,
+            None => Vec::new(),
+        },
     };
     if args.dry_run
         && let Some(size) = args.target_size

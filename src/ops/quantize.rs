@@ -128,6 +128,7 @@ impl QuantizeOptions {
             exclude_weights: p.str_list("exclude_weights").into_iter().map(|(s, _)| s.to_owned()).collect(),
             override_kv,
             budget,
+            prune_layers: Vec::new(),
         })
     }
 }
@@ -167,8 +168,10 @@ pub fn apply(
     let mut tensors = Vec::with_capacity(plan.tensors.len());
     for planned in &plan.tensors {
         let source = &input.tensors[planned.input_idx];
+        // Named as the plan names it (--prune-layers numbers layers again).
+        let renamed = || Tensor { name: planned.info.name.clone(), ..source.clone() };
         if !planned.converts() {
-            tensors.push(source.clone());
+            tensors.push(renamed());
             continue;
         }
         let weights = match imatrix {
@@ -182,7 +185,7 @@ pub fn apply(
             Some(w) => Some(store.put_blob(&w.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?),
             None => None,
         };
-        tensors.push(Tensor::convert(source.clone(), planned.info.ggml_type, importance));
+        tensors.push(Tensor::convert(renamed(), planned.info.ggml_type, importance));
     }
     Ok(TensorSet { endian: input.endian, metadata: plan.metadata, tensors })
 }

@@ -6,3 +6,4 @@ pub mod budget;
 pub mod imatrix;
 pub mod mixture;
 pub mod plan;
+pub mod prune;

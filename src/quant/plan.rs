@@ -9,6 +9,7 @@ use crate::formats::gguf;
 use crate::model::{Metadata, TensorInfo, Value, tensor_bytes};
 use crate::quant::imatrix::{ImatrixError, ImportanceMatrix};
 use crate::quant::mixture::{self, MixtureError, MixtureOptions};
+use crate::quant::prune;
 use crate::store::StoreError;
 use crate::types::{FileType, GgmlType};
 
@@ -61,6 +62,8 @@ pub struct QuantizeOptions {
     /// Instead of a preset: the output file's size in bytes, the types
     /// chosen by the budget planner (`quant::budget`).
     pub budget: Option<u64>,
+    /// `--prune-layers`: layers left out (sorted, each once; `quant::prune`).
+    pub prune_layers: Vec<u32>,
 }
 
 impl QuantizeOptions {
@@ -73,6 +76,7 @@ impl QuantizeOptions {
             exclude_weights: Vec::new(),
             override_kv: Vec::new(),
             budget: None,
+            prune_layers: Vec::new(),
         }
     }
 
@@ -97,6 +101,9 @@ impl QuantizeOptions {
         // Only when set, so that the keys of every other quantization stay as they were.
         if m.only_copy {
             params["only_copy"] = true.into();
+        }
+        if !self.prune_layers.is_empty() {
+            params["prune_layers"] = self.prune_layers.clone().into();
         }
         params
     }
@@ -184,7 +191,24 @@ pub fn plan(
 ) -> Result<QuantizePlan, QuantizeError> {
     let mut mixture_options = options.mixture.clone();
     mixture_options.has_imatrix = imatrix.is_some();
-    let choices = mixture::choose_types(model_metadata, model_tensors, &mixture_options)?;
+    // Pruned layers' tensors go and later layers take new names; the mixture
+    // sees the names the output will have, and the model's own hyperparameters.
+    let (tensors_out, origin, block_count) = match options.prune_layers.is_empty() {
+        true => (model_tensors.to_vec(), (0..model_tensors.len()).collect::<Vec<usize>>(), None),
+        false => {
+            let order = mixture::visiting_order(model_tensors, false);
+            let pruned = prune::prune(model_tensors, &order, &options.prune_layers);
+            let kept: Vec<(usize, TensorInfo)> = pruned
+                .names
+                .iter()
+                .enumerate()
+                .filter_map(|(i, name)| Some((i, TensorInfo { name: name.clone()?, ..model_tensors[i].clone() })))
+                .collect();
+            let (origin, tensors_out) = kept.into_iter().unzip();
+            (tensors_out, origin, Some(pruned.block_count))
+        }
+    };
+    let choices = mixture::choose_types(model_metadata, &tensors_out, &mixture_options)?;
     let file_type = match options.mixture.only_copy {
         true => input_file_type(model_metadata, model_tensors),
         false => options.mixture.ftype.id(),
@@ -204,13 +228,17 @@ pub fn plan(
     if let Some(imatrix) = imatrix {
         imatrix.apply_output_metadata(&mut metadata);
     }
+    if let Some(block_count) = block_count {
+        let arch = metadata.get_str("general.architecture").unwrap_or_default().to_owned();
+        metadata.set_last(&format!("{arch}.block_count"), Value::U32(block_count));
+    }
 
-    let order = mixture::visiting_order(model_tensors, mixture_options.keep_split);
+    let order = mixture::visiting_order(&tensors_out, mixture_options.keep_split);
     let mut tensors = Vec::with_capacity(order.len());
     let mut offset = 0u64;
-    for input_idx in order {
-        let input = &model_tensors[input_idx];
-        let choice = &choices[input_idx];
+    for k in order {
+        let input = &tensors_out[k];
+        let choice = &choices[k];
         let mut info = input.clone();
         info.ggml_type = choice.ty;
         let bytes_out = tensor_bytes(choice.ty, &input.dims).ok_or_else(|| QuantizeError::Codec {
@@ -222,7 +250,7 @@ pub fn plan(
             },
         })?;
         let planned = PlannedTensor {
-            input_idx,
+            input_idx: origin[k],
             from: input.ggml_type,
             fallback_from: choice.fallback_from,
             requires_imatrix: choice.requires_imatrix,
