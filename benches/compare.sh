@@ -4,6 +4,7 @@
 # wall time, CPU time and peak RSS per run and the median ratios.
 #
 #   benches/compare.sh INPUT.gguf PRESET [THREADS...]
+#   FLAGS="--imatrix M.gguf" benches/compare.sh …   flags given to both tools
 #
 # quantforge is built in release mode first; llama-quantize comes from
 # scripts/fetch-references.sh --build. Outputs are compared byte for byte
@@ -14,6 +15,7 @@ input=$1
 preset=$2
 shift 2
 threads=("${@:-1 2}")
+read -r -a flags <<< "${FLAGS:-}"
 rounds=${ROUNDS:-3}
 refs=${QUANTFORGE_REFS:-$HOME/.cache/quantforge/refs}
 llama=$refs/llama.cpp/build/bin/llama-quantize
@@ -34,8 +36,8 @@ for t in ${threads[*]}; do
     : > "$work/ours.$t"
     : > "$work/theirs.$t"
     for _ in $(seq "$rounds"); do
-        measure "$ours" quantize "$input" "$work/ours.gguf" "$preset" "$t" >> "$work/ours.$t"
-        measure "$llama" "$input" "$work/theirs.gguf" "$preset" "$t" >> "$work/theirs.$t"
+        measure "$ours" quantize "${flags[@]}" "$input" "$work/ours.gguf" "$preset" "$t" >> "$work/ours.$t"
+        measure "$llama" "${flags[@]}" "$input" "$work/theirs.gguf" "$preset" "$t" >> "$work/theirs.$t"
         cmp -s "$work/ours.gguf" "$work/theirs.gguf" || { echo "outputs differ for $preset" >&2; exit 1; }
     done
     for col in 1 2 3; do

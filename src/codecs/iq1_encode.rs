@@ -98,7 +98,7 @@ fn place_points(
                 all_on_grid = false;
                 let value = |p: i8| xx[Lattice::level(p)];
                 lattice.best_neighbour(
-                    neighbours,
+                    neighbours.indices,
                     &xb[span.clone()],
                     &weight[span.clone()],
                     scale,

@@ -16,9 +16,10 @@ use bytemuck::Zeroable;
 use super::CodecError;
 use super::blocks::GROUP_MAX_EPS;
 use super::iq_grid::{BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs};
-use super::iq_lattice::{Grid, Lattice, Place};
+use super::iq_lattice::{AtLevel, Grid, Lattice, Place};
 use super::scalar::{F16, nearest_int};
 use super::search::make_qp_quants;
+use super::simd::Level;
 use crate::types::GgmlType;
 
 const QK_K: usize = 256;
@@ -180,13 +181,13 @@ struct SuperBlock {
 }
 
 impl GridType {
-    fn points(&self, lattice: &Lattice) -> usize {
+    fn points(&self, lattice: &AtLevel<'_>) -> usize {
         self.group / lattice.dims()
     }
 
     /// Runs the search over each group of one super-block `x` (with its
     /// importance weights); a degenerate group is `None`.
-    fn super_block(&self, lattice: &Lattice, x: &[f32], importance: Option<&[f32]>) -> SuperBlock {
+    fn super_block(&self, lattice: &AtLevel<'_>, x: &[f32], importance: Option<&[f32]>) -> SuperBlock {
         let sumx2 = x.iter().fold(0.0f32, |s, &v| s + v * v);
         let sigma2 = self.sigma_factor * sumx2 / QK_K as f32;
         let mut max_scale = 0.0f32;
@@ -203,7 +204,13 @@ impl GridType {
         SuperBlock { groups, max_scale }
     }
 
-    fn encode_group(&self, lattice: &Lattice, xb: &[f32], importance: Option<&[f32]>, sigma2: f32) -> Option<Group> {
+    fn encode_group(
+        &self,
+        lattice: &AtLevel<'_>,
+        xb: &[f32],
+        importance: Option<&[f32]>,
+        sigma2: f32,
+    ) -> Option<Group> {
         let n = self.group;
         let mut weight = [0.0f32; MAX_GROUP];
         let weight = &mut weight[..n];
@@ -264,7 +271,7 @@ impl GridType {
     /// returns the scale and each point's grid index.
     fn search_group(
         &self,
-        lattice: &Lattice,
+        lattice: &AtLevel<'_>,
         xval: &[f32],
         weight: &[f32],
         waux: &[f32],
@@ -322,7 +329,7 @@ impl GridType {
     /// returns the index and whether the rounding was on the grid.
     fn place(
         &self,
-        lattice: &Lattice,
+        lattice: &AtLevel<'_>,
         id: f32,
         scale: f32,
         xval: &[f32],
@@ -334,9 +341,7 @@ impl GridType {
         }
         match lattice.place(levels) {
             Place::OnGrid(k) => (k as u16, true),
-            Place::OffGrid(neighbours) => {
-                (lattice.best_neighbour(neighbours, xval, waux, scale, f32::from, levels) as u16, false)
-            }
+            Place::OffGrid(neighbours) => (lattice.nearest(neighbours, xval, waux, scale, levels) as u16, false),
         }
     }
 }
@@ -416,12 +421,13 @@ impl GridType {
     /// groups searched and then packed by `pack`.
     fn encode<B: Zeroable>(
         &self,
+        level: Level,
         x: &[f32],
         importance: Option<&[f32]>,
         out: &mut [B],
         pack: impl Fn(&SuperBlock, &mut B),
     ) {
-        let lattice = Lattice::of(self.grid);
+        let lattice = &AtLevel(Lattice::of(self.grid), level);
         for (i, (xb, y)) in x.chunks_exact(QK_K).zip(out).enumerate() {
             let block = self.super_block(lattice, xb, importance.map(|w| &w[i * QK_K..][..QK_K]));
             *y = B::zeroed();
@@ -430,9 +436,14 @@ impl GridType {
     }
 }
 
-pub fn quantize_iq2_xxs(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq2Xxs]) -> Result<(), CodecError> {
+pub fn quantize_iq2_xxs(
+    level: Level,
+    x: &[f32],
+    importance: Option<&[f32]>,
+    out: &mut [BlockIq2Xxs],
+) -> Result<(), CodecError> {
     IQ2_XXS.require(importance)?;
-    IQ2_XXS.encode(x, importance, out, |block, y| {
+    IQ2_XXS.encode(level, x, importance, out, |block, y| {
         // All zero, indices and signs too, when every scale is.
         let Some((d, levels)) = block.scales(IQ2_XXS.fudge) else { return };
         let mut q2 = [0u32; QK_K / 16];
@@ -451,9 +462,14 @@ pub fn quantize_iq2_xxs(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockI
     Ok(())
 }
 
-pub fn quantize_iq2_xs(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq2Xs]) -> Result<(), CodecError> {
+pub fn quantize_iq2_xs(
+    level: Level,
+    x: &[f32],
+    importance: Option<&[f32]>,
+    out: &mut [BlockIq2Xs],
+) -> Result<(), CodecError> {
     IQ2_XS.require(importance)?;
-    IQ2_XS.encode(x, importance, out, |block, y| {
+    IQ2_XS.encode(level, x, importance, out, |block, y| {
         let Some((d, levels)) = block.scales(IQ2_XS.fudge) else { return };
         let mut q2 = [0u16; QK_K / 8];
         for (ib, group) in block.groups.iter().enumerate() {
@@ -470,8 +486,8 @@ pub fn quantize_iq2_xs(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq
     Ok(())
 }
 
-pub fn quantize_iq2_s(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq2S]) {
-    IQ2_S.encode(x, importance, out, |block, y| {
+pub fn quantize_iq2_s(level: Level, x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq2S]) {
+    IQ2_S.encode(level, x, importance, out, |block, y| {
         for (ib, group) in block.groups.iter().enumerate() {
             let Some(g) = group else { continue };
             for k in 0..2 {
@@ -489,8 +505,8 @@ pub fn quantize_iq2_s(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq2
     });
 }
 
-pub fn quantize_iq3_xxs(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq3Xxs]) {
-    IQ3_XXS.encode(x, importance, out, |block, y| {
+pub fn quantize_iq3_xxs(level: Level, x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq3Xxs]) {
+    IQ3_XXS.encode(level, x, importance, out, |block, y| {
         let Some((d, levels)) = block.scales(IQ3_XXS.fudge) else { return };
         let (indices, scales_and_signs) = y.qs.split_at_mut(QK_K / 4);
         for ((ib, group), l) in block.groups.iter().enumerate().zip(levels) {
@@ -507,8 +523,8 @@ pub fn quantize_iq3_xxs(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockI
     });
 }
 
-pub fn quantize_iq3_s(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq3S]) {
-    IQ3_S.encode(x, importance, out, |block, y| {
+pub fn quantize_iq3_s(level: Level, x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq3S]) {
+    IQ3_S.encode(level, x, importance, out, |block, y| {
         // ggml advances its index and sign cursors only past groups it
         // wrote, so the groups after a degenerate one move up; the high
         // index bits stay at each group's own place.

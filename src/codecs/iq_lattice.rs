@@ -12,13 +12,19 @@
 use std::sync::OnceLock;
 
 use super::iq_tables::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
+use super::simd::Level;
 
-/// A cube point's place: on the grid, or off it with its nearest grid points.
+/// A cube point's place: on the grid, or off it with its nearest grid
+/// points (their indices at `start`, their coordinates at `coords`).
 #[derive(Clone, Copy)]
 enum Slot {
     On(u16),
-    Off { start: u32, len: u32 },
+    Off { start: u32, len: u32, coords: u32 },
 }
+
+/// Neighbour coordinates are evaluated this many at a time: lists are
+/// padded to a multiple of it.
+const LANES: usize = 32;
 
 pub(super) struct Lattice {
     /// Coordinates per point: 8, or 4 for the IQ3 grids.
@@ -30,14 +36,25 @@ pub(super) struct Lattice {
     /// Indexed by code: `Σ l_i << (bits·i)`.
     slots: Vec<Slot>,
     neighbours: Vec<u16>,
+    /// Each neighbour list's coordinates as f32, coordinate-major: for a
+    /// list of `n` points padded to `p`, coordinate `i` of point `j` at
+    /// `i·p + j`, so one coordinate of many points is contiguous.
+    coords: Vec<f32>,
 }
 
 /// Where a point of the cube falls.
 pub(super) enum Place<'a> {
     OnGrid(usize),
-    /// Grid indices of the nearest points (ggml's `nwant` nearest distances,
-    /// ties ordered by index).
-    OffGrid(&'a [u16]),
+    OffGrid(Neighbours<'a>),
+}
+
+/// The grid points nearest to an off-grid point: ggml's `nwant` nearest
+/// distances, ties ordered by index.
+#[derive(Clone, Copy)]
+pub(super) struct Neighbours<'a> {
+    pub(super) indices: &'a [u16],
+    /// Coordinate-major, padded (see [`Lattice`]'s `coords`).
+    coords: &'a [f32],
 }
 
 impl Lattice {
@@ -58,7 +75,7 @@ impl Lattice {
         let points: Vec<i8> = grid.iter().flat_map(|p| p[..dims].iter().map(|&b| 2 * level(b) + 1)).collect();
 
         let n_levels = bytes.len();
-        let mut slots = vec![Slot::Off { start: 0, len: 0 }; 1 << (bits as usize * dims)];
+        let mut slots = vec![Slot::Off { start: 0, len: 0, coords: 0 }; 1 << (bits as usize * dims)];
         for (k, point) in points.chunks_exact(dims).enumerate() {
             let code =
                 point.iter().enumerate().map(|(i, &p)| (((p - 1) / 2) as usize) << (bits as usize * i)).sum::<usize>();
@@ -67,6 +84,7 @@ impl Lattice {
         // Only codes whose every coordinate is a level can be asked for: the
         // quantizers clamp each coordinate to the levels first.
         let mut neighbours = Vec::new();
+        let mut coords = Vec::new();
         let mut by_distance = Vec::with_capacity(grid.len());
         let mut coordinates = vec![0i8; dims];
         for (code, slot) in slots.iter_mut().enumerate() {
@@ -100,9 +118,18 @@ impl Lattice {
                 }
                 neighbours.push(k);
             }
-            *slot = Slot::Off { start: start as u32, len: (neighbours.len() - start) as u32 };
+            let list = &neighbours[start..];
+            let padded = list.len().next_multiple_of(LANES);
+            let at = coords.len();
+            coords.resize(at + dims * padded, 0.0);
+            for (j, &k) in list.iter().enumerate() {
+                for (i, &p) in points[usize::from(k) * dims..][..dims].iter().enumerate() {
+                    coords[at + i * padded + j] = f32::from(p);
+                }
+            }
+            *slot = Slot::Off { start: start as u32, len: list.len() as u32, coords: at as u32 };
         }
-        Lattice { dims, bits, points, slots, neighbours }
+        Lattice { dims, bits, points, slots, neighbours, coords }
     }
 
     /// The lattice of IQ2_XXS (256 points), IQ2_XS (512), IQ2_S (1024),
@@ -139,7 +166,13 @@ impl Lattice {
         let code = levels.iter().enumerate().map(|(i, &l)| (l as usize) << (self.bits as usize * i)).sum::<usize>();
         match self.slots[code] {
             Slot::On(k) => Place::OnGrid(usize::from(k)),
-            Slot::Off { start, len } => Place::OffGrid(&self.neighbours[start as usize..][..len as usize]),
+            Slot::Off { start, len, coords } => {
+                let padded = (len as usize).next_multiple_of(LANES);
+                Place::OffGrid(Neighbours {
+                    indices: &self.neighbours[start as usize..][..len as usize],
+                    coords: &self.coords[coords as usize..][..self.dims * padded],
+                })
+            }
         }
     }
 
@@ -183,6 +216,111 @@ impl Lattice {
     }
 }
 
+impl Lattice {
+    /// The body of [`AtLevel::nearest`], compiled into each level's wrapper.
+    #[inline(always)]
+    fn nearest_in(
+        &self,
+        neighbours: Neighbours<'_>,
+        xval: &[f32],
+        weight: &[f32],
+        scale: f32,
+        levels: &mut [i8],
+    ) -> usize {
+        let n = neighbours.indices.len();
+        let padded = n.next_multiple_of(LANES);
+        let mut best_d2 = f32::MAX;
+        let mut best = usize::from(neighbours.indices[0]);
+        for chunk in 0..padded / LANES {
+            let mut d2 = [0.0f32; LANES];
+            for (i, (&x, &w)) in xval.iter().zip(weight).enumerate().take(self.dims) {
+                let q = &neighbours.coords[i * padded + chunk * LANES..][..LANES];
+                for (d, &q) in d2.iter_mut().zip(q) {
+                    let diff = scale * q - x;
+                    *d += w * diff * diff;
+                }
+            }
+            for (lane, &d) in d2.iter().enumerate().take(n - chunk * LANES) {
+                if d < best_d2 {
+                    best_d2 = d;
+                    best = usize::from(neighbours.indices[chunk * LANES + lane]);
+                }
+            }
+        }
+        for (l, &p) in levels.iter_mut().zip(self.point(best)) {
+            *l = (p - 1) / 2;
+        }
+        best
+    }
+}
+
+/// A lattice searched with the vector instructions of a level (or lower,
+/// where the machine lacks it).
+#[derive(Clone, Copy)]
+pub(super) struct AtLevel<'a>(pub(super) &'a Lattice, pub(super) Level);
+
+impl std::ops::Deref for AtLevel<'_> {
+    type Target = Lattice;
+
+    fn deref(&self) -> &Lattice {
+        self.0
+    }
+}
+
+impl AtLevel<'_> {
+    /// [`Lattice::best_neighbour`] with each coordinate's value the
+    /// coordinate itself (the IQ2 and IQ3 searches): the same sums, each
+    /// accumulated in the same order, [`LANES`] neighbours at a time, so the
+    /// compiler's vectorization across neighbours is exact.
+    pub(super) fn nearest(
+        &self,
+        neighbours: Neighbours<'_>,
+        xval: &[f32],
+        weight: &[f32],
+        scale: f32,
+        levels: &mut [i8],
+    ) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if self.1 >= Level::Avx512 && Level::Avx512.is_supported() {
+                // SAFETY: AVX-512 F is present (checked just above).
+                return unsafe { self.nearest_avx512(neighbours, xval, weight, scale, levels) };
+            }
+            if self.1 >= Level::Avx2 && Level::Avx2.is_supported() {
+                // SAFETY: AVX2 is present (checked just above).
+                return unsafe { self.nearest_avx2(neighbours, xval, weight, scale, levels) };
+            }
+        }
+        self.0.nearest_in(neighbours, xval, weight, scale, levels)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn nearest_avx512(
+        &self,
+        neighbours: Neighbours<'_>,
+        xval: &[f32],
+        weight: &[f32],
+        scale: f32,
+        levels: &mut [i8],
+    ) -> usize {
+        self.0.nearest_in(neighbours, xval, weight, scale, levels)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn nearest_avx2(
+        &self,
+        neighbours: Neighbours<'_>,
+        xval: &[f32],
+        weight: &[f32],
+        scale: f32,
+        levels: &mut [i8],
+    ) -> usize {
+        self.0.nearest_in(neighbours, xval, weight, scale, levels)
+    }
+}
+
 /// The grids with a lattice of their own.
 #[derive(Clone, Copy)]
 pub(super) enum Grid {
@@ -208,6 +346,42 @@ mod tests {
         }
     }
 
+    /// The vectorized neighbour search picks what the scalar definition
+    /// picks, at every level, ties (integer values) included.
+    #[test]
+    fn nearest_equals_the_scalar_search_at_every_level() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for grid in [Grid::Iq2Xxs, Grid::Iq2Xs, Grid::Iq2S, Grid::Iq3Xxs, Grid::Iq3S] {
+            let lattice = Lattice::of(grid);
+            let dims = lattice.dims();
+            let n_levels = if dims == 8 { 3 } else { 8 };
+            let mut checked = 0;
+            while checked < 300 {
+                let levels: Vec<i8> = (0..dims).map(|_| (next() % n_levels) as i8).collect();
+                let Place::OffGrid(neighbours) = lattice.place(&levels) else { continue };
+                let tie = next() % 2 == 0;
+                let value = |r: u64| if tie { (r % 5) as f32 } else { (r % 10_000) as f32 / 997.0 };
+                let xval: Vec<f32> = (0..dims).map(|_| value(next())).collect();
+                let weight: Vec<f32> = (0..dims).map(|_| value(next())).collect();
+                let scale = if tie { 1.0 } else { value(next()) / 3.0 };
+                let mut expected = vec![0i8; dims];
+                let want = lattice.best_neighbour(neighbours.indices, &xval, &weight, scale, f32::from, &mut expected);
+                for level in crate::codecs::simd::supported() {
+                    let mut got = vec![0i8; dims];
+                    let found = AtLevel(lattice, level).nearest(neighbours, &xval, &weight, scale, &mut got);
+                    assert_eq!((found, &got), (want, &expected), "{} at {}", dims, level.name());
+                }
+                checked += 1;
+            }
+        }
+    }
+
     /// ggml's neighbour lists hold every grid point at the `nwant` nearest
     /// distances; checked here for one off-grid point of IQ2_XXS by brute force.
     #[test]
@@ -215,6 +389,7 @@ mod tests {
         let lattice = Lattice::of(Grid::Iq2Xxs);
         let levels = [2i8, 2, 2, 2, 2, 2, 2, 2];
         let Place::OffGrid(neighbours) = lattice.place(&levels) else { panic!("all-2 is not an IQ2_XXS point") };
+        let neighbours = neighbours.indices;
         let distance = |k: usize| -> i32 {
             lattice.point(k).iter().zip(levels).map(|(&p, l)| i32::from(p - (2 * l + 1)).pow(2)).sum()
         };
