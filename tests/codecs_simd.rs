@@ -5,7 +5,7 @@
 //! from zero.
 
 use quantforge::codecs::simd::{self, Level};
-use quantforge::codecs::{can_dequantize, can_quantize, dequantize_row_at, quantize_row_at};
+use quantforge::codecs::{CodecError, can_dequantize, can_quantize, dequantize_row_at, quantize_row_at};
 use quantforge::types::GgmlType;
 
 /// A small deterministic generator (xorshift), so failures reproduce.
@@ -75,7 +75,11 @@ fn every_level_writes_the_scalar_bytes() {
                     let (row, importance) = (&row[..n], importance.as_ref().map(|w| &w[..n]));
                     let row_len = ty.row_size(n as u64).unwrap() as usize;
                     let mut reference = vec![0u8; row_len];
-                    quantize_row_at(Level::Scalar, ty, row, importance, &mut reference).unwrap();
+                    match quantize_row_at(Level::Scalar, ty, row, importance, &mut reference) {
+                        // IQ1_S, IQ2_XXS and IQ2_XS take no row without importance weights.
+                        Err(CodecError::NeedsImportance { .. }) if importance.is_none() => continue,
+                        scalar => scalar.unwrap(),
+                    }
                     for &level in &levels {
                         let mut ours = vec![0u8; row_len];
                         quantize_row_at(level, ty, row, importance, &mut ours).unwrap();

@@ -82,7 +82,7 @@ pub fn quantize_iq4_nl(level: Level, src: &[f32], importance: Option<&[f32]>, ds
     let mut scales = vec![0.0f32; blocks.len()];
     sub_block_scales(level, src, &weights, &mut scales);
     for ((b, x), &scale) in blocks.iter_mut().zip(src.chunks_exact(QK4_NL)).zip(&scales) {
-        let (d, _) = finish_super_block(x, &[scale], &mut b.qs, &mut []);
+        let (d, _) = finish_super_block(level, x, &[scale], &mut b.qs, &mut []);
         b.d = d;
     }
 }
@@ -94,9 +94,23 @@ pub fn quantize_iq4_xs(level: Level, src: &[f32], importance: Option<&[f32]>, ds
     for (ibl, (b, x)) in blocks.iter_mut().zip(src.chunks_exact(QK_K)).enumerate() {
         super_block_weights(x, importance.map(|qw| &qw[ibl * QK_K..][..QK_K]), &mut weights);
         sub_block_scales(level, x, &weights, &mut scales);
-        let (d, scales_h) = finish_super_block(x, &scales, &mut b.qs, &mut b.scales_l);
+        let (d, scales_h) = finish_super_block(level, x, &scales, &mut b.qs, &mut b.scales_l);
         b.d = d;
         b.scales_h = scales_h.to_le_bytes();
+    }
+}
+
+/// `best_index_int8(KVALUES, scale · x[j])` for one 32-value sub-block,
+/// with the vector kernel of `level` where the machine has it.
+fn sub_block_indices(level: Level, scale: f32, x: &[f32], indices: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if level >= Level::Avx2 && Level::Avx2.is_supported() {
+        // SAFETY: AVX2 is present (checked just above).
+        return unsafe { super::x86_search::iq4_indices_x32(scale, x, indices) };
+    }
+    let _ = level;
+    for (l, &v) in indices.iter_mut().zip(x) {
+        *l = best_index_int8(&KVALUES, scale * v) as u8;
     }
 }
 
@@ -217,7 +231,7 @@ fn weighted_sums(xb: &[f32], weight: &[f32], id: f32) -> (f32, f32) {
 /// sub-block `scales`: writes the packed indices to `q4` and, with more than
 /// one sub-block, the low scale bits to `scales_l`; returns the block's f16
 /// scale and the high scale bits.
-fn finish_super_block(x: &[f32], scales: &[f32], q4: &mut [u8], scales_l: &mut [u8]) -> (F16, u16) {
+fn finish_super_block(level: Level, x: &[f32], scales: &[f32], q4: &mut [u8], scales_l: &mut [u8]) -> (F16, u16) {
     let n = x.len();
     let nb = n / SUB_BLOCK;
     let mut indices = [0u8; QK_K];
@@ -243,10 +257,12 @@ fn finish_super_block(x: &[f32], scales: &[f32], q4: &mut [u8], scales_l: &mut [
             let l = nearest_int(id * scales[ib]).clamp(-32, 31);
             let dl = d * l as f32;
             let idl = if dl != 0.0 { 1.0 / dl } else { 0.0 };
-            let xb = &x[ib * SUB_BLOCK..][..SUB_BLOCK];
-            for (lj, &xj) in indices[ib * SUB_BLOCK..][..SUB_BLOCK].iter_mut().zip(xb) {
-                *lj = best_index_int8(&KVALUES, idl * xj) as u8;
-            }
+            sub_block_indices(
+                level,
+                idl,
+                &x[ib * SUB_BLOCK..][..SUB_BLOCK],
+                &mut indices[ib * SUB_BLOCK..][..SUB_BLOCK],
+            );
             let l = (l + 32) as u8;
             let (l_l, l_h) = (l & 0xf, l >> 4);
             if ib % 2 == 0 {
@@ -261,9 +277,7 @@ fn finish_super_block(x: &[f32], scales: &[f32], q4: &mut [u8], scales_l: &mut [
         // chosen again against the unrounded scale.
         dh = F16::from_f32(scales[0]);
         let id = if scales[0] != 0.0 { 1.0 / scales[0] } else { 0.0 };
-        for (lj, &xj) in indices.iter_mut().zip(x) {
-            *lj = best_index_int8(&KVALUES, id * xj) as u8;
-        }
+        sub_block_indices(level, id, x, indices);
     }
 
     for (q, l) in q4.chunks_exact_mut(SUB_BLOCK / 2).zip(indices.chunks_exact(SUB_BLOCK)) {

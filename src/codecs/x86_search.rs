@@ -378,6 +378,64 @@ fn signed_absmax(xs: &[__m256]) -> (__m256, __m256) {
     (max, _mm256_cmp_ps::<_CMP_LT_OQ>(amax, _mm256_set1_ps(GROUP_MAX_EPS)))
 }
 
+/// `best_index_int8(KVALUES, scale · x[j])` for each of 32 values, as
+/// [`iq4_nearest_index`] finds it eight at a time.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn iq4_indices_x32(scale: f32, x: &[f32], indices: &mut [u8]) {
+    let (x, indices) = (&x[..32], &mut indices[..32]);
+    for (x, out) in x.chunks_exact(8).zip(indices.chunks_exact_mut(8)) {
+        // SAFETY: eight floats in `x` and eight i32 in `lanes`.
+        let v = _mm256_mul_ps(_mm256_set1_ps(scale), unsafe { _mm256_loadu_ps(x.as_ptr()) });
+        let mut lanes = [0i32; LANES];
+        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), iq4_nearest_index(v)) };
+        for (o, &l) in out.iter_mut().zip(&lanes) {
+            *o = l as u8;
+        }
+    }
+}
+
+/// `best_index_int8(KVALUES, x)` on eight floats. The bisection ends at
+/// the first entry `mu` with `x < KVALUES[mu]`, which is one plus the count
+/// of inner entries that `x` is not below (NaN is below none, and ends at
+/// the top as the bisection does); then the nearer of the two neighbours,
+/// the upper on a tie; values at or past either end take that end.
+#[target_feature(enable = "avx2")]
+fn iq4_nearest_index(x: __m256) -> __m256i {
+    let value = |i: usize| _mm256_set1_ps(f32::from(KVALUES[i]));
+    let mut mu = _mm256_set1_epi32(1);
+    for i in 1..KVALUES.len() - 1 {
+        let not_below = _mm256_cmp_ps::<_CMP_NLT_US>(x, value(i));
+        mu = _mm256_sub_epi32(mu, _mm256_castps_si256(not_below));
+    }
+    let below_index = _mm256_sub_epi32(mu, _mm256_set1_epi32(1));
+    // SAFETY: the table holds sixteen floats, two loads of eight.
+    let (low_half, high_half) =
+        unsafe { (_mm256_loadu_ps(KVALUES_F32.as_ptr()), _mm256_loadu_ps(KVALUES_F32.as_ptr().add(8))) };
+    let lookup = |index: __m256i| {
+        let upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(index, _mm256_set1_epi32(7)));
+        select(upper, _mm256_permutevar8x32_ps(low_half, index), _mm256_permutevar8x32_ps(high_half, index))
+    };
+    let nearer_below = _mm256_cmp_ps::<_CMP_LT_OQ>(_mm256_sub_ps(x, lookup(below_index)), _mm256_sub_ps(lookup(mu), x));
+    let index = select_i(nearer_below, mu, below_index);
+    let last = KVALUES.len() - 1;
+    let index = select_i(_mm256_cmp_ps::<_CMP_GE_OQ>(x, value(last)), index, _mm256_set1_epi32(last as i32));
+    select_i(_mm256_cmp_ps::<_CMP_LE_OQ>(x, value(0)), index, _mm256_setzero_si256())
+}
+
+/// [`KVALUES`] as floats.
+const KVALUES_F32: [f32; 16] = {
+    let mut table = [0.0; 16];
+    let mut i = 0;
+    while i < 16 {
+        table[i] = KVALUES[i] as f32;
+        i += 1;
+    }
+    table
+};
+
 /// `KVALUES[best_index_int8(KVALUES, x)]` on eight floats. The bisection
 /// ends at the first entry `mu` with `x < KVALUES[mu]`, which is one plus
 /// the count of inner entries that `x` is not below (NaN is below none, and
@@ -391,17 +449,9 @@ fn iq4_nearest_value(x: __m256) -> __m256 {
         let not_below = _mm256_cmp_ps::<_CMP_NLT_US>(x, value(i));
         mu = _mm256_sub_epi32(mu, _mm256_castps_si256(not_below));
     }
-    const TABLE: [f32; 16] = {
-        let mut table = [0.0; 16];
-        let mut i = 0;
-        while i < 16 {
-            table[i] = KVALUES[i] as f32;
-            i += 1;
-        }
-        table
-    };
     // SAFETY: the table holds sixteen floats, two loads of eight.
-    let (low_half, high_half) = unsafe { (_mm256_loadu_ps(TABLE.as_ptr()), _mm256_loadu_ps(TABLE.as_ptr().add(8))) };
+    let (low_half, high_half) =
+        unsafe { (_mm256_loadu_ps(KVALUES_F32.as_ptr()), _mm256_loadu_ps(KVALUES_F32.as_ptr().add(8))) };
     let lookup = |index: __m256i| {
         let upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(index, _mm256_set1_epi32(7)));
         select(upper, _mm256_permutevar8x32_ps(low_half, index), _mm256_permutevar8x32_ps(high_half, index))
