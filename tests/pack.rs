@@ -19,7 +19,7 @@ fn imatrix() -> PathBuf {
 fn llama_ladder(llama: &Path, dir: &Path) -> Vec<PathBuf> {
     let imatrix = imatrix();
     let imatrix = imatrix.to_str().unwrap();
-    let ladder: [(&str, &str, &[&str]); 8] = [
+    let ladder: [(&str, &str, &[&str]); 9] = [
         ("tiny-Q8_0.gguf", "Q8_0", &[]),
         ("tiny-Q4_K_M.gguf", "Q4_K_M", &[]),
         ("tiny-imatrix-Q4_K_S.gguf", "Q4_K_S", &["--imatrix", imatrix]),
@@ -28,6 +28,7 @@ fn llama_ladder(llama: &Path, dir: &Path) -> Vec<PathBuf> {
         ("tiny-lot-Q5_K_S.gguf", "Q5_K_S", &["--leave-output-tensor"]),
         ("tiny-types-Q4_K_M.gguf", "Q4_K_M", &["--token-embedding-type", "q8_0", "--output-tensor-type", "q5_k"]),
         ("tiny-IQ2_XXS.gguf", "IQ2_XXS", &["--imatrix", imatrix]),
+        ("tiny-q1-Q4_K_M.gguf", "Q4_K_M", &["--tensor-type", "ffn_up=q1_0"]),
     ];
     ladder
         .iter()
@@ -61,16 +62,17 @@ fn a_llama_quantize_ladder_packs_to_its_base_and_unpacks_byte_for_byte() {
     let listed = ok(quantforge(&[&"unpack", &pack, &"--list"]));
     for line in listed.lines().filter(|l| l.starts_with("tiny-") && l.contains(".gguf ")) {
         let stored = line.contains("stored");
-        assert_eq!(stored, line.starts_with("tiny-IQ2_XXS"), "only IQ2_XXS is stored: {line}");
+        assert_eq!(stored, line.starts_with("tiny-q1-"), "only the Q1_0 tensors are stored: {line}");
     }
-    // A type quantforge does not write: its other tensors are still derived.
-    let iq2 = listed.lines().find(|l| l.starts_with("tiny-IQ2_XXS")).unwrap();
-    assert!(iq2.contains("--override-kv general.file_type=int:19 --tensor-type"), "{iq2}");
+    // A type quantforge does not write (Q1_0): the file is still derived,
+    // only those tensors stored.
+    let q1 = listed.lines().find(|l| l.starts_with("tiny-q1-")).unwrap();
+    assert!(q1.contains("quantize Q4_K_M, ") && q1.ends_with(" bytes stored"), "{q1}");
     assert!(listed.contains("tiny-imatrix-Q4_K_S.gguf") && listed.contains("--imatrix IMATRIX --imatrix-name"));
     assert!(listed.contains("--pure"), "{listed}");
     let size = |p: &Path| std::fs::metadata(p).unwrap().len();
-    let held = size(&common::tiny_model()) + size(&imatrix) + size(&dir.path().join("tiny-IQ2_XXS.gguf")) * 3 / 4;
-    assert!(size(&pack) < held, "pack {} bytes: more than the base, the matrix and ¾ of IQ2_XXS", size(&pack));
+    let held = size(&common::tiny_model()) + size(&imatrix) + size(&dir.path().join("tiny-q1-Q4_K_M.gguf")) / 4;
+    assert!(size(&pack) < held, "pack {} bytes: more than the base, the matrix and ¼ of the Q1_0 file", size(&pack));
 
     let out = dir.path().join("out");
     ok(quantforge(&[&"unpack", &pack, &out]));
