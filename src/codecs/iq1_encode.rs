@@ -223,10 +223,11 @@ pub fn quantize_iq1_m(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq1
         let group_importance = |ib: usize| importance.map(|w| &w[QK_K * ibl + n * ib..][..n]);
         let mut scales = [0.0f32; QK_K / IQ1M_GROUP];
         let mut shifts = [0usize; QK_K / IQ1M_GROUP];
+        // Kept for the block scale's refit below, which weighs every group again.
+        let mut weights = [[0.0f32; IQ1M_GROUP]; QK_K / IQ1M_GROUP];
         let mut max_scale = 0.0f32;
-        for (ib, xb) in xbl.chunks_exact(n).enumerate() {
-            let mut weight = [0.0f32; IQ1M_GROUP];
-            group_weights(xb, group_importance(ib), sigma2, &mut weight);
+        for ((ib, xb), weight) in xbl.chunks_exact(n).enumerate().zip(&mut weights) {
+            group_weights(xb, group_importance(ib), sigma2, weight);
             let max = xb[1..].iter().fold(xb[0].abs(), |m, &v| c_max(m, v.abs()));
             if max < 1e-7 {
                 continue;
@@ -277,7 +278,7 @@ pub fn quantize_iq1_m(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq1
                 choice = 3 - choice;
             }
             let mut indices = [0u16; IQ1M_GROUP / 8];
-            scale = place_points(lattice, xb, &weight, scale, |k| half_levels(choice, k), &mut levels, &mut indices);
+            scale = place_points(lattice, xb, weight, scale, |k| half_levels(choice, k), &mut levels, &mut indices);
             y.qs[2 * ib] = indices[0] as u8;
             y.qs[2 * ib + 1] = indices[1] as u8;
             y.qh[ib] = ((indices[0] >> 8) | ((indices[1] >> 8) << 4)) as u8;
@@ -298,8 +299,7 @@ pub fn quantize_iq1_m(x: &[f32], importance: Option<&[f32]>, out: &mut [BlockIq1
             let l = nearest_int(0.5 * (id * scales[ib] - 1.0)).clamp(0, 7);
             sc[ib / 4] |= (l as u16) << (3 * (ib % 4));
             y.qh[ib] |= MASKS[shifts[ib]];
-            let mut weight = [0.0f32; IQ1M_GROUP];
-            group_weights(xb, group_importance(ib), sigma2, &mut weight);
+            let weight = &weights[ib];
             for k in 0..2 {
                 let xx = half_levels(shifts[ib], k);
                 let high = (usize::from(y.qh[ib]) << (8 - 4 * k)) & 0x700;

@@ -411,14 +411,7 @@ fn iq4_nearest_index(x: __m256) -> __m256i {
         mu = _mm256_sub_epi32(mu, _mm256_castps_si256(not_below));
     }
     let below_index = _mm256_sub_epi32(mu, _mm256_set1_epi32(1));
-    // SAFETY: the table holds sixteen floats, two loads of eight.
-    let (low_half, high_half) =
-        unsafe { (_mm256_loadu_ps(KVALUES_F32.as_ptr()), _mm256_loadu_ps(KVALUES_F32.as_ptr().add(8))) };
-    let lookup = |index: __m256i| {
-        let upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(index, _mm256_set1_epi32(7)));
-        select(upper, _mm256_permutevar8x32_ps(low_half, index), _mm256_permutevar8x32_ps(high_half, index))
-    };
-    let nearer_below = _mm256_cmp_ps::<_CMP_LT_OQ>(_mm256_sub_ps(x, lookup(below_index)), _mm256_sub_ps(lookup(mu), x));
+    let nearer_below = _mm256_cmp_ps::<_CMP_LT_OQ>(_mm256_sub_ps(x, kvalue(below_index)), _mm256_sub_ps(kvalue(mu), x));
     let index = select_i(nearer_below, mu, below_index);
     let last = KVALUES.len() - 1;
     let index = select_i(_mm256_cmp_ps::<_CMP_GE_OQ>(x, value(last)), index, _mm256_set1_epi32(last as i32));
@@ -436,31 +429,18 @@ const KVALUES_F32: [f32; 16] = {
     table
 };
 
-/// `KVALUES[best_index_int8(KVALUES, x)]` on eight floats. The bisection
-/// ends at the first entry `mu` with `x < KVALUES[mu]`, which is one plus
-/// the count of inner entries that `x` is not below (NaN is below none, and
-/// ends at the top as the bisection does); then the nearer of the two
-/// neighbours, the upper on a tie.
+/// `KVALUES[best_index_int8(KVALUES, x)]` on eight floats.
 #[target_feature(enable = "avx2")]
 fn iq4_nearest_value(x: __m256) -> __m256 {
-    let value = |i: usize| _mm256_set1_ps(f32::from(KVALUES[i]));
-    let mut mu = _mm256_set1_epi32(1);
-    for i in 1..KVALUES.len() - 1 {
-        let not_below = _mm256_cmp_ps::<_CMP_NLT_US>(x, value(i));
-        mu = _mm256_sub_epi32(mu, _mm256_castps_si256(not_below));
-    }
+    kvalue(iq4_nearest_index(x))
+}
+
+/// `KVALUES[index]` on eight indices (each below 16).
+#[target_feature(enable = "avx2")]
+fn kvalue(index: __m256i) -> __m256 {
     // SAFETY: the table holds sixteen floats, two loads of eight.
     let (low_half, high_half) =
         unsafe { (_mm256_loadu_ps(KVALUES_F32.as_ptr()), _mm256_loadu_ps(KVALUES_F32.as_ptr().add(8))) };
-    let lookup = |index: __m256i| {
-        let upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(index, _mm256_set1_epi32(7)));
-        select(upper, _mm256_permutevar8x32_ps(low_half, index), _mm256_permutevar8x32_ps(high_half, index))
-    };
-    let above = lookup(mu);
-    let below = lookup(_mm256_sub_epi32(mu, _mm256_set1_epi32(1)));
-    let nearer_below = _mm256_cmp_ps::<_CMP_LT_OQ>(_mm256_sub_ps(x, below), _mm256_sub_ps(above, x));
-    let nearest = select(nearer_below, above, below);
-    let last = KVALUES.len() - 1;
-    let nearest = select(_mm256_cmp_ps::<_CMP_GE_OQ>(x, value(last)), nearest, value(last));
-    select(_mm256_cmp_ps::<_CMP_LE_OQ>(x, value(0)), nearest, value(0))
+    let upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(index, _mm256_set1_epi32(7)));
+    select(upper, _mm256_permutevar8x32_ps(low_half, index), _mm256_permutevar8x32_ps(high_half, index))
 }

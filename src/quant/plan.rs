@@ -4,6 +4,8 @@
 //! importance matrix. The recipe op (`ops::quantize`), the converter's
 //! presets and the budget planner all ask here.
 
+use std::borrow::Cow;
+
 use crate::codecs::CodecError;
 use crate::formats::gguf;
 use crate::model::{Metadata, TensorInfo, Value, tensor_bytes};
@@ -194,18 +196,17 @@ pub fn plan(
     // Pruned layers' tensors go and later layers take new names; the mixture
     // sees the names the output will have, and the model's own hyperparameters.
     let (tensors_out, origin, block_count) = match options.prune_layers.is_empty() {
-        true => (model_tensors.to_vec(), (0..model_tensors.len()).collect::<Vec<usize>>(), None),
+        true => (Cow::Borrowed(model_tensors), (0..model_tensors.len()).collect::<Vec<usize>>(), None),
         false => {
             let order = mixture::visiting_order(model_tensors, false);
             let pruned = prune::prune(model_tensors, &order, &options.prune_layers);
-            let kept: Vec<(usize, TensorInfo)> = pruned
+            let (origin, kept): (Vec<usize>, Vec<TensorInfo>) = pruned
                 .names
-                .iter()
+                .into_iter()
                 .enumerate()
-                .filter_map(|(i, name)| Some((i, TensorInfo { name: name.clone()?, ..model_tensors[i].clone() })))
-                .collect();
-            let (origin, tensors_out) = kept.into_iter().unzip();
-            (tensors_out, origin, Some(pruned.block_count))
+                .filter_map(|(i, name)| Some((i, TensorInfo { name: name?, ..model_tensors[i].clone() })))
+                .unzip();
+            (Cow::Owned(kept), origin, Some(pruned.block_count))
         }
     };
     let choices = mixture::choose_types(model_metadata, &tensors_out, &mixture_options)?;
