@@ -165,20 +165,33 @@ fn super_block_weights(x: &[f32], quant_weights: Option<&[f32]>, weights: &mut [
 /// each 32-value sub-block of `x`, [`BATCH`] sub-blocks at a time with the
 /// vector kernel of `level` where the machine has it.
 fn sub_block_scales(level: Level, x: &[f32], weights: &[f32], scales: &mut [f32]) {
-    let mut batched = 0;
     #[cfg(target_arch = "x86_64")]
     if level >= Level::Avx2 && Level::Avx2.is_supported() {
         let span = SUB_BLOCK * BATCH;
-        for ((x, w), s) in x.chunks_exact(span).zip(weights.chunks_exact(span)).zip(scales.chunks_exact_mut(BATCH)) {
+        let mut x_chunks = x.chunks_exact(span);
+        let mut w_chunks = weights.chunks_exact(span);
+        let mut s_chunks = scales.chunks_exact_mut(BATCH);
+        for ((x, w), s) in (&mut x_chunks).zip(&mut w_chunks).zip(&mut s_chunks) {
             // SAFETY: AVX2 is present (checked just above).
             s.copy_from_slice(&unsafe { super::x86_search::iq4_scales_x8(x, w) });
         }
-        batched = scales.len() / BATCH * BATCH;
+        let tail = s_chunks.into_remainder();
+        if !tail.is_empty() {
+            // A row's last sub-blocks (640-wide rows have 20) go through the
+            // kernel too, padded with zero lanes: lanes never mix, so the
+            // real ones come out as they would alone.
+            let (mut x_pad, mut w_pad) = ([0.0f32; SUB_BLOCK * BATCH], [0.0f32; SUB_BLOCK * BATCH]);
+            x_pad[..x_chunks.remainder().len()].copy_from_slice(x_chunks.remainder());
+            w_pad[..w_chunks.remainder().len()].copy_from_slice(w_chunks.remainder());
+            // SAFETY: AVX2 is present (checked above).
+            let padded = unsafe { super::x86_search::iq4_scales_x8(&x_pad, &w_pad) };
+            tail.copy_from_slice(&padded[..tail.len()]);
+        }
+        return;
     }
-    #[cfg(not(target_arch = "x86_64"))]
     let _ = level;
-    for (ib, scale) in scales.iter_mut().enumerate().skip(batched) {
-        *scale = sub_block_scale(&x[ib * SUB_BLOCK..][..SUB_BLOCK], &weights[ib * SUB_BLOCK..][..SUB_BLOCK]);
+    for ((xb, w), scale) in x.chunks_exact(SUB_BLOCK).zip(weights.chunks_exact(SUB_BLOCK)).zip(scales) {
+        *scale = sub_block_scale(xb, w);
     }
 }
 

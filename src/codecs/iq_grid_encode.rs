@@ -187,23 +187,25 @@ impl GridType {
 
     /// Runs the search over each group of one super-block `x` (with its
     /// importance weights); a degenerate group is `None`.
+    #[inline(always)]
     fn super_block(&self, lattice: &AtLevel<'_>, x: &[f32], importance: Option<&[f32]>) -> SuperBlock {
         let sumx2 = x.iter().fold(0.0f32, |s, &v| s + v * v);
         let sigma2 = self.sigma_factor * sumx2 / QK_K as f32;
         let mut max_scale = 0.0f32;
-        let groups = x
-            .chunks_exact(self.group)
-            .enumerate()
-            .map(|(ib, xb)| {
-                let group =
-                    self.encode_group(lattice, xb, importance.map(|w| &w[ib * self.group..][..self.group]), sigma2)?;
-                max_scale = c_max(max_scale, group.scale);
-                Some(group)
-            })
-            .collect();
+        let mut groups = Vec::with_capacity(QK_K / self.group);
+        // A loop, not an iterator chain, so that all of it inlines into
+        // the AVX2 build of `super_block_at`.
+        for (ib, xb) in x.chunks_exact(self.group).enumerate() {
+            let group = self.encode_group(lattice, xb, importance.map(|w| &w[ib * self.group..][..self.group]), sigma2);
+            if let Some(g) = &group {
+                max_scale = c_max(max_scale, g.scale);
+            }
+            groups.push(group);
+        }
         SuperBlock { groups, max_scale }
     }
 
+    #[inline(always)]
     fn encode_group(
         &self,
         lattice: &AtLevel<'_>,
@@ -269,6 +271,7 @@ impl GridType {
 
     /// The trial scales around `(2·kmax − 1) / base`, then the refit;
     /// returns the scale and each point's grid index.
+    #[inline(always)]
     fn search_group(
         &self,
         lattice: &AtLevel<'_>,
@@ -327,6 +330,7 @@ impl GridType {
     /// Rounds one point's values at inverse scale `id` to levels and finds
     /// its grid index (the best neighbour at `scale` when off the grid);
     /// returns the index and whether the rounding was on the grid.
+    #[inline(always)]
     fn place(
         &self,
         lattice: &AtLevel<'_>,
@@ -348,6 +352,7 @@ impl GridType {
 
 /// Folds the signs of eight values out into `xval` (magnitudes; with
 /// [`Signs::Parity`] one may stay negative) and returns their sign byte.
+#[inline(always)]
 fn fold_signs(signs: Signs, xb: &[f32], weight: &[f32], xval: &mut [f32]) -> u8 {
     let mut s = 0u8;
     let mut flips = 0;
@@ -380,6 +385,7 @@ fn fold_signs(signs: Signs, xb: &[f32], weight: &[f32], xval: &mut [f32]) -> u8 
 }
 
 /// (Σ w·x·q, Σ w·q²) with `q = 2l + 1`, in ggml's order.
+#[inline(always)]
 fn weighted_sums(levels: &[i8], xval: &[f32], weight: &[f32]) -> (f32, f32) {
     let (mut sumqx, mut sumq2) = (0.0f32, 0.0f32);
     for ((&l, &x), &w) in levels.iter().zip(xval).zip(weight) {
@@ -429,10 +435,32 @@ impl GridType {
     ) {
         let lattice = &AtLevel(Lattice::of(self.grid), level);
         for (i, (xb, y)) in x.chunks_exact(QK_K).zip(out).enumerate() {
-            let block = self.super_block(lattice, xb, importance.map(|w| &w[i * QK_K..][..QK_K]));
+            let block = self.super_block_at(lattice, xb, importance.map(|w| &w[i * QK_K..][..QK_K]));
             *y = B::zeroed();
             pack(&block, y);
         }
+    }
+
+    /// [`GridType::super_block`], compiled for AVX2 where the machine and
+    /// `lattice`'s level have it: the search's small loops (a point's
+    /// rounding, the weighted sums) then vectorize. Rust never fuses a
+    /// multiply and an add, so the bytes stay those of the scalar code.
+    fn super_block_at(&self, lattice: &AtLevel<'_>, x: &[f32], importance: Option<&[f32]>) -> SuperBlock {
+        #[cfg(target_arch = "x86_64")]
+        if lattice.1 >= Level::Avx2 && Level::Avx2.is_supported() {
+            #[target_feature(enable = "avx2")]
+            fn super_block_avx2(
+                t: &GridType,
+                lattice: &AtLevel<'_>,
+                x: &[f32],
+                importance: Option<&[f32]>,
+            ) -> SuperBlock {
+                t.super_block(lattice, x, importance)
+            }
+            // SAFETY: AVX2 is present (checked just above).
+            return unsafe { super_block_avx2(self, lattice, x, importance) };
+        }
+        self.super_block(lattice, x, importance)
     }
 }
 

@@ -14,17 +14,36 @@ use std::sync::OnceLock;
 use super::iq_tables::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use super::simd::Level;
 
-/// A cube point's place: on the grid, or off it with its nearest grid
-/// points (their indices at `start`, their coordinates at `coords`).
+/// A cube point's place in four bytes (the table of 65,536 slots then
+/// stays in cache beside the lists): on the grid with its index, or off it
+/// with the place of its neighbour list — the list's first chunk of
+/// [`LANES`] and its length (lists start on a chunk and are padded to one).
 #[derive(Clone, Copy)]
-enum Slot {
-    On(u16),
-    Off { start: u32, len: u32, coords: u32 },
+struct Slot(u32);
+
+impl Slot {
+    const ON_GRID: u32 = 1 << 31;
+    const LEN_BITS: u32 = 9;
+
+    fn on(k: usize) -> Slot {
+        Slot(Slot::ON_GRID | k as u32)
+    }
+
+    fn off(start: usize, len: usize) -> Slot {
+        assert!(start.is_multiple_of(LANES) && len < 1 << Slot::LEN_BITS && start / LANES < 1 << (31 - Slot::LEN_BITS));
+        Slot(((start / LANES) as u32) << Slot::LEN_BITS | len as u32)
+    }
+
+    fn is_on(self) -> bool {
+        self.0 & Slot::ON_GRID != 0
+    }
 }
 
-/// Neighbour coordinates are evaluated this many at a time: lists are
-/// padded to a multiple of it.
-const LANES: usize = 32;
+/// Neighbour coordinates are evaluated this many at a time (one AVX2
+/// register): lists are padded to a multiple of it. Lists are short (a
+/// median of 5 to 62 points by lattice), so wider chunks would mostly
+/// compute padding.
+const LANES: usize = 8;
 
 pub(super) struct Lattice {
     /// Coordinates per point: 8, or 4 for the IQ3 grids.
@@ -35,11 +54,14 @@ pub(super) struct Lattice {
     points: Vec<i8>,
     /// Indexed by code: `Σ l_i << (bits·i)`.
     slots: Vec<Slot>,
+    /// Each neighbour list, padded to a whole chunk (with index 0).
     neighbours: Vec<u16>,
-    /// Each neighbour list's coordinates as f32, coordinate-major: for a
-    /// list of `n` points padded to `p`, coordinate `i` of point `j` at
-    /// `i·p + j`, so one coordinate of many points is contiguous.
-    coords: Vec<f32>,
+    /// Each neighbour list's coordinates, coordinate-major: for a list at
+    /// `start` of `n` points padded to `p`, coordinate `i` of point `j` at
+    /// `dims·start + i·p + j`, so one coordinate of many points is
+    /// contiguous. Bytes, not floats: the lists of a lattice then fit a
+    /// core's L2 cache.
+    coords: Vec<i8>,
 }
 
 /// Where a point of the cube falls.
@@ -54,7 +76,7 @@ pub(super) enum Place<'a> {
 pub(super) struct Neighbours<'a> {
     pub(super) indices: &'a [u16],
     /// Coordinate-major, padded (see [`Lattice`]'s `coords`).
-    coords: &'a [f32],
+    coords: &'a [i8],
 }
 
 impl Lattice {
@@ -75,11 +97,11 @@ impl Lattice {
         let points: Vec<i8> = grid.iter().flat_map(|p| p[..dims].iter().map(|&b| 2 * level(b) + 1)).collect();
 
         let n_levels = bytes.len();
-        let mut slots = vec![Slot::Off { start: 0, len: 0, coords: 0 }; 1 << (bits as usize * dims)];
+        let mut slots = vec![Slot::off(0, 0); 1 << (bits as usize * dims)];
         for (k, point) in points.chunks_exact(dims).enumerate() {
             let code =
                 point.iter().enumerate().map(|(i, &p)| (((p - 1) / 2) as usize) << (bits as usize * i)).sum::<usize>();
-            slots[code] = Slot::On(k as u16);
+            slots[code] = Slot::on(k);
         }
         // Only codes whose every coordinate is a level can be asked for: the
         // quantizers clamp each coordinate to the levels first.
@@ -96,7 +118,7 @@ impl Lattice {
                 reachable &= l < n_levels;
                 *c = 2 * l as i8 + 1;
             }
-            if !reachable || matches!(slot, Slot::On(_)) {
+            if !reachable || slot.is_on() {
                 continue;
             }
             by_distance.clear();
@@ -118,16 +140,18 @@ impl Lattice {
                 }
                 neighbours.push(k);
             }
-            let list = &neighbours[start..];
-            let padded = list.len().next_multiple_of(LANES);
+            let len = neighbours.len() - start;
+            let padded = len.next_multiple_of(LANES);
             let at = coords.len();
-            coords.resize(at + dims * padded, 0.0);
-            for (j, &k) in list.iter().enumerate() {
+            coords.resize(at + dims * padded, 0);
+            for (j, &k) in neighbours[start..].iter().enumerate() {
                 for (i, &p) in points[usize::from(k) * dims..][..dims].iter().enumerate() {
-                    coords[at + i * padded + j] = f32::from(p);
+                    coords[at + i * padded + j] = p;
                 }
             }
-            *slot = Slot::Off { start: start as u32, len: list.len() as u32, coords: at as u32 };
+            debug_assert_eq!(at, dims * start);
+            neighbours.resize(start + padded, 0);
+            *slot = Slot::off(start, len);
         }
         Lattice { dims, bits, points, slots, neighbours, coords }
     }
@@ -162,18 +186,19 @@ impl Lattice {
     }
 
     /// Where the point of levels `levels` (each below the level count) falls.
+    #[inline(always)]
     pub(super) fn place(&self, levels: &[i8]) -> Place<'_> {
         let code = levels.iter().enumerate().map(|(i, &l)| (l as usize) << (self.bits as usize * i)).sum::<usize>();
-        match self.slots[code] {
-            Slot::On(k) => Place::OnGrid(usize::from(k)),
-            Slot::Off { start, len, coords } => {
-                let padded = (len as usize).next_multiple_of(LANES);
-                Place::OffGrid(Neighbours {
-                    indices: &self.neighbours[start as usize..][..len as usize],
-                    coords: &self.coords[coords as usize..][..self.dims * padded],
-                })
-            }
+        let slot = self.slots[code];
+        if slot.is_on() {
+            return Place::OnGrid((slot.0 & !Slot::ON_GRID) as usize);
         }
+        let start = (slot.0 >> Slot::LEN_BITS) as usize * LANES;
+        let len = (slot.0 & ((1 << Slot::LEN_BITS) - 1)) as usize;
+        Place::OffGrid(Neighbours {
+            indices: &self.neighbours[start..][..len],
+            coords: &self.coords[self.dims * start..][..self.dims * len.next_multiple_of(LANES)],
+        })
     }
 
     /// ggml's `iq2_find_best_neighbour` (and `iq3_…`, `iq1_…2`): the
@@ -216,44 +241,6 @@ impl Lattice {
     }
 }
 
-impl Lattice {
-    /// The body of [`AtLevel::nearest`], compiled into each level's wrapper.
-    #[inline(always)]
-    fn nearest_in(
-        &self,
-        neighbours: Neighbours<'_>,
-        xval: &[f32],
-        weight: &[f32],
-        scale: f32,
-        levels: &mut [i8],
-    ) -> usize {
-        let n = neighbours.indices.len();
-        let padded = n.next_multiple_of(LANES);
-        let mut best_d2 = f32::MAX;
-        let mut best = usize::from(neighbours.indices[0]);
-        for chunk in 0..padded / LANES {
-            let mut d2 = [0.0f32; LANES];
-            for (i, (&x, &w)) in xval.iter().zip(weight).enumerate().take(self.dims) {
-                let q = &neighbours.coords[i * padded + chunk * LANES..][..LANES];
-                for (d, &q) in d2.iter_mut().zip(q) {
-                    let diff = scale * q - x;
-                    *d += w * diff * diff;
-                }
-            }
-            for (lane, &d) in d2.iter().enumerate().take(n - chunk * LANES) {
-                if d < best_d2 {
-                    best_d2 = d;
-                    best = usize::from(neighbours.indices[chunk * LANES + lane]);
-                }
-            }
-        }
-        for (l, &p) in levels.iter_mut().zip(self.point(best)) {
-            *l = (p - 1) / 2;
-        }
-        best
-    }
-}
-
 /// A lattice searched with the vector instructions of a level (or lower,
 /// where the machine lacks it).
 #[derive(Clone, Copy)]
@@ -269,9 +256,9 @@ impl std::ops::Deref for AtLevel<'_> {
 
 impl AtLevel<'_> {
     /// [`Lattice::best_neighbour`] with each coordinate's value the
-    /// coordinate itself (the IQ2 and IQ3 searches): the same sums, each
-    /// accumulated in the same order, [`LANES`] neighbours at a time, so the
-    /// compiler's vectorization across neighbours is exact.
+    /// coordinate itself (the IQ2 and IQ3 searches), [`LANES`] neighbours at
+    /// a time where the machine has AVX2.
+    #[inline(always)]
     pub(super) fn nearest(
         &self,
         neighbours: Neighbours<'_>,
@@ -281,44 +268,69 @@ impl AtLevel<'_> {
         levels: &mut [i8],
     ) -> usize {
         #[cfg(target_arch = "x86_64")]
-        {
-            if self.1 >= Level::Avx512 && Level::Avx512.is_supported() {
-                // SAFETY: AVX-512 F is present (checked just above).
-                return unsafe { self.nearest_avx512(neighbours, xval, weight, scale, levels) };
+        if self.1 >= Level::Avx2 && Level::Avx2.is_supported() {
+            let dims = self.dims;
+            // SAFETY: AVX2 is present (checked just above).
+            let position = unsafe { nearest_position_avx2(neighbours, &xval[..dims], &weight[..dims], scale) };
+            let best = usize::from(neighbours.indices[position]);
+            for (l, &p) in levels.iter_mut().zip(self.point(best)) {
+                *l = (p - 1) / 2;
             }
-            if self.1 >= Level::Avx2 && Level::Avx2.is_supported() {
-                // SAFETY: AVX2 is present (checked just above).
-                return unsafe { self.nearest_avx2(neighbours, xval, weight, scale, levels) };
-            }
+            return best;
         }
-        self.0.nearest_in(neighbours, xval, weight, scale, levels)
+        self.best_neighbour(neighbours.indices, xval, weight, scale, f32::from, levels)
     }
+}
 
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn nearest_avx512(
-        &self,
-        neighbours: Neighbours<'_>,
-        xval: &[f32],
-        weight: &[f32],
-        scale: f32,
-        levels: &mut [i8],
-    ) -> usize {
-        self.0.nearest_in(neighbours, xval, weight, scale, levels)
-    }
+/// The position in `neighbours` of [`AtLevel::nearest`]'s choice, with
+/// AVX2: lane `j` of a chunk is neighbour `8c + j`, its distance summed in
+/// the scalar order (`(w · diff) · diff`, no fused multiply-add), so every
+/// distance is the scalar one. Each lane keeps the first of its least
+/// distances and the chunk it came from (an ordered `<`, so a NaN never
+/// wins); the scalar scan's choice, the first neighbour of least distance,
+/// is then the least over the lanes, the earliest position on a tie.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn nearest_position_avx2(neighbours: Neighbours<'_>, xval: &[f32], weight: &[f32], scale: f32) -> usize {
+    use std::arch::x86_64::*;
 
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn nearest_avx2(
-        &self,
-        neighbours: Neighbours<'_>,
-        xval: &[f32],
-        weight: &[f32],
-        scale: f32,
-        levels: &mut [i8],
-    ) -> usize {
-        self.0.nearest_in(neighbours, xval, weight, scale, levels)
+    let n = neighbours.indices.len();
+    let dims = xval.len();
+    let padded = n.next_multiple_of(LANES);
+    assert!(weight.len() == dims && neighbours.coords.len() >= dims * padded);
+    let vscale = _mm256_set1_ps(scale);
+    let lane_ids = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let mut least = _mm256_set1_ps(f32::MAX);
+    let mut least_chunk = _mm256_set1_epi32(-1);
+    for chunk in 0..padded / LANES {
+        let mut d2 = _mm256_setzero_ps();
+        for (i, (&x, &w)) in xval.iter().zip(weight).enumerate() {
+            // SAFETY: the eight bytes end at `i·padded + chunk·8 + 8 ≤ dims·padded`, inside `coords` (asserted above).
+            let q = unsafe { _mm_loadl_epi64(neighbours.coords.as_ptr().add(i * padded + chunk * LANES).cast()) };
+            let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+            let diff = _mm256_sub_ps(_mm256_mul_ps(vscale, q), _mm256_set1_ps(x));
+            d2 = _mm256_add_ps(d2, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(w), diff), diff));
+        }
+        let real = _mm256_cmpgt_epi32(_mm256_set1_epi32((n - chunk * LANES) as i32), lane_ids);
+        let better = _mm256_and_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(d2, least), _mm256_castsi256_ps(real));
+        least = _mm256_blendv_ps(least, d2, better);
+        least_chunk = _mm256_blendv_epi8(least_chunk, _mm256_set1_epi32(chunk as i32), _mm256_castps_si256(better));
     }
+    let (mut lane_least, mut lane_chunk) = ([0.0f32; LANES], [0i32; LANES]);
+    // SAFETY: both arrays hold exactly one vector.
+    unsafe {
+        _mm256_storeu_ps(lane_least.as_mut_ptr(), least);
+        _mm256_storeu_si256(lane_chunk.as_mut_ptr().cast(), least_chunk);
+    }
+    let (mut best, mut best_d2) = (0, f32::MAX);
+    for (lane, (&d, &chunk)) in lane_least.iter().zip(&lane_chunk).enumerate() {
+        let Ok(chunk) = usize::try_from(chunk) else { continue };
+        let position = chunk * LANES + lane;
+        if d < best_d2 || (d == best_d2 && position < best) {
+            (best, best_d2) = (position, d);
+        }
+    }
+    best
 }
 
 /// The grids with a lattice of their own.
@@ -365,11 +377,20 @@ mod tests {
             while checked < 300 {
                 let levels: Vec<i8> = (0..dims).map(|_| (next() % n_levels) as i8).collect();
                 let Place::OffGrid(neighbours) = lattice.place(&levels) else { continue };
-                let tie = next() % 2 == 0;
-                let value = |r: u64| if tie { (r % 5) as f32 } else { (r % 10_000) as f32 / 997.0 };
+                // Ties, plain values, distances that overflow to infinity,
+                // and a NaN weight that makes every distance NaN.
+                let mode = next() % 4;
+                let value = |r: u64| match mode {
+                    0 => (r % 5) as f32,
+                    2 => (r % 10_000) as f32 * 3e34,
+                    _ => (r % 10_000) as f32 / 997.0,
+                };
                 let xval: Vec<f32> = (0..dims).map(|_| value(next())).collect();
-                let weight: Vec<f32> = (0..dims).map(|_| value(next())).collect();
-                let scale = if tie { 1.0 } else { value(next()) / 3.0 };
+                let mut weight: Vec<f32> = (0..dims).map(|_| value(next())).collect();
+                if mode == 3 {
+                    weight[0] = f32::NAN;
+                }
+                let scale = if mode == 0 { 1.0 } else { value(next()) / 3.0 };
                 let mut expected = vec![0i8; dims];
                 let want = lattice.best_neighbour(neighbours.indices, &xval, &weight, scale, f32::from, &mut expected);
                 for level in crate::codecs::simd::supported() {
