@@ -325,6 +325,33 @@ fn a_preset_may_be_its_ftype_number() {
     assert!(std::fs::read(ws.path("out/tiny-7.gguf")).unwrap() == std::fs::read(&one_shot).unwrap());
 }
 
+/// `prune_layers` and the `COPY` type in a recipe write what `quantize
+/// --prune-layers … COPY` writes (which `tests/quantize_llama.rs` holds to
+/// llama-quantize's bytes).
+#[test]
+fn a_recipe_prunes_layers_and_copies_as_quantize_does() {
+    let ws = Workspace::new();
+    let recipe = ws.recipe(
+        "pruned.toml",
+        &LADDER.replace(r#"["Q8_0", "Q4_K_M", "Q3_K_S"]"#, "[\"COPY\", \"Q4_K_M\"]\nprune_layers = [1, 0, 1]"),
+    );
+    run(&recipe, &ws.cache(), &[]);
+    for preset in ["COPY", "Q4_K_M"] {
+        let one_shot = ws.path(&format!("one-shot-{preset}.gguf"));
+        ok(common::quantforge(&[
+            os("quantize"),
+            os("-q"),
+            os("--prune-layers"),
+            os("0,1"),
+            ws.path("tiny.gguf").as_os_str(),
+            one_shot.as_os_str(),
+            os(preset),
+        ]));
+        let ours = std::fs::read(ws.path(&format!("out/tiny-{preset}.gguf"))).unwrap();
+        assert!(ours == std::fs::read(&one_shot).unwrap(), "{preset} differs from the one-shot quantize");
+    }
+}
+
 /// Ops are kebab-case and fields snake_case; the other spelling of either
 /// reads the same, and a field given in both spellings is refused.
 #[test]

@@ -42,7 +42,7 @@ pub(super) fn preset_list() -> String {
         let ftype = parse_preset(name).expect("a preset name parses");
         list.push_str(&format!("  {:2}  or  {name:9} : {}\n", ftype.id(), ftype.description()));
     }
-    list.push_str(&format!("          {COPY:9} : only copy tensors, no quantizing\n"));
+    list.push_str(&format!("          {:9} : only copy tensors, no quantizing\n", quantize::COPY));
     list
 }
 
@@ -50,8 +50,8 @@ pub(super) fn preset_list() -> String {
 /// positional is the type and the output is `ggml-model-TYPE.gguf` in the
 /// input's directory (without `.gguf` for --keep-split, which adds shard suffixes).
 fn name_output_after_type(args: &mut QuantizeArgs) -> anyhow::Result<()> {
-    let type_name = |second: &str| match is_copy(second) {
-        true => Some(COPY),
+    let type_name = |second: &str| match quantize::is_copy(second) {
+        true => Some(quantize::COPY),
         false => parse_preset(second).ok().map(FileType::name),
     };
     let Some(name) = args.output.to_str().and_then(type_name) else {
@@ -67,13 +67,6 @@ fn name_output_after_type(args: &mut QuantizeArgs) -> anyhow::Result<()> {
     let suffix = if args.keep_split { "" } else { ".gguf" };
     args.output = args.input.with_file_name(format!("ggml-model-{name}{suffix}"));
     Ok(())
-}
-
-/// llama-quantize's `COPY` type: every tensor as it is, the input's file type kept.
-const COPY: &str = "COPY";
-
-fn is_copy(type_name: &str) -> bool {
-    type_name.eq_ignore_ascii_case(COPY)
 }
 
 /// `--tensor-type-file`: whitespace-separated `PATTERN=TYPE` entries.
@@ -99,17 +92,13 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
         args.nthreads = args.nthreads.or(Some(threads));
         args.preset = None;
     }
-    let copy = args.preset.as_deref().is_some_and(is_copy);
-    let ftype = match &args.preset {
-        // The file type is the input's; the plan reads it.
-        Some(_) if copy => FileType::from_id(0).expect("ALL_F32"),
-        Some(preset) => parse_preset(preset).map_err(|e| match nearest(preset, quantize::preset_names()) {
+    let mut mixture = match &args.preset {
+        Some(preset) => quantize::mixture_for(preset).map_err(|e| match nearest(preset, quantize::preset_names()) {
             Some(near) => anyhow::anyhow!("{e}\n  did you mean `{near}`?"),
             None => anyhow::anyhow!("{e}"),
         })?,
-        None => plan_quant::base_options().mixture.ftype,
+        None => MixtureOptions::new(plan_quant::base_options().mixture.ftype),
     };
-    let mut mixture = MixtureOptions::new(ftype);
     mixture.pure = args.pure;
     mixture.leave_output_tensor = args.leave_output_tensor;
     mixture.output_tensor_type = args.output_tensor_type;
@@ -119,7 +108,6 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
         mixture.tensor_types.extend(tensor_types_from(path)?);
     }
     mixture.keep_split = args.keep_split;
-    mixture.only_copy = copy;
     anyhow::ensure!(
         args.target_size.is_none() || args.preset.is_none(),
         "give either a TYPE or --target-size, not both"
@@ -152,7 +140,7 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let ftype = options.mixture.ftype;
+    let (ftype, copy) = (options.mixture.ftype, options.mixture.only_copy);
     if args.dry_run {
         let model = ModelFile::open(&args.input, OpenOptions::default())?;
         let imatrix = match &args.imatrix {

@@ -13,7 +13,8 @@ use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::quant::budget::{BudgetError, Model, RowSource, Target, plan_budget};
 use crate::quant::imatrix::ImportanceMatrix;
 use crate::quant::mixture::{MixtureError, MixtureOptions, TensorTypeOverride};
-use crate::quant::plan::{KvOverride, QuantizeError, QuantizeOptions, parse_preset, plan};
+use crate::quant::plan::{KvOverride, QuantizeError, QuantizeOptions, mixture_for, plan};
+use crate::quant::prune;
 use crate::store::Store;
 use crate::types::GgmlType;
 
@@ -33,6 +34,7 @@ pub const SPEC: OpSpec = OpSpec::new(
         ParamSpec::optional("output_tensor_type", ParamKind::Str).fanning_out(),
         ParamSpec::optional("token_embedding_type", ParamKind::Str).fanning_out(),
         ParamSpec::optional("override_kv", ParamKind::StrList),
+        ParamSpec::optional("prune_layers", ParamKind::IntList),
     ],
 );
 
@@ -44,12 +46,12 @@ impl QuantizeOptions {
             Some((text, _)) => crate::formats::parse_size(text).map_err(|e| problems.push(p.error("budget", e))).ok(),
             None => None,
         };
-        let ftype = match (p.str("preset"), budget) {
+        let mixture = match (p.str("preset"), budget) {
             (Some(_), Some(_)) => {
                 problems.push(p.error("budget", "give a `preset` or a `budget`, not both"));
                 None
             }
-            (Some((name, _)), None) => parse_preset(name)
+            (Some((name, _)), None) => mixture_for(name)
                 .map_err(|e| {
                     let problem = p.error("preset", e);
                     problems.push(match crate::params::nearest(name, crate::quant::plan::preset_names()) {
@@ -58,7 +60,7 @@ impl QuantizeOptions {
                     })
                 })
                 .ok(),
-            (None, Some(_)) => Some(crate::quant::budget::probe_preset()),
+            (None, Some(_)) => Some(MixtureOptions::new(crate::quant::budget::probe_preset())),
             (None, None) => None,
         };
         let mut ggml_type = |name: &str| match p.str(name) {
@@ -106,7 +108,14 @@ impl QuantizeOptions {
                 Err(e) => problems.push(Diagnostic::new(e, span.clone())),
             }
         }
-        let Some(ftype) = ftype else {
+        let mut prune_layers = Vec::new();
+        for (layer, span) in p.int_list("prune_layers") {
+            match u32::try_from(layer) {
+                Ok(layer) => prune_layers.push(layer),
+                Err(_) => problems.push(Diagnostic::new(format!("`{layer}` is not a layer number"), span.clone())),
+            }
+        }
+        let Some(mut mixture) = mixture else {
             if problems.is_empty() {
                 problems.push(p.error("preset", "`quantize` needs a `preset` or a `budget`"));
             }
@@ -115,7 +124,6 @@ impl QuantizeOptions {
         if !problems.is_empty() {
             return Err(problems);
         }
-        let mut mixture = MixtureOptions::new(ftype);
         mixture.pure = p.bool("pure");
         mixture.leave_output_tensor = p.bool("leave_output_tensor");
         mixture.output_tensor_type = output_tensor_type;
@@ -128,7 +136,7 @@ impl QuantizeOptions {
             exclude_weights: p.str_list("exclude_weights").into_iter().map(|(s, _)| s.to_owned()).collect(),
             override_kv,
             budget,
-            prune_layers: Vec::new(),
+            prune_layers: prune::layer_set(prune_layers),
         })
     }
 }

@@ -23,6 +23,8 @@ pub enum ParamKind {
     Bool,
     /// A list of strings.
     StrList,
+    /// A list of integers.
+    IntList,
     /// A table of string to string.
     StrMap,
     /// A list of tables whose values are strings.
@@ -40,6 +42,7 @@ impl ParamKind {
             ParamKind::Name => "a name or a number",
             ParamKind::Bool => "true or false",
             ParamKind::StrList => "a list of strings",
+            ParamKind::IntList => "a list of integers",
             ParamKind::StrMap => "a table of strings",
             ParamKind::TableList => "a list of tables",
             ParamKind::Table => "a table",
@@ -174,6 +177,20 @@ impl Params {
                 .iter()
                 .filter_map(|p| match &p.value {
                     ParamValue::Str(s) => Some((s.as_str(), &p.span)),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A list of integers with the span of each.
+    pub fn int_list(&self, name: &str) -> Vec<(i64, &Span)> {
+        match self.get(name) {
+            Some(Param { value: ParamValue::List(items), .. }) => items
+                .iter()
+                .filter_map(|p| match p.value {
+                    ParamValue::Int(n) => Some((n, &p.span)),
                     _ => None,
                 })
                 .collect(),

@@ -121,6 +121,26 @@ pub fn parse_preset(text: &str) -> Result<FileType, String> {
     })
 }
 
+/// llama-quantize's `COPY` type: every tensor as it is, the input's file
+/// type kept.
+pub const COPY: &str = "COPY";
+
+/// Whether a type as written is [`COPY`] (in any case, as llama-quantize reads it).
+pub fn is_copy(text: &str) -> bool {
+    text.eq_ignore_ascii_case(COPY)
+}
+
+/// The mixture a quantize type as written starts from: a preset's, or
+/// [`COPY`]'s (whose file type the plan reads from the input).
+pub fn mixture_for(text: &str) -> Result<MixtureOptions, String> {
+    if is_copy(text) {
+        let mut mixture = MixtureOptions::new(FileType::from_id(0).expect("ALL_F32 is file type 0"));
+        mixture.only_copy = true;
+        return Ok(mixture);
+    }
+    parse_preset(text).map(MixtureOptions::new)
+}
+
 /// The presets quantforge makes, by name, in llama.h's order.
 pub fn preset_names() -> impl Iterator<Item = &'static str> {
     let supported = |f: &FileType| mixture::default_type(*f).is_some_and(crate::codecs::can_quantize);

@@ -21,13 +21,18 @@ pub struct Pruned {
 
 /// Parses `--prune-layers L0,L1,…`: layer numbers, sorted, each once.
 pub fn parse_layers(text: &str) -> Result<Vec<u32>, String> {
-    let mut layers = text
+    let layers = text
         .split(',')
         .map(|id| id.trim().parse::<u32>().map_err(|_| format!("invalid layer id `{id}`")))
         .collect::<Result<Vec<u32>, String>>()?;
+    Ok(layer_set(layers))
+}
+
+/// Layer numbers as a plan holds them: sorted, each once.
+pub fn layer_set(mut layers: Vec<u32>) -> Vec<u32> {
     layers.sort_unstable();
     layers.dedup();
-    Ok(layers)
+    layers
 }
 
 /// Prunes `layers` (sorted, not empty) from `tensors`, met in `order`.

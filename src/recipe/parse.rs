@@ -371,6 +371,9 @@ fn has_kind(kind: ParamKind, v: &ParamValue) -> bool {
         ParamKind::Name => matches!(v, ParamValue::Str(_) | ParamValue::Int(_)),
         ParamKind::Bool => matches!(v, ParamValue::Bool(_)),
         ParamKind::StrList => matches!(v, ParamValue::List(items) if all_str(items)),
+        ParamKind::IntList => {
+            matches!(v, ParamValue::List(items) if items.iter().all(|p| matches!(p.value, ParamValue::Int(_))))
+        }
         ParamKind::StrMap => {
             matches!(v, ParamValue::Table(entries) if entries.iter().all(|(_, p)| matches!(p.value, ParamValue::Str(_))))
         }
