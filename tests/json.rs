@@ -126,6 +126,7 @@ fn every_document_matches_its_schema() {
     docs.push(("written", document(dir, &[&"dequantize", &"q.gguf", &"f16.gguf"])));
     docs.push(("written", document(dir, &[&"edit", &model, &"named.gguf", &"--set", &"general.name=str:x"])));
     docs.push(("split-plan", document(dir, &[&"split", &model, &"shard", &"--max-tensors", &"8", &"--dry-run"])));
+    docs.push(("plan-devices", document(dir, &[&"plan-devices", &model, &"--devices", &"3", &"--split", &"2,1,1"])));
     let split = document(dir, &[&"split", &model, &"shard", &"--max-tensors", &"8"]);
     let shards: serde_json::Value = serde_json::from_str(&split).unwrap();
     assert!(shards["files"].as_array().unwrap().len() > 1, "{split}");

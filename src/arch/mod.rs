@@ -13,3 +13,4 @@ pub mod clip;
 pub mod hparams;
 pub mod quant_rules;
 pub mod registry;
+pub mod split;

@@ -55,6 +55,39 @@ pub struct Layout {
     pub output: Output,
     /// Hugging Face ↔ GGUF names of the main tensors, `{N}` for the block.
     pub hf_names: &'static [&'static [(&'static str, &'static str)]],
+    /// Which layers llama.cpp's loader marks sliding-window or recurrent.
+    pub layers: LayerKinds,
+}
+
+/// Which of a model's layers llama.cpp's loader marks as sliding-window
+/// attention (`is_swa`) or recurrent (`is_recr`); all other layers are full
+/// attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerKinds {
+    Uniform,
+    /// Sliding-window layers in a period, as `load_swa_pattern` marks them:
+    /// `ARCH.attention.sliding_window_pattern` when the file has it (a flag
+    /// per layer, or the period), else `period`; the full-attention layer
+    /// comes last in each period, or first with `dense_first`.
+    SlidingWindow {
+        period: u32,
+        dense_first: bool,
+        when: WindowRule,
+    },
+    /// Layers without KV heads are recurrent (LFM2's convolutions); with a
+    /// positive `ARCH.attention.sliding_window` the others slide.
+    RecurrentWithoutKvHeads,
+}
+
+/// When a family's sliding-window pattern applies, by
+/// `ARCH.attention.sliding_window`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowRule {
+    Always,
+    /// Only with a window given and positive (Gemma 3, OLMo 2).
+    Positive,
+    /// Unless a window of 0 is given (LLaMA 4).
+    UnlessZero,
 }
 
 /// The metadata key (after `ARCH.attention.`) llama.cpp reads the norm epsilon from.
@@ -113,6 +146,7 @@ const COMMON: Layout = Layout {
     output_norm: "output_norm",
     output: Output::MayTie,
     hf_names: &[DECODER_NAMES],
+    layers: LayerKinds::Uniform,
 };
 
 /// The names every LLaMA-shaped checkpoint shares.
@@ -258,12 +292,27 @@ pub static FAMILIES: &[Family] = &[
         ],
         ..family("llama", "LLaMA 1/2/3", &["llama"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON })
     },
-    family("llama4", "LLaMA 4", &["llama4"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
+    family(
+        "llama4",
+        "LLaMA 4",
+        &["llama4"],
+        Layout {
+            hf_names: &[DECODER_NAMES, PRE_FFN_NORM],
+            layers: LayerKinds::SlidingWindow { period: 4, dense_first: false, when: WindowRule::UnlessZero },
+            ..COMMON
+        },
+    ),
     family(
         "gemma2",
         "Gemma 2",
         &["gemma2"],
-        Layout { rope: Rope::Neox, output: Output::AlwaysTied, hf_names: &[DECODER_NAMES, SANDWICH_NORMS], ..COMMON },
+        Layout {
+            rope: Rope::Neox,
+            output: Output::AlwaysTied,
+            hf_names: &[DECODER_NAMES, SANDWICH_NORMS],
+            layers: LayerKinds::SlidingWindow { period: 2, dense_first: false, when: WindowRule::Always },
+            ..COMMON
+        },
     ),
     Family {
         hf_architectures: &[("Gemma3ForCausalLM", "gemma3")],
@@ -271,7 +320,12 @@ pub static FAMILIES: &[Family] = &[
             "gemma3",
             "Gemma 3",
             &["gemma3"],
-            Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, SANDWICH_NORMS, QK_NORMS], ..COMMON },
+            Layout {
+                rope: Rope::Neox,
+                hf_names: &[DECODER_NAMES, SANDWICH_NORMS, QK_NORMS],
+                layers: LayerKinds::SlidingWindow { period: 6, dense_first: false, when: WindowRule::Positive },
+                ..COMMON
+            },
         )
     },
     Family {
@@ -303,7 +357,13 @@ pub static FAMILIES: &[Family] = &[
             "lfm2",
             "LFM2",
             &["lfm2"],
-            Layout { rope: Rope::Neox, output_norm: "token_embd_norm", hf_names: &[LFM2_NAMES], ..COMMON },
+            Layout {
+                rope: Rope::Neox,
+                output_norm: "token_embd_norm",
+                hf_names: &[LFM2_NAMES],
+                layers: LayerKinds::RecurrentWithoutKvHeads,
+                ..COMMON
+            },
         )
     },
     family(
@@ -332,6 +392,7 @@ pub static FAMILIES: &[Family] = &[
             rope: Rope::Neox,
             output: Output::Own,
             hf_names: &[DECODER_NAMES, SANDWICH_NORMS, QK_NORMS],
+            layers: LayerKinds::SlidingWindow { period: 4, dense_first: false, when: WindowRule::Positive },
             ..COMMON
         },
     ),

@@ -283,6 +283,7 @@ pub(super) fn schemas() -> Vec<(&'static str, &'static str, Schema)> {
         ("written", "quantize, convert, dequantize, edit, split, merge, assemble, unbundle", schema::<Written>()),
         ("quantize-plan", "quantize --dry-run", schema::<QuantizePlan>()),
         ("split-plan", "split --dry-run", schema::<SplitPlan>()),
+        ("plan-devices", "plan-devices", schema::<crate::arch::split::DevicePlan>()),
         ("verify", "verify", schema::<Verified>()),
         ("pack", "pack", schema::<Packed>()),
         ("pack-list", "unpack --list", schema::<Vec<PackEntry>>()),

@@ -12,6 +12,7 @@ mod inspect;
 mod json;
 mod logs;
 mod pack;
+mod plan_devices;
 mod plan_quant;
 mod quantize;
 mod report;
@@ -173,6 +174,9 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Plan per-tensor types that fit a file-size budget with the least weighted error.
     PlanQuant(plan_quant::PlanQuantArgs),
+    /// Show how llama.cpp's tensor split mode would cut a model across N devices: per tensor its
+    /// axis (or mirrored), segments, granularity and each device's extent; per device its bytes.
+    PlanDevices(plan_devices::PlanDevicesArgs),
     /// Check that a file is its claimed derivation, byte for byte: a recipe's export made again
     /// (`--recipe R`), or a quantization of a base model (`--as "quantize [FLAGS] TYPE" --from BASE`).
     Verify(verify::VerifyArgs),
@@ -486,7 +490,12 @@ fn cause_chain(e: &anyhow::Error) -> String {
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| cause.downcast_ref::<io::Error>().is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe))
+    e.chain().any(|cause| {
+        cause.downcast_ref::<io::Error>().is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .is_some_and(|json| json.io_error_kind() == Some(io::ErrorKind::BrokenPipe))
+    })
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -529,6 +538,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plan(args) => run::plan(args, json)?,
         Command::Work(args) => run::work(args, json)?,
         Command::Report(args) => report::run(args)?,
+        Command::PlanDevices(args) => plan_devices::run(args, json)?,
         Command::Schema { name } => print_schema(name.as_deref())?,
         Command::Completions { .. } | Command::Man | Command::Graph { .. } if json => {
             anyhow::bail!("--json: this command prints a document of another kind (a script, a page, a graph)")

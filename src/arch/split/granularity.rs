@@ -1,0 +1,137 @@
+//! Stage 4, granularity: the unit each segment's cut must be a multiple
+//! of — whole heads (Q, K and V in lockstep, V at its own head size), whole
+//! quantization blocks of the tensor the split follows, and a performance
+//! block of 128 where that does not starve a device.
+
+use super::SplitError;
+use super::classify::Part;
+use super::layers::Layers;
+use super::policy::has_qgate_split;
+use super::segments::Segment;
+
+/// What a granularity is computed from.
+pub struct Unit<'a> {
+    pub name: &'a str,
+    pub part: Part,
+    pub arch: &'a str,
+    pub layers: &'a Layers,
+    pub il: usize,
+    /// The block size of the tensor the split follows (its `Reference`).
+    pub block: u64,
+    pub devices: u64,
+    /// The tensor's `ne[1]` (the attention gate's per-head form has one row per head).
+    pub rows: u64,
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// `std::lcm`: 0 when either is 0.
+fn lcm(a: u64, b: u64) -> u64 {
+    if a == 0 || b == 0 { 0 } else { a / gcd(a, b) * b }
+}
+
+/// The granularity of each of `segments`.
+pub fn granularity(u: &Unit<'_>, segments: &[Segment]) -> Result<Vec<u64>, SplitError> {
+    let one = |g: u64| -> Result<Vec<u64>, SplitError> {
+        match segments.len() {
+            1 => Ok(vec![g]),
+            n => Err(SplitError::tensor(u.name, format!("has {n} segments where its class allows one"))),
+        }
+    };
+    let div = |a: u64, b: u64, what: &str| {
+        a.checked_div(b).ok_or_else(|| SplitError::tensor(u.name, format!("cannot be split: {what} is 0")))
+    };
+    let (layers, il) = (u.layers, u.il);
+    if layers.is_recr[il] {
+        if matches!(u.part, Part::AttnQkv | Part::AttnGate) || u.part.is_ssm() {
+            return Err(SplitError::NotModelled {
+                arch: u.arch.to_owned(),
+                why: format!("{} is a linear-attention tensor", u.name),
+            });
+        }
+    } else {
+        let n_gqa = layers.n_gqa(il);
+        let head_k = layers.n_embd_head_k(il);
+        let head_v = layers.n_embd_head_v(il);
+        let n_embd_q = n_gqa * head_k;
+        // Head sizes like 80: raise the block toward 128 only while every device still gets work.
+        let mut block_perf = u.block;
+        while block_perf < 128 && block_perf * u.devices < n_embd_q {
+            block_perf *= 2;
+        }
+        let granularity_q = lcm(n_embd_q, block_perf);
+        let attention = matches!(
+            u.part,
+            Part::AttnSinks
+                | Part::AttnQ
+                | Part::AttnQBias
+                | Part::AttnOut
+                | Part::AttnGate
+                | Part::AttnKv { .. }
+                | Part::AttnKvBias { .. }
+                | Part::AttnQkv
+                | Part::AttnQkvBias
+        );
+        if attention {
+            let granularity_head = div(granularity_q, head_k, "the key head size")?;
+            let qgate = has_qgate_split(u.arch);
+            match u.part {
+                Part::AttnSinks => return one(granularity_head),
+                Part::AttnQ | Part::AttnQBias if qgate => return one(lcm(2 * n_embd_q, block_perf)),
+                Part::AttnQ | Part::AttnQBias => return one(granularity_q),
+                Part::AttnOut => return one(granularity_head * head_v),
+                Part::AttnGate if u.rows == layers.n_head[il] => return one(granularity_head),
+                Part::AttnGate => return one(granularity_q),
+                _ => {}
+            }
+            let granularity_kv = div(granularity_q, n_gqa, "the heads per KV head")?;
+            // V heads may be narrower than K heads (MiMo): whole V heads, at
+            // the same head index as K, so Q, K and V stay in lockstep.
+            let granularity_v = div(granularity_kv, head_k, "the key head size")? * head_v;
+            return match u.part {
+                Part::AttnKv { value } | Part::AttnKvBias { value } => {
+                    one(if value { granularity_v } else { granularity_kv })
+                }
+                _ if qgate => Ok(vec![lcm(2 * n_embd_q, block_perf), granularity_kv]),
+                _ if segments.len() == 3 => Ok(vec![granularity_q, granularity_kv, granularity_v]),
+                _ if segments.len() == 2 => Ok(vec![granularity_q, granularity_kv]),
+                _ => Err(SplitError::tensor(u.name, format!("has {} segments, not Q and K/V", segments.len()))),
+            };
+        }
+    }
+    match u.part {
+        Part::FfnUpOrGate { .. } | Part::FfnUpOrGateBias { .. } | Part::FfnGateUp | Part::FfnDown => {
+            one(lcm(u.block, 128))
+        }
+        _ => one(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::registry::LayerKinds;
+    use crate::model::{Metadata, Value};
+
+    #[test]
+    fn heads_of_80_raise_the_block_only_while_every_device_gets_work() {
+        let mut m = Metadata::default();
+        for (k, v) in [("block_count", 1), ("embedding_length", 2560), ("attention.head_count", 32)] {
+            m.set(&format!("t.{k}"), Value::U32(v));
+        }
+        m.set("t.attention.head_count_kv", Value::U32(32));
+        let layers = Layers::read(&m, "t", LayerKinds::Uniform).unwrap();
+        let unit =
+            |part, devices| Unit { name: "x", part, arch: "t", layers: &layers, il: 0, block: 32, devices, rows: 1 };
+        let seg = [Segment { size: 2560, repeats: 1 }];
+        // One head of 80 per KV head: with 4 devices the 32-block already
+        // gives each device work (32·4 ≥ 80) and stays; with 2 it doubles once.
+        assert_eq!(granularity(&unit(Part::AttnQ, 4), &seg).unwrap(), [lcm(80, 32)]);
+        assert_eq!(granularity(&unit(Part::AttnQ, 2), &seg).unwrap(), [lcm(80, 64)]);
+        assert_eq!(granularity(&unit(Part::AttnKv { value: false }, 2), &seg).unwrap(), [lcm(80, 64)]);
+        assert_eq!(granularity(&unit(Part::FfnDown, 2), &seg).unwrap(), [128]);
+        assert_eq!(granularity(&unit(Part::Output, 2), &seg).unwrap(), [1]);
+    }
+}
