@@ -174,6 +174,17 @@ fn a_failure_under_json_is_a_document() {
     let (document, stderr, _) = failure(&[&"inspect", &missing]);
     assert!(document["error"].get("problems").is_none(), "{document}");
     assert_eq!(format!("error: {}\n", document["error"]["message"].as_str().unwrap()), stderr);
+    assert_eq!(document["error"]["stage"], "mapping", "{document}");
+
+    // The stage a load failed in: a cut header, then a tensor past the end.
+    let model = std::fs::read(tiny_model()).unwrap();
+    let cut = dir.path().join("cut.gguf");
+    std::fs::write(&cut, &model[..100]).unwrap();
+    let (document, _, _) = failure(&[&"inspect", &cut]);
+    assert_eq!(document["error"]["stage"], "header", "{document}");
+    std::fs::write(&cut, &model[..model.len() - 64]).unwrap();
+    let (document, _, placement) = failure(&[&"inspect", &cut]);
+    assert_eq!(document["error"]["stage"], "placement", "{document}");
 
     let (document, _, _) = failure(&[&"completions", &"bash"]);
     assert_eq!(
@@ -195,7 +206,11 @@ fn a_failure_under_json_is_a_document() {
 
     let Some(python) = python_with("jsonschema", "jsonschema") else { return };
     let (_, _, out) = failure(&[&"run", &recipe]);
-    validate(&python, dir.path(), &[("error", String::from_utf8(out.stdout).unwrap())]);
+    validate(
+        &python,
+        dir.path(),
+        &[("error", String::from_utf8(out.stdout).unwrap()), ("error", String::from_utf8(placement.stdout).unwrap())],
+    );
 }
 
 /// Every file under `dir`.

@@ -129,8 +129,13 @@ fn rerun_is_all_hits_even_after_touching_the_input() {
     let recipe = ws.recipe("ladder.toml", LADDER);
     let first = run(&recipe, &ws.cache(), &[]);
     assert!(totals(&first, "tensors_encoded") > 0);
+    // Seed 002's start-up metrics of each input the run opened.
+    let load = &first["inputs"][0]["files"][0]["load"];
+    assert_eq!(load["mode"], "mmap", "{first}");
+    assert!(load["duration"].as_f64().unwrap() > 0.0 && load["bytes_parsed"].as_u64().unwrap() > 0, "{load}");
     let second = run(&recipe, &ws.cache(), &[]);
     assert_eq!(totals(&second, "tensors_encoded"), 0, "{second}");
+    assert!(second["inputs"][0]["files"][0].get("load").is_none(), "a run of hits opens no model: {second}");
     assert_eq!(totals(&second, "ran"), 0, "{second}");
     assert_eq!(totals(&second, "hit"), totals(&second, "nodes"));
 

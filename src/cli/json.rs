@@ -225,6 +225,9 @@ pub(super) struct Failure {
 pub(super) struct ErrorReport {
     /// The message as the terminal shows it.
     pub message: String,
+    /// Where loading a model failed, when that is what failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stage: Option<crate::formats::LoadStage>,
     /// A recipe's problems, each at its place.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<Problem>,
@@ -257,7 +260,8 @@ impl Failure {
                 })
             })
             .collect();
-        Failure { error: ErrorReport { message, problems } }
+        let stage = error.chain().find_map(|cause| cause.downcast_ref::<crate::formats::FormatError>()?.stage);
+        Failure { error: ErrorReport { message, stage, problems } }
     }
 }
 

@@ -126,6 +126,13 @@ impl InputFiles {
         Ok(model)
     }
 
+    /// How the file at `path` was opened, when the run opened it.
+    pub fn load_of(&self, path: &std::path::Path) -> Option<crate::formats::LoadReport> {
+        let key = self.key_of(path)?;
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.get(&key).map(|model| model.load.clone())
+    }
+
     /// Fails when any input's stat moved since the run hashed it.
     pub fn check_unchanged(&self) -> Result<(), MaterializeError> {
         self.files.values().try_for_each(|pinned| self.check(pinned))

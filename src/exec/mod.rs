@@ -287,6 +287,7 @@ impl Engine {
                     path: file.clone(),
                     bytes: content.len,
                     blake3: content.hash.hex(),
+                    load: None,
                 });
                 shards.push(content.hash);
                 bytes += content.len;
@@ -314,7 +315,12 @@ impl Engine {
                     let index_hash = index.hash;
                     file_reports.insert(
                         0,
-                        InputFileReport { path: decl.path.clone(), bytes: index.len, blake3: index_hash.hex() },
+                        InputFileReport {
+                            path: decl.path.clone(),
+                            bytes: index.len,
+                            blake3: index_hash.hex(),
+                            load: None,
+                        },
                     );
                     let mut key = KeyBuilder::new("input.safetensors-index");
                     key.key(&index_hash);
@@ -432,6 +438,10 @@ impl Engine {
                 shared.remember(i);
             }
             nodes.push(report);
+        }
+        let mut input_reports = input_reports;
+        for file in input_reports.iter_mut().flat_map(|input| input.files.iter_mut()) {
+            file.load = shared.bound.files.load_of(&file.path);
         }
         let mut report = RunReport::new(shared.bound.recipe.name.clone(), false, self.jobs, input_reports, nodes);
         report.cache_incidents = self.store.take_incidents();

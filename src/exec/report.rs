@@ -54,6 +54,10 @@ pub struct InputFileReport {
     pub path: PathBuf,
     pub bytes: u64,
     pub blake3: String,
+    /// How the file was opened, when the run opened it (a run of cache
+    /// hits reads no model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load: Option<crate::formats::LoadReport>,
 }
 
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]

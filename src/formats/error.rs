@@ -17,6 +17,23 @@ pub struct FormatError {
     /// Byte offset of the problem in the file, where one applies.
     pub offset: Option<u64>,
     pub kind: ErrorKind,
+    /// Where in loading the model it failed, once known.
+    pub stage: Option<LoadStage>,
+}
+
+/// The stages of loading a model (seed 002's startup metrics): a failure
+/// report names the one it happened in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadStage {
+    /// Opening the file and mapping it (a failed map falls back to reads and is no failure).
+    Mapping,
+    /// Parsing the container's header: metadata and tensor descriptors.
+    Header,
+    /// Checking where the tensors lie: alignment, bounds, overlaps.
+    Placement,
+    /// Reading tensor bytes.
+    Read,
 }
 
 /// What went wrong.
@@ -70,7 +87,25 @@ pub enum ErrorKind {
 
 impl FormatError {
     pub fn new(path: &Path, offset: Option<u64>, kind: ErrorKind) -> FormatError {
-        FormatError { path: path.to_owned(), offset, kind }
+        FormatError { path: path.to_owned(), offset, kind, stage: None }
+    }
+
+    /// The error as failing in `stage`, unless an inner step already said where.
+    pub fn in_stage(mut self, stage: LoadStage) -> FormatError {
+        self.stage.get_or_insert(stage);
+        self
+    }
+
+    /// Failing while reading the header: in placement when the header is
+    /// sound but a tensor lies wrong.
+    pub fn in_header(self) -> FormatError {
+        let stage = match self.kind {
+            ErrorKind::MisalignedTensor { .. }
+            | ErrorKind::TensorOutOfBounds { .. }
+            | ErrorKind::TensorOverlap { .. } => LoadStage::Placement,
+            _ => LoadStage::Header,
+        };
+        self.in_stage(stage)
     }
 
     pub fn at(path: &Path, offset: u64, kind: ErrorKind) -> FormatError {

@@ -28,7 +28,7 @@ use std::time::Instant;
 
 pub use crate::model::LegacyBlockLayout;
 pub use detect::{DetectedFormat, detect, detect_bytes};
-pub use error::{ErrorKind, FormatError, HexBytes, Result};
+pub use error::{ErrorKind, FormatError, HexBytes, LoadStage, Result};
 pub use ggml_legacy::LegacyVariant;
 pub use gguf::TensorDataSource;
 pub use input::{
@@ -112,7 +112,13 @@ impl ModelFile {
     /// Opens and parses any supported container, found by its magic bytes.
     pub fn open(path: &Path, options: OpenOptions) -> Result<ModelFile> {
         let started = Instant::now();
-        let source = Source::open(path, options)?;
+        let source = Source::open(path, options).map_err(|e| e.in_stage(LoadStage::Mapping))?;
+        ModelFile::parse(source, options, started).map_err(FormatError::in_header)
+    }
+
+    fn parse(source: Source, options: OpenOptions, started: Instant) -> Result<ModelFile> {
+        let path = source.path().to_owned();
+        let path = path.as_path();
         let head = source.read_range(0, source.len().min(16))?;
         let detected = detect_bytes(&head).ok_or_else(|| {
             FormatError::at(path, 0, ErrorKind::UnknownFormat { first_bytes: HexBytes(head.to_vec()) })
@@ -168,6 +174,10 @@ impl ModelFile {
 
     /// A tensor's bytes in ggml's current layout for its type.
     pub fn tensor_data(&self, tensor: &TensorInfo) -> Result<Cow<'_, [u8]>> {
+        self.tensor_bytes(tensor).map_err(|e| e.in_stage(LoadStage::Read))
+    }
+
+    fn tensor_bytes(&self, tensor: &TensorInfo) -> Result<Cow<'_, [u8]>> {
         match self.run(tensor)? {
             Some((source, None)) => source.read_range(tensor.file_offset, tensor.stored_len),
             Some((source, Some(conversion))) => {
@@ -232,6 +242,10 @@ impl ModelFile {
 
     /// `len` bytes of a tensor (in the current layout) from byte `offset` of it.
     pub fn tensor_data_range(&self, tensor: &TensorInfo, offset: u64, len: u64) -> Result<Cow<'_, [u8]>> {
+        self.tensor_bytes_range(tensor, offset, len).map_err(|e| e.in_stage(LoadStage::Read))
+    }
+
+    fn tensor_bytes_range(&self, tensor: &TensorInfo, offset: u64, len: u64) -> Result<Cow<'_, [u8]>> {
         let past_end = || {
             FormatError::new(
                 self.path(),
