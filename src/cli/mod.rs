@@ -177,6 +177,9 @@ enum Command {
     /// Show how llama.cpp's tensor split mode would cut a model across N devices: per tensor its
     /// axis (or mirrored), segments, granularity and each device's extent; per device its bytes.
     PlanDevices(plan_devices::PlanDevicesArgs),
+    /// Write that plan as one GGUF per device (OUT_PREFIX-devJ-of-N.gguf): each device's slices,
+    /// mirrored tensors whole; `merge` given any of them writes the original back, byte for byte.
+    ShardDevices(plan_devices::ShardDevicesArgs),
     /// Check that a file is its claimed derivation, byte for byte: a recipe's export made again
     /// (`--recipe R`), or a quantization of a base model (`--as "quantize [FLAGS] TYPE" --from BASE`).
     Verify(verify::VerifyArgs),
@@ -539,6 +542,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Work(args) => run::work(args, json)?,
         Command::Report(args) => report::run(args)?,
         Command::PlanDevices(args) => plan_devices::run(args, json)?,
+        Command::ShardDevices(args) => plan_devices::shard(args, json)?,
         Command::Schema { name } => print_schema(name.as_deref())?,
         Command::Completions { .. } | Command::Man | Command::Graph { .. } if json => {
             anyhow::bail!("--json: this command prints a document of another kind (a script, a page, a graph)")
@@ -626,6 +630,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             .with_context(|| format!("cannot unbundle {}", bundle.display()))?;
             wrote("unbundle", &report, json)?;
         }
+        Command::Merge { shard, output, .. } if is_device_shard(&shard) => {
+            crate::ops::device_shards::merge_shards(&shard, &output)
+                .with_context(|| format!("cannot merge the device shards of {}", shard.display()))?;
+            eprintln!("wrote {}", output.display());
+        }
         Command::Merge { shard, output, keep_split_keys, cache } => {
             let mut job = oneshot::job("merge", &shard, Vec::new(), &output);
             job.read = Op::MergeShards(MergeOptions { keep_split_keys });
@@ -635,6 +644,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `path` is one of `shard-devices`' shards (not a `split`'s).
+fn is_device_shard(path: &std::path::Path) -> bool {
+    ModelFile::open(path, OpenOptions::default())
+        .is_ok_and(|shard| crate::ops::device_shards::is_device_shard(&shard.metadata))
 }
 
 /// Says what a one-shot command wrote: each file, its tensors and size (on

@@ -1,8 +1,10 @@
 //! `quantforge plan-devices`: how llama.cpp's tensor split mode would cut a
-//! model across N devices ([`crate::arch::split`]), as a table or `--json`.
+//! model across N devices ([`crate::arch::split`]), as a table or `--json`;
+//! `quantforge shard-devices`: that plan written as one file per device
+//! ([`crate::ops::device_shards`]).
 
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
@@ -13,6 +15,21 @@ use crate::formats::{ModelFile, human_bytes};
 #[derive(Debug, clap::Args)]
 pub struct PlanDevicesArgs {
     model: PathBuf,
+    #[command(flatten)]
+    devices: DeviceArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ShardDevicesArgs {
+    model: PathBuf,
+    /// Shards are named OUT_PREFIX-devJ-of-N.gguf.
+    out_prefix: PathBuf,
+    #[command(flatten)]
+    devices: DeviceArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct DeviceArgs {
     /// How many devices to split across (1 to 16).
     #[arg(long)]
     devices: usize,
@@ -23,7 +40,8 @@ pub struct PlanDevicesArgs {
     load: LoadArgs,
 }
 
-pub fn run(args: PlanDevicesArgs, as_json: bool) -> anyhow::Result<()> {
+/// `model` and its plan across the devices `args` name.
+fn planned(model: &Path, args: &DeviceArgs) -> anyhow::Result<(ModelFile, DevicePlan)> {
     let weights = match &args.split {
         Some(text) => Some(
             text.split(',')
@@ -33,15 +51,34 @@ pub fn run(args: PlanDevicesArgs, as_json: bool) -> anyhow::Result<()> {
         None => None,
     };
     let devices = Devices::new(args.devices, weights)?;
-    let model = ModelFile::open(&args.model, args.load.options())?;
-    let plan = split::plan(&model.metadata, &model.tensors, &devices)
-        .with_context(|| format!("cannot plan {} across {} devices", args.model.display(), devices.count))?;
+    let file = ModelFile::open(model, args.load.options())?;
+    let plan = split::plan(&file.metadata, &file.tensors, &devices)
+        .with_context(|| format!("cannot plan {} across {} devices", model.display(), devices.count))?;
+    Ok((file, plan))
+}
+
+pub fn run(args: PlanDevicesArgs, as_json: bool) -> anyhow::Result<()> {
+    let (_, plan) = planned(&args.model, &args.devices)?;
     if as_json {
         return json::print(&plan);
     }
     let mut out = io::stdout().lock();
     print_text(&mut out, &plan)?;
     out.flush()?;
+    Ok(())
+}
+
+/// Writes the plan's shards; prints the plan under `--json`.
+pub fn shard(args: ShardDevicesArgs, as_json: bool) -> anyhow::Result<()> {
+    let (model, plan) = planned(&args.model, &args.devices)?;
+    let paths = crate::ops::device_shards::write_shards(&model, &plan, &args.out_prefix)
+        .with_context(|| format!("cannot shard {}", args.model.display()))?;
+    if as_json {
+        return json::print(&plan);
+    }
+    for (path, bytes) in paths.iter().zip(&plan.device_bytes) {
+        eprintln!("wrote {}: {} of tensor data", path.display(), human_bytes(*bytes as f64));
+    }
     Ok(())
 }
 

@@ -9,6 +9,7 @@
 pub mod assemble;
 pub mod convert;
 pub mod dequantize;
+pub mod device_shards;
 pub mod diff;
 pub mod edit;
 pub mod export;
