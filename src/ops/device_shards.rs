@@ -82,10 +82,14 @@ impl Cut {
         Cut { axis, segments }
     }
 
-    /// Elements along the axis, whole and on this device.
-    fn lengths(&self) -> (u64, u64) {
-        self.segments.iter().fold((0, 0), |(whole, share), &[size, repeats, _, extent]| {
-            (whole + size * repeats, share + extent * repeats)
+    /// Elements along the axis, whole and on this device (`None` past
+    /// u64 or a device's part past its piece: a shard's keys are not trusted).
+    fn lengths(&self) -> Option<(u64, u64)> {
+        self.segments.iter().try_fold((0u64, 0u64), |(whole, share), &[size, repeats, offset, extent]| {
+            if offset.checked_add(extent)? > size {
+                return None;
+            }
+            Some((whole.checked_add(size.checked_mul(repeats)?)?, share.checked_add(extent.checked_mul(repeats)?)?))
         })
     }
 
@@ -107,7 +111,10 @@ impl Cut {
     /// Byte runs `(in the whole tensor, in the slice, length)` of the slice
     /// of `whole` (dims of the uncut tensor).
     fn byte_runs(&self, whole: &TensorInfo) -> Option<Vec<(usize, usize, usize)>> {
-        let (axis_len, share) = self.lengths();
+        let (axis_len, share) = self.lengths()?;
+        // Every run lies inside the whole tensor, whose byte size fits u64:
+        // the offsets below cannot overflow.
+        whole.ggml_type.row_size(whole.dims[0])?.checked_mul(whole.dims[1..].iter().product())?;
         if whole.dims.get(self.axis) != Some(&axis_len) {
             return None;
         }
@@ -161,7 +168,7 @@ pub fn write_shards(model: &ModelFile, plan: &DevicePlan, prefix: &Path) -> Resu
             let mut info = t.clone();
             match &cut {
                 Some(cut) => {
-                    let (_, share) = cut.lengths();
+                    let (_, share) = cut.lengths().expect("a plan's extents fit its segments");
                     if share == 0 {
                         continue;
                     }
@@ -243,10 +250,15 @@ pub fn merge_shards(any: &Path, out: &Path) -> Result<(), DeviceShardError> {
         };
         let mut dims = first.dims.clone();
         if let Some(cut) = first_cut {
-            dims[cut.axis] = cut.lengths().0;
-            for segment in 0..cut.segments.len() {
-                let [size, ..] = cut.segments[segment];
-                let covered: u64 = held.iter().filter_map(|(_, _, c)| c.as_ref()).map(|c| c.segments[segment][3]).sum();
+            dims[cut.axis] = cut.lengths().map_or(0, |(whole, _)| whole);
+            let shape =
+                |c: &Cut| (c.axis, c.segments.iter().map(|&[size, repeats, ..]| (size, repeats)).collect::<Vec<_>>());
+            let cuts: Vec<&Cut> = held.iter().filter_map(|(_, _, c)| c.as_ref()).collect();
+            if cuts.len() != held.len() || cuts.iter().any(|c| shape(c) != shape(cut)) {
+                return Err(bad(any, format!("the shards cut `{name}` in different ways")));
+            }
+            for (segment, &[size, ..]) in cut.segments.iter().enumerate() {
+                let covered = cuts.iter().fold(0u64, |sum, c| sum.saturating_add(c.segments[segment][3]));
                 if covered != size {
                     return Err(bad(any, format!("the shards hold {covered} of `{name}`'s segment of {size}")));
                 }
@@ -307,7 +319,7 @@ impl<'a> Placed<'a> {
                         })
                         .collect::<Result<Vec<_>, DeviceShardError>>()?;
                     let cut = Cut { axis, segments };
-                    if cut.lengths().1 != t.dims[axis] {
+                    if cut.lengths().map(|(_, share)| share) != Some(t.dims[axis]) {
                         return Err(bad(path, format!("`{}`'s pieces do not add up to its dimension {axis}", t.name)));
                     }
                     Some(cut)
@@ -338,7 +350,7 @@ impl TensorDataSource for Gathered<'_> {
         if let Some(&(j, t, None)) = sources.first() {
             return out.write_all(&read(j, t)?);
         }
-        let mut bytes = vec![0u8; whole.n_bytes() as usize];
+        let mut bytes = vec![0u8; usize::try_from(whole.n_bytes()).map_err(io::Error::other)?];
         for (j, t, cut) in sources {
             let cut =
                 cut.as_ref().ok_or_else(|| io::Error::other(format!("`{}` is both whole and cut", whole.name)))?;
@@ -346,9 +358,10 @@ impl TensorDataSource for Gathered<'_> {
             let runs =
                 cut.byte_runs(whole).ok_or_else(|| io::Error::other(format!("`{}` cannot be placed", whole.name)))?;
             for (full, at, len) in runs {
-                let part =
-                    slice.get(at..at + len).ok_or_else(|| io::Error::other(format!("`{}` is short", whole.name)))?;
-                bytes[full..full + len].copy_from_slice(part);
+                let (Some(part), Some(place)) = (slice.get(at..at + len), bytes.get_mut(full..full + len)) else {
+                    return Err(io::Error::other(format!("`{}`'s slices do not fit it", whole.name)));
+                };
+                place.copy_from_slice(part);
             }
         }
         out.write_all(&bytes)
