@@ -4,10 +4,10 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::blocks::MinSearch;
+use super::blocks::{BATCH, MinSearch};
 use super::blocks::{BlockQ8_0, QK, inverse};
 use super::scalar::{F16, c_float_to_i8, c_float_to_int};
-use super::search::{QxWeighting, make_qkx_quants, make_qx_quants, signed_absmax};
+use super::search::{make_qkx_quants_batch, make_qx_quants_batch, signed_absmax};
 use super::simd::Level;
 use crate::types::GgmlType;
 
@@ -146,42 +146,69 @@ fn clamp_high(v: f32, limit: i32) -> u8 {
     i32::from(c_float_to_i8(v)).min(limit) as u8
 }
 
-/// Runs `encode` on every block with its importance weights, if any:
-/// `qw[j] · sqrt(σ² + x[j]²)`, σ² the mean square of the whole row (ggml's
-/// `quantize_row_*_impl`).
-fn for_each_block<B>(
+/// Each 32-value block of `src`, its levels chosen by `levels` (the
+/// unweighted rule, one block at a time) or, with importance, by the
+/// weighted searches [`BATCH`] blocks at a time.
+fn for_each_block<B, L: Copy + Default>(
     src: &[f32],
     importance: Option<&[f32]>,
     blocks: &mut [B],
-    mut encode: impl FnMut(&[f32], Option<&[f32; QK]>, &mut B),
+    weighted: impl Fn(&[f32], &[f32]) -> [L; BATCH],
+    unweighted: impl Fn(&[f32]) -> L,
+    mut encode: impl FnMut(L, &mut B),
 ) {
-    let sigma2 = src.iter().fold(0.0f32, |s, v| s + v * v) / src.len() as f32;
-    let mut weight = [0.0f32; QK];
-    for (ib, (x, b)) in src.chunks_exact(QK).zip(blocks).enumerate() {
-        let weight = importance.map(|qw| {
-            for (j, w) in weight.iter_mut().enumerate() {
-                *w = qw[ib * QK + j] * (sigma2 + x[j] * x[j]).sqrt();
-            }
-            &weight
-        });
-        encode(x, weight, b);
+    let Some(importance) = importance else {
+        for (x, b) in src.chunks_exact(QK).zip(blocks) {
+            encode(unweighted(x), b);
+        }
+        return;
+    };
+    let weights = block_weights(src, importance);
+    let span = QK * BATCH;
+    let mut batches = blocks.chunks_mut(BATCH);
+    for ((x, w), batch) in src.chunks(span).zip(weights.chunks(span)).zip(&mut batches) {
+        let found = if x.len() == span {
+            weighted(x, w)
+        } else {
+            // A row's last blocks, padded with zero lanes: lanes never mix,
+            // so the real ones come out as they would alone.
+            let (mut x_pad, mut w_pad) = ([0.0f32; QK * BATCH], [0.0f32; QK * BATCH]);
+            x_pad[..x.len()].copy_from_slice(x);
+            w_pad[..w.len()].copy_from_slice(w);
+            weighted(&x_pad, &w_pad)
+        };
+        for (levels, b) in found.into_iter().zip(batch) {
+            encode(levels, b);
+        }
     }
 }
 
-/// Q4_0/Q5_0 levels in `[0, 2·nmax)` and their scale: the weighted search
-/// with importance, else the largest magnitude mapped to `-nmax`.
-fn symmetric_levels(level: Level, x: &[f32], weight: Option<&[f32; QK]>, nmax: i32) -> (f32, [u8; QK]) {
-    if let Some(weight) = weight {
-        let mut levels = [0i8; QK];
-        let d = make_qx_quants(nmax, x, &mut levels, QxWeighting::Squared, Some(weight));
-        return (d, bytemuck::cast(levels));
-    }
+/// Each value's weight: `qw[j] · sqrt(σ² + x[j]²)`, σ² the mean square of
+/// the whole row (ggml's `quantize_row_*_impl`).
+fn block_weights(src: &[f32], importance: &[f32]) -> Vec<f32> {
+    let sigma2 = src.iter().fold(0.0f32, |s, v| s + v * v) / src.len() as f32;
+    src.iter().zip(importance).map(|(&x, &qw)| qw * (sigma2 + x * x).sqrt()).collect()
+}
+
+/// Q4_0/Q5_0 levels in `[0, 2·nmax)` and their scale, the largest magnitude
+/// mapped to `-nmax`.
+fn symmetric_levels(level: Level, x: &[f32], nmax: i32) -> (f32, [u8; QK]) {
     #[cfg(target_arch = "x86_64")]
     if level >= Level::Avx2 && Level::Avx2.is_supported() {
         // SAFETY: AVX2 is present (checked just above).
         return unsafe { super::x86::symmetric_levels_avx2(x, nmax) };
     }
+    let _ = level;
     symmetric_levels_scalar(x, nmax)
+}
+
+/// The weighted Q4_0/Q5_0 search of [`BATCH`] blocks.
+fn symmetric_levels_weighted(level: Level, x: &[f32], weights: &[f32], nmax: i32) -> [(f32, [u8; QK]); BATCH] {
+    let mut levels = [0i8; QK * BATCH];
+    let scales = make_qx_quants_batch(level, nmax, QK, x, &mut levels, Some(weights));
+    std::array::from_fn(|j| {
+        (scales[j], bytemuck::cast::<[i8; QK], [u8; QK]>(levels[j * QK..][..QK].try_into().expect("a block")))
+    })
 }
 
 /// The reference path of ggml's `quantize_row_q4_0_ref` / `q5_0_ref`.
@@ -195,15 +222,10 @@ pub(super) fn symmetric_levels_scalar(x: &[f32], nmax: i32) -> (f32, [u8; QK]) {
     (d, levels)
 }
 
-/// Q4_1/Q5_1 levels in `[0, nmax]` with scale and minimum: the weighted
-/// search with importance, else min to max in `nmax` steps, each level made
-/// by `level` from its scaled offset.
-fn offset_levels(x: &[f32], weight: Option<&[f32; QK]>, nmax: i32, level: impl Fn(f32) -> u8) -> (f32, f32, [u8; QK]) {
+/// Q4_1/Q5_1 levels in `[0, nmax]` with scale and minimum: min to max in
+/// `nmax` steps, each level made by `level` from its scaled offset.
+fn offset_levels(x: &[f32], nmax: i32, level: impl Fn(f32) -> u8) -> (f32, f32, [u8; QK]) {
     let mut levels = [0u8; QK];
-    if let Some(weight) = weight {
-        let (d, neg_min) = make_qkx_quants(nmax, x, weight, &mut levels, QKX3_SEARCH, true);
-        return (d, -neg_min, levels);
-    }
     let (min, max) = min_max(x);
     let d = (max - min) / nmax as f32;
     let id = inverse(d);
@@ -211,6 +233,13 @@ fn offset_levels(x: &[f32], weight: Option<&[f32; QK]>, nmax: i32, level: impl F
         *l = level((v - min) * id + 0.5);
     }
     (d, min, levels)
+}
+
+/// The weighted Q4_1/Q5_1 search (ggml's `make_qkx3_quants`) of [`BATCH`] blocks.
+fn offset_levels_weighted(level: Level, x: &[f32], weights: &[f32], nmax: i32) -> [(f32, f32, [u8; QK]); BATCH] {
+    let mut levels = [0u8; QK * BATCH];
+    let (scales, neg_mins) = make_qkx_quants_batch(level, nmax, QK, x, weights, &mut levels, QKX3_SEARCH, true);
+    std::array::from_fn(|j| (scales[j], -neg_mins[j], levels[j * QK..][..QK].try_into().expect("a block")))
 }
 
 /// Packs levels `l[j]` and `l[j + 16]` into the low and high nibbles, with
@@ -241,16 +270,24 @@ fn pack_high_bits(levels: &[u8; QK]) -> [u8; 4] {
 const QKX3_SEARCH: MinSearch = MinSearch { rmin: -0.9, rdelta: 0.05, nstep: 36, use_mad: false };
 
 pub fn quantize_q4_0(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ4_0]) {
-    for_each_block(src, importance, blocks, |x, weight, b| {
-        let (d, levels) = symmetric_levels(level, x, weight, 8);
-        b.d = F16::from_f32(d);
-        pack_nibbles_raw(&levels, &mut b.qs);
-    });
+    let weighted = |x: &[f32], w: &[f32]| symmetric_levels_weighted(level, x, w, 8);
+    for_each_block(
+        src,
+        importance,
+        blocks,
+        weighted,
+        |x| symmetric_levels(level, x, 8),
+        |(d, levels), b| {
+            b.d = F16::from_f32(d);
+            pack_nibbles_raw(&levels, &mut b.qs);
+        },
+    );
 }
 
-pub fn quantize_q4_1(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ4_1]) {
-    for_each_block(src, importance, blocks, |x, weight, b| {
-        let (d, min, levels) = offset_levels(x, weight, 15, |v| clamp_high(v, 15));
+pub fn quantize_q4_1(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ4_1]) {
+    let weighted = |x: &[f32], w: &[f32]| offset_levels_weighted(level, x, w, 15);
+    let unweighted = |x: &[f32]| offset_levels(x, 15, |v| clamp_high(v, 15));
+    for_each_block(src, importance, blocks, weighted, unweighted, |(d, min, levels), b| {
         b.d = F16::from_f32(d);
         b.m = F16::from_f32(min);
         pack_nibbles_raw(&levels, &mut b.qs);
@@ -258,18 +295,26 @@ pub fn quantize_q4_1(src: &[f32], importance: Option<&[f32]>, blocks: &mut [Bloc
 }
 
 pub fn quantize_q5_0(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ5_0]) {
-    for_each_block(src, importance, blocks, |x, weight, b| {
-        let (d, levels) = symmetric_levels(level, x, weight, 16);
-        b.d = F16::from_f32(d);
-        pack_nibbles(&levels, &mut b.qs);
-        b.qh = pack_high_bits(&levels);
-    });
+    let weighted = |x: &[f32], w: &[f32]| symmetric_levels_weighted(level, x, w, 16);
+    for_each_block(
+        src,
+        importance,
+        blocks,
+        weighted,
+        |x| symmetric_levels(level, x, 16),
+        |(d, levels), b| {
+            b.d = F16::from_f32(d);
+            pack_nibbles(&levels, &mut b.qs);
+            b.qh = pack_high_bits(&levels);
+        },
+    );
 }
 
-pub fn quantize_q5_1(src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ5_1]) {
+pub fn quantize_q5_1(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ5_1]) {
+    let weighted = |x: &[f32], w: &[f32]| offset_levels_weighted(level, x, w, 31);
     // ggml's reference path: (uint8_t)(x + 0.5f), no upper clamp.
-    for_each_block(src, importance, blocks, |x, weight, b| {
-        let (d, min, levels) = offset_levels(x, weight, 31, |v| c_float_to_int(v) as u8);
+    let unweighted = |x: &[f32]| offset_levels(x, 31, |v| c_float_to_int(v) as u8);
+    for_each_block(src, importance, blocks, weighted, unweighted, |(d, min, levels), b| {
         b.d = F16::from_f32(d);
         b.m = F16::from_f32(min);
         pack_nibbles(&levels, &mut b.qs);
