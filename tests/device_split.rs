@@ -189,7 +189,7 @@ fn malformed_models_are_refused_by_key() {
             .map_err(|e| e.to_string())
     };
     let kv = plan("broken-head-count-kv.gguf", 2).unwrap_err();
-    assert!(kv.starts_with("llama.attention.head_count_kv ") && kv.contains("does not divide"), "{kv}");
+    assert!(kv.starts_with("llama.attention.head_count_kv: ") && kv.contains("does not divide"), "{kv}");
     assert_eq!(plan("olmo2.gguf", 2).unwrap_err(), "llama.cpp has no tensor split mode for architecture `olmo2`");
     for file in ["broken-block-count.gguf", "broken-expert-count.gguf", "broken-head-count.gguf", "unknown-arch.gguf"] {
         for count in 1..=4 {

@@ -38,6 +38,41 @@ pub struct HparamError {
     pub problem: String,
 }
 
+/// A count key's value (`None` when absent), as llama.cpp's `get_key` reads it.
+pub fn count(metadata: &Metadata, key: &str) -> Result<Option<u64>, HparamError> {
+    match metadata.get(key) {
+        None => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| HparamError {
+            key: key.to_owned(),
+            problem: format!("expected a non-negative integer, found {v:?}"),
+        }),
+    }
+}
+
+/// A per-layer count key, as llama.cpp's `get_key_or_arr` reads it: one
+/// value for every layer, or an array of exactly one entry per layer.
+pub fn per_layer_counts(metadata: &Metadata, key: &str, block_count: u64) -> Result<Option<Vec<u64>>, HparamError> {
+    let err = |problem: String| HparamError { key: key.to_owned(), problem };
+    match metadata.get(key) {
+        None => Ok(None),
+        Some(Value::Array(values)) => {
+            if values.len() as u64 != block_count {
+                return Err(err(format!("has {} entries for {block_count} blocks", values.len())));
+            }
+            let values = (0..values.len()).map(|i| values.get(i).and_then(|v| v.as_u64()));
+            values
+                .collect::<Option<Vec<u64>>>()
+                .map(Some)
+                .ok_or_else(|| err("holds an entry that is not a non-negative integer".into()))
+        }
+        Some(_) => {
+            let n = count(metadata, key)?;
+            let layers = usize::try_from(block_count).map_err(|_| err(format!("{block_count} blocks are too many")))?;
+            Ok(n.map(|n| vec![n; layers]))
+        }
+    }
+}
+
 /// The hyperparameters of a language model; `None` for a file that is not
 /// one (no `general.architecture`, or an mmproj's `clip`).
 pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Option<Hyperparameters>, HparamError> {
@@ -47,14 +82,7 @@ pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Op
     }
     let key = |name: &str| format!("{arch}.{name}");
     let err = |name: &str, problem: String| HparamError { key: key(name), problem };
-    let number = |name: &str| -> Result<Option<u64>, HparamError> {
-        match metadata.get(&key(name)) {
-            None => Ok(None),
-            Some(v) => {
-                v.as_u64().map(Some).ok_or_else(|| err(name, format!("expected a non-negative integer, found {v:?}")))
-            }
-        }
-    };
+    let number = |name: &str| count(metadata, &key(name));
     let float = |name: &str| match metadata.get(&key(name)) {
         Some(Value::F32(v)) => Some(f64::from(*v)),
         Some(Value::F64(v)) => Some(*v),
@@ -66,22 +94,7 @@ pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Op
     let block_count = required("block_count")?;
     // Head counts and FFN widths may be per-layer arrays (OpenELM, LFM2):
     // llama.cpp reads layer 0 where it asks without a layer, as reported here.
-    let per_layer = |name: &str| -> Result<Option<Vec<u64>>, HparamError> {
-        match metadata.get(&key(name)) {
-            None => Ok(None),
-            Some(Value::Array(values)) => {
-                if values.len() as u64 != block_count {
-                    return Err(err(name, format!("has {} entries for {block_count} blocks", values.len())));
-                }
-                let values = (0..values.len()).map(|i| values.get(i).and_then(|v| v.as_u64()));
-                values
-                    .collect::<Option<Vec<u64>>>()
-                    .map(Some)
-                    .ok_or_else(|| err(name, "holds an entry that is not a non-negative integer".into()))
-            }
-            Some(_) => number(name).map(|n| n.map(|n| vec![n; block_count as usize])),
-        }
-    };
+    let per_layer = |name: &str| per_layer_counts(metadata, &key(name), block_count);
     let first = |layers: &Option<Vec<u64>>| layers.as_ref().and_then(|l| l.first().copied());
     let heads = per_layer("attention.head_count")?.ok_or_else(|| err("attention.head_count", "missing".into()))?;
     let head_count = heads.first().copied().ok_or_else(|| err("block_count", "is 0".into()))?;

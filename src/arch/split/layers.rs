@@ -4,6 +4,7 @@
 //! ([`LayerKinds`], the registry's fact per family).
 
 use super::SplitError;
+use crate::arch::hparams::{count, per_layer_counts};
 use crate::arch::registry::{LayerKinds, WindowRule};
 use crate::model::{Metadata, Value};
 
@@ -31,38 +32,10 @@ impl Layers {
     /// Reads `arch`'s keys from `metadata`; `kinds` is the family's.
     pub fn read(metadata: &Metadata, arch: &str, kinds: LayerKinds) -> Result<Layers, SplitError> {
         let key = |name: &str| format!("{arch}.{name}");
-        let scalar = |name: &str| -> Result<Option<u64>, SplitError> {
-            match metadata.get(&key(name)) {
-                None => Ok(None),
-                Some(v) => v.as_u64().map(Some).ok_or_else(|| SplitError::metadata(key(name), "is not a count")),
-            }
-        };
+        let scalar = |name: &str| count(metadata, &key(name)).map_err(SplitError::from);
         let n_layer = scalar("block_count")?.ok_or_else(|| SplitError::metadata(key("block_count"), "is missing"))?;
+        let per_layer = |name: &str| per_layer_counts(metadata, &key(name), n_layer).map_err(SplitError::from);
         let n_layer = usize::try_from(n_layer).map_err(|_| SplitError::metadata(key("block_count"), "is too large"))?;
-        // llama.cpp's `get_key_or_arr`: one value for every layer, or an
-        // array with exactly one entry per layer.
-        let per_layer = |name: &str| -> Result<Option<Vec<u64>>, SplitError> {
-            match metadata.get(&key(name)) {
-                None => Ok(None),
-                Some(Value::Array(values)) => {
-                    if values.len() != n_layer {
-                        return Err(SplitError::metadata(
-                            key(name),
-                            format!("has {} entries for {n_layer} layers", values.len()),
-                        ));
-                    }
-                    (0..n_layer)
-                        .map(|i| values.get(i).and_then(|v| v.as_u64()))
-                        .collect::<Option<Vec<u64>>>()
-                        .map(Some)
-                        .ok_or_else(|| SplitError::metadata(key(name), "holds an entry that is not a count"))
-                }
-                Some(v) => match v.as_u64() {
-                    Some(n) => Ok(Some(vec![n; n_layer])),
-                    None => Err(SplitError::metadata(key(name), "is not a count")),
-                },
-            }
-        };
         let n_head = per_layer("attention.head_count")?.unwrap_or_else(|| vec![0; n_layer]);
         let n_head_kv = per_layer("attention.head_count_kv")?.unwrap_or_else(|| n_head.clone());
         let n_ff = per_layer("feed_forward_length")?.unwrap_or_else(|| vec![0; n_layer]);

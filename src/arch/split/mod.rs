@@ -30,7 +30,7 @@ use crate::types::GgmlType;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SplitError {
-    #[error("{key} {problem}")]
+    #[error("{key}: {problem}")]
     Metadata { key: String, problem: String },
     #[error("{tensor} {problem}")]
     Tensor { tensor: String, problem: String },
@@ -40,6 +40,12 @@ pub enum SplitError {
     NotModelled { arch: String, why: String },
     #[error("{0}")]
     Devices(String),
+}
+
+impl From<crate::arch::hparams::HparamError> for SplitError {
+    fn from(e: crate::arch::hparams::HparamError) -> SplitError {
+        SplitError::Metadata { key: e.key, problem: e.problem }
+    }
 }
 
 impl SplitError {
