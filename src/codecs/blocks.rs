@@ -39,6 +39,15 @@ pub const GROUP_MAX_EPS: f32 = 1e-15;
 /// Groups the batched searches take at once.
 pub const BATCH: usize = 8;
 
+/// A row's short last batch of 32-value blocks, padded with zero blocks to
+/// a whole one: the batch kernels' lanes never mix, so the real blocks come
+/// out as they would in a full batch.
+pub fn zero_padded_batch(values: &[f32]) -> [f32; QK * BATCH] {
+    let mut padded = [0.0f32; QK * BATCH];
+    padded[..values.len()].copy_from_slice(values);
+    padded
+}
+
 /// Parameters of the asymmetric (scale and minimum) searches.
 #[derive(Clone, Copy)]
 pub struct MinSearch {

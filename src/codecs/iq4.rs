@@ -5,7 +5,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::blocks::{BATCH, GROUP_MAX_EPS, KVALUES, NTRY};
+use super::blocks::{BATCH, GROUP_MAX_EPS, KVALUES, NTRY, QK, zero_padded_batch};
 use super::scalar::{F16, nearest_int};
 use super::simd::Level;
 use crate::types::GgmlType;
@@ -167,25 +167,18 @@ fn super_block_weights(x: &[f32], quant_weights: Option<&[f32]>, weights: &mut [
 fn sub_block_scales(level: Level, x: &[f32], weights: &[f32], scales: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if level >= Level::Avx2 && Level::Avx2.is_supported() {
+        const _: () = assert!(SUB_BLOCK == QK, "zero_padded_batch pads 32-value blocks");
         let span = SUB_BLOCK * BATCH;
-        let mut x_chunks = x.chunks_exact(span);
-        let mut w_chunks = weights.chunks_exact(span);
-        let mut s_chunks = scales.chunks_exact_mut(BATCH);
-        for ((x, w), s) in (&mut x_chunks).zip(&mut w_chunks).zip(&mut s_chunks) {
+        for ((x, w), s) in x.chunks(span).zip(weights.chunks(span)).zip(scales.chunks_mut(BATCH)) {
             // SAFETY: AVX2 is present (checked just above).
-            s.copy_from_slice(&unsafe { super::x86_search::iq4_scales_x8(x, w) });
-        }
-        let tail = s_chunks.into_remainder();
-        if !tail.is_empty() {
-            // A row's last sub-blocks (640-wide rows have 20) go through the
-            // kernel too, padded with zero lanes: lanes never mix, so the
-            // real ones come out as they would alone.
-            let (mut x_pad, mut w_pad) = ([0.0f32; SUB_BLOCK * BATCH], [0.0f32; SUB_BLOCK * BATCH]);
-            x_pad[..x_chunks.remainder().len()].copy_from_slice(x_chunks.remainder());
-            w_pad[..w_chunks.remainder().len()].copy_from_slice(w_chunks.remainder());
-            // SAFETY: AVX2 is present (checked above).
-            let padded = unsafe { super::x86_search::iq4_scales_x8(&x_pad, &w_pad) };
-            tail.copy_from_slice(&padded[..tail.len()]);
+            let found = unsafe {
+                match x.len() == span {
+                    true => super::x86_search::iq4_scales_x8(x, w),
+                    // A row's last sub-blocks (640-wide rows have 20).
+                    false => super::x86_search::iq4_scales_x8(&zero_padded_batch(x), &zero_padded_batch(w)),
+                }
+            };
+            s.copy_from_slice(&found[..s.len()]);
         }
         return;
     }

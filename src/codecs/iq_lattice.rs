@@ -229,10 +229,15 @@ impl Lattice {
                 best = usize::from(k);
             }
         }
-        for (l, &p) in levels.iter_mut().zip(self.point(best)) {
-            *l = (p - 1) / 2;
-        }
+        self.write_levels(best, levels);
         best
+    }
+
+    /// Grid point `k`'s levels.
+    fn write_levels(&self, k: usize, levels: &mut [i8]) {
+        for (l, &p) in levels.iter_mut().zip(self.point(k)) {
+            *l = Lattice::level(p) as i8;
+        }
     }
 
     /// The level `l` of a point's coordinate `2l + 1`.
@@ -273,9 +278,7 @@ impl AtLevel<'_> {
             // SAFETY: AVX2 is present (checked just above).
             let position = unsafe { nearest_position_avx2(neighbours, &xval[..dims], &weight[..dims], scale) };
             let best = usize::from(neighbours.indices[position]);
-            for (l, &p) in levels.iter_mut().zip(self.point(best)) {
-                *l = (p - 1) / 2;
-            }
+            self.write_levels(best, levels);
             return best;
         }
         self.best_neighbour(neighbours.indices, xval, weight, scale, f32::from, levels)

@@ -4,7 +4,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::blocks::{BATCH, MinSearch};
+use super::blocks::{BATCH, MinSearch, zero_padded_batch};
 use super::blocks::{BlockQ8_0, QK, inverse};
 use super::scalar::{F16, c_float_to_i8, c_float_to_int};
 use super::search::{make_qkx_quants_batch, make_qx_quants_batch, signed_absmax};
@@ -167,15 +167,9 @@ fn for_each_block<B, L: Copy + Default>(
     let span = QK * BATCH;
     let mut batches = blocks.chunks_mut(BATCH);
     for ((x, w), batch) in src.chunks(span).zip(weights.chunks(span)).zip(&mut batches) {
-        let found = if x.len() == span {
-            weighted(x, w)
-        } else {
-            // A row's last blocks, padded with zero lanes: lanes never mix,
-            // so the real ones come out as they would alone.
-            let (mut x_pad, mut w_pad) = ([0.0f32; QK * BATCH], [0.0f32; QK * BATCH]);
-            x_pad[..x.len()].copy_from_slice(x);
-            w_pad[..w.len()].copy_from_slice(w);
-            weighted(&x_pad, &w_pad)
+        let found = match x.len() == span {
+            true => weighted(x, w),
+            false => weighted(&zero_padded_batch(x), &zero_padded_batch(w)),
         };
         for (levels, b) in found.into_iter().zip(batch) {
             encode(levels, b);

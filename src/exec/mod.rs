@@ -381,7 +381,7 @@ impl Engine {
     pub fn run_targets(&self, recipe: &Recipe, targets: &[String], progress: bool) -> Result<RunReport, RunError> {
         let started = Instant::now();
         let roots = select(recipe, targets)?;
-        let (bound, input_reports) = self.bind(recipe)?;
+        let (bound, mut input_reports) = self.bind(recipe)?;
         outputs::check_exports(&bound.recipe, self.store.directory(), bound.files.paths())?;
         outputs::sweep(&bound.recipe);
         let n = bound.recipe.nodes.len();
@@ -439,7 +439,6 @@ impl Engine {
             }
             nodes.push(report);
         }
-        let mut input_reports = input_reports;
         for file in input_reports.iter_mut().flat_map(|input| input.files.iter_mut()) {
             file.load = shared.bound.files.load_of(&file.path);
         }

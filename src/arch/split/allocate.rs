@@ -4,8 +4,6 @@
 //! last device taking the rest. The rounding's loser rotates from layer to
 //! layer (`rotation`), so no device is short everywhere.
 
-use super::SplitError;
-
 /// The extents of a segment of `size` cut at multiples of `granularity`
 /// across `weights.len()` devices (or `devices` equal ones), indexed by
 /// device. Weights are summed in f32 and each boundary computed in f32 as
@@ -43,12 +41,6 @@ pub fn allocate(
     extents[(devices - 1 + rotation) % devices] =
         u64::try_from(size - low).map_err(|_| "a device's share is negative".to_owned())?;
     Ok(extents)
-}
-
-impl SplitError {
-    pub(super) fn allocation(tensor: &str, problem: String) -> SplitError {
-        SplitError::tensor(tensor, format!("cannot be allocated: {problem}"))
-    }
 }
 
 #[cfg(test)]

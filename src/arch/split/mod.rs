@@ -242,7 +242,7 @@ impl Planner<'_> {
                 let granularity = granularity::granularity(&unit, &segments)?;
                 for (s, &g) in segments.iter().zip(&granularity) {
                     let extents = allocate::allocate(s.size, g, self.devices.weights.as_deref(), n, rotation)
-                        .map_err(|e| SplitError::allocation(&t.name, e))?;
+                        .map_err(|e| SplitError::tensor(&t.name, format!("cannot be allocated: {e}")))?;
                     split.segments.push(SegmentSplit { size: s.size, repeats: s.repeats, granularity: g, extents });
                 }
                 split.bytes = self.device_bytes(t, a, &split.segments)?;
