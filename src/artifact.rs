@@ -17,7 +17,7 @@ use std::path::Path;
 
 use crate::codecs::CODEC_VERSION;
 use crate::formats::gguf;
-use crate::model::{Endian, Metadata, TensorInfo};
+use crate::model::{AxisCut, Endian, Metadata, TensorInfo};
 use crate::store::{Key, KeyBuilder};
 use crate::types::GgmlType;
 
@@ -62,6 +62,9 @@ pub enum TensorData {
     /// hash), with a Hugging Face family's row transforms applied: what
     /// `convert_hf_to_gguf.py` computes before it casts a tensor.
     Checkpoint { file: Key, index: usize, transform: RowTransform },
+    /// One device's slice of `from` (a per-device export): cut from
+    /// `from`'s bytes, which are cached by `from`'s key when derived.
+    Slice { from: Box<Tensor>, cut: AxisCut },
 }
 
 /// A converter's transforms of one checkpoint tensor, in the order applied.
@@ -122,6 +125,23 @@ impl Tensor {
         }
     }
 
+    /// The part of `from` that `cut` keeps, when the cut fits it.
+    pub fn slice(from: Tensor, cut: AxisCut) -> Option<Tensor> {
+        let info = cut.sliced(&from.info())?;
+        let mut key = KeyBuilder::new("tensor.slice");
+        key.key(&from.key).u64(cut.axis as u64);
+        for number in cut.segments.iter().flatten() {
+            key.u64(*number);
+        }
+        Some(Tensor {
+            name: from.name.clone(),
+            dims: info.dims,
+            ggml_type: from.ggml_type,
+            key: key.finish(),
+            data: TensorData::Slice { from: Box::new(from), cut },
+        })
+    }
+
     /// The descriptor a GGUF writer or a mixture rule needs.
     pub fn info(&self) -> TensorInfo {
         TensorInfo::new(self.name.clone(), self.dims.clone(), self.ggml_type)
@@ -144,6 +164,7 @@ impl Tensor {
                 blobs.extend(importance.iter().copied());
                 from.collect_refs(blobs, files);
             }
+            TensorData::Slice { from, .. } => from.collect_refs(blobs, files),
         }
     }
 }

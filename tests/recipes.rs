@@ -357,6 +357,58 @@ fn a_recipe_prunes_layers_and_copies_as_quantize_does() {
     }
 }
 
+/// An export with `devices = {…}` writes what `shard-devices` writes from
+/// the quantized file, slices cut from the per-tensor cache: a rerun that
+/// must write a shard again encodes nothing, and `merge` gives the
+/// quantized file back.
+#[test]
+fn an_export_per_device_is_shard_devices_of_its_tensors_cut_from_the_cache() {
+    let ws = Workspace::new();
+    let text = LADDER.replace(r#"preset = ["Q8_0", "Q4_K_M", "Q3_K_S"]"#, r#"preset = "Q4_K_M""#).replace(
+        r#"path = "out/tiny-{preset}.gguf""#,
+        "path = \"out/tiny.gguf\"\ndevices = { count = 3, split = [1, 2, 1] }",
+    ) + "\n[step.raw]\nop = \"export\"\nfrom = \"tiny\"\npath = \"out/raw.gguf\"\ndevices = { count = 2 }\n";
+    let recipe = ws.recipe("devices.toml", &text);
+    let first = run(&recipe, &ws.cache(), &[]);
+    assert!(totals(&first, "tensors_encoded") > 0, "{first}");
+    let shard = |j: usize| ws.path(&format!("out/tiny-dev{j}-of-3.gguf"));
+    let written: Vec<Vec<u8>> = (0..3).map(|j| std::fs::read(shard(j)).unwrap()).collect();
+
+    std::fs::remove_file(shard(1)).unwrap();
+    let again = run(&recipe, &ws.cache(), &[]);
+    assert_eq!(totals(&again, "tensors_encoded"), 0, "{again}");
+    assert!(std::fs::read(shard(1)).unwrap() == written[1]);
+
+    let quantized = ws.path("one-shot.gguf");
+    ok(common::quantforge(&[os("quantize"), ws.path("tiny.gguf").as_os_str(), quantized.as_os_str(), os("Q4_K_M")]));
+    let prefix = ws.path("cli");
+    ok(common::quantforge(&[
+        os("shard-devices"),
+        quantized.as_os_str(),
+        prefix.as_os_str(),
+        os("--devices"),
+        os("3"),
+        os("--split"),
+        os("1,2,1"),
+    ]));
+    for (j, bytes) in written.iter().enumerate() {
+        let cli = std::fs::read(ws.path(&format!("cli-dev{j}-of-3.gguf"))).unwrap();
+        assert!(*bytes == cli, "device {j}: the export and shard-devices differ");
+    }
+    let merged = ws.path("merged.gguf");
+    ok(common::quantforge(&[os("merge"), shard(2).as_os_str(), merged.as_os_str()]));
+    assert!(std::fs::read(merged).unwrap() == std::fs::read(quantized).unwrap());
+
+    // Slices of the input's own tensors, copied from the file.
+    let raw = ws.path("raw");
+    let tiny = ws.path("tiny.gguf");
+    ok(common::quantforge(&[os("shard-devices"), tiny.as_os_str(), raw.as_os_str(), os("--devices"), os("2")]));
+    for j in 0..2 {
+        let (ours, cli) = (ws.path(&format!("out/raw-dev{j}-of-2.gguf")), ws.path(&format!("raw-dev{j}-of-2.gguf")));
+        assert!(std::fs::read(ours).unwrap() == std::fs::read(cli).unwrap(), "device {j} of the input differs");
+    }
+}
+
 /// Ops are kebab-case and fields snake_case; the other spelling of either
 /// reads the same, and a field given in both spellings is refused.
 #[test]

@@ -293,12 +293,14 @@ impl Shared {
         report: &mut NodeReport,
     ) -> Result<(), NodeError> {
         let set = inputs.first().ok_or_else(|| NodeError::Upstream(self.bound.recipe.nodes[i].id.clone()))?;
-        let files = ops::export::output_files(set, options)?;
-        let planned: u64 = set.tensors.iter().map(Tensor::n_bytes).sum();
+        let ops::export::Output { set, files } = ops::export::output_files(set, options)?;
+        let set = &*set;
+        let written_tensors = files.iter().flat_map(|f| &f.plan.tensors).map(|&t| &set.tensors[t]);
+        let planned: u64 = written_tensors.clone().map(Tensor::n_bytes).sum();
         let bar = ExportProgress::new(
             self.progress.add(ProgressBar::new(planned)),
             &self.bound.recipe.nodes[i].id,
-            set.tensors.len(),
+            written_tensors.count(),
         );
         let m = self.materializer();
         let mut written = Vec::with_capacity(files.len() + 1);

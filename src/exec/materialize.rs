@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::backend::{Backend, Slab, SlabError};
 use crate::formats::{FormatError, ModelFile, OpenOptions};
-use crate::model::StoredLayout;
+use crate::model::{AxisCut, StoredLayout, TensorInfo};
 use crate::quant::budget::{BudgetError, RowSource};
 use crate::quant::plan::importance_from_blob;
 use crate::store::fingerprint::stat_key;
@@ -263,6 +263,10 @@ impl Materializer<'_> {
                 Some(hash) => (hash, true),
                 None => return Ok(false),
             },
+            TensorData::Slice { from, .. } => {
+                self.write_slice(tensor, from, &mut PositionedWriter { file: out, offset })?;
+                return Ok(true);
+            }
         };
         match self.store.copy_blob_into(&hash, out, offset) {
             Ok(len) if len == tensor.n_bytes() => {
@@ -281,8 +285,14 @@ impl Materializer<'_> {
     /// Tells the store which entries and blobs these tensors' bytes will
     /// come from, so a remote store fetches them together, not one by one.
     pub fn prefetch(&self, tensors: &[&Tensor]) {
-        let derived: Vec<Key> =
-            tensors.iter().filter(|t| matches!(t.data, TensorData::Convert { .. })).map(|t| t.key).collect();
+        let derived: Vec<Key> = tensors
+            .iter()
+            .filter_map(|t| match &t.data {
+                TensorData::Convert { .. } => Some(t.key),
+                TensorData::Slice { from, .. } if from.is_derived() => Some(from.key),
+                _ => None,
+            })
+            .collect();
         self.store.prefetch_actions(ActionKind::Tensor, &derived);
         let blobs: Vec<Key> = tensors
             .iter()
@@ -349,6 +359,74 @@ impl Materializer<'_> {
             true => self.in_flight.claim(tensor.key),
             false => Claim::Alone,
         }
+    }
+
+    /// Writes a slice cut from `from`'s bytes a slab at a time. A
+    /// conversion is computed whole and stored first (when the store keeps
+    /// results), so the devices' slices of it cost one encode between them
+    /// and a rerun cuts them from the cache.
+    fn write_slice(&self, tensor: &Tensor, from: &Tensor, out: &mut dyn Write) -> Result<(), MaterializeError> {
+        if self.store.keeps_results() && from.is_derived() && self.cached(from).is_none() {
+            let mut claim = match self.claim(from) {
+                Claim::Encoded => None,
+                Claim::Mine(guard) => Some(guard),
+                Claim::Alone => None,
+            };
+            if claim.is_some() || self.cached(from).is_none() {
+                self.encode(from, &mut io::sink())?;
+            }
+            if let Some(guard) = &mut claim {
+                guard.done = true;
+            }
+        }
+        let (n_per_row, n_rows) = rows_of(tensor);
+        let slab_rows = (SLAB_ELEMENTS / n_per_row.max(1)).max(1);
+        for first in (0..n_rows).step_by(slab_rows) {
+            let bytes = self.rows(tensor, first, slab_rows.min(n_rows - first))?;
+            out.write_all(&bytes).map_err(|source| MaterializeError::Io { tensor: tensor.name.clone(), source })?;
+        }
+        self.counters.copied.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Rows `first..first + n` of a slice of `from`: parts of each of
+    /// `from`'s rows for a cut along axis 0, runs of its rows for another.
+    fn slice_rows(
+        &self,
+        tensor: &Tensor,
+        from: &Tensor,
+        cut: &AxisCut,
+        first: usize,
+        n: usize,
+    ) -> Result<Vec<u8>, MaterializeError> {
+        let whole = from.info();
+        let misfit = || MaterializeError::Io {
+            tensor: tensor.name.clone(),
+            source: io::Error::other(format!("its slice {cut:?} does not fit its dimensions {:?}", whole.dims)),
+        };
+        if cut.axis == 0 {
+            let rows = TensorInfo::new(whole.name.clone(), vec![whole.dims[0], n as u64], whole.ggml_type);
+            let source = self.rows(from, first, n)?;
+            self.release(from, first, n);
+            return cut.cut(&rows, &source).ok_or_else(misfit);
+        }
+        let mut bytes = Vec::with_capacity(n * row_bytes(tensor));
+        let (wanted, end) = (first as u64, (first + n) as u64);
+        let mut run_start = 0;
+        for (from_first, count) in cut.row_runs(&whole).ok_or_else(misfit)? {
+            let run_end = run_start + count;
+            let (lo, hi) = (wanted.max(run_start), end.min(run_end));
+            if lo < hi {
+                let (row, rows) = ((from_first + lo - run_start) as usize, (hi - lo) as usize);
+                bytes.extend_from_slice(&self.rows(from, row, rows)?);
+                self.release(from, row, rows);
+            }
+            if run_end >= end {
+                break;
+            }
+            run_start = run_end;
+        }
+        Ok(bytes)
     }
 
     /// Puts a derived tensor's bytes in the store under its key, for a step
@@ -479,6 +557,7 @@ impl Materializer<'_> {
                 let source = self.rows(from, first, n)?;
                 self.convert_rows(tensor, from, producer.as_ref(), &source, first, weights.as_deref())
             }
+            TensorData::Slice { from, cut } => self.slice_rows(tensor, from, cut, first, n),
         }
     }
 
@@ -536,7 +615,8 @@ impl Materializer<'_> {
                     model.release_tensor_range(info, first as u64 * row, n as u64 * row);
                 }
             }
-            TensorData::Blob { .. } => {}
+            // A slice's rows release their source's as they are cut.
+            TensorData::Blob { .. } | TensorData::Slice { .. } => {}
         }
     }
 }

@@ -12,7 +12,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use crate::ops::Op;
-use crate::ops::export::{ExportFormat, ExportOptions, SplitMode};
+use crate::ops::export::{ExportFormat, ExportOptions};
 use crate::recipe::Recipe;
 
 #[derive(Debug, thiserror::Error)]
@@ -114,8 +114,9 @@ pub(super) fn sweep(recipe: &Recipe) {
 /// The claims of one export, resolved, each with the path as written.
 fn claims(options: &ExportOptions) -> Vec<(Claim, PathBuf)> {
     let path = &options.path;
-    if options.split == SplitMode::Whole {
-        return vec![(Claim::File(resolve(path)), path.clone())];
+    if let Some(count) = crate::ops::export::known_file_count(options) {
+        let paths = crate::ops::export::all_paths(options, count);
+        return paths.into_iter().map(|path| (Claim::File(resolve(&path)), path)).collect();
     }
     let extension = match options.format {
         ExportFormat::Gguf => "gguf",
@@ -197,10 +198,10 @@ pub fn find_export(recipe: &Recipe, file: &Path) -> Option<usize> {
     let shard = crate::formats::parse_shard_path(file);
     recipe.nodes.iter().position(|node| {
         let Op::Export(options) = &node.op else { return false };
-        let as_shard = match (options.split, &shard) {
-            (SplitMode::Whole, _) | (_, None) => None,
-            (_, Some((_, no, count))) => Some(crate::ops::export::output_path(options, *no, *count)),
-        };
+        if let Some(count) = crate::ops::export::known_file_count(options) {
+            return crate::ops::export::all_paths(options, count).iter().any(|path| resolve(path) == wanted);
+        }
+        let as_shard = shard.as_ref().map(|(_, no, count)| crate::ops::export::output_path(options, *no, *count));
         resolve(&options.path) == wanted || as_shard.is_some_and(|path| resolve(&path) == wanted)
     })
 }

@@ -5,9 +5,11 @@
 //! to everything downstream.
 
 mod metadata;
+mod slice;
 mod tensor;
 
 pub use metadata::{Array, GgufString, Metadata, StringArray, Value, ValueType};
+pub use slice::AxisCut;
 pub use tensor::{
     ElementConversion, Endian, LegacyBlockLayout, PlacedElements, Placement, StoredLayout, TensorInfo, element_count,
     tensor_bytes,

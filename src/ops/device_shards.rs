@@ -3,18 +3,21 @@
 //! tensor whole, and the original put back together from them byte for byte.
 //!
 //! This module owns the shard names (`PREFIX-devJ-of-N.gguf`), the
-//! `split.device.*` keys and the geometry of a slice. Along a split axis a
-//! tensor is pieces — each segment `repeats` times — and within each piece
-//! the devices' extents lie in device order, as ggml's meta backend lays
-//! them out. A device whose share of a tensor is empty does not hold it.
+//! `split.device.*` keys and what each device holds; a slice's geometry is
+//! [`AxisCut`]'s. A device whose share of a tensor is empty does not hold it.
+//! The command `shard-devices` writes shards from a file; an export with
+//! `devices = {…}` writes them from a tensor set, each slice a descriptor
+//! the engine cuts from its tensor's (cached) bytes.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use crate::arch::split::{Axis, DevicePlan, SegmentSplit};
+use crate::arch::split::{Axis, DevicePlan, SegmentSplit, SplitError};
+use crate::artifact::{Tensor, TensorSet};
 use crate::formats::gguf::{self, TensorDataSource};
 use crate::formats::{AtomicOutput, FormatError, ModelFile, same_file};
-use crate::model::{Array, Metadata, TensorInfo, Value};
+use crate::model::{Array, AxisCut, Metadata, TensorInfo, Value};
+use crate::ops::split::ShardPlan;
 
 /// `split.device.index`: the shard's device (u16).
 pub const INDEX: &str = "split.device.index";
@@ -66,132 +69,111 @@ pub fn is_device_shard(metadata: &Metadata) -> bool {
     metadata.get(COUNT).is_some()
 }
 
-/// One cut: its segments as (size, repeats, this device's offset, extent).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Cut {
-    axis: usize,
-    segments: Vec<[u64; 4]>,
+/// Device `device`'s part of a split tensor's segments.
+fn cut_of(axis: usize, segments: &[SegmentSplit], device: usize) -> AxisCut {
+    let segments = segments
+        .iter()
+        .map(|s| [s.size, u64::from(s.repeats), s.extents[..device].iter().sum(), s.extents[device]])
+        .collect();
+    AxisCut { axis, segments }
 }
 
-impl Cut {
-    fn of(axis: usize, segments: &[SegmentSplit], device: usize) -> Cut {
-        let segments = segments
-            .iter()
-            .map(|s| [s.size, u64::from(s.repeats), s.extents[..device].iter().sum(), s.extents[device]])
-            .collect();
-        Cut { axis, segments }
-    }
+/// What one device's shard holds: its metadata (the model's, with the
+/// `split.device.*` keys) and each tensor it holds, by index into the
+/// model's tensors, whole or with its cut.
+pub struct DeviceShard {
+    pub metadata: Metadata,
+    pub tensors: Vec<(usize, Option<AxisCut>)>,
+}
 
-    /// Elements along the axis, whole and on this device (`None` past
-    /// u64 or a device's part past its piece: a shard's keys are not trusted).
-    fn lengths(&self) -> Option<(u64, u64)> {
-        self.segments.iter().try_fold((0u64, 0u64), |(whole, share), &[size, repeats, offset, extent]| {
-            if offset.checked_add(extent)? > size {
-                return None;
+/// Device `device`'s shard of a model planned as `plan`.
+pub fn device_shard(metadata: &Metadata, tensors: &[TensorInfo], plan: &DevicePlan, device: usize) -> DeviceShard {
+    let mut held = Vec::new();
+    let (mut axes, mut pieces) = (Vec::new(), Vec::new());
+    for (index, split) in plan.tensors.iter().enumerate() {
+        let cut = match split.axis {
+            Axis::Split(axis) => Some(cut_of(usize::from(axis), &split.segments, device)),
+            Axis::Mirrored | Axis::Partial => None,
+        };
+        match &cut {
+            Some(cut) => {
+                let (_, share) = cut.lengths().expect("a plan's extents fit its segments");
+                if share == 0 {
+                    continue;
+                }
+                axes.push(cut.axis as i32);
+                pieces.push(cut.segments.len() as u64);
+                pieces.extend(cut.segments.iter().flatten());
             }
-            Some((whole.checked_add(size.checked_mul(repeats)?)?, share.checked_add(extent.checked_mul(repeats)?)?))
-        })
+            None => axes.push(-1),
+        }
+        held.push((index, cut));
     }
+    let mut metadata = metadata.clone();
+    metadata.set(INDEX, Value::U16(device as u16));
+    metadata.set(COUNT, Value::U16(plan.devices.count as u16));
+    metadata.set(TENSORS, Value::Array(Array::String(tensors.iter().map(|t| t.name.as_str()).collect())));
+    metadata.set(AXES, Value::Array(Array::I32(axes)));
+    metadata.set(PIECES, Value::Array(Array::U64(pieces)));
+    DeviceShard { metadata, tensors: held }
+}
 
-    /// The (start, length) of this device's part of each piece, in axis order.
-    fn ranges(&self) -> Vec<(u64, u64)> {
-        let mut ranges = Vec::new();
-        let mut base = 0;
-        for &[size, repeats, offset, extent] in &self.segments {
-            for r in 0..repeats {
-                if extent > 0 {
-                    ranges.push((base + r * size + offset, extent));
-                }
-            }
-            base += size * repeats;
+/// A per-device export of `set`: the set with every device's slices
+/// appended (as descriptors cut from the tensor they slice), and per device
+/// its file's metadata and tensors (indices into that set: whole tensors
+/// are the set's own).
+pub fn device_files(set: &TensorSet, plan: &DevicePlan) -> Result<(TensorSet, Vec<ShardPlan>), SplitError> {
+    let infos = set.infos();
+    let mut all = set.clone();
+    let mut files = Vec::with_capacity(plan.devices.count);
+    for device in 0..plan.devices.count {
+        let shard = device_shard(&set.metadata, &infos, plan, device);
+        let mut tensors = Vec::with_capacity(shard.tensors.len());
+        for (index, cut) in shard.tensors {
+            let Some(cut) = cut else {
+                tensors.push(index);
+                continue;
+            };
+            let whole = &set.tensors[index];
+            let slice = Tensor::slice(whole.clone(), cut).ok_or_else(|| SplitError::Tensor {
+                tensor: whole.name.clone(),
+                problem: "cannot be sliced as planned".into(),
+            })?;
+            tensors.push(all.tensors.len());
+            all.tensors.push(slice);
         }
-        ranges
+        files.push(ShardPlan { metadata: shard.metadata, tensors });
     }
-
-    /// Byte runs `(in the whole tensor, in the slice, length)` of the slice
-    /// of `whole` (dims of the uncut tensor).
-    fn byte_runs(&self, whole: &TensorInfo) -> Option<Vec<(usize, usize, usize)>> {
-        let (axis_len, share) = self.lengths()?;
-        // Every run lies inside the whole tensor, whose byte size fits u64:
-        // the offsets below cannot overflow.
-        whole.ggml_type.row_size(whole.dims[0])?.checked_mul(whole.dims[1..].iter().product())?;
-        if whole.dims.get(self.axis) != Some(&axis_len) {
-            return None;
-        }
-        let row = |n: u64| whole.ggml_type.row_size(n);
-        let mut runs = Vec::new();
-        if self.axis == 0 {
-            let rows: u64 = whole.dims[1..].iter().product();
-            let (full_row, slice_row) = (row(axis_len)?, row(share)?);
-            for r in 0..rows {
-                let mut at = 0;
-                for (start, len) in self.ranges() {
-                    let (skip, bytes) = (row(start)?, row(len)?);
-                    runs.push(((r * full_row + skip) as usize, (r * slice_row + at) as usize, bytes as usize));
-                    at += bytes;
-                }
-            }
-        } else {
-            let inner = row(whole.dims[0])? * whole.dims[1..self.axis].iter().product::<u64>();
-            let outer: u64 = whole.dims[self.axis + 1..].iter().product();
-            for o in 0..outer {
-                let mut at = 0;
-                for (start, len) in self.ranges() {
-                    let full = (o * axis_len + start) * inner;
-                    runs.push((full as usize, ((o * share + at) * inner) as usize, (len * inner) as usize));
-                    at += len;
-                }
-            }
-        }
-        Some(runs)
-    }
+    Ok((all, files))
 }
 
 /// Writes one shard per device of `plan` for `model`; returns their paths.
 pub fn write_shards(model: &ModelFile, plan: &DevicePlan, prefix: &Path) -> Result<Vec<PathBuf>, DeviceShardError> {
     let count = plan.devices.count;
-    let names: Array = Array::String(model.tensors.iter().map(|t| t.name.as_str()).collect());
     let mut written = Vec::with_capacity(count);
     for device in 0..count {
         let path = shard_path(prefix, device, count);
         if same_file(model.path(), &path) {
             return Err(bad(&path, "is the model being sharded"));
         }
-        let mut tensors = Vec::new();
-        let mut cuts = Vec::new();
-        let (mut axes, mut pieces) = (Vec::new(), Vec::new());
-        for (t, split) in model.tensors.iter().zip(&plan.tensors) {
-            let cut = match split.axis {
-                Axis::Split(axis) => Some(Cut::of(usize::from(axis), &split.segments, device)),
-                Axis::Mirrored | Axis::Partial => None,
-            };
-            let mut info = t.clone();
-            match &cut {
+        let shard = device_shard(&model.metadata, &model.tensors, plan, device);
+        let mut tensors = Vec::with_capacity(shard.tensors.len());
+        let mut cuts = Vec::with_capacity(shard.tensors.len());
+        for (index, cut) in shard.tensors {
+            let whole = &model.tensors[index];
+            let info = match &cut {
                 Some(cut) => {
-                    let (_, share) = cut.lengths().expect("a plan's extents fit its segments");
-                    if share == 0 {
-                        continue;
-                    }
-                    info.dims[cut.axis] = share;
-                    axes.push(cut.axis as i32);
-                    pieces.push(cut.segments.len() as u64);
-                    pieces.extend(cut.segments.iter().flatten());
+                    cut.sliced(whole).ok_or_else(|| bad(model.path(), format!("`{}` cannot be sliced", whole.name)))?
                 }
-                None => axes.push(-1),
-            }
-            tensors.push(TensorInfo::new(info.name, info.dims, info.ggml_type));
-            cuts.push((t, cut));
+                None => TensorInfo::new(whole.name.clone(), whole.dims.clone(), whole.ggml_type),
+            };
+            tensors.push(info);
+            cuts.push((whole, cut));
         }
-        let mut metadata = model.metadata.clone();
-        metadata.set(INDEX, Value::U16(device as u16));
-        metadata.set(COUNT, Value::U16(count as u16));
-        metadata.set(TENSORS, Value::Array(names.clone()));
-        metadata.set(AXES, Value::Array(Array::I32(axes)));
-        metadata.set(PIECES, Value::Array(Array::U64(pieces)));
         let mut source = Slices { model, cuts: &cuts };
         let io = |source: io::Error| DeviceShardError::Io { source, path: path.clone() };
         let mut out = AtomicOutput::create(&path).map_err(io)?;
-        gguf::write_gguf(out.writer(), model.endian, &metadata, &tensors, &mut source).map_err(io)?;
+        gguf::write_gguf(out.writer(), model.endian, &shard.metadata, &tensors, &mut source).map_err(io)?;
         out.commit().map_err(io)?;
         written.push(path);
     }
@@ -201,7 +183,7 @@ pub fn write_shards(model: &ModelFile, plan: &DevicePlan, prefix: &Path) -> Resu
 /// The bytes of each tensor of a shard: whole, or its device's slice.
 struct Slices<'a> {
     model: &'a ModelFile,
-    cuts: &'a [(&'a TensorInfo, Option<Cut>)],
+    cuts: &'a [(&'a TensorInfo, Option<AxisCut>)],
 }
 
 impl TensorDataSource for Slices<'_> {
@@ -209,11 +191,7 @@ impl TensorDataSource for Slices<'_> {
         let (t, cut) = &self.cuts[idx];
         let bytes = self.model.tensor_data(t).map_err(io::Error::other)?;
         let Some(cut) = cut else { return out.write_all(&bytes) };
-        let runs = cut.byte_runs(t).ok_or_else(|| io::Error::other(format!("`{}` cannot be sliced", t.name)))?;
-        let mut slice = Vec::with_capacity(runs.iter().map(|r| r.2).sum());
-        for (full, _, len) in runs {
-            slice.extend_from_slice(&bytes[full..full + len]);
-        }
+        let slice = cut.cut(t, &bytes).ok_or_else(|| io::Error::other(format!("`{}` cannot be sliced", t.name)))?;
         out.write_all(&slice)
     }
 }
@@ -240,7 +218,7 @@ pub fn merge_shards(any: &Path, out: &Path) -> Result<(), DeviceShardError> {
     let mut tensors = Vec::with_capacity(names.len());
     let mut sources = Vec::with_capacity(names.len());
     for name in names {
-        let held: Vec<(usize, &TensorInfo, &Option<Cut>)> = placed
+        let held: Vec<(usize, &TensorInfo, &Option<AxisCut>)> = placed
             .iter()
             .enumerate()
             .filter_map(|(j, p)| p.tensors.iter().find(|(t, _)| &t.name == name).map(|(t, cut)| (j, *t, cut)))
@@ -251,9 +229,10 @@ pub fn merge_shards(any: &Path, out: &Path) -> Result<(), DeviceShardError> {
         let mut dims = first.dims.clone();
         if let Some(cut) = first_cut {
             dims[cut.axis] = cut.lengths().map_or(0, |(whole, _)| whole);
-            let shape =
-                |c: &Cut| (c.axis, c.segments.iter().map(|&[size, repeats, ..]| (size, repeats)).collect::<Vec<_>>());
-            let cuts: Vec<&Cut> = held.iter().filter_map(|(_, _, c)| c.as_ref()).collect();
+            let shape = |c: &AxisCut| {
+                (c.axis, c.segments.iter().map(|&[size, repeats, ..]| (size, repeats)).collect::<Vec<_>>())
+            };
+            let cuts: Vec<&AxisCut> = held.iter().filter_map(|(_, _, c)| c.as_ref()).collect();
             if cuts.len() != held.len() || cuts.iter().any(|c| shape(c) != shape(cut)) {
                 return Err(bad(any, format!("the shards cut `{name}` in different ways")));
             }
@@ -278,7 +257,7 @@ pub fn merge_shards(any: &Path, out: &Path) -> Result<(), DeviceShardError> {
 /// A shard's tensors with their cuts, checked against its keys.
 struct Placed<'a> {
     names: Vec<String>,
-    tensors: Vec<(&'a TensorInfo, Option<Cut>)>,
+    tensors: Vec<(&'a TensorInfo, Option<AxisCut>)>,
 }
 
 impl<'a> Placed<'a> {
@@ -318,7 +297,7 @@ impl<'a> Placed<'a> {
                             Ok(s)
                         })
                         .collect::<Result<Vec<_>, DeviceShardError>>()?;
-                    let cut = Cut { axis, segments };
+                    let cut = AxisCut { axis, segments };
                     if cut.lengths().map(|(_, share)| share) != Some(t.dims[axis]) {
                         return Err(bad(path, format!("`{}`'s pieces do not add up to its dimension {axis}", t.name)));
                     }
@@ -339,7 +318,7 @@ impl<'a> Placed<'a> {
 struct Gathered<'a> {
     shards: &'a [ModelFile],
     whole: &'a [TensorInfo],
-    sources: &'a [Vec<(usize, &'a TensorInfo, Option<Cut>)>],
+    sources: &'a [Vec<(usize, &'a TensorInfo, Option<AxisCut>)>],
 }
 
 impl TensorDataSource for Gathered<'_> {
@@ -354,15 +333,8 @@ impl TensorDataSource for Gathered<'_> {
         for (j, t, cut) in sources {
             let cut =
                 cut.as_ref().ok_or_else(|| io::Error::other(format!("`{}` is both whole and cut", whole.name)))?;
-            let slice = read(*j, t)?;
-            let runs =
-                cut.byte_runs(whole).ok_or_else(|| io::Error::other(format!("`{}` cannot be placed", whole.name)))?;
-            for (full, at, len) in runs {
-                let (Some(part), Some(place)) = (slice.get(at..at + len), bytes.get_mut(full..full + len)) else {
-                    return Err(io::Error::other(format!("`{}`'s slices do not fit it", whole.name)));
-                };
-                place.copy_from_slice(part);
-            }
+            cut.place(whole, &read(*j, t)?, &mut bytes)
+                .ok_or_else(|| io::Error::other(format!("`{}`'s slices do not fit it", whole.name)))?;
         }
         out.write_all(&bytes)
     }
@@ -371,7 +343,6 @@ impl TensorDataSource for Gathered<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::GgmlType;
 
     #[test]
     fn shard_names_round_trip() {
@@ -379,32 +350,5 @@ mod tests {
         assert_eq!(path, Path::new("out/model-dev2-of-4.gguf"));
         assert_eq!(parse_shard_path(&path), Some((PathBuf::from("out/model"), 2, 4)));
         assert_eq!(parse_shard_path(Path::new("m-dev4-of-4.gguf")), None);
-    }
-
-    #[test]
-    fn slices_of_every_device_cover_the_tensor_once() {
-        // A fused [8, 12] F32 tensor cut along axis 1 as Q (6) and K/V (3 twice).
-        let whole = TensorInfo::new("t", vec![8, 12], GgmlType::F32);
-        let extents = [[4u64, 2], [2, 1]];
-        let segments: Vec<SegmentSplit> = [(6, 1), (3, 2)]
-            .iter()
-            .zip(extents)
-            .map(|(&(size, repeats), extents)| SegmentSplit {
-                size,
-                repeats,
-                granularity: 1,
-                extents: extents.to_vec(),
-            })
-            .collect();
-        let mut seen = vec![0u32; whole.n_bytes() as usize];
-        for device in 0..2 {
-            let cut = Cut::of(1, &segments, device);
-            for (full, _, len) in cut.byte_runs(&whole).unwrap() {
-                seen[full..full + len].iter_mut().for_each(|s| *s += 1);
-            }
-        }
-        assert!(seen.iter().all(|&s| s == 1), "{seen:?}");
-        // Device 1's part of the first K/V piece starts after device 0's 2 rows.
-        assert_eq!(Cut::of(1, &segments, 1).ranges(), [(4, 2), (8, 1), (11, 1)]);
     }
 }

@@ -7,10 +7,13 @@
 //! … with llama-gguf-split's keys and layout. The path is not part of the
 //! cache key: the same bytes exported to another place are the same result.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 
+use crate::arch::split::Devices;
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::formats::parse_size;
+use crate::ops::device_shards;
 use crate::ops::split::{self, ShardPlan, SplitError, SplitKeyOrder, SplitLimit, SplitOptions};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, ParamValue, Params};
 use crate::store::Key;
@@ -22,6 +25,7 @@ pub const SPEC: OpSpec = OpSpec::new(
         ParamSpec::required("path", ParamKind::Str),
         ParamSpec::optional("format", ParamKind::Str),
         ParamSpec::optional("split", ParamKind::Table),
+        ParamSpec::optional("devices", ParamKind::Table),
         ParamSpec::optional("attest", ParamKind::Bool),
     ],
 )
@@ -40,8 +44,10 @@ pub enum ExportFormat {
 
 const SPLIT_FIELDS: [&str; 3] = ["max_size", "max_tensors", "no_tensor_first_split"];
 
+const DEVICES_FIELDS: [&str; 2] = ["count", "split"];
+
 /// How an export is cut into files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum SplitMode {
     /// One file.
     Whole,
@@ -50,9 +56,11 @@ pub enum SplitMode {
     /// Each tensor in the shard its source tensor came from, as
     /// `llama-quantize --keep-split` writes.
     LikeInput,
+    /// One file per device of a tensor split, as `shard-devices` writes.
+    Devices(Devices),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ExportOptions {
     /// Where the file goes, already resolved.
     pub path: PathBuf,
@@ -77,7 +85,16 @@ impl ExportOptions {
                 ExportFormat::Gguf
             }
         };
-        let split = split_from_params(p, &mut problems);
+        let mut split = split_from_params(p, &mut problems);
+        if p.get("devices").is_some() && p.get("split").is_some() {
+            problems.push(p.error("devices", "an export is cut by `split` or by `devices`, not both"));
+        }
+        if p.get("devices").is_some() && format == ExportFormat::SafeTensors {
+            problems.push(p.error("devices", "per-device shards are GGUF files"));
+        }
+        if let Some(devices) = devices_from_params(p, &mut problems) {
+            split = SplitMode::Devices(devices);
+        }
         if format == ExportFormat::SafeTensors
             && let SplitMode::Limit(
                 SplitOptions { limit: SplitLimit::MaxTensors(_), .. }
@@ -93,9 +110,10 @@ impl ExportOptions {
         }
     }
     pub fn key_params(&self) -> serde_json::Value {
-        let split = match self.split {
+        let split = match &self.split {
             SplitMode::Whole => serde_json::Value::Null,
             SplitMode::LikeInput => serde_json::json!("like-input"),
+            SplitMode::Devices(d) => serde_json::json!({ "devices": d.count, "weights": d.weights }),
             SplitMode::Limit(o) => serde_json::json!({
                 "max_size": match o.limit { SplitLimit::MaxSize(n) => Some(n), SplitLimit::MaxTensors(_) => None },
                 "max_tensors": match o.limit { SplitLimit::MaxTensors(n) => Some(n), SplitLimit::MaxSize(_) => None },
@@ -160,6 +178,48 @@ fn split_from_params(p: &Params, problems: &mut Vec<Diagnostic>) -> SplitMode {
     }
 }
 
+/// `devices = { count = N, split = [w1, …] }`: the devices of a tensor
+/// split and their weights (llama.cpp's `--tensor-split`).
+fn devices_from_params(p: &Params, problems: &mut Vec<Diagnostic>) -> Option<Devices> {
+    p.get("devices")?;
+    let (mut count, mut weights) = (None, None);
+    for (field, value) in p.table("devices") {
+        match (field, &value.value) {
+            ("count", ParamValue::Int(n)) => count = Some(usize::try_from(*n).unwrap_or(0)),
+            ("split", ParamValue::List(items)) => {
+                let numbers: Option<Vec<f32>> = items
+                    .iter()
+                    .map(|item| match item.value {
+                        ParamValue::Int(n) => Some(n as f32),
+                        ParamValue::Float(x) => Some(x as f32),
+                        _ => None,
+                    })
+                    .collect();
+                match numbers {
+                    Some(numbers) => weights = Some(numbers),
+                    None => problems.push(Diagnostic::new("`devices.split` is a list of numbers", value.span.clone())),
+                }
+            }
+            ("count" | "split", _) => problems.push(
+                Diagnostic::new(
+                    format!("`devices.{field}` must be {}", if field == "count" { "an integer" } else { "a list" }),
+                    value.span.clone(),
+                )
+                .with_hint("devices = { count = 2, split = [3, 1] }"),
+            ),
+            (other, _) => problems.push(
+                Diagnostic::new(format!("unknown field `{other}` in `devices`"), value.span.clone())
+                    .suggest(other, DEVICES_FIELDS),
+            ),
+        }
+    }
+    let Some(count) = count else {
+        problems.push(p.error("devices", "`devices` needs `count`").with_hint("devices = { count = 2 }"));
+        return None;
+    };
+    Devices::new(count, weights).map_err(|e| problems.push(p.error("devices", e.to_string()))).ok()
+}
+
 /// One file an export writes: its path, metadata and tensors (indices into
 /// the set).
 #[derive(Debug, Clone)]
@@ -168,13 +228,20 @@ pub struct OutputFile {
     pub plan: ShardPlan,
 }
 
-/// The data files an export of `set` writes (a SafeTensors split also
-/// writes an index: [`safetensors_index`], at [`index_path`]).
-pub fn output_files(set: &TensorSet, options: &ExportOptions) -> Result<Vec<OutputFile>, SplitError> {
+/// What an export writes: the tensors (the set itself, or with per-device
+/// slices added) and the data files (a SafeTensors split also writes an
+/// index: [`safetensors_index`], at [`index_path`]).
+pub struct Output<'s> {
+    pub set: Cow<'s, TensorSet>,
+    pub files: Vec<OutputFile>,
+}
+
+pub fn output_files<'s>(set: &'s TensorSet, options: &ExportOptions) -> Result<Output<'s>, SplitError> {
     let whole = || vec![ShardPlan { metadata: set.metadata.clone(), tensors: (0..set.tensors.len()).collect() }];
-    let plans = match (options.format, options.split) {
+    let mut with_slices = None;
+    let plans = match (options.format, &options.split) {
         (_, SplitMode::Whole) => whole(),
-        (ExportFormat::Gguf, SplitMode::Limit(o)) => split::plan_split(&set.metadata, &set.infos(), o)?,
+        (ExportFormat::Gguf, SplitMode::Limit(o)) => split::plan_split(&set.metadata, &set.infos(), *o)?,
         (ExportFormat::SafeTensors, SplitMode::Limit(o)) => {
             let max = match o.limit {
                 SplitLimit::MaxSize(bytes) => bytes,
@@ -193,13 +260,31 @@ pub fn output_files(set: &TensorSet, options: &ExportOptions) -> Result<Vec<Outp
             }
             shards => split::shard_plans(&set.metadata, shards, set.tensors.len(), SplitKeyOrder::Quantize)?,
         },
+        (_, SplitMode::Devices(devices)) => {
+            let plan = crate::arch::split::plan(&set.metadata, &set.infos(), devices)?;
+            let (all, plans) = device_shards::device_files(set, &plan)?;
+            with_slices = Some(all);
+            plans
+        }
     };
     let count = plans.len();
-    Ok(plans
+    let files = plans
         .into_iter()
         .enumerate()
         .map(|(no, plan)| OutputFile { path: output_path(options, no, count), plan })
-        .collect())
+        .collect();
+    let set = with_slices.map_or(Cow::Borrowed(set), Cow::Owned);
+    Ok(Output { set, files })
+}
+
+/// How many data files an export writes, when that is known before its
+/// input is (one, or one per device).
+pub fn known_file_count(options: &ExportOptions) -> Option<usize> {
+    match &options.split {
+        SplitMode::Whole => Some(1),
+        SplitMode::Devices(devices) => Some(devices.count),
+        SplitMode::Limit(_) | SplitMode::LikeInput => None,
+    }
 }
 
 /// Every path an export with `count` data files writes, in order: the data
@@ -214,10 +299,11 @@ pub fn all_paths(options: &ExportOptions, count: usize) -> Vec<PathBuf> {
 /// for a split `PREFIX-0000i-of-0000N.gguf` (`.safetensors`) with the path's
 /// extension taken off.
 pub fn output_path(options: &ExportOptions, no: usize, count: usize) -> PathBuf {
-    if options.split == SplitMode::Whole {
-        return options.path.clone();
-    }
-    let prefix = path_prefix(options);
+    let prefix = match options.split {
+        SplitMode::Whole => return options.path.clone(),
+        SplitMode::Devices(_) => return device_shards::shard_path(&path_prefix(options), no, count),
+        SplitMode::Limit(_) | SplitMode::LikeInput => path_prefix(options),
+    };
     match options.format {
         ExportFormat::Gguf => crate::formats::shard_path(&prefix, no, count),
         ExportFormat::SafeTensors => {
@@ -319,7 +405,7 @@ fn shards_like_input(tensors: &[Tensor]) -> Vec<Vec<usize>> {
 fn source_file(tensor: &Tensor) -> Option<Key> {
     match &tensor.data {
         TensorData::Input { file, .. } | TensorData::Checkpoint { file, .. } => Some(*file),
-        TensorData::Convert { from, .. } => source_file(from),
+        TensorData::Convert { from, .. } | TensorData::Slice { from, .. } => source_file(from),
         TensorData::Blob { .. } => None,
     }
 }

@@ -55,6 +55,9 @@ pub struct ShardPlan {
 pub enum SplitError {
     #[error(transparent)]
     Format(#[from] FormatError),
+    /// A per-device export's plan.
+    #[error("the devices' split: {0}")]
+    Devices(#[from] crate::arch::split::SplitError),
     #[error("invalid split limit: {0}")]
     BadLimit(String),
     #[error("shard {shard} would hold no tensors: the size or tensor limit is too small")]

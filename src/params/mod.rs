@@ -29,7 +29,7 @@ pub enum ParamKind {
     StrMap,
     /// A list of tables whose values are strings.
     TableList,
-    /// A table of single values (strings, integers, booleans).
+    /// A table of single values (strings, numbers, booleans) and lists of them.
     Table,
     /// The name of an `[input.NAME]` the step also depends on.
     InputName,
@@ -45,7 +45,7 @@ impl ParamKind {
             ParamKind::IntList => "a list of integers",
             ParamKind::StrMap => "a table of strings",
             ParamKind::TableList => "a list of tables",
-            ParamKind::Table => "a table",
+            ParamKind::Table => "a table (of values and lists of values)",
             ParamKind::InputName => "the name of an [input.NAME]",
         }
     }

@@ -377,9 +377,10 @@ fn has_kind(kind: ParamKind, v: &ParamValue) -> bool {
         ParamKind::StrMap => {
             matches!(v, ParamValue::Table(entries) if entries.iter().all(|(_, p)| matches!(p.value, ParamValue::Str(_))))
         }
-        ParamKind::Table => matches!(v, ParamValue::Table(entries) if entries.iter().all(|(_, p)| !matches!(
-            p.value, ParamValue::List(_) | ParamValue::Table(_)
-        ))),
+        ParamKind::Table => matches!(v, ParamValue::Table(entries) if entries.iter().all(|(_, p)| match &p.value {
+            ParamValue::List(items) => items.iter().all(|i| !matches!(i.value, ParamValue::List(_) | ParamValue::Table(_))),
+            value => !matches!(value, ParamValue::Table(_)),
+        })),
         ParamKind::TableList => matches!(v, ParamValue::List(items) if items.iter().all(|p| matches!(
             &p.value, ParamValue::Table(entries) if entries.iter().all(|(_, e)| matches!(e.value, ParamValue::Str(_)))
         ))),
