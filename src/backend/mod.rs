@@ -13,6 +13,7 @@
 //! give it a [`Choice`] name, and resolve that name in [`resolve`].
 
 mod cpu;
+pub mod cuda;
 
 use std::sync::Arc;
 
@@ -127,8 +128,8 @@ impl Choice {
 pub enum BackendError {
     #[error("backend `{asked}` is not available: this CPU runs {}", have.join(", "))]
     MissingLevel { asked: String, have: Vec<String> },
-    #[error("backend `cuda` is not available: this build of quantforge has no CUDA backend; use `auto` or `cpu`")]
-    NoCuda,
+    #[error("backend `cuda` is not available: {0}; use `auto` or `cpu`")]
+    NoCuda(String),
 }
 
 /// The backend for `choice` on this machine.
@@ -141,7 +142,10 @@ pub fn resolve(choice: Choice) -> Result<Arc<dyn Backend>, BackendError> {
             asked: choice.name(),
             have: simd::supported().into_iter().map(|l| format!("cpu-{}", l.name())).collect(),
         }),
-        Choice::Cuda => Err(BackendError::NoCuda),
+        Choice::Cuda => Err(BackendError::NoCuda(match cuda::devices() {
+            Err(why) => why,
+            Ok(_) => "the CUDA kernels are not yet launched on a device (they run in host emulation only)".into(),
+        })),
     }
 }
 
@@ -159,7 +163,7 @@ mod tests {
 
     #[test]
     fn unavailable_backends_are_errors_naming_what_there_is() {
-        assert_eq!(resolve(Choice::Cuda).err(), Some(BackendError::NoCuda));
+        assert!(matches!(resolve(Choice::Cuda).err(), Some(BackendError::NoCuda(_))));
         assert_eq!(resolve(Choice::CpuAt(Level::Scalar)).unwrap().name(), "cpu-scalar");
         if let Some(missing) = Level::ALL.into_iter().find(|l| !l.is_supported()) {
             let message = resolve(Choice::CpuAt(missing)).err().unwrap().to_string();

@@ -4,6 +4,7 @@
 //! stdout, logs to stderr; a closed pipe ends the program quietly.
 
 mod attest;
+mod backends;
 mod cache;
 mod chart;
 mod convert;
@@ -180,6 +181,9 @@ enum Command {
     /// Write that plan as one GGUF per device (OUT_PREFIX-devJ-of-N.gguf): each device's slices,
     /// mirrored tensors whole; `merge` given any of them writes the original back, byte for byte.
     ShardDevices(plan_devices::ShardDevicesArgs),
+    /// List the compute backends this machine has: the CPU's vector levels, and CUDA devices
+    /// (name, memory, compute capability) and NVRTC, or why there are none.
+    Backends,
     /// Check that a file is its claimed derivation, byte for byte: a recipe's export made again
     /// (`--recipe R`), or a quantization of a base model (`--as "quantize [FLAGS] TYPE" --from BASE`).
     Verify(verify::VerifyArgs),
@@ -544,6 +548,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::PlanDevices(args) => plan_devices::run(args, json)?,
         Command::ShardDevices(args) => plan_devices::shard(args, json)?,
         Command::Schema { name } => print_schema(name.as_deref())?,
+        Command::Backends if json => anyhow::bail!("--json: `backends` prints text only"),
+        Command::Backends => backends::run()?,
         Command::Completions { .. } | Command::Man | Command::Graph { .. } if json => {
             anyhow::bail!("--json: this command prints a document of another kind (a script, a page, a graph)")
         }

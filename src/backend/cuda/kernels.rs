@@ -1,0 +1,120 @@
+//! The CUDA kernels: their sources, and the one table of which kernel
+//! decodes or encodes which type with what grid — read by the device
+//! backend and by the host emulation alike.
+
+use crate::types::GgmlType;
+
+/// Threads in every kernel's block (`QF_THREADS` in `common.cuh`).
+pub const THREADS: u32 = 256;
+
+/// The sources in the order NVRTC (and `emulate.cpp`) reads them.
+const SOURCES: [(&str, &str); 3] = [
+    ("common.cuh", include_str!("kernels/common.cuh")),
+    ("float.cu", include_str!("kernels/float.cu")),
+    ("legacy.cu", include_str!("kernels/legacy.cu")),
+];
+
+/// What a kernel does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Bytes of its type to f32.
+    Decode,
+    /// f32 to bytes of its type.
+    Encode,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Kernel {
+    pub name: &'static str,
+    pub ggml_type: GgmlType,
+    pub direction: Direction,
+    /// Items one block covers: ggml blocks of a block type, elements of a
+    /// float type.
+    pub items_per_block: u32,
+}
+
+const fn kernel(name: &'static str, ggml_type: GgmlType, direction: Direction, items_per_block: u32) -> Kernel {
+    Kernel { name, ggml_type, direction, items_per_block }
+}
+
+/// A 32-thread group per ggml block of 32.
+const GROUPS: u32 = THREADS / 32;
+
+pub static KERNELS: [Kernel; 15] = [
+    kernel("qf_copy_f32", GgmlType::F32, Direction::Decode, THREADS),
+    kernel("qf_decode_f16", GgmlType::F16, Direction::Decode, THREADS),
+    kernel("qf_decode_bf16", GgmlType::BF16, Direction::Decode, THREADS),
+    kernel("qf_encode_f16", GgmlType::F16, Direction::Encode, THREADS),
+    kernel("qf_encode_bf16", GgmlType::BF16, Direction::Encode, THREADS),
+    kernel("qf_decode_q4_0", GgmlType::Q4_0, Direction::Decode, GROUPS),
+    kernel("qf_decode_q4_1", GgmlType::Q4_1, Direction::Decode, GROUPS),
+    kernel("qf_decode_q5_0", GgmlType::Q5_0, Direction::Decode, GROUPS),
+    kernel("qf_decode_q5_1", GgmlType::Q5_1, Direction::Decode, GROUPS),
+    kernel("qf_decode_q8_0", GgmlType::Q8_0, Direction::Decode, GROUPS),
+    kernel("qf_encode_q4_0", GgmlType::Q4_0, Direction::Encode, GROUPS),
+    kernel("qf_encode_q4_1", GgmlType::Q4_1, Direction::Encode, GROUPS),
+    kernel("qf_encode_q5_0", GgmlType::Q5_0, Direction::Encode, GROUPS),
+    kernel("qf_encode_q5_1", GgmlType::Q5_1, Direction::Encode, GROUPS),
+    kernel("qf_encode_q8_0", GgmlType::Q8_0, Direction::Encode, GROUPS),
+];
+
+/// The first non-finite value of an f32 buffer (`float.cu`).
+pub const FIND_NON_FINITE: Kernel = kernel("qf_find_non_finite", GgmlType::F32, Direction::Decode, THREADS);
+
+/// The kernel that moves `ggml_type` in `direction`, if there is one.
+pub fn find(ggml_type: GgmlType, direction: Direction) -> Option<&'static Kernel> {
+    KERNELS.iter().find(|k| k.ggml_type == ggml_type && k.direction == direction)
+}
+
+impl Kernel {
+    /// Items in `n_elements` values of the kernel's type.
+    pub fn items(&self, n_elements: u64) -> u64 {
+        n_elements / self.ggml_type.block_size()
+    }
+
+    /// Blocks in the grid for `items` items.
+    pub fn grid(&self, items: u64) -> u64 {
+        items.div_ceil(u64::from(self.items_per_block))
+    }
+}
+
+/// Every kernel as one NVRTC program: `QF_KERNEL` makes each an
+/// `extern "C"` entry point.
+pub fn program() -> String {
+    let mut text = String::from("#define QF_KERNEL(name) extern \"C\" __global__ void name\n");
+    for (name, source) in SOURCES {
+        text.push_str(&format!("// {name}\n{source}\n"));
+    }
+    text
+}
+
+/// NVRTC's options besides the architecture: no contraction of a multiply
+/// and an add (the CPU codecs never fuse), IEEE division and square root.
+pub const NVRTC_OPTIONS: [&str; 4] = ["--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false"];
+
+/// The blake3 of the program and its options: with the NVRTC version and
+/// the compute capability, the key of a compiled module.
+pub fn program_hash() -> blake3::Hash {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(program().as_bytes());
+    for option in NVRTC_OPTIONS {
+        hasher.update(option.as_bytes());
+    }
+    hasher.finalize()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_is_in_the_program_once_and_types_have_one_kernel_a_direction() {
+        let program = program();
+        for k in KERNELS.iter().chain([&FIND_NON_FINITE]) {
+            assert_eq!(program.matches(&format!("QF_KERNEL({})", k.name)).count(), 1, "{}", k.name);
+        }
+        for k in &KERNELS {
+            assert!(std::ptr::eq(find(k.ggml_type, k.direction).unwrap(), k), "{} twice", k.name);
+        }
+    }
+}

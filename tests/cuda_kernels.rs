@@ -1,0 +1,110 @@
+//! The CUDA kernels, run on the host by their emulation
+//! (`src/backend/cuda/emulate`), write exactly the scalar codecs' bytes and
+//! decode to exactly their values; and NVRTC compiles every kernel for the
+//! GPUs this project targets, where NVRTC is installed (CI installs it).
+
+mod common;
+
+use common::rows::{Rng, rows};
+use quantforge::backend::cuda::{self, emulated, kernels};
+use quantforge::codecs::simd::Level;
+use quantforge::codecs::{dequantize_row_at, quantize_row_at};
+use quantforge::types::GgmlType;
+
+/// The shared rows plus signed-zero and equal-magnitude ties, which decide
+/// a Q4_1 minimum's sign and a Q4_0 scale's.
+fn kernel_rows() -> Vec<Vec<f32>> {
+    let mut rows = rows();
+    let alternate = |a: f32, b: f32| (0..256).map(|i| if i % 2 == 0 { a } else { b }).collect::<Vec<f32>>();
+    rows.extend([alternate(0.0, -0.0), alternate(-0.0, 0.0), alternate(1.5, -1.5), alternate(-1.5, 1.5)]);
+    rows
+}
+
+fn types(direction: kernels::Direction) -> Vec<GgmlType> {
+    kernels::KERNELS
+        .iter()
+        .filter(|k| k.direction == direction && k.ggml_type != GgmlType::F32)
+        .map(|k| k.ggml_type)
+        .collect()
+}
+
+#[test]
+fn cuda_kernels_encode_the_scalar_bytes() {
+    let rows = kernel_rows();
+    let values: Vec<f32> = rows.concat();
+    for ty in types(kernels::Direction::Encode) {
+        let row_len = ty.row_size(256).unwrap() as usize;
+        let mut expected = vec![0u8; row_len * rows.len()];
+        for (row, out) in rows.iter().zip(expected.chunks_exact_mut(row_len)) {
+            quantize_row_at(Level::Scalar, ty, row, None, out).unwrap();
+        }
+        let mut got = vec![0u8; expected.len()];
+        assert!(emulated::encode(ty, &values, &mut got));
+        for (r, (got, expected)) in got.chunks_exact(row_len).zip(expected.chunks_exact(row_len)).enumerate() {
+            assert_eq!(got, expected, "{ty:?} row {r}: {:?}", &rows[r][..8]);
+        }
+    }
+}
+
+#[test]
+fn cuda_kernels_decode_to_the_cpus_values() {
+    let mut rng = Rng(0x51_7cc1_b727_220a);
+    let rows = kernel_rows();
+    for ty in types(kernels::Direction::Decode) {
+        let row_len = ty.row_size(256).unwrap() as usize;
+        // Encoded rows, then random bytes: NaN and infinite scales, subnormal halves.
+        let mut encoded = vec![0u8; row_len * rows.len()];
+        for (row, out) in rows.iter().zip(encoded.chunks_exact_mut(row_len)) {
+            quantize_row_at(Level::Scalar, ty, row, None, out).unwrap();
+        }
+        encoded.extend((0..row_len * 64).map(|_| rng.next() as u8));
+        let n = encoded.len() / row_len * 256;
+        let mut expected = vec![0f32; n];
+        dequantize_row_at(Level::Scalar, ty, &encoded, &mut expected).unwrap();
+        let mut got = vec![0f32; n];
+        assert!(emulated::decode(ty, &encoded, &mut got));
+        for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+            assert!(
+                g.to_bits() == e.to_bits(),
+                "{ty:?} element {i}: {g:e} ({:#x}) for {e:e} ({:#x})",
+                g.to_bits(),
+                e.to_bits()
+            );
+        }
+    }
+}
+
+#[test]
+fn cuda_kernel_finds_the_first_non_finite_value() {
+    let mut values = vec![1.0f32; 10_000];
+    assert_eq!(emulated::find_non_finite(&values), None);
+    values[7_777] = f32::INFINITY;
+    values[9_000] = f32::NAN;
+    assert_eq!(emulated::find_non_finite(&values), Some(7_777));
+    values[3] = f32::NEG_INFINITY;
+    assert_eq!(emulated::find_non_finite(&values), Some(3));
+}
+
+/// NVRTC compiles every kernel for the A100's and the H100/H200's compute
+/// capabilities. CI installs NVRTC (`pip install nvidia-cuda-nvrtc`) and
+/// names its directory in `QUANTFORGE_CUDA_LIBS`; elsewhere the check is
+/// skipped with a note when NVRTC is missing.
+#[test]
+fn cuda_kernels_compile_with_nvrtc_for_sm_80_and_sm_90() {
+    let version = match cuda::nvrtc_version() {
+        Ok(version) => version,
+        Err(why) if std::env::var_os("CI").is_none() => return eprintln!("skipped: {why}"),
+        Err(why) => panic!("CI installs NVRTC: {why}"),
+    };
+    eprintln!("NVRTC {}.{}", version.0, version.1);
+    for capability in [(8, 0), (9, 0)] {
+        let ptx = cuda::compile_ptx(capability).unwrap();
+        let target = format!(".target sm_{}{}", capability.0, capability.1);
+        assert!(ptx.contains(&target), "no `{target}` in the PTX");
+        for kernel in kernels::KERNELS.iter().chain([&kernels::FIND_NON_FINITE]) {
+            assert!(ptx.contains(&format!(".entry {}(", kernel.name)), "{} is not in the PTX", kernel.name);
+        }
+        // --fmad=false: no fused multiply-add anywhere.
+        assert!(!ptx.contains("fma."), "the PTX contracts a multiply and an add");
+    }
+}
