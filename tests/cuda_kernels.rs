@@ -108,3 +108,54 @@ fn cuda_kernels_compile_with_nvrtc_for_sm_80_and_sm_90() {
         assert!(!ptx.contains("fma."), "the PTX contracts a multiply and an add");
     }
 }
+
+/// The CUDA backend over the emulated device: conversions with kernels
+/// write the CPU backend's bytes, the rest (K-quants, importance weights)
+/// run on the CPU and the backend says so, and a non-finite value is
+/// refused naming its tensor row.
+#[test]
+fn cuda_backend_runs_kernels_where_it_has_them_and_the_cpu_elsewhere() {
+    use quantforge::backend::cuda::{CudaBackend, EmulatedDevice};
+    use quantforge::backend::{Backend, CpuBackend, Slab, SlabError};
+
+    let cpu = CpuBackend::new(Level::Scalar);
+    let gpu = CudaBackend::new(std::sync::Arc::new(EmulatedDevice), CpuBackend::new(Level::Scalar));
+    let values: Vec<f32> = kernel_rows()[..24].concat();
+    let mut f16 = vec![0u8; values.len() * 2];
+    quantize_row_at(Level::Scalar, GgmlType::F16, &values, None, &mut f16).unwrap();
+    let f32_bytes: Vec<u8> = bytemuck::cast_slice(&values).to_vec();
+    let importance = vec![1.0f32; 256];
+    fn slab<'a>(from: GgmlType, to: GgmlType, source: &'a [u8], importance: Option<&'a [f32]>) -> Slab<'a> {
+        Slab { from, to, n_per_row: 256, first_row: 40, rows_per_expert: 1, source, importance, row_numbers: None }
+    }
+    let cases = [
+        (slab(GgmlType::F32, GgmlType::Q8_0, &f32_bytes, None), true),
+        (slab(GgmlType::F16, GgmlType::Q4_0, &f16, None), true),
+        (slab(GgmlType::F32, GgmlType::Q5_1, &f32_bytes, None), true),
+        (slab(GgmlType::F16, GgmlType::BF16, &f16, None), true),
+        (slab(GgmlType::F32, GgmlType::Q4_K, &f32_bytes, None), false),
+        (slab(GgmlType::F32, GgmlType::Q4_0, &f32_bytes, Some(&importance)), false),
+    ];
+    for (slab, on_device) in cases {
+        let len = slab.rows() * slab.to.row_size(256).unwrap() as usize;
+        let (mut expected, mut got) = (vec![0u8; len], vec![0u8; len]);
+        cpu.convert(&slab, &mut expected).unwrap();
+        gpu.convert(&slab, &mut got).unwrap();
+        assert!(got == expected, "{:?} → {:?}", slab.from, slab.to);
+        let ran_on = gpu.ran_on(&slab, true);
+        assert_eq!(ran_on == "cuda-emulated", on_device, "{:?} → {:?} ran on {ran_on}", slab.from, slab.to);
+    }
+    let decode = slab(GgmlType::F16, GgmlType::F32, &f16, None);
+    let (mut expected, mut got) = (vec![0f32; values.len()], vec![0f32; values.len()]);
+    cpu.decode(&decode, &mut expected).unwrap();
+    gpu.decode(&decode, &mut got).unwrap();
+    assert!(got.iter().zip(&expected).all(|(g, e)| g.to_bits() == e.to_bits()));
+
+    let mut poisoned = values.clone();
+    poisoned[3 * 256 + 5] = f32::NEG_INFINITY;
+    let mut out = vec![0u8; 24 * GgmlType::Q8_0.row_size(256).unwrap() as usize];
+    match gpu.convert(&slab(GgmlType::F32, GgmlType::Q8_0, bytemuck::cast_slice(&poisoned), None), &mut out) {
+        Err(SlabError::NonFinite { row: 43, value }) if value == f32::NEG_INFINITY => {}
+        other => panic!("expected row 43's -inf to be refused, got {other:?}"),
+    }
+}

@@ -21,6 +21,7 @@ pub use cpu::CpuBackend;
 
 use crate::codecs::CodecError;
 use crate::codecs::simd::{self, Level};
+use crate::store::Store;
 use crate::types::GgmlType;
 
 /// Rows of one tensor to convert from one type to another.
@@ -84,6 +85,12 @@ pub trait Backend: Send + Sync {
     /// Converts the slab's rows into `out` (rows of `slab.to`), refusing a
     /// non-finite decoded value.
     fn convert(&self, slab: &Slab<'_>, out: &mut [u8]) -> Result<(), SlabError>;
+
+    /// The name of what runs `slab` (a backend may hand some types to
+    /// another): its decode, or with `encoding` its conversion.
+    fn ran_on(&self, _slab: &Slab<'_>, _encoding: bool) -> String {
+        self.name()
+    }
 }
 
 /// The backend a node asks for.
@@ -134,6 +141,12 @@ pub enum BackendError {
 
 /// The backend for `choice` on this machine.
 pub fn resolve(choice: Choice) -> Result<Arc<dyn Backend>, BackendError> {
+    resolve_with_store(choice, None)
+}
+
+/// The backend for `choice`, with `store` keeping what it compiles (the
+/// CUDA kernels' PTX).
+pub fn resolve_with_store(choice: Choice, store: Option<&dyn Store>) -> Result<Arc<dyn Backend>, BackendError> {
     tracing::trace!("backend: {} asked", choice.name());
     match choice {
         Choice::Auto | Choice::Cpu => Ok(Arc::new(CpuBackend::new(simd::level()))),
@@ -142,10 +155,10 @@ pub fn resolve(choice: Choice) -> Result<Arc<dyn Backend>, BackendError> {
             asked: choice.name(),
             have: simd::supported().into_iter().map(|l| format!("cpu-{}", l.name())).collect(),
         }),
-        Choice::Cuda => Err(BackendError::NoCuda(match cuda::devices() {
-            Err(why) => why,
-            Ok(_) => "the CUDA kernels are not yet launched on a device (they run in host emulation only)".into(),
-        })),
+        Choice::Cuda => match cuda::open(store) {
+            Ok(device) => Ok(Arc::new(cuda::CudaBackend::new(device, CpuBackend::new(simd::level())))),
+            Err(why) => Err(BackendError::NoCuda(why)),
+        },
     }
 }
 

@@ -591,7 +591,7 @@ impl Materializer<'_> {
                 MaterializeError::NonFinite { tensor: tensor.name.clone(), row, value }
             }
         })?;
-        self.counters.backends.lock().unwrap_or_else(|e| e.into_inner()).insert(backend.name());
+        self.counters.backends.lock().unwrap_or_else(|e| e.into_inner()).insert(backend.ran_on(&slab, true));
         Ok(encoded)
     }
 

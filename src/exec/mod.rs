@@ -591,7 +591,7 @@ impl Engine {
     /// What the node tasks of a bound recipe share, its backends resolved.
     fn shared(&self, bound: Bound, loaded: Vec<Option<Arc<TensorSet>>>, progress: bool) -> Result<Shared, RunError> {
         Ok(Shared {
-            backends: resolve_backends(&bound)?,
+            backends: resolve_backends(&bound, &*self.store)?,
             bound,
             loaded,
             store: Arc::clone(&self.store),
@@ -640,12 +640,12 @@ fn select(recipe: &Recipe, targets: &[String]) -> Result<Option<Vec<bool>>, RunE
 
 /// Every node's backend, resolved when the run is planned: one this machine
 /// cannot provide fails the run before any work, whatever the cache holds.
-fn resolve_backends(bound: &Bound) -> Result<Backends, RunError> {
+fn resolve_backends(bound: &Bound, store: &dyn Store) -> Result<Backends, RunError> {
     let fallback = crate::backend::resolve(crate::backend::Choice::Auto)
         .map_err(|source| RunError::Backend { node: "(default)".into(), source })?;
     let mut by_node = HashMap::new();
     for (node, key) in bound.recipe.nodes.iter().zip(&bound.keys) {
-        let backend = crate::backend::resolve(node.backend)
+        let backend = crate::backend::resolve_with_store(node.backend, Some(store))
             .map_err(|source| RunError::Backend { node: node.step.clone(), source })?;
         by_node.insert(*key, backend);
     }

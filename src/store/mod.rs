@@ -69,11 +69,20 @@ pub enum ActionKind {
     Stat,
     /// A recipe node's identity → the key parts it was last built with.
     Recent,
+    /// Compiled GPU kernels → the blob holding their PTX (this machine's
+    /// compute capability and NVRTC: never shared with a remote).
+    Kernel,
 }
 
 impl ActionKind {
-    pub const ALL: [ActionKind; 5] =
-        [ActionKind::Tensor, ActionKind::Node, ActionKind::Export, ActionKind::Stat, ActionKind::Recent];
+    pub const ALL: [ActionKind; 6] = [
+        ActionKind::Tensor,
+        ActionKind::Node,
+        ActionKind::Export,
+        ActionKind::Stat,
+        ActionKind::Recent,
+        ActionKind::Kernel,
+    ];
 
     /// The kinds whose entries name blobs (the rest are hints).
     pub const RESULTS: [ActionKind; 3] = [ActionKind::Tensor, ActionKind::Node, ActionKind::Export];
@@ -85,6 +94,7 @@ impl ActionKind {
             ActionKind::Export => "exports",
             ActionKind::Stat => "stat",
             ActionKind::Recent => "recent",
+            ActionKind::Kernel => "kernels",
         }
     }
 }

@@ -1,18 +1,42 @@
-//! The CUDA backend's parts that run without a GPU: the kernels
-//! (`kernels/*.cu`, one table in [`kernels`]), their host emulation
-//! ([`emulated`], what `cargo test` runs), their compilation by NVRTC, and
-//! the probe of this machine's devices.
+//! The CUDA backend: the kernels (`kernels/*.cu`, one table in
+//! [`kernels`]), their host emulation ([`emulated`], what `cargo test`
+//! runs), their compilation by NVRTC (PTX cached in the store), the probe
+//! of this machine's devices, and the [`CudaBackend`] that runs slabs on a
+//! [`Device`] — a GPU, or the emulation in tests.
 //!
 //! The kernels follow the scalar definitions operation for operation and
 //! are compiled with no multiply-add contraction, so their bytes are the
 //! CPU's. Nothing here loads a CUDA library before [`libraries`] has found
 //! it: no driver or no NVRTC is a message, never a panic.
 
+mod backend;
+mod device;
 pub mod emulated;
 pub mod kernels;
 mod libraries;
+mod ptx;
 
+use std::sync::{Arc, OnceLock};
+
+pub use backend::CudaBackend;
+pub use device::{Device, DeviceError, EmulatedDevice, GpuDevice};
 pub use libraries::LIB_DIRS_ENV;
+
+use crate::store::Store;
+
+/// The first CUDA device with the kernels loaded, opened once a process
+/// (the first caller's store caches the PTX), or why there is none.
+pub fn open(store: Option<&dyn Store>) -> Result<Arc<dyn Device>, String> {
+    static OPENED: OnceLock<Result<Arc<dyn Device>, String>> = OnceLock::new();
+    OPENED
+        .get_or_init(|| {
+            let first = devices()?.into_iter().next().ok_or("no CUDA device")?;
+            let ptx = ptx::for_capability(store, first.compute_capability)?;
+            let device = GpuDevice::open(first.ordinal, &ptx).map_err(|e| e.to_string())?;
+            Ok(Arc::new(device) as Arc<dyn Device>)
+        })
+        .clone()
+}
 
 /// A CUDA device as `quantforge backends` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

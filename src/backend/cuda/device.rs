@@ -1,0 +1,156 @@
+//! Where the kernels run: a GPU through cudarc, or the host emulation —
+//! one interface, so the backend's choices (which kernels, the CPU for the
+//! rest, a non-finite value refused) are tested without a GPU.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+
+use super::kernels::{FIND_NON_FINITE, KERNELS, Kernel, THREADS};
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct DeviceError(pub String);
+
+impl From<cudarc::driver::DriverError> for DeviceError {
+    fn from(e: cudarc::driver::DriverError) -> DeviceError {
+        DeviceError(format!("the CUDA driver failed: {e}"))
+    }
+}
+
+pub trait Device: Send + Sync {
+    /// `cuda:0 NVIDIA H200`, or `cuda-emulated`.
+    fn name(&self) -> String;
+
+    /// Decodes `n` values from `source` (whole blocks of `decode`'s type);
+    /// with `encode`, encodes them into `out` unless one is NaN or infinite
+    /// (then returns the first's index and writes nothing); without, writes
+    /// the f32 values into `out`.
+    fn convert(
+        &self,
+        decode: &Kernel,
+        encode: Option<&Kernel>,
+        source: &[u8],
+        n: u64,
+        out: &mut [u8],
+    ) -> Result<Option<u64>, DeviceError>;
+}
+
+/// The kernels on the host (`emulated`), for tests.
+pub struct EmulatedDevice;
+
+impl Device for EmulatedDevice {
+    fn name(&self) -> String {
+        "cuda-emulated".into()
+    }
+
+    fn convert(
+        &self,
+        decode: &Kernel,
+        encode: Option<&Kernel>,
+        source: &[u8],
+        n: u64,
+        out: &mut [u8],
+    ) -> Result<Option<u64>, DeviceError> {
+        let Some(encode) = encode else {
+            super::emulated::decode(decode.ggml_type, source, bytemuck::cast_slice_mut(out));
+            return Ok(None);
+        };
+        let mut values = vec![0f32; n as usize];
+        super::emulated::decode(decode.ggml_type, source, &mut values);
+        if let Some(first) = super::emulated::find_non_finite(&values) {
+            return Ok(Some(first as u64));
+        }
+        super::emulated::encode(encode.ggml_type, &values, out);
+        Ok(None)
+    }
+}
+
+/// A GPU: the kernels loaded from PTX into one context, run on one stream
+/// a conversion at a time.
+pub struct GpuDevice {
+    name: String,
+    stream: Arc<CudaStream>,
+    functions: HashMap<&'static str, CudaFunction>,
+    busy: Mutex<()>,
+}
+
+impl GpuDevice {
+    /// Device `ordinal` with the kernels of `ptx` loaded.
+    pub fn open(ordinal: usize, ptx: &str) -> Result<GpuDevice, DeviceError> {
+        let context = CudaContext::new(ordinal)?;
+        let module = context.load_module(cudarc::nvrtc::Ptx::from_src(ptx))?;
+        let mut functions = HashMap::new();
+        for kernel in KERNELS.iter().chain([&FIND_NON_FINITE]) {
+            functions.insert(kernel.name, module.load_function(kernel.name)?);
+        }
+        Ok(GpuDevice {
+            name: format!("cuda:{ordinal} {}", context.name()?),
+            stream: context.default_stream(),
+            functions,
+            busy: Mutex::new(()),
+        })
+    }
+
+    fn launch<S: DeviceRepr, D: DeviceRepr>(
+        &self,
+        kernel: &Kernel,
+        items: u64,
+        source: &CudaSlice<S>,
+        destination: &mut CudaSlice<D>,
+    ) -> Result<(), DeviceError> {
+        let function =
+            self.functions.get(kernel.name).ok_or_else(|| DeviceError(format!("no kernel {}", kernel.name)))?;
+        let grid = u32::try_from(kernel.grid(items))
+            .map_err(|_| DeviceError(format!("{items} items are more than one launch of {} covers", kernel.name)))?;
+        if grid == 0 {
+            return Ok(());
+        }
+        let config = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        let mut launch = self.stream.launch_builder(function);
+        launch.arg(source).arg(destination).arg(&items);
+        // SAFETY: every kernel takes (source, destination, item count) and
+        // reads and writes only the items' bytes, which the callers size.
+        unsafe { launch.launch(config) }?;
+        Ok(())
+    }
+}
+
+impl Device for GpuDevice {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn convert(
+        &self,
+        decode: &Kernel,
+        encode: Option<&Kernel>,
+        source: &[u8],
+        n: u64,
+        out: &mut [u8],
+    ) -> Result<Option<u64>, DeviceError> {
+        let _one_at_a_time = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let stream = &self.stream;
+        let source = stream.clone_htod(source)?;
+        let mut values = stream.alloc_zeros::<f32>(n as usize)?;
+        self.launch(decode, decode.items(n), &source, &mut values)?;
+        let Some(encode) = encode else {
+            stream.memcpy_dtoh(&values, bytemuck::cast_slice_mut::<u8, f32>(out))?;
+            stream.synchronize()?;
+            return Ok(None);
+        };
+        let mut first = stream.clone_htod(&[n])?;
+        self.launch(&FIND_NON_FINITE, n, &values, &mut first)?;
+        let first = stream.clone_dtoh(&first)?;
+        stream.synchronize()?;
+        if first[0] < n {
+            return Ok(Some(first[0]));
+        }
+        let mut encoded = stream.alloc_zeros::<u8>(out.len())?;
+        self.launch(encode, encode.items(n), &values, &mut encoded)?;
+        stream.memcpy_dtoh(&encoded, out)?;
+        stream.synchronize()?;
+        Ok(None)
+    }
+}
