@@ -8,10 +8,11 @@ use crate::types::GgmlType;
 pub const THREADS: u32 = 256;
 
 /// The sources in the order NVRTC (and `emulate.cpp`) reads them.
-const SOURCES: [(&str, &str); 3] = [
+const SOURCES: [(&str, &str); 4] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("float.cu", include_str!("kernels/float.cu")),
     ("legacy.cu", include_str!("kernels/legacy.cu")),
+    ("kquants.cu", include_str!("kernels/kquants.cu")),
 ];
 
 /// What a kernel does.
@@ -40,7 +41,10 @@ const fn kernel(name: &'static str, ggml_type: GgmlType, direction: Direction, i
 /// A 32-thread group per ggml block of 32.
 const GROUPS: u32 = THREADS / 32;
 
-pub static KERNELS: [Kernel; 15] = [
+/// A block per 256-value super-block.
+const SUPER_BLOCK: u32 = 1;
+
+pub static KERNELS: [Kernel; 23] = [
     kernel("qf_copy_f32", GgmlType::F32, Direction::Decode, THREADS),
     kernel("qf_decode_f16", GgmlType::F16, Direction::Decode, THREADS),
     kernel("qf_decode_bf16", GgmlType::BF16, Direction::Decode, THREADS),
@@ -56,6 +60,14 @@ pub static KERNELS: [Kernel; 15] = [
     kernel("qf_encode_q5_0", GgmlType::Q5_0, Direction::Encode, GROUPS),
     kernel("qf_encode_q5_1", GgmlType::Q5_1, Direction::Encode, GROUPS),
     kernel("qf_encode_q8_0", GgmlType::Q8_0, Direction::Encode, GROUPS),
+    kernel("qf_decode_q2_k", GgmlType::Q2_K, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_decode_q3_k", GgmlType::Q3_K, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_decode_q4_k", GgmlType::Q4_K, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_decode_q5_k", GgmlType::Q5_K, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_decode_q6_k", GgmlType::Q6_K, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_encode_q4_k", GgmlType::Q4_K, Direction::Encode, SUPER_BLOCK),
+    kernel("qf_encode_q5_k", GgmlType::Q5_K, Direction::Encode, SUPER_BLOCK),
+    kernel("qf_encode_q6_k", GgmlType::Q6_K, Direction::Encode, SUPER_BLOCK),
 ];
 
 /// The first non-finite value of an f32 buffer (`float.cu`).

@@ -6,6 +6,7 @@
 #include "../kernels/common.cuh"
 #include "../kernels/float.cu"
 #include "../kernels/legacy.cu"
+#include "../kernels/kquants.cu"
 
 namespace {
 std::mutex launches;

@@ -18,6 +18,14 @@ typedef unsigned long long qf_u64;
 
 __device__ __forceinline__ float qf_inverse(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
 
+// ggml's nearest_int: round half to even through the 1.5 × 2^23 trick.
+__device__ __forceinline__ int qf_nearest_int(float x) {
+    float v = x + 12582912.0f;
+    return (int)(__float_as_uint(v) & 0x007fffffu) - 0x00400000;
+}
+
+__device__ __forceinline__ int qf_clamp(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
 // (int)x as cvttss2si computes it: INT_MIN for NaN and out-of-range values
 // (a GPU cast saturates instead).
 __device__ __forceinline__ int qf_float_to_int(float x) {

@@ -1,0 +1,387 @@
+// The K-quants: decode Q2_K … Q6_K, and encode Q4_K, Q5_K and Q6_K without
+// importance weights, as src/codecs/kquants.rs and search.rs define them.
+//
+// A block of 256 threads owns one 256-value super-block. The searches try
+// many scales per group; each trial's sums must be the scalar loop's, in its
+// order, so a thread computes one (group, trial) pair's sums sequentially,
+// all pairs at once, and one thread per group then replays the scalar
+// selection over the stored sums. Per-value steps run a thread a value.
+
+#define QK_K 256
+
+// Scale and minimum of group j of a Q4_K/Q5_K block (ggml's get_scale_min_k4).
+__device__ __forceinline__ void qf_scale_min_k4(int j, const qf_u8* q, int* scale, int* min) {
+    if (j < 4) {
+        *scale = q[j] & 63;
+        *min = q[j + 4] & 63;
+    } else {
+        *scale = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+        *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+QF_KERNEL(qf_decode_q2_k)(const void* source, void* destination, qf_u64 n_blocks) {
+    qf_u64 block = blockIdx.x;
+    if (block >= n_blocks) return;
+    const qf_u8* b = (const qf_u8*)source + block * 84;
+    int e = threadIdx.x, half = e / 128, shift = (e % 128) / 32, part = (e % 32) / 16, l = e % 16;
+    int sc = b[half * 8 + shift * 2 + part];
+    float d = qf_f16_to_f32(qf_load_u16(b + 80)), min = qf_f16_to_f32(qf_load_u16(b + 82));
+    int level = (b[16 + half * 32 + l + part * 16] >> (2 * shift)) & 3;
+    ((float*)destination)[block * QK_K + e] = d * (float)(sc & 0xf) * (float)level - min * (float)(sc >> 4);
+}
+
+QF_KERNEL(qf_decode_q3_k)(const void* source, void* destination, qf_u64 n_blocks) {
+    qf_u64 block = blockIdx.x;
+    if (block >= n_blocks) return;
+    const qf_u8* b = (const qf_u8*)source + block * 110;
+    int e = threadIdx.x, half = e / 128, shift = (e % 128) / 32, part = (e % 32) / 16, l = e % 16;
+    int j = half * 8 + shift * 2 + part;
+    const qf_u8* packed = b + 96;
+    int low_scale = j < 8 ? (packed[j] & 0xf) : (packed[j - 8] >> 4);
+    int high_scale = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+    int scale = (int)(signed char)(qf_u8)(low_scale | (high_scale << 4)) - 32;
+    float d = qf_f16_to_f32(qf_load_u16(b + 108));
+    int low = (b[32 + half * 32 + l + part * 16] >> (2 * shift)) & 3;
+    int high = (b[l + part * 16] & (1 << (half * 4 + shift))) ? 0 : 4;
+    ((float*)destination)[block * QK_K + e] = d * (float)scale * (float)(low - high);
+}
+
+// Q4_K (with_high false) and Q5_K share their layout of scales.
+__device__ void qf_decode_k4(const void* source, void* destination, qf_u64 n_blocks, bool five_bits) {
+    qf_u64 block = blockIdx.x;
+    if (block >= n_blocks) return;
+    const qf_u8* b = (const qf_u8*)source + block * (five_bits ? 176 : 144);
+    int e = threadIdx.x, pair = e / 64, l = e % 32, upper = (e % 64) / 32;
+    int scale, min;
+    qf_scale_min_k4(2 * pair + upper, b + 4, &scale, &min);
+    float d = qf_f16_to_f32(qf_load_u16(b)), dmin = qf_f16_to_f32(qf_load_u16(b + 2));
+    const qf_u8* qs = b + (five_bits ? 48 : 16);
+    int q = qs[pair * 32 + l];
+    int level = upper ? (q >> 4) : (q & 0xf);
+    if (five_bits && (b[16 + l] & ((upper ? 2 : 1) << (2 * pair)))) level += 16;
+    ((float*)destination)[block * QK_K + e] = d * (float)scale * (float)level - dmin * (float)min;
+}
+
+QF_KERNEL(qf_decode_q4_k)(const void* source, void* destination, qf_u64 n_blocks) {
+    qf_decode_k4(source, destination, n_blocks, false);
+}
+
+QF_KERNEL(qf_decode_q5_k)(const void* source, void* destination, qf_u64 n_blocks) {
+    qf_decode_k4(source, destination, n_blocks, true);
+}
+
+QF_KERNEL(qf_decode_q6_k)(const void* source, void* destination, qf_u64 n_blocks) {
+    qf_u64 block = blockIdx.x;
+    if (block >= n_blocks) return;
+    const qf_u8* b = (const qf_u8*)source + block * 210;
+    int e = threadIdx.x, half = e / 128, k = (e % 128) / 32, l = e % 32;
+    const qf_u8* ql = b + half * 64;
+    const qf_u8* qh = b + 128 + half * 32;
+    int low = (k % 2 == 0 ? ql[l] : ql[l + 32]);
+    low = k < 2 ? (low & 0xf) : (low >> 4);
+    int q = (int)(signed char)(qf_u8)(low | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+    int scale = (signed char)b[192 + half * 8 + l / 16 + 2 * k];
+    float d = qf_f16_to_f32(qf_load_u16(b + 208));
+    ((float*)destination)[block * QK_K + e] = d * (float)scale * (float)q;
+}
+
+// ---------------------------------------------------------------- Q6_K
+
+#define Q6_TRIALS 19
+
+// make_qx_quants' trial t: 0 the first guess, then is = -9 … -1, 1 … 9.
+__device__ __forceinline__ float qf_qx_iscale(int t, float max, int nmax) {
+    if (t == 0) return -(float)nmax / max;
+    int is = t <= 9 ? t - 10 : t - 9;
+    return -((float)nmax + 0.1f * (float)is) / max;
+}
+
+QF_KERNEL(qf_encode_q6_k)(const void* source, void* destination, qf_u64 n_blocks) {
+    __shared__ float x[QK_K];
+    __shared__ float group_max[16], group_amax[16], sumlx[16][Q6_TRIALS], suml2[16][Q6_TRIALS];
+    __shared__ float scales[16];
+    __shared__ int chosen[16];
+    __shared__ signed char packed_scales[16];
+    __shared__ qf_u8 levels[QK_K];
+    __shared__ float block_d;
+    __shared__ bool zero_block;
+    qf_u64 block = blockIdx.x;
+    bool active = block < n_blocks;
+    int t = threadIdx.x;
+    x[t] = active ? ((const float*)source)[block * QK_K + t] : 0.0f;
+    __syncthreads();
+    if (t < 16) {
+        float max = 0.0f, amax = 0.0f;
+        for (int i = 0; i < 16; i++) {
+            float v = x[16 * t + i];
+            if (fabsf(v) > amax) {
+                amax = fabsf(v);
+                max = v;
+            }
+        }
+        group_max[t] = max;
+        group_amax[t] = amax;
+    }
+    __syncthreads();
+    for (int pair = t; pair < 16 * Q6_TRIALS; pair += QF_THREADS) {
+        int g = pair / Q6_TRIALS, trial = pair % Q6_TRIALS;
+        float iscale = qf_qx_iscale(trial, group_max[g], 32);
+        float lx = 0.0f, l2 = 0.0f;
+        for (int i = 0; i < 16; i++) {
+            float v = x[16 * g + i];
+            float w = v * v;
+            float l = (float)qf_clamp(qf_nearest_int(iscale * v), -32, 31);
+            lx += w * v * l;
+            l2 += w * l * l;
+        }
+        sumlx[g][trial] = lx;
+        suml2[g][trial] = l2;
+    }
+    __syncthreads();
+    if (t < 16) {
+        if (group_amax[t] < 1e-15f) {
+            scales[t] = 0.0f;
+            chosen[t] = -1;
+        } else {
+            float scale = suml2[t][0] != 0.0f ? sumlx[t][0] / suml2[t][0] : 0.0f;
+            float best = scale * sumlx[t][0];
+            int pick = 0;
+            for (int trial = 1; trial < Q6_TRIALS; trial++) {
+                float lx = sumlx[t][trial], l2 = suml2[t][trial];
+                if (l2 > 0.0f && lx * lx > best * l2) {
+                    scale = lx / l2;
+                    best = scale * lx;
+                    pick = trial;
+                }
+            }
+            scales[t] = scale;
+            chosen[t] = pick;
+        }
+    }
+    __syncthreads();
+    if (t == 0) {
+        float max_scale = 0.0f, max_abs_scale = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            if (fabsf(scales[j]) > max_abs_scale) {
+                max_abs_scale = fabsf(scales[j]);
+                max_scale = scales[j];
+            }
+        }
+        zero_block = max_abs_scale < 1e-15f;
+        float iscale = zero_block ? 0.0f : -128.0f / max_scale;
+        block_d = zero_block ? 0.0f : 1.0f / iscale;
+        for (int j = 0; j < 16; j++) {
+            int s = qf_nearest_int(iscale * scales[j]);
+            packed_scales[j] = (signed char)(s < 127 ? s : 127);
+        }
+    }
+    __syncthreads();
+    {
+        int g = t / 16;
+        float d = qf_f16_to_f32(qf_f32_to_f16(block_d)) * (float)packed_scales[g];
+        int level;
+        if (d != 0.0f) {
+            level = qf_clamp(qf_nearest_int(x[t] / d), -32, 31) + 32;
+        } else if (chosen[g] < 0) {
+            level = 0;
+        } else {
+            level = qf_clamp(qf_nearest_int(qf_qx_iscale(chosen[g], group_max[g], 32) * x[t]), -32, 31) + 32;
+        }
+        levels[t] = (qf_u8)level;
+    }
+    __syncthreads();
+    if (!active) return;
+    qf_u8* out = (qf_u8*)destination + block * 210;
+    if (zero_block) {
+        if (t < 210) out[t] = 0;
+        return;
+    }
+    if (t < 64) {
+        int half = t / 32, l = t % 32;
+        const qf_u8* at = levels + 128 * half + l;
+        out[64 * half + l] = (qf_u8)((at[0] & 0xf) | ((at[64] & 0xf) << 4));
+        out[64 * half + l + 32] = (qf_u8)((at[32] & 0xf) | ((at[96] & 0xf) << 4));
+        out[128 + 32 * half + l] =
+            (qf_u8)((at[0] >> 4) | ((at[32] >> 4) << 2) | ((at[64] >> 4) << 4) | ((at[96] >> 4) << 6));
+    }
+    if (t < 16) out[192 + t] = (qf_u8)packed_scales[t];
+    if (t == 0) qf_store_u16(out + 208, qf_f32_to_f16(block_d));
+}
+
+// ---------------------------------------------------------------- Q4_K and Q5_K
+
+// make_qkx2_quants on one group of 32, as search.rs runs it. Its trials are
+// not independent — a better trial moves the minimum every later trial
+// rounds against — so one thread runs a group's search in order. Returns
+// (scale, -min) and how to round the levels it chose (the scale and
+// minimum they were rounded with; a zero scale for a flat group).
+__device__ void qf_make_qkx2(const float* x, const float* w, int nmax, float rmin, float rdelta, int nstep,
+                             float* scale_out, float* neg_min_out, float* level_iscale, float* level_min) {
+    float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < 32; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0.0f) min = 0.0f;
+    if (max == min) {
+        *scale_out = 0.0f;
+        *neg_min_out = -min;
+        *level_iscale = 0.0f;
+        *level_min = min;
+        return;
+    }
+    float iscale = (float)nmax / (max - min);
+    float scale = 1.0f / iscale, best_error = 0.0f;
+    for (int i = 0; i < 32; i++) {
+        int l = qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
+        float diff = scale * (float)l + min - x[i];
+        best_error += w[i] * (diff * diff);
+    }
+    *level_iscale = iscale;
+    *level_min = min;
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
+        float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
+        for (int i = 0; i < 32; i++) {
+            float l = (float)qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
+            sum_l += w[i] * l;
+            sum_l2 += w[i] * l * l;
+            sum_xl += w[i] * l * x[i];
+        }
+        float det = sum_w * sum_l2 - sum_l * sum_l;
+        if (det > 0.0f) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+            if (this_min > 0.0f) {
+                this_min = 0.0f;
+                this_scale = sum_xl / sum_l2;
+            }
+            float error = 0.0f;
+            for (int i = 0; i < 32; i++) {
+                float l = (float)qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
+                float diff = this_scale * l + this_min - x[i];
+                error = error + w[i] * (diff * diff);
+            }
+            if (error < best_error) {
+                *level_iscale = iscale;
+                *level_min = min;
+                best_error = error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *scale_out = scale;
+    *neg_min_out = -min;
+}
+
+// Q4_K (nmax 15: rmin -1, 20 steps) and Q5_K (nmax 31: rmin -0.5, 15 steps).
+__device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blocks, int nmax) {
+    __shared__ float x[QK_K], w[QK_K];
+    __shared__ float g_scale[8], g_neg_min[8], g_iscale[8], g_level_min[8];
+    __shared__ qf_u8 scales_packed[12], levels[QK_K];
+    __shared__ qf_u16 d_bits, dmin_bits;
+    qf_u64 block = blockIdx.x;
+    bool active = block < n_blocks;
+    int t = threadIdx.x;
+    x[t] = active ? ((const float*)source)[block * QK_K + t] : 0.0f;
+    __syncthreads();
+    if (t < 8) {
+        float sum_x2 = 0.0f;
+        for (int i = 0; i < 32; i++) sum_x2 = sum_x2 + x[32 * t + i] * x[32 * t + i];
+        g_scale[t] = sqrtf(sum_x2 / 32.0f);
+    }
+    __syncthreads();
+    w[t] = g_scale[t / 32] + fabsf(x[t]);
+    __syncthreads();
+    if (t < 8) {
+        float rmin = nmax == 15 ? -1.0f : -0.5f;
+        int nstep = nmax == 15 ? 20 : 15;
+        qf_make_qkx2(x + 32 * t, w + 32 * t, nmax, rmin, 0.1f, nstep, &g_scale[t], &g_neg_min[t], &g_iscale[t],
+                     &g_level_min[t]);
+    }
+    __syncthreads();
+    if (t == 0) {
+        float max_scale = 0.0f, max_min = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            max_scale = g_scale[j] > max_scale ? g_scale[j] : max_scale;
+            max_min = g_neg_min[j] > max_min ? g_neg_min[j] : max_min;
+        }
+        float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+        float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+        qf_u8 ls[8], lm[8];
+        for (int j = 0; j < 8; j++) {
+            qf_u8 s = (qf_u8)qf_nearest_int(inv_scale * g_scale[j]);
+            qf_u8 m = (qf_u8)qf_nearest_int(inv_min * g_neg_min[j]);
+            ls[j] = s < 63 ? s : 63;
+            lm[j] = m < 63 ? m : 63;
+        }
+        for (int j = 0; j < 12; j++) scales_packed[j] = 0;
+        for (int j = 0; j < 8; j++) {
+            if (j < 4) {
+                scales_packed[j] = ls[j];
+                scales_packed[j + 4] = lm[j];
+            } else {
+                scales_packed[j + 4] = (qf_u8)((ls[j] & 0xf) | ((lm[j] & 0xf) << 4));
+                scales_packed[j - 4] |= (qf_u8)((ls[j] >> 4) << 6);
+                scales_packed[j] |= (qf_u8)((lm[j] >> 4) << 6);
+            }
+        }
+        d_bits = qf_f32_to_f16(max_scale / 63.0f);
+        dmin_bits = qf_f32_to_f16(max_min / 63.0f);
+    }
+    __syncthreads();
+    {
+        int g = t / 32;
+        int scale, min;
+        qf_scale_min_k4(g, scales_packed, &scale, &min);
+        float dj = qf_f16_to_f32(d_bits) * (float)scale;
+        int level;
+        if (dj != 0.0f) {
+            float dm = qf_f16_to_f32(dmin_bits) * (float)min;
+            level = qf_clamp(qf_nearest_int((x[t] + dm) / dj), 0, nmax);
+        } else {
+            // The search's own levels (all zero for a flat group).
+            level = qf_clamp(qf_nearest_int(g_iscale[g] * (x[t] - g_level_min[g])), 0, nmax);
+        }
+        levels[t] = (qf_u8)level;
+    }
+    __syncthreads();
+    if (!active) return;
+    qf_u8* out = (qf_u8*)destination + block * (nmax == 15 ? 144 : 176);
+    if (t == 0) {
+        qf_store_u16(out, d_bits);
+        qf_store_u16(out + 2, dmin_bits);
+    }
+    if (t < 12) out[4 + t] = scales_packed[t];
+    if (nmax == 15) {
+        if (t < 128) {
+            int half = t / 32, l = t % 32;
+            out[16 + t] = (qf_u8)(levels[64 * half + l] | (levels[64 * half + l + 32] << 4));
+        }
+    } else {
+        if (t < 32) {
+            qf_u8 high = 0;
+            for (int pair = 0; pair < 4; pair++) {
+                if (levels[64 * pair + t] > 15) high |= (qf_u8)(1 << (2 * pair));
+                if (levels[64 * pair + t + 32] > 15) high |= (qf_u8)(2 << (2 * pair));
+            }
+            out[16 + t] = high;
+        }
+        if (t < 128) {
+            int pair = t / 32, l = t % 32;
+            out[48 + t] = (qf_u8)((levels[64 * pair + l] & 0xf) | ((levels[64 * pair + l + 32] & 0xf) << 4));
+        }
+    }
+}
+
+QF_KERNEL(qf_encode_q4_k)(const void* source, void* destination, qf_u64 n_blocks) {
+    qf_encode_k4(source, destination, n_blocks, 15);
+}
+
+QF_KERNEL(qf_encode_q5_k)(const void* source, void* destination, qf_u64 n_blocks) {
+    qf_encode_k4(source, destination, n_blocks, 31);
+}
