@@ -1,8 +1,10 @@
 //! Writes synthetic llama-shaped models:
-//! `cargo run --example make-tiny-model -- [PATH] [--wide]`.
+//! `cargo run --example make-tiny-model -- [PATH] [--wide] [--layers N]`.
 //! Without `--wide` it writes the tiny model shipped in the repo (the test
 //! `tiny_model_is_reproducible` checks the committed file equals it); with
-//! `--wide`, the 4096-wide benchmark model of docs/PERFORMANCE.md.
+//! `--wide`, the 4096-wide benchmark model of docs/PERFORMANCE.md, and with
+//! `--layers N` as many layers of it (26 make a 10.8 GB model:
+//! scripts/gpu-check.sh).
 
 use std::path::PathBuf;
 
@@ -13,9 +15,21 @@ use quantforge::synth::{self, LlamaConfig};
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let wide = args.iter().any(|a| a == "--wide");
-    let path: PathBuf =
-        args.iter().find(|a| !a.starts_with("--")).map_or_else(|| "tests/data/tiny-llama.gguf".into(), PathBuf::from);
-    let config = if wide { LlamaConfig::wide() } else { LlamaConfig::tiny() };
+    let layers = match args.iter().position(|a| a == "--layers") {
+        Some(at) => {
+            Some(args.get(at + 1).and_then(|n| n.parse::<u64>().ok()).ok_or_else(|| anyhow::anyhow!("--layers N"))?)
+        }
+        None => None,
+    };
+    let path: PathBuf = args
+        .iter()
+        .enumerate()
+        .find(|&(i, a)| !a.starts_with("--") && (i == 0 || args[i - 1] != "--layers"))
+        .map_or_else(|| "tests/data/tiny-llama.gguf".into(), |(_, a)| PathBuf::from(a));
+    let mut config = if wide { LlamaConfig::wide() } else { LlamaConfig::tiny() };
+    if let Some(layers) = layers {
+        config.n_layer = layers;
+    }
     let mut model = synth::llama(&config);
     let (metadata, tensors) = (model.metadata.clone(), model.tensors.clone());
     let mut out = AtomicOutput::create(&path)?;

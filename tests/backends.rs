@@ -93,3 +93,46 @@ fn an_unavailable_backend_fails_the_run_before_any_work_even_when_cached() {
     let report = run(dir.path(), "auto").unwrap();
     assert!(backends_of(&report, "quantize").iter().all(|b| b.starts_with("cpu-")), "{report:#}");
 }
+
+/// `--backend` (or `QUANTFORGE_BACKEND`) is what `auto` steps and one-shot
+/// commands run on; a backend this machine lacks is refused naming why.
+#[test]
+fn the_command_lines_backend_is_what_auto_runs_on() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(common::tiny_model(), dir.path().join("tiny.gguf")).unwrap();
+    let path = dir.path().join("recipe.toml");
+    std::fs::write(&path, recipe("auto")).unwrap();
+    let cache = dir.path().join("cache");
+    let run = |backend: &str| {
+        common::quantforge(&[
+            OsStr::new("--backend"),
+            OsStr::new(backend),
+            OsStr::new("run"),
+            path.as_os_str(),
+            OsStr::new("--json"),
+            OsStr::new("--cache-dir"),
+            cache.as_os_str(),
+            OsStr::new("--force"),
+        ])
+    };
+    let output = run("cpu-scalar");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(backends_of(&report, "quantize").iter().all(|b| b == "cpu-scalar"), "{report:#}");
+    if quantforge::backend::cuda::devices().is_err() {
+        let tiny = dir.path().join("tiny.gguf");
+        let output = common::quantforge(&[
+            OsStr::new("--backend"),
+            OsStr::new("cuda"),
+            OsStr::new("quantize"),
+            tiny.as_os_str(),
+            dir.path().join("q.gguf").as_os_str(),
+            OsStr::new("Q8_0"),
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && stderr.contains("backend `cuda` is not available: no CUDA driver"),
+            "{stderr}"
+        );
+    }
+}

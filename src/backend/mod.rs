@@ -7,7 +7,9 @@
 //! a key. A recipe node asks for one by name ([`Choice`]); the engine
 //! resolves every node's choice when the run is planned, so a backend this
 //! machine cannot provide fails the run before any work, whatever the cache
-//! holds. Only `auto` chooses for itself.
+//! holds. Only `auto` chooses for itself: the CPU, or what `--backend`
+//! names. (CUDA becomes `auto`'s choice once scripts/gpu-check.sh has proven
+//! it on a GPU; docs/CUDA.md.)
 //!
 //! How to add a backend: implement [`Backend`] in a module of its own here,
 //! give it a [`Choice`] name, and resolve that name in [`resolve`].
@@ -15,7 +17,7 @@
 mod cpu;
 pub mod cuda;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub use cpu::CpuBackend;
 
@@ -139,6 +141,15 @@ pub enum BackendError {
     NoCuda(String),
 }
 
+/// What `auto` resolves to when the command line names a backend
+/// (`--backend`); set once, before anything is resolved.
+static DEFAULT: OnceLock<Choice> = OnceLock::new();
+
+/// Makes `auto` mean `choice` for the rest of the process.
+pub fn set_default(choice: Choice) {
+    let _ = DEFAULT.set(choice);
+}
+
 /// The backend for `choice` on this machine.
 pub fn resolve(choice: Choice) -> Result<Arc<dyn Backend>, BackendError> {
     resolve_with_store(choice, None)
@@ -149,7 +160,11 @@ pub fn resolve(choice: Choice) -> Result<Arc<dyn Backend>, BackendError> {
 pub fn resolve_with_store(choice: Choice, store: Option<&dyn Store>) -> Result<Arc<dyn Backend>, BackendError> {
     tracing::trace!("backend: {} asked", choice.name());
     match choice {
-        Choice::Auto | Choice::Cpu => Ok(Arc::new(CpuBackend::new(simd::level()))),
+        Choice::Auto => match DEFAULT.get() {
+            Some(&default) if default != Choice::Auto => resolve_with_store(default, store),
+            _ => Ok(Arc::new(CpuBackend::new(simd::level()))),
+        },
+        Choice::Cpu => Ok(Arc::new(CpuBackend::new(simd::level()))),
         Choice::CpuAt(level) if level.is_supported() => Ok(Arc::new(CpuBackend::new(level))),
         Choice::CpuAt(_) => Err(BackendError::MissingLevel {
             asked: choice.name(),

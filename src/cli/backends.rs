@@ -5,11 +5,25 @@ use std::io::Write;
 
 use crate::backend::cuda;
 use crate::codecs::simd;
+use crate::types::GgmlType;
 
-pub fn run() -> anyhow::Result<()> {
+/// `--bench`: each decode kernel's throughput on the first device.
+#[derive(Debug, clap::Args)]
+pub struct BackendsArgs {
+    /// Time the Q4_K, Q6_K and Q8_0 decode kernels on the first CUDA device (256M values each,
+    /// already on the device): bytes read and written per second.
+    #[arg(long)]
+    bench: bool,
+}
+
+pub fn run(args: BackendsArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let levels: Vec<String> = simd::supported().into_iter().map(|l| format!("cpu-{}", l.name())).collect();
-    writeln!(out, "cpu: {} (`cpu` and `auto` use cpu-{})", levels.join(", "), simd::level().name())?;
+    writeln!(out, "cpu: {} (`cpu` uses cpu-{})", levels.join(", "), simd::level().name())?;
+    match crate::backend::resolve(crate::backend::Choice::Auto) {
+        Ok(backend) => writeln!(out, "auto: {}", backend.name())?,
+        Err(e) => writeln!(out, "auto: {e}")?,
+    }
     match cuda::devices() {
         Ok(devices) => {
             for d in devices {
@@ -24,6 +38,37 @@ pub fn run() -> anyhow::Result<()> {
         Ok((major, minor)) => writeln!(out, "nvrtc: {major}.{minor}")?,
         Err(why) => writeln!(out, "nvrtc: none: {why}")?,
     }
+    if args.bench {
+        bench(&mut out)?;
+    }
     out.flush()?;
+    Ok(())
+}
+
+fn bench(out: &mut impl Write) -> anyhow::Result<()> {
+    let device = cuda::open(None).map_err(|why| anyhow::anyhow!("no CUDA device to time: {why}"))?;
+    const N: u64 = 1 << 28;
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
+        let kernel = cuda::kernels::find(ty, cuda::kernels::Direction::Decode).expect("a decode kernel");
+        // Any bytes decode: a fixed pseudo-random fill, quickly made.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let source: Vec<u8> = (0..ty.row_size(N).unwrap_or(0))
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let seconds = device.time_decode(kernel, &source, N)?;
+        let bytes = source.len() as f64 + 4.0 * N as f64;
+        writeln!(
+            out,
+            "decode {:<5} {:7.1} GB/s ({:.2} ms for {N} values)",
+            ty.name(),
+            bytes / seconds / 1e9,
+            seconds * 1e3
+        )?;
+    }
     Ok(())
 }

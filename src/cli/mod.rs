@@ -63,6 +63,10 @@ struct Cli {
     /// (`quantforge schema` lists each document's schema; docs/JSON.md).
     #[arg(long, global = true)]
     json: bool,
+    /// What a step whose backend is `auto` (and every one-shot command) runs on: auto, cpu,
+    /// cpu-scalar, cpu-avx2, cpu-avx512 or cuda (`quantforge backends` lists this machine's).
+    #[arg(long, global = true, env = "QUANTFORGE_BACKEND", value_parser = clap::builder::PossibleValuesParser::new(crate::backend::Choice::NAMES))]
+    backend: Option<String>,
 }
 
 /// Every environment variable quantforge reads, for `--help`.
@@ -71,6 +75,8 @@ Environment:
   QUANTFORGE_CACHE       the cache directory (as --cache-dir)
   QUANTFORGE_CACHE_URL   the shared cache behind it (as --cache-url)
   QUANTFORGE_SIMD        scalar, avx2 or avx512: the highest vector level the CPU codecs use
+  QUANTFORGE_BACKEND     what `auto` steps and one-shot commands run on (as --backend)
+  QUANTFORGE_CUDA_LIBS   directories searched first for libcuda and libnvrtc (docs/CUDA.md)
   AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
   AWS_ALLOW_HTTP         the S3 client of an s3:// cache URL
   XDG_CACHE_HOME, HOME   where --user-cache lives
@@ -183,7 +189,7 @@ enum Command {
     ShardDevices(plan_devices::ShardDevicesArgs),
     /// List the compute backends this machine has: the CPU's vector levels, and CUDA devices
     /// (name, memory, compute capability) and NVRTC, or why there are none.
-    Backends,
+    Backends(backends::BackendsArgs),
     /// Check that a file is its claimed derivation, byte for byte: a recipe's export made again
     /// (`--recipe R`), or a quantization of a base model (`--as "quantize [FLAGS] TYPE" --from BASE`).
     Verify(verify::VerifyArgs),
@@ -437,6 +443,9 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     QUIET.store(cli.quiet, std::sync::atomic::Ordering::Relaxed);
     init_logs(cli.quiet, cli.verbose);
+    if let Some(choice) = cli.backend.as_deref().and_then(crate::backend::Choice::from_name) {
+        crate::backend::set_default(choice);
+    }
     let json = cli.json;
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -548,8 +557,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::PlanDevices(args) => plan_devices::run(args, json)?,
         Command::ShardDevices(args) => plan_devices::shard(args, json)?,
         Command::Schema { name } => print_schema(name.as_deref())?,
-        Command::Backends if json => anyhow::bail!("--json: `backends` prints text only"),
-        Command::Backends => backends::run()?,
+        Command::Backends(_) if json => anyhow::bail!("--json: `backends` prints text only"),
+        Command::Backends(args) => backends::run(args)?,
         Command::Completions { .. } | Command::Man | Command::Graph { .. } if json => {
             anyhow::bail!("--json: this command prints a document of another kind (a script, a page, a graph)")
         }

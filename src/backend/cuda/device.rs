@@ -35,6 +35,12 @@ pub trait Device: Send + Sync {
         n: u64,
         out: &mut [u8],
     ) -> Result<Option<u64>, DeviceError>;
+
+    /// Seconds one run of `decode` over `n` values of `source` takes on the
+    /// device, the data already there (`quantforge backends --bench`).
+    fn time_decode(&self, _decode: &Kernel, _source: &[u8], _n: u64) -> Result<f64, DeviceError> {
+        Err(DeviceError(format!("{} does not time kernels", self.name())))
+    }
 }
 
 /// The kernels on the host (`emulated`), for tests.
@@ -152,5 +158,21 @@ impl Device for GpuDevice {
         stream.memcpy_dtoh(&encoded, out)?;
         stream.synchronize()?;
         Ok(None)
+    }
+
+    fn time_decode(&self, decode: &Kernel, source: &[u8], n: u64) -> Result<f64, DeviceError> {
+        const ROUNDS: u32 = 20;
+        let _one_at_a_time = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let stream = &self.stream;
+        let source = stream.clone_htod(source)?;
+        let mut values = stream.alloc_zeros::<f32>(n as usize)?;
+        self.launch(decode, decode.items(n), &source, &mut values)?;
+        stream.synchronize()?;
+        let start = std::time::Instant::now();
+        for _ in 0..ROUNDS {
+            self.launch(decode, decode.items(n), &source, &mut values)?;
+        }
+        stream.synchronize()?;
+        Ok(start.elapsed().as_secs_f64() / f64::from(ROUNDS))
     }
 }
