@@ -44,7 +44,7 @@ const GROUPS: u32 = THREADS / 32;
 /// A block per 256-value super-block.
 const SUPER_BLOCK: u32 = 1;
 
-pub static KERNELS: [Kernel; 23] = [
+pub static KERNELS: [Kernel; 25] = [
     kernel("qf_copy_f32", GgmlType::F32, Direction::Decode, THREADS),
     kernel("qf_decode_f16", GgmlType::F16, Direction::Decode, THREADS),
     kernel("qf_decode_bf16", GgmlType::BF16, Direction::Decode, THREADS),
@@ -65,6 +65,8 @@ pub static KERNELS: [Kernel; 23] = [
     kernel("qf_decode_q4_k", GgmlType::Q4_K, Direction::Decode, SUPER_BLOCK),
     kernel("qf_decode_q5_k", GgmlType::Q5_K, Direction::Decode, SUPER_BLOCK),
     kernel("qf_decode_q6_k", GgmlType::Q6_K, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_encode_q2_k", GgmlType::Q2_K, Direction::Encode, SUPER_BLOCK),
+    kernel("qf_encode_q3_k", GgmlType::Q3_K, Direction::Encode, SUPER_BLOCK),
     kernel("qf_encode_q4_k", GgmlType::Q4_K, Direction::Encode, SUPER_BLOCK),
     kernel("qf_encode_q5_k", GgmlType::Q5_K, Direction::Encode, SUPER_BLOCK),
     kernel("qf_encode_q6_k", GgmlType::Q6_K, Direction::Encode, SUPER_BLOCK),

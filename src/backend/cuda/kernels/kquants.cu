@@ -211,15 +211,14 @@ QF_KERNEL(qf_encode_q6_k)(const void* source, void* destination, qf_u64 n_blocks
 
 // ---------------------------------------------------------------- Q4_K and Q5_K
 
-// make_qkx2_quants on one group of 32, as search.rs runs it. Its trials are
-// not independent — a better trial moves the minimum every later trial
-// rounds against — so one thread runs a group's search in order. Returns
-// (scale, -min) and how to round the levels it chose (the scale and
-// minimum they were rounded with; a zero scale for a flat group).
-__device__ void qf_make_qkx2(const float* x, const float* w, int nmax, float rmin, float rdelta, int nstep,
-                             float* scale_out, float* neg_min_out, float* level_iscale, float* level_min) {
+// make_qkx2_quants on one group of n (16 or 32), as search.rs runs it. Its
+// trials are not independent — a better trial moves the minimum every
+// later trial rounds against — so one thread runs a group's search in
+// order. Writes the group's levels; returns (scale, -min).
+__device__ void qf_make_qkx2(const float* x, const float* w, int n, int nmax, float rmin, float rdelta, int nstep,
+                             bool use_mad, qf_u8* levels, float* scale_out, float* neg_min_out) {
     float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
-    for (int i = 1; i < 32; i++) {
+    for (int i = 1; i < n; i++) {
         if (x[i] < min) min = x[i];
         if (x[i] > max) max = x[i];
         sum_w += w[i];
@@ -227,26 +226,26 @@ __device__ void qf_make_qkx2(const float* x, const float* w, int nmax, float rmi
     }
     if (min > 0.0f) min = 0.0f;
     if (max == min) {
+        for (int i = 0; i < n; i++) levels[i] = 0;
         *scale_out = 0.0f;
         *neg_min_out = -min;
-        *level_iscale = 0.0f;
-        *level_min = min;
         return;
     }
     float iscale = (float)nmax / (max - min);
     float scale = 1.0f / iscale, best_error = 0.0f;
-    for (int i = 0; i < 32; i++) {
+    for (int i = 0; i < n; i++) {
         int l = qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
+        levels[i] = (qf_u8)l;
         float diff = scale * (float)l + min - x[i];
-        best_error += w[i] * (diff * diff);
+        best_error += w[i] * (use_mad ? fabsf(diff) : diff * diff);
     }
-    *level_iscale = iscale;
-    *level_min = min;
+    qf_u8 aux[32];
     for (int is = 0; is <= nstep; is++) {
         iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
         float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
-        for (int i = 0; i < 32; i++) {
-            float l = (float)qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
+        for (int i = 0; i < n; i++) {
+            aux[i] = (qf_u8)qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
+            float l = (float)aux[i];
             sum_l += w[i] * l;
             sum_l2 += w[i] * l * l;
             sum_xl += w[i] * l * x[i];
@@ -260,14 +259,12 @@ __device__ void qf_make_qkx2(const float* x, const float* w, int nmax, float rmi
                 this_scale = sum_xl / sum_l2;
             }
             float error = 0.0f;
-            for (int i = 0; i < 32; i++) {
-                float l = (float)qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
-                float diff = this_scale * l + this_min - x[i];
-                error = error + w[i] * (diff * diff);
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * (float)aux[i] + this_min - x[i];
+                error = error + w[i] * (use_mad ? fabsf(diff) : diff * diff);
             }
             if (error < best_error) {
-                *level_iscale = iscale;
-                *level_min = min;
+                for (int i = 0; i < n; i++) levels[i] = aux[i];
                 best_error = error;
                 scale = this_scale;
                 min = this_min;
@@ -281,7 +278,7 @@ __device__ void qf_make_qkx2(const float* x, const float* w, int nmax, float rmi
 // Q4_K (nmax 15: rmin -1, 20 steps) and Q5_K (nmax 31: rmin -0.5, 15 steps).
 __device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blocks, int nmax) {
     __shared__ float x[QK_K], w[QK_K];
-    __shared__ float g_scale[8], g_neg_min[8], g_iscale[8], g_level_min[8];
+    __shared__ float g_scale[8], g_neg_min[8];
     __shared__ qf_u8 scales_packed[12], levels[QK_K];
     __shared__ qf_u16 d_bits, dmin_bits;
     qf_u64 block = blockIdx.x;
@@ -300,8 +297,8 @@ __device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blo
     if (t < 8) {
         float rmin = nmax == 15 ? -1.0f : -0.5f;
         int nstep = nmax == 15 ? 20 : 15;
-        qf_make_qkx2(x + 32 * t, w + 32 * t, nmax, rmin, 0.1f, nstep, &g_scale[t], &g_neg_min[t], &g_iscale[t],
-                     &g_level_min[t]);
+        qf_make_qkx2(x + 32 * t, w + 32 * t, 32, nmax, rmin, 0.1f, nstep, false, levels + 32 * t, &g_scale[t],
+                     &g_neg_min[t]);
     }
     __syncthreads();
     if (t == 0) {
@@ -335,19 +332,16 @@ __device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blo
     }
     __syncthreads();
     {
+        // The block's scales round every level again; a group whose scale
+        // rounds to zero keeps its search's levels.
         int g = t / 32;
         int scale, min;
         qf_scale_min_k4(g, scales_packed, &scale, &min);
         float dj = qf_f16_to_f32(d_bits) * (float)scale;
-        int level;
         if (dj != 0.0f) {
             float dm = qf_f16_to_f32(dmin_bits) * (float)min;
-            level = qf_clamp(qf_nearest_int((x[t] + dm) / dj), 0, nmax);
-        } else {
-            // The search's own levels (all zero for a flat group).
-            level = qf_clamp(qf_nearest_int(g_iscale[g] * (x[t] - g_level_min[g])), 0, nmax);
+            levels[t] = (qf_u8)qf_clamp(qf_nearest_int((x[t] + dm) / dj), 0, nmax);
         }
-        levels[t] = (qf_u8)level;
     }
     __syncthreads();
     if (!active) return;
@@ -384,4 +378,180 @@ QF_KERNEL(qf_encode_q4_k)(const void* source, void* destination, qf_u64 n_blocks
 
 QF_KERNEL(qf_encode_q5_k)(const void* source, void* destination, qf_u64 n_blocks) {
     qf_encode_k4(source, destination, n_blocks, 31);
+}
+
+// Packs 2-bit levels: byte l of each 32-byte quarter holds levels l, l+32,
+// l+64, l+96 of its 128-value half (threads 0..63, a byte each).
+__device__ void qf_pack_2bit(const qf_u8* levels, qf_u8* qs, int t) {
+    if (t < 64) {
+        const qf_u8* at = levels + 128 * (t / 32) + t % 32;
+        qs[t] = (qf_u8)(at[0] | (at[32] << 2) | (at[64] << 4) | (at[96] << 6));
+    }
+}
+
+// ---------------------------------------------------------------- Q2_K
+
+QF_KERNEL(qf_encode_q2_k)(const void* source, void* destination, qf_u64 n_blocks) {
+    __shared__ float x[QK_K], w[QK_K], scales[16], mins[16];
+    __shared__ qf_u8 packed[16], levels[QK_K];
+    __shared__ float block_d, block_dmin;
+    qf_u64 block = blockIdx.x;
+    bool active = block < n_blocks;
+    int t = threadIdx.x;
+    x[t] = active ? ((const float*)source)[block * QK_K + t] : 0.0f;
+    w[t] = fabsf(x[t]);
+    __syncthreads();
+    if (t < 16) {
+        qf_make_qkx2(x + 16 * t, w + 16 * t, 16, 3, -0.5f, 0.1f, 15, true, levels + 16 * t, &scales[t], &mins[t]);
+    }
+    __syncthreads();
+    if (t == 0) {
+        float max_scale = 0.0f, max_min = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            max_scale = scales[j] > max_scale ? scales[j] : max_scale;
+            max_min = mins[j] > max_min ? mins[j] : max_min;
+        }
+        float iscale = max_scale > 0.0f ? 15.0f / max_scale : 0.0f;
+        for (int j = 0; j < 16; j++) packed[j] = max_scale > 0.0f ? (qf_u8)qf_nearest_int(iscale * scales[j]) : 0;
+        qf_u16 d = qf_f32_to_f16(max_scale > 0.0f ? max_scale / 15.0f : 0.0f);
+        if (max_min > 0.0f) {
+            float imin = 15.0f / max_min;
+            for (int j = 0; j < 16; j++) packed[j] |= (qf_u8)(qf_nearest_int(imin * mins[j]) << 4);
+        }
+        qf_u16 dmin = qf_f32_to_f16(max_min > 0.0f ? max_min / 15.0f : 0.0f);
+        block_d = qf_f16_to_f32(d);
+        block_dmin = qf_f16_to_f32(dmin);
+    }
+    __syncthreads();
+    {
+        int g = t / 16;
+        float d = block_d * (float)(packed[g] & 0xf);
+        if (d != 0.0f) {
+            float m = block_dmin * (float)(packed[g] >> 4);
+            levels[t] = (qf_u8)qf_clamp(qf_nearest_int((x[t] + m) / d), 0, 3);
+        }
+    }
+    __syncthreads();
+    if (!active) return;
+    qf_u8* out = (qf_u8*)destination + block * 84;
+    if (t < 16) out[t] = packed[t];
+    qf_pack_2bit(levels, out + 16, t);
+    if (t == 0) {
+        qf_store_u16(out + 80, qf_f32_to_f16(block_d));
+        qf_store_u16(out + 82, qf_f32_to_f16(block_dmin));
+    }
+}
+
+// ---------------------------------------------------------------- Q3_K
+
+// make_q3_quants with its coordinate descent, on one group of 16: levels in
+// [0, 8) (0 for a group of zeros); returns the scale.
+__device__ float qf_make_q3(const float* x, signed char* levels) {
+    const int nmax = 4;
+    float max = 0.0f, amax = 0.0f;
+    for (int i = 0; i < 16; i++) {
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            max = x[i];
+        }
+    }
+    if (amax < 1e-15f) {
+        for (int i = 0; i < 16; i++) levels[i] = 0;
+        return 0.0f;
+    }
+    float iscale = -(float)nmax / max;
+    float sumlx = 0.0f, suml2 = 0.0f;
+    for (int i = 0; i < 16; i++) {
+        int q = qf_clamp(qf_nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        levels[i] = (signed char)q;
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * (float)q;
+        suml2 += w * (float)q * (float)q;
+    }
+    for (int pass = 0; pass < 5; pass++) {
+        int n_changed = 0;
+        for (int i = 0; i < 16; i++) {
+            float v = x[i], w = v * v, li = (float)levels[i];
+            float slx = sumlx - w * v * li;
+            if (slx > 0.0f) {
+                float sl2 = suml2 - w * li * li;
+                int new_l = qf_clamp(qf_nearest_int(v * sl2 / slx), -nmax, nmax - 1);
+                if (new_l != levels[i]) {
+                    slx += w * v * (float)new_l;
+                    sl2 += w * (float)new_l * (float)new_l;
+                    if (sl2 > 0.0f && slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        levels[i] = (signed char)new_l;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed++;
+                    }
+                }
+            }
+        }
+        if (n_changed == 0) break;
+    }
+    for (int i = 0; i < 16; i++) levels[i] = (signed char)(levels[i] + nmax);
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+QF_KERNEL(qf_encode_q3_k)(const void* source, void* destination, qf_u64 n_blocks) {
+    __shared__ float x[QK_K], scales[16];
+    __shared__ signed char levels[QK_K];
+    __shared__ qf_u8 packed[12], unsigned_levels[QK_K];
+    __shared__ float block_d;
+    qf_u64 block = blockIdx.x;
+    bool active = block < n_blocks;
+    int t = threadIdx.x;
+    x[t] = active ? ((const float*)source)[block * QK_K + t] : 0.0f;
+    __syncthreads();
+    if (t < 16) scales[t] = qf_make_q3(x + 16 * t, levels + 16 * t);
+    __syncthreads();
+    if (t == 0) {
+        float max_scale = 0.0f, amax = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            if (fabsf(scales[j]) > amax) {
+                amax = fabsf(scales[j]);
+                max_scale = scales[j];
+            }
+        }
+        for (int j = 0; j < 12; j++) packed[j] = 0;
+        if (max_scale != 0.0f) {
+            float iscale = -32.0f / max_scale;
+            for (int j = 0; j < 16; j++) {
+                int l = qf_clamp((int)(signed char)qf_nearest_int(iscale * scales[j]), -32, 31) + 32;
+                if (j < 8) {
+                    packed[j] = (qf_u8)(l & 0xf);
+                } else {
+                    packed[j - 8] |= (qf_u8)((l & 0xf) << 4);
+                }
+                packed[j % 4 + 8] |= (qf_u8)((l >> 4) << (2 * (j / 4)));
+            }
+            block_d = qf_f16_to_f32(qf_f32_to_f16(1.0f / iscale));
+        } else {
+            block_d = 0.0f;
+        }
+    }
+    __syncthreads();
+    {
+        int j = t / 16;
+        int low = j < 8 ? (packed[j] & 0xf) : (packed[j - 8] >> 4);
+        int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+        float d = block_d * (float)((int)(signed char)(qf_u8)(low | (high << 4)) - 32);
+        if (d != 0.0f) levels[t] = (signed char)(qf_clamp(qf_nearest_int(x[t] / d), -4, 3) + 4);
+        qf_u8 l = (qf_u8)levels[t];
+        unsigned_levels[t] = l > 3 ? (qf_u8)(l - 4) : l;
+    }
+    __syncthreads();
+    if (!active) return;
+    qf_u8* out = (qf_u8*)destination + block * 110;
+    if (t < 32) {
+        qf_u8 mask = 0;
+        for (int k = 0; k < 8; k++) {
+            if ((qf_u8)levels[t + 32 * k] > 3) mask |= (qf_u8)(1 << k);
+        }
+        out[t] = mask;
+    }
+    qf_pack_2bit(unsigned_levels, out + 32, t);
+    if (t < 12) out[96 + t] = packed[t];
+    if (t == 0) qf_store_u16(out + 108, qf_f32_to_f16(block_d));
 }
