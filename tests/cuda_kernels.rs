@@ -110,7 +110,7 @@ fn cuda_kernels_compile_with_nvrtc_for_sm_80_and_sm_90() {
 }
 
 /// The CUDA backend over the emulated device: conversions with kernels
-/// write the CPU backend's bytes, the rest (IQ4_XS, importance weights)
+/// write the CPU backend's bytes, the rest (TQ2_0, importance weights)
 /// run on the CPU and the backend says so, and a non-finite value is
 /// refused naming its tensor row.
 #[test]
@@ -134,7 +134,7 @@ fn cuda_backend_runs_kernels_where_it_has_them_and_the_cpu_elsewhere() {
         (slab(GgmlType::F32, GgmlType::Q5_1, &f32_bytes, None), true),
         (slab(GgmlType::F16, GgmlType::BF16, &f16, None), true),
         (slab(GgmlType::F32, GgmlType::Q4_K, &f32_bytes, None), true),
-        (slab(GgmlType::F32, GgmlType::IQ4_XS, &f32_bytes, None), false),
+        (slab(GgmlType::F32, GgmlType::TQ2_0, &f32_bytes, None), false),
         (slab(GgmlType::F32, GgmlType::Q4_0, &f32_bytes, Some(&importance)), false),
     ];
     for (slab, on_device) in cases {

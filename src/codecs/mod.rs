@@ -10,7 +10,7 @@
 //! Invariants: no I/O; rows only (callers split tensors into rows); a row's
 //! output depends on that row (and its importance weights) alone.
 
-mod blocks;
+pub(crate) mod blocks;
 mod float;
 mod fp4;
 mod iq1_encode;

@@ -8,11 +8,12 @@ use crate::types::GgmlType;
 pub const THREADS: u32 = 256;
 
 /// The sources in the order NVRTC (and `emulate.cpp`) reads them.
-const SOURCES: [(&str, &str); 4] = [
+const SOURCES: [(&str, &str); 5] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("float.cu", include_str!("kernels/float.cu")),
     ("legacy.cu", include_str!("kernels/legacy.cu")),
     ("kquants.cu", include_str!("kernels/kquants.cu")),
+    ("iq4.cu", include_str!("kernels/iq4.cu")),
 ];
 
 /// What a kernel does.
@@ -44,7 +45,7 @@ const GROUPS: u32 = THREADS / 32;
 /// A block per 256-value super-block.
 const SUPER_BLOCK: u32 = 1;
 
-pub static KERNELS: [Kernel; 25] = [
+pub static KERNELS: [Kernel; 29] = [
     kernel("qf_copy_f32", GgmlType::F32, Direction::Decode, THREADS),
     kernel("qf_decode_f16", GgmlType::F16, Direction::Decode, THREADS),
     kernel("qf_decode_bf16", GgmlType::BF16, Direction::Decode, THREADS),
@@ -70,6 +71,10 @@ pub static KERNELS: [Kernel; 25] = [
     kernel("qf_encode_q4_k", GgmlType::Q4_K, Direction::Encode, SUPER_BLOCK),
     kernel("qf_encode_q5_k", GgmlType::Q5_K, Direction::Encode, SUPER_BLOCK),
     kernel("qf_encode_q6_k", GgmlType::Q6_K, Direction::Encode, SUPER_BLOCK),
+    kernel("qf_decode_iq4_nl", GgmlType::IQ4_NL, Direction::Decode, GROUPS),
+    kernel("qf_decode_iq4_xs", GgmlType::IQ4_XS, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_encode_iq4_nl", GgmlType::IQ4_NL, Direction::Encode, GROUPS),
+    kernel("qf_encode_iq4_xs", GgmlType::IQ4_XS, Direction::Encode, SUPER_BLOCK),
 ];
 
 /// The first non-finite value of an f32 buffer (`float.cu`).
@@ -130,5 +135,13 @@ mod tests {
         for k in &KERNELS {
             assert!(std::ptr::eq(find(k.ggml_type, k.direction).unwrap(), k), "{} twice", k.name);
         }
+    }
+
+    /// The IQ4 table the kernels carry is ggml's, as the codecs hold it.
+    #[test]
+    fn the_kernels_iq4_table_is_the_codecs() {
+        let values: Vec<String> = crate::codecs::blocks::KVALUES.iter().map(|v| v.to_string()).collect();
+        let line = format!("qf_kvalues[16] = {{{}}};", values.join(", "));
+        assert!(program().contains(&line), "iq4.cu's table differs from {line}");
     }
 }

@@ -7,6 +7,7 @@
 #include "../kernels/float.cu"
 #include "../kernels/legacy.cu"
 #include "../kernels/kquants.cu"
+#include "../kernels/iq4.cu"
 
 namespace {
 std::mutex launches;

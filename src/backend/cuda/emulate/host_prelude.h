@@ -60,6 +60,7 @@ inline std::barrier<>* block_barrier = nullptr;
 #define __device__
 #define __forceinline__ inline
 #define __shared__ static
+#define __constant__
 #define __syncthreads() (qf_emu::block_barrier->arrive_and_wait())
 
 inline unsigned __float_as_uint(float f) {
