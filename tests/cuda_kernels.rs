@@ -28,20 +28,35 @@ fn types(direction: kernels::Direction) -> Vec<GgmlType> {
         .collect()
 }
 
+/// Importance rows: random positive, and sparse (zeros make whole groups
+/// weightless, the searches' degenerate cases).
+fn importance_rows() -> Vec<Vec<f32>> {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let random: Vec<f32> = (0..256).map(|_| rng.float(4.0).abs()).collect();
+    let sparse: Vec<f32> = (0..256).map(|i| if (i / 16) % 3 == 0 { 0.0 } else { rng.float(1.0).abs() }).collect();
+    vec![random, sparse]
+}
+
 #[test]
 fn cuda_kernels_encode_the_scalar_bytes() {
     let rows = kernel_rows();
     let values: Vec<f32> = rows.concat();
     for ty in types(kernels::Direction::Encode) {
-        let row_len = ty.row_size(256).unwrap() as usize;
-        let mut expected = vec![0u8; row_len * rows.len()];
-        for (row, out) in rows.iter().zip(expected.chunks_exact_mut(row_len)) {
-            quantize_row_at(Level::Scalar, ty, row, None, out).unwrap();
-        }
-        let mut got = vec![0u8; expected.len()];
-        assert!(emulated::encode(ty, &values, &mut got));
-        for (r, (got, expected)) in got.chunks_exact(row_len).zip(expected.chunks_exact(row_len)).enumerate() {
-            assert_eq!(got, expected, "{ty:?} row {r}: {:?}", &rows[r][..8]);
+        let weighted = kernels::find(ty, kernels::Direction::Encode).unwrap().weighted;
+        let importance = importance_rows();
+        let variants = std::iter::once(None).chain(importance.iter().filter(|_| weighted).map(|w| Some(&w[..])));
+        for importance in variants {
+            let row_len = ty.row_size(256).unwrap() as usize;
+            let mut expected = vec![0u8; row_len * rows.len()];
+            for (row, out) in rows.iter().zip(expected.chunks_exact_mut(row_len)) {
+                quantize_row_at(Level::Scalar, ty, row, importance, out).unwrap();
+            }
+            let mut got = vec![0u8; expected.len()];
+            assert!(emulated::encode(ty, &values, importance, &mut got));
+            for (r, (got, expected)) in got.chunks_exact(row_len).zip(expected.chunks_exact(row_len)).enumerate() {
+                let weights = importance.map(|w| w[0]);
+                assert_eq!(got, expected, "{ty:?} (importance {weights:?}…) row {r}: {:?}", &rows[r][..8]);
+            }
         }
     }
 }
@@ -110,8 +125,8 @@ fn cuda_kernels_compile_with_nvrtc_for_sm_80_and_sm_90() {
 }
 
 /// The CUDA backend over the emulated device: conversions with kernels
-/// write the CPU backend's bytes, the rest (TQ2_0, importance weights)
-/// run on the CPU and the backend says so, and a non-finite value is
+/// write the CPU backend's bytes, the rest (TQ2_0, importance weights an
+/// encoder does not take) run on the CPU and the backend says so, and a non-finite value is
 /// refused naming its tensor row.
 #[test]
 fn cuda_backend_runs_kernels_where_it_has_them_and_the_cpu_elsewhere() {
@@ -124,9 +139,9 @@ fn cuda_backend_runs_kernels_where_it_has_them_and_the_cpu_elsewhere() {
     let mut f16 = vec![0u8; values.len() * 2];
     quantize_row_at(Level::Scalar, GgmlType::F16, &values, None, &mut f16).unwrap();
     let f32_bytes: Vec<u8> = bytemuck::cast_slice(&values).to_vec();
-    let importance = vec![1.0f32; 256];
+    let importance = importance_rows().swap_remove(0);
     fn slab<'a>(from: GgmlType, to: GgmlType, source: &'a [u8], importance: Option<&'a [f32]>) -> Slab<'a> {
-        Slab { from, to, n_per_row: 256, first_row: 40, rows_per_expert: 1, source, importance, row_numbers: None }
+        Slab { from, to, n_per_row: 256, first_row: 40, rows_per_expert: 1000, source, importance, row_numbers: None }
     }
     let cases = [
         (slab(GgmlType::F32, GgmlType::Q8_0, &f32_bytes, None), true),
@@ -136,6 +151,8 @@ fn cuda_backend_runs_kernels_where_it_has_them_and_the_cpu_elsewhere() {
         (slab(GgmlType::F32, GgmlType::Q4_K, &f32_bytes, None), true),
         (slab(GgmlType::F32, GgmlType::TQ2_0, &f32_bytes, None), false),
         (slab(GgmlType::F32, GgmlType::Q4_0, &f32_bytes, Some(&importance)), false),
+        (slab(GgmlType::F16, GgmlType::Q6_K, &f16, Some(&importance)), true),
+        (slab(GgmlType::F32, GgmlType::IQ4_XS, &f32_bytes, Some(&importance)), true),
     ];
     for (slab, on_device) in cases {
         let len = slab.rows() * slab.to.row_size(256).unwrap() as usize;

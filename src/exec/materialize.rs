@@ -120,7 +120,15 @@ impl InputFiles {
         if let Some(model) = open.get(content) {
             return Ok(Arc::clone(model));
         }
-        let model = Arc::new(ModelFile::open(&pinned.path, self.options)?);
+        // A file that fails to parse may have changed since it was hashed
+        // (truncated by a copy, say): that is the error then, not its parse.
+        let model = match ModelFile::open(&pinned.path, self.options) {
+            Ok(model) => Arc::new(model),
+            Err(e) => {
+                self.check(pinned)?;
+                return Err(e.into());
+            }
+        };
         self.check(pinned)?;
         open.insert(*content, Arc::clone(&model));
         Ok(model)

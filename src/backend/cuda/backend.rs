@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::device::Device;
-use super::kernels::{self, Direction, Kernel};
+use super::device::{Device, Job};
+use super::kernels::{self, Direction};
 use crate::backend::{Backend, CpuBackend, Slab, SlabError};
 use crate::codecs::{self, CodecError};
 
@@ -23,20 +23,32 @@ impl CudaBackend {
         CudaBackend { device, cpu, failed: AtomicBool::new(false) }
     }
 
-    /// The kernels that run `slab` on the device: its type's decoder and,
-    /// when `encoding`, the target's encoder (importance weights: none yet).
-    fn kernels(&self, slab: &Slab<'_>, encoding: bool) -> Option<(&'static Kernel, Option<&'static Kernel>)> {
+    /// The device job that runs `slab`: its type's decoder and, when
+    /// `encoding`, the target's encoder — with the slab's importance
+    /// weights when it has them, which must be one row (the slab's rows one
+    /// expert's) and an encoder that honours them.
+    fn job<'a>(&self, slab: &'a Slab<'a>, encoding: bool) -> Option<Job<'a>> {
         if self.failed.load(Ordering::Relaxed) {
             return None;
         }
         let decode = kernels::find(slab.from, Direction::Decode)?;
+        let n = (slab.rows() * slab.n_per_row) as u64;
+        let mut job = Job { decode, encode: None, source: slab.source, n, importance: None };
         if !encoding {
-            return Some((decode, None));
+            return Some(job);
         }
+        let encode = kernels::find(slab.to, Direction::Encode)?;
         if slab.importance.is_some() {
-            return None;
+            let experts = slab.rows_per_expert.max(1);
+            let one_expert = slab.row_numbers.is_none()
+                && slab.first_row / experts == (slab.first_row + slab.rows().max(1) - 1) / experts;
+            if !encode.weighted || !one_expert {
+                return None;
+            }
+            job.importance = Some(slab.weights_of(slab.first_row)?);
         }
-        Some((decode, Some(kernels::find(slab.to, Direction::Encode)?)))
+        job.encode = Some(encode);
+        Some(job)
     }
 
     fn give_up(&self, error: &super::device::DeviceError) {
@@ -52,15 +64,15 @@ impl Backend for CudaBackend {
     }
 
     fn ran_on(&self, slab: &Slab<'_>, encoding: bool) -> String {
-        match self.kernels(slab, encoding) {
+        match self.job(slab, encoding) {
             Some(_) => self.device.name(),
             None => self.cpu.name(),
         }
     }
 
     fn decode(&self, slab: &Slab<'_>, out: &mut [f32]) -> Result<(), CodecError> {
-        if let Some((decode, None)) = self.kernels(slab, false) {
-            match self.device.convert(decode, None, slab.source, out.len() as u64, bytemuck::cast_slice_mut(out)) {
+        if let Some(job) = self.job(slab, false) {
+            match self.device.convert(&job, bytemuck::cast_slice_mut(out)) {
                 Ok(_) => return Ok(()),
                 Err(e) => self.give_up(&e),
             }
@@ -69,9 +81,8 @@ impl Backend for CudaBackend {
     }
 
     fn convert(&self, slab: &Slab<'_>, out: &mut [u8]) -> Result<(), SlabError> {
-        if let Some((decode, encode)) = self.kernels(slab, true) {
-            let n = (slab.rows() * slab.n_per_row) as u64;
-            match self.device.convert(decode, encode, slab.source, n, out) {
+        if let Some(job) = self.job(slab, true) {
+            match self.device.convert(&job, out) {
                 Ok(None) => return Ok(()),
                 Ok(Some(first)) => return Err(non_finite(slab, first as usize)),
                 Err(e) => self.give_up(&e),

@@ -19,22 +19,25 @@ impl From<cudarc::driver::DriverError> for DeviceError {
     }
 }
 
+/// One conversion on a device: `n` values of `source` (whole blocks of
+/// `decode`'s type) decoded and, with `encode`, encoded under `importance`
+/// (one weight per column of rows of its length).
+pub struct Job<'a> {
+    pub decode: &'static Kernel,
+    pub encode: Option<&'static Kernel>,
+    pub source: &'a [u8],
+    pub n: u64,
+    pub importance: Option<&'a [f32]>,
+}
+
 pub trait Device: Send + Sync {
     /// `cuda:0 NVIDIA H200`, or `cuda-emulated`.
     fn name(&self) -> String;
 
-    /// Decodes `n` values from `source` (whole blocks of `decode`'s type);
-    /// with `encode`, encodes them into `out` unless one is NaN or infinite
-    /// (then returns the first's index and writes nothing); without, writes
-    /// the f32 values into `out`.
-    fn convert(
-        &self,
-        decode: &Kernel,
-        encode: Option<&Kernel>,
-        source: &[u8],
-        n: u64,
-        out: &mut [u8],
-    ) -> Result<Option<u64>, DeviceError>;
+    /// Runs `job` into `out`: the encoded bytes unless a decoded value is
+    /// NaN or infinite (then returns the first's index and writes nothing),
+    /// or without an encoder the f32 values.
+    fn convert(&self, job: &Job<'_>, out: &mut [u8]) -> Result<Option<u64>, DeviceError>;
 
     /// Seconds one run of `decode` over `n` values of `source` takes on the
     /// device, the data already there (`quantforge backends --bench`).
@@ -51,24 +54,17 @@ impl Device for EmulatedDevice {
         "cuda-emulated".into()
     }
 
-    fn convert(
-        &self,
-        decode: &Kernel,
-        encode: Option<&Kernel>,
-        source: &[u8],
-        n: u64,
-        out: &mut [u8],
-    ) -> Result<Option<u64>, DeviceError> {
-        let Some(encode) = encode else {
-            super::emulated::decode(decode.ggml_type, source, bytemuck::cast_slice_mut(out));
+    fn convert(&self, job: &Job<'_>, out: &mut [u8]) -> Result<Option<u64>, DeviceError> {
+        let Some(encode) = job.encode else {
+            super::emulated::decode(job.decode.ggml_type, job.source, bytemuck::cast_slice_mut(out));
             return Ok(None);
         };
-        let mut values = vec![0f32; n as usize];
-        super::emulated::decode(decode.ggml_type, source, &mut values);
+        let mut values = vec![0f32; job.n as usize];
+        super::emulated::decode(job.decode.ggml_type, job.source, &mut values);
         if let Some(first) = super::emulated::find_non_finite(&values) {
             return Ok(Some(first as u64));
         }
-        super::emulated::encode(encode.ggml_type, &values, out);
+        super::emulated::encode(encode.ggml_type, &values, job.importance, out);
         Ok(None)
     }
 }
@@ -106,6 +102,18 @@ impl GpuDevice {
         source: &CudaSlice<S>,
         destination: &mut CudaSlice<D>,
     ) -> Result<(), DeviceError> {
+        self.launch_weighted(kernel, items, source, destination, None)
+    }
+
+    /// [`Self::launch`] with a row of importance weights on the device.
+    fn launch_weighted<S: DeviceRepr, D: DeviceRepr>(
+        &self,
+        kernel: &Kernel,
+        items: u64,
+        source: &CudaSlice<S>,
+        destination: &mut CudaSlice<D>,
+        importance: Option<&CudaSlice<f32>>,
+    ) -> Result<(), DeviceError> {
         let function =
             self.functions.get(kernel.name).ok_or_else(|| DeviceError(format!("no kernel {}", kernel.name)))?;
         let grid = u32::try_from(kernel.grid(items))
@@ -114,8 +122,14 @@ impl GpuDevice {
             return Ok(());
         }
         let config = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        let (null, n_per_row) = (0u64, importance.map_or(1, |w| w.len() as u64));
         let mut launch = self.stream.launch_builder(function);
         launch.arg(source).arg(destination).arg(&items);
+        match importance {
+            Some(weights) => launch.arg(weights),
+            None => launch.arg(&null),
+        };
+        launch.arg(&n_per_row);
         // SAFETY: every kernel takes (source, destination, item count) and
         // reads and writes only the items' bytes, which the callers size.
         unsafe { launch.launch(config) }?;
@@ -128,17 +142,11 @@ impl Device for GpuDevice {
         self.name.clone()
     }
 
-    fn convert(
-        &self,
-        decode: &Kernel,
-        encode: Option<&Kernel>,
-        source: &[u8],
-        n: u64,
-        out: &mut [u8],
-    ) -> Result<Option<u64>, DeviceError> {
+    fn convert(&self, job: &Job<'_>, out: &mut [u8]) -> Result<Option<u64>, DeviceError> {
         let _one_at_a_time = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let (decode, encode, n) = (job.decode, job.encode, job.n);
         let stream = &self.stream;
-        let source = stream.clone_htod(source)?;
+        let source = stream.clone_htod(job.source)?;
         let mut values = stream.alloc_zeros::<f32>(n as usize)?;
         self.launch(decode, decode.items(n), &source, &mut values)?;
         let Some(encode) = encode else {
@@ -153,8 +161,12 @@ impl Device for GpuDevice {
         if first[0] < n {
             return Ok(Some(first[0]));
         }
+        let importance = match job.importance {
+            Some(weights) => Some(stream.clone_htod(weights)?),
+            None => None,
+        };
         let mut encoded = stream.alloc_zeros::<u8>(out.len())?;
-        self.launch(encode, encode.items(n), &values, &mut encoded)?;
+        self.launch_weighted(encode, encode.items(n), &values, &mut encoded, importance.as_ref())?;
         stream.memcpy_dtoh(&encoded, out)?;
         stream.synchronize()?;
         Ok(None)

@@ -15,18 +15,36 @@ unsafe extern "C" {
         source: *const c_void,
         destination: *mut c_void,
         n: c_ulonglong,
+        importance: *const f32,
+        n_per_row: c_ulonglong,
     ) -> c_int;
 }
 
 /// Runs `kernel` over `items` items from `source` into `destination`, whose
 /// lengths must hold them.
 fn launch(kernel: &Kernel, items: u64, source: &[u8], destination: &mut [u8]) {
+    launch_weighted(kernel, items, source, destination, None);
+}
+
+/// [`launch`] with a row of importance weights (one per column of rows of
+/// its length).
+fn launch_weighted(kernel: &Kernel, items: u64, source: &[u8], destination: &mut [u8], importance: Option<&[f32]>) {
     let name = CString::new(kernel.name).expect("kernel names hold no NUL");
     let grid = c_uint::try_from(kernel.grid(items)).expect("an emulated grid fits u32");
     // SAFETY: the kernel reads `items` items of its input from `source` and
     // writes as many of its output to `destination`; callers size both.
+    let (weights, n_per_row) = importance.map_or((std::ptr::null(), 1), |w| (w.as_ptr(), w.len() as u64));
     let status = unsafe {
-        qf_emulate_launch(name.as_ptr(), grid, THREADS, source.as_ptr().cast(), destination.as_mut_ptr().cast(), items)
+        qf_emulate_launch(
+            name.as_ptr(),
+            grid,
+            THREADS,
+            source.as_ptr().cast(),
+            destination.as_mut_ptr().cast(),
+            items,
+            weights,
+            n_per_row,
+        )
     };
     assert_eq!(status, 0, "kernel {} is not compiled in", kernel.name);
 }
@@ -41,13 +59,17 @@ pub fn decode(ggml_type: GgmlType, source: &[u8], out: &mut [f32]) -> bool {
     true
 }
 
-/// Encodes `values` as `ggml_type` into `out`; false when no kernel
-/// encodes the type.
-pub fn encode(ggml_type: GgmlType, values: &[f32], out: &mut [u8]) -> bool {
+/// Encodes `values` (rows of `importance.len()` values, when weights are
+/// given) as `ggml_type` into `out`; false when no kernel encodes the type
+/// with (or without) importance weights.
+pub fn encode(ggml_type: GgmlType, values: &[f32], importance: Option<&[f32]>, out: &mut [u8]) -> bool {
     let Some(kernel) = super::kernels::find(ggml_type, Direction::Encode) else { return false };
+    if importance.is_some() && !kernel.weighted {
+        return false;
+    }
     let items = kernel.items(values.len() as u64);
     assert!(out.len() as u64 >= ggml_type.row_size(values.len() as u64).unwrap_or(u64::MAX), "short output");
-    launch(kernel, items, bytemuck::cast_slice(values), out);
+    launch_weighted(kernel, items, bytemuck::cast_slice(values), out, importance);
     true
 }
 

@@ -33,10 +33,18 @@ pub struct Kernel {
     /// Items one block covers: ggml blocks of a block type, elements of a
     /// float type.
     pub items_per_block: u32,
+    /// An encoder that honours importance weights (a row of them, one per
+    /// column); the others run without.
+    pub weighted: bool,
 }
 
 const fn kernel(name: &'static str, ggml_type: GgmlType, direction: Direction, items_per_block: u32) -> Kernel {
-    Kernel { name, ggml_type, direction, items_per_block }
+    Kernel { name, ggml_type, direction, items_per_block, weighted: false }
+}
+
+const fn weighted(mut kernel: Kernel) -> Kernel {
+    kernel.weighted = true;
+    kernel
 }
 
 /// A 32-thread group per ggml block of 32.
@@ -70,11 +78,11 @@ pub static KERNELS: [Kernel; 29] = [
     kernel("qf_encode_q3_k", GgmlType::Q3_K, Direction::Encode, SUPER_BLOCK),
     kernel("qf_encode_q4_k", GgmlType::Q4_K, Direction::Encode, SUPER_BLOCK),
     kernel("qf_encode_q5_k", GgmlType::Q5_K, Direction::Encode, SUPER_BLOCK),
-    kernel("qf_encode_q6_k", GgmlType::Q6_K, Direction::Encode, SUPER_BLOCK),
+    weighted(kernel("qf_encode_q6_k", GgmlType::Q6_K, Direction::Encode, SUPER_BLOCK)),
     kernel("qf_decode_iq4_nl", GgmlType::IQ4_NL, Direction::Decode, GROUPS),
     kernel("qf_decode_iq4_xs", GgmlType::IQ4_XS, Direction::Decode, SUPER_BLOCK),
-    kernel("qf_encode_iq4_nl", GgmlType::IQ4_NL, Direction::Encode, GROUPS),
-    kernel("qf_encode_iq4_xs", GgmlType::IQ4_XS, Direction::Encode, SUPER_BLOCK),
+    weighted(kernel("qf_encode_iq4_nl", GgmlType::IQ4_NL, Direction::Encode, GROUPS)),
+    weighted(kernel("qf_encode_iq4_xs", GgmlType::IQ4_XS, Direction::Encode, SUPER_BLOCK)),
 ];
 
 /// The first non-finite value of an f32 buffer (`float.cu`).

@@ -19,7 +19,7 @@ mod ptx;
 use std::sync::{Arc, OnceLock};
 
 pub use backend::CudaBackend;
-pub use device::{Device, DeviceError, EmulatedDevice, GpuDevice};
+pub use device::{Device, DeviceError, EmulatedDevice, GpuDevice, Job};
 pub use libraries::LIB_DIRS_ENV;
 
 use crate::store::Store;

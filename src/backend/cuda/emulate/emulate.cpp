@@ -16,7 +16,8 @@ std::mutex launches;
 // Runs kernel `name` over `grid` blocks of `threads` threads; 0 on success,
 // -1 for an unknown kernel.
 extern "C" int qf_emulate_launch(const char* name, unsigned grid, unsigned threads, const void* source,
-                                 void* destination, unsigned long long n) {
+                                 void* destination, unsigned long long n, const float* importance,
+                                 unsigned long long n_per_row) {
     auto found = qf_emu::registry().find(name);
     if (found == qf_emu::registry().end()) return -1;
     qf_emu::Kernel kernel = found->second;
@@ -32,7 +33,7 @@ extern "C" int qf_emulate_launch(const char* name, unsigned grid, unsigned threa
             qf_emu::thread_index = dim3{t, 0, 0};
             for (unsigned b = 0; b < grid; b++) {
                 qf_emu::block_index = dim3{b, 0, 0};
-                kernel(source, destination, n);
+                kernel(source, destination, n, importance, n_per_row);
                 barrier.arrive_and_wait();
             }
         });

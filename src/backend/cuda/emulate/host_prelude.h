@@ -33,7 +33,7 @@ struct dim3 {
 
 namespace qf_emu {
 
-using Kernel = void (*)(const void*, void*, unsigned long long);
+using Kernel = void (*)(const void*, void*, unsigned long long, const float*, unsigned long long);
 
 inline std::map<std::string, Kernel>& registry() {
     static std::map<std::string, Kernel> kernels;
@@ -84,6 +84,6 @@ inline unsigned long long atomicMin(unsigned long long* address, unsigned long l
 }
 
 #define QF_KERNEL(name)                                                                   \
-    static void name(const void*, void*, unsigned long long);                              \
+    static void name(const void*, void*, unsigned long long, const float*, unsigned long long); \
     static const qf_emu::Registration name##_registration(#name, name);                   \
     static void name

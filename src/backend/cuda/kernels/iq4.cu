@@ -86,6 +86,22 @@ __device__ void qf_iq4_scales(const float* x, const float* w, float* scales) {
     __syncthreads();
 }
 
+// Each value's weight over a super-block of `len` (32 or 256) values: with
+// importance, qw · sqrt(σ² + x²), σ² twice the mean square; without, x².
+__device__ void qf_iq4_weights(const float* x, float* w, int len, const float* importance, qf_u64 first,
+                               qf_u64 n_per_row) {
+    __shared__ float sigma2[8];
+    int t = threadIdx.x;
+    if (importance && t % len == 0) {
+        float s = 0.0f;
+        for (int i = 0; i < len; i++) s += x[t + i] * x[t + i];
+        sigma2[t / len] = s * (2.0f / (float)len);
+    }
+    __syncthreads();
+    w[t] = importance ? importance[(first + t) % n_per_row] * sqrtf(sigma2[t / len] + x[t] * x[t]) : x[t] * x[t];
+    __syncthreads();
+}
+
 // Packs a sub-block's indices, low nibbles first (threads 0..127, a byte each).
 __device__ void qf_iq4_pack(const qf_u8* indices, qf_u8* qs, int t) {
     if (t < 128) {
@@ -94,15 +110,16 @@ __device__ void qf_iq4_pack(const qf_u8* indices, qf_u8* qs, int t) {
     }
 }
 
-QF_KERNEL(qf_encode_iq4_nl)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_encode_iq4_nl)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
+                            qf_u64 n_per_row) {
     __shared__ float x[QF_THREADS], w[QF_THREADS], scales[8];
     __shared__ qf_u8 indices[QF_THREADS];
     int t = threadIdx.x;
     qf_u64 first = (qf_u64)blockIdx.x * 8;
     bool active = first + t / 32 < n_blocks;
     x[t] = active ? ((const float*)source)[first * 32 + t] : 0.0f;
-    w[t] = x[t] * x[t];
     __syncthreads();
+    qf_iq4_weights(x, w, 32, importance, first * 32, n_per_row);
     qf_iq4_scales(x, w, scales);
     float scale = scales[t / 32];
     float id = scale != 0.0f ? 1.0f / scale : 0.0f;
@@ -116,7 +133,8 @@ QF_KERNEL(qf_encode_iq4_nl)(const void* source, void* destination, qf_u64 n_bloc
     }
 }
 
-QF_KERNEL(qf_encode_iq4_xs)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_encode_iq4_xs)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
+                            qf_u64 n_per_row) {
     __shared__ float x[QF_THREADS], w[QF_THREADS], scales[8];
     __shared__ qf_u8 indices[QF_THREADS];
     __shared__ int levels[8];
@@ -125,8 +143,8 @@ QF_KERNEL(qf_encode_iq4_xs)(const void* source, void* destination, qf_u64 n_bloc
     qf_u64 block = blockIdx.x;
     bool active = block < n_blocks;
     x[t] = active ? ((const float*)source)[block * 256 + t] : 0.0f;
-    w[t] = x[t] * x[t];
     __syncthreads();
+    qf_iq4_weights(x, w, 256, importance, block * 256, n_per_row);
     qf_iq4_scales(x, w, scales);
     if (t == 0) {
         float max_scale = 0.0f, amax_scale = 0.0f;
@@ -160,7 +178,7 @@ QF_KERNEL(qf_encode_iq4_xs)(const void* source, void* destination, qf_u64 n_bloc
     qf_iq4_pack(indices, out + 8, t);
 }
 
-QF_KERNEL(qf_decode_iq4_nl)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_decode_iq4_nl)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     qf_u64 block = (qf_u64)blockIdx.x * 8 + threadIdx.x / 32;
     if (block >= n_blocks) return;
     const qf_u8* b = (const qf_u8*)source + block * 18;
@@ -169,7 +187,7 @@ QF_KERNEL(qf_decode_iq4_nl)(const void* source, void* destination, qf_u64 n_bloc
     ((float*)destination)[block * 32 + j] = qf_f16_to_f32(qf_load_u16(b)) * (float)qf_kvalues[q];
 }
 
-QF_KERNEL(qf_decode_iq4_xs)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_decode_iq4_xs)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     qf_u64 block = blockIdx.x;
     if (block >= n_blocks) return;
     const qf_u8* b = (const qf_u8*)source + block * 136;

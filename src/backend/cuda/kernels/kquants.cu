@@ -20,7 +20,7 @@ __device__ __forceinline__ void qf_scale_min_k4(int j, const qf_u8* q, int* scal
     }
 }
 
-QF_KERNEL(qf_decode_q2_k)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_decode_q2_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     qf_u64 block = blockIdx.x;
     if (block >= n_blocks) return;
     const qf_u8* b = (const qf_u8*)source + block * 84;
@@ -31,7 +31,7 @@ QF_KERNEL(qf_decode_q2_k)(const void* source, void* destination, qf_u64 n_blocks
     ((float*)destination)[block * QK_K + e] = d * (float)(sc & 0xf) * (float)level - min * (float)(sc >> 4);
 }
 
-QF_KERNEL(qf_decode_q3_k)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_decode_q3_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     qf_u64 block = blockIdx.x;
     if (block >= n_blocks) return;
     const qf_u8* b = (const qf_u8*)source + block * 110;
@@ -63,15 +63,15 @@ __device__ void qf_decode_k4(const void* source, void* destination, qf_u64 n_blo
     ((float*)destination)[block * QK_K + e] = d * (float)scale * (float)level - dmin * (float)min;
 }
 
-QF_KERNEL(qf_decode_q4_k)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_decode_q4_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     qf_decode_k4(source, destination, n_blocks, false);
 }
 
-QF_KERNEL(qf_decode_q5_k)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_decode_q5_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     qf_decode_k4(source, destination, n_blocks, true);
 }
 
-QF_KERNEL(qf_decode_q6_k)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_decode_q6_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     qf_u64 block = blockIdx.x;
     if (block >= n_blocks) return;
     const qf_u8* b = (const qf_u8*)source + block * 210;
@@ -97,8 +97,11 @@ __device__ __forceinline__ float qf_qx_iscale(int t, float max, int nmax) {
     return -((float)nmax + 0.1f * (float)is) / max;
 }
 
-QF_KERNEL(qf_encode_q6_k)(const void* source, void* destination, qf_u64 n_blocks) {
-    __shared__ float x[QK_K];
+// With importance weights, each value's weight is its importance as given
+// (ggml's quantize_row_q6_K_impl); without, its square.
+QF_KERNEL(qf_encode_q6_k)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
+                          qf_u64 n_per_row) {
+    __shared__ float x[QK_K], w[QK_K];
     __shared__ float group_max[16], group_amax[16], sumlx[16][Q6_TRIALS], suml2[16][Q6_TRIALS];
     __shared__ float scales[16];
     __shared__ int chosen[16];
@@ -110,6 +113,7 @@ QF_KERNEL(qf_encode_q6_k)(const void* source, void* destination, qf_u64 n_blocks
     bool active = block < n_blocks;
     int t = threadIdx.x;
     x[t] = active ? ((const float*)source)[block * QK_K + t] : 0.0f;
+    w[t] = importance ? importance[(block * QK_K + t) % n_per_row] : x[t] * x[t];
     __syncthreads();
     if (t < 16) {
         float max = 0.0f, amax = 0.0f;
@@ -129,11 +133,10 @@ QF_KERNEL(qf_encode_q6_k)(const void* source, void* destination, qf_u64 n_blocks
         float iscale = qf_qx_iscale(trial, group_max[g], 32);
         float lx = 0.0f, l2 = 0.0f;
         for (int i = 0; i < 16; i++) {
-            float v = x[16 * g + i];
-            float w = v * v;
+            float v = x[16 * g + i], wi = w[16 * g + i];
             float l = (float)qf_clamp(qf_nearest_int(iscale * v), -32, 31);
-            lx += w * v * l;
-            l2 += w * l * l;
+            lx += wi * v * l;
+            l2 += wi * l * l;
         }
         sumlx[g][trial] = lx;
         suml2[g][trial] = l2;
@@ -372,11 +375,11 @@ __device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blo
     }
 }
 
-QF_KERNEL(qf_encode_q4_k)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_encode_q4_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     qf_encode_k4(source, destination, n_blocks, 15);
 }
 
-QF_KERNEL(qf_encode_q5_k)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_encode_q5_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     qf_encode_k4(source, destination, n_blocks, 31);
 }
 
@@ -391,7 +394,7 @@ __device__ void qf_pack_2bit(const qf_u8* levels, qf_u8* qs, int t) {
 
 // ---------------------------------------------------------------- Q2_K
 
-QF_KERNEL(qf_encode_q2_k)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_encode_q2_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     __shared__ float x[QK_K], w[QK_K], scales[16], mins[16];
     __shared__ qf_u8 packed[16], levels[QK_K];
     __shared__ float block_d, block_dmin;
@@ -494,7 +497,7 @@ __device__ float qf_make_q3(const float* x, signed char* levels) {
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
-QF_KERNEL(qf_encode_q3_k)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_encode_q3_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     __shared__ float x[QK_K], scales[16];
     __shared__ signed char levels[QK_K];
     __shared__ qf_u8 packed[12], unsigned_levels[QK_K];

@@ -102,7 +102,7 @@ __device__ void qf_pack_high_bits(const qf_u8* levels, QfGroup g, qf_u8* qh) {
     }
 }
 
-QF_KERNEL(qf_encode_q8_0)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_encode_q8_0)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     __shared__ float magnitude[QF_THREADS];
     QfGroup g = qf_group(n_blocks);
     float v = g.active ? ((const float*)source)[g.block * QK + g.lane] : 0.0f;
@@ -146,11 +146,11 @@ __device__ void qf_encode_symmetric(const void* source, void* destination, qf_u6
     }
 }
 
-QF_KERNEL(qf_encode_q4_0)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_encode_q4_0)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     qf_encode_symmetric(source, destination, n_blocks, 8);
 }
 
-QF_KERNEL(qf_encode_q5_0)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_encode_q5_0)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     qf_encode_symmetric(source, destination, n_blocks, 16);
 }
 
@@ -183,11 +183,11 @@ __device__ void qf_encode_offset(const void* source, void* destination, qf_u64 n
     }
 }
 
-QF_KERNEL(qf_encode_q4_1)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_encode_q4_1)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     qf_encode_offset(source, destination, n_blocks, 15);
 }
 
-QF_KERNEL(qf_encode_q5_1)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_encode_q5_1)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     qf_encode_offset(source, destination, n_blocks, 31);
 }
 
@@ -201,7 +201,7 @@ __device__ __forceinline__ int qf_high_bit(const qf_u8* qh, int j) {
     return (int)(((bits >> j) & 1u) << 4);
 }
 
-QF_KERNEL(qf_decode_q4_0)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_decode_q4_0)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     QfGroup g = qf_group(n_blocks);
     if (!g.active) return;
     const qf_u8* b = (const qf_u8*)source + g.block * 18;
@@ -209,7 +209,7 @@ QF_KERNEL(qf_decode_q4_0)(const void* source, void* destination, qf_u64 n_blocks
     ((float*)destination)[g.block * QK + g.lane] = (float)(qf_nibble(b + 2, g.lane) - 8) * d;
 }
 
-QF_KERNEL(qf_decode_q4_1)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_decode_q4_1)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     QfGroup g = qf_group(n_blocks);
     if (!g.active) return;
     const qf_u8* b = (const qf_u8*)source + g.block * 20;
@@ -217,7 +217,7 @@ QF_KERNEL(qf_decode_q4_1)(const void* source, void* destination, qf_u64 n_blocks
     ((float*)destination)[g.block * QK + g.lane] = (float)qf_nibble(b + 4, g.lane) * d + m;
 }
 
-QF_KERNEL(qf_decode_q5_0)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_decode_q5_0)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     QfGroup g = qf_group(n_blocks);
     if (!g.active) return;
     const qf_u8* b = (const qf_u8*)source + g.block * 22;
@@ -226,7 +226,7 @@ QF_KERNEL(qf_decode_q5_0)(const void* source, void* destination, qf_u64 n_blocks
     ((float*)destination)[g.block * QK + g.lane] = (float)x * d;
 }
 
-QF_KERNEL(qf_decode_q5_1)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_decode_q5_1)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     QfGroup g = qf_group(n_blocks);
     if (!g.active) return;
     const qf_u8* b = (const qf_u8*)source + g.block * 24;
@@ -235,7 +235,7 @@ QF_KERNEL(qf_decode_q5_1)(const void* source, void* destination, qf_u64 n_blocks
     ((float*)destination)[g.block * QK + g.lane] = (float)x * d + m;
 }
 
-QF_KERNEL(qf_decode_q8_0)(const void* source, void* destination, qf_u64 n_blocks) {
+QF_KERNEL(qf_decode_q8_0)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     QfGroup g = qf_group(n_blocks);
     if (!g.active) return;
     const qf_u8* b = (const qf_u8*)source + g.block * 34;
