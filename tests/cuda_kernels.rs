@@ -150,7 +150,8 @@ fn cuda_backend_runs_kernels_where_it_has_them_and_the_cpu_elsewhere() {
         (slab(GgmlType::F16, GgmlType::BF16, &f16, None), true),
         (slab(GgmlType::F32, GgmlType::Q4_K, &f32_bytes, None), true),
         (slab(GgmlType::F32, GgmlType::TQ2_0, &f32_bytes, None), false),
-        (slab(GgmlType::F32, GgmlType::Q4_0, &f32_bytes, Some(&importance)), false),
+        (slab(GgmlType::F32, GgmlType::Q4_0, &f32_bytes, Some(&importance)), true),
+        (slab(GgmlType::F32, GgmlType::Q4_K, &f32_bytes, Some(&importance)), false),
         (slab(GgmlType::F16, GgmlType::Q6_K, &f16, Some(&importance)), true),
         (slab(GgmlType::F32, GgmlType::IQ4_XS, &f32_bytes, Some(&importance)), true),
     ];

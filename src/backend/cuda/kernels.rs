@@ -8,8 +8,9 @@ use crate::types::GgmlType;
 pub const THREADS: u32 = 256;
 
 /// The sources in the order NVRTC (and `emulate.cpp`) reads them.
-const SOURCES: [(&str, &str); 5] = [
+const SOURCES: [(&str, &str); 6] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
+    ("search.cuh", include_str!("kernels/search.cuh")),
     ("float.cu", include_str!("kernels/float.cu")),
     ("legacy.cu", include_str!("kernels/legacy.cu")),
     ("kquants.cu", include_str!("kernels/kquants.cu")),
@@ -64,10 +65,10 @@ pub static KERNELS: [Kernel; 29] = [
     kernel("qf_decode_q5_0", GgmlType::Q5_0, Direction::Decode, GROUPS),
     kernel("qf_decode_q5_1", GgmlType::Q5_1, Direction::Decode, GROUPS),
     kernel("qf_decode_q8_0", GgmlType::Q8_0, Direction::Decode, GROUPS),
-    kernel("qf_encode_q4_0", GgmlType::Q4_0, Direction::Encode, GROUPS),
-    kernel("qf_encode_q4_1", GgmlType::Q4_1, Direction::Encode, GROUPS),
-    kernel("qf_encode_q5_0", GgmlType::Q5_0, Direction::Encode, GROUPS),
-    kernel("qf_encode_q5_1", GgmlType::Q5_1, Direction::Encode, GROUPS),
+    weighted(kernel("qf_encode_q4_0", GgmlType::Q4_0, Direction::Encode, GROUPS)),
+    weighted(kernel("qf_encode_q4_1", GgmlType::Q4_1, Direction::Encode, GROUPS)),
+    weighted(kernel("qf_encode_q5_0", GgmlType::Q5_0, Direction::Encode, GROUPS)),
+    weighted(kernel("qf_encode_q5_1", GgmlType::Q5_1, Direction::Encode, GROUPS)),
     kernel("qf_encode_q8_0", GgmlType::Q8_0, Direction::Encode, GROUPS),
     kernel("qf_decode_q2_k", GgmlType::Q2_K, Direction::Decode, SUPER_BLOCK),
     kernel("qf_decode_q3_k", GgmlType::Q3_K, Direction::Decode, SUPER_BLOCK),

@@ -4,6 +4,7 @@
 #include "host_prelude.h"
 
 #include "../kernels/common.cuh"
+#include "../kernels/search.cuh"
 #include "../kernels/float.cu"
 #include "../kernels/legacy.cu"
 #include "../kernels/kquants.cu"

@@ -214,70 +214,6 @@ QF_KERNEL(qf_encode_q6_k)(const void* source, void* destination, qf_u64 n_blocks
 
 // ---------------------------------------------------------------- Q4_K and Q5_K
 
-// make_qkx2_quants on one group of n (16 or 32), as search.rs runs it. Its
-// trials are not independent — a better trial moves the minimum every
-// later trial rounds against — so one thread runs a group's search in
-// order. Writes the group's levels; returns (scale, -min).
-__device__ void qf_make_qkx2(const float* x, const float* w, int n, int nmax, float rmin, float rdelta, int nstep,
-                             bool use_mad, qf_u8* levels, float* scale_out, float* neg_min_out) {
-    float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
-    for (int i = 1; i < n; i++) {
-        if (x[i] < min) min = x[i];
-        if (x[i] > max) max = x[i];
-        sum_w += w[i];
-        sum_x += w[i] * x[i];
-    }
-    if (min > 0.0f) min = 0.0f;
-    if (max == min) {
-        for (int i = 0; i < n; i++) levels[i] = 0;
-        *scale_out = 0.0f;
-        *neg_min_out = -min;
-        return;
-    }
-    float iscale = (float)nmax / (max - min);
-    float scale = 1.0f / iscale, best_error = 0.0f;
-    for (int i = 0; i < n; i++) {
-        int l = qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
-        levels[i] = (qf_u8)l;
-        float diff = scale * (float)l + min - x[i];
-        best_error += w[i] * (use_mad ? fabsf(diff) : diff * diff);
-    }
-    qf_u8 aux[32];
-    for (int is = 0; is <= nstep; is++) {
-        iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
-        float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
-        for (int i = 0; i < n; i++) {
-            aux[i] = (qf_u8)qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
-            float l = (float)aux[i];
-            sum_l += w[i] * l;
-            sum_l2 += w[i] * l * l;
-            sum_xl += w[i] * l * x[i];
-        }
-        float det = sum_w * sum_l2 - sum_l * sum_l;
-        if (det > 0.0f) {
-            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
-            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
-            if (this_min > 0.0f) {
-                this_min = 0.0f;
-                this_scale = sum_xl / sum_l2;
-            }
-            float error = 0.0f;
-            for (int i = 0; i < n; i++) {
-                float diff = this_scale * (float)aux[i] + this_min - x[i];
-                error = error + w[i] * (use_mad ? fabsf(diff) : diff * diff);
-            }
-            if (error < best_error) {
-                for (int i = 0; i < n; i++) levels[i] = aux[i];
-                best_error = error;
-                scale = this_scale;
-                min = this_min;
-            }
-        }
-    }
-    *scale_out = scale;
-    *neg_min_out = -min;
-}
-
 // Q4_K (nmax 15: rmin -1, 20 steps) and Q5_K (nmax 31: rmin -0.5, 15 steps).
 __device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blocks, int nmax) {
     __shared__ float x[QK_K], w[QK_K];
@@ -300,8 +236,8 @@ __device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blo
     if (t < 8) {
         float rmin = nmax == 15 ? -1.0f : -0.5f;
         int nstep = nmax == 15 ? 20 : 15;
-        qf_make_qkx2(x + 32 * t, w + 32 * t, 32, nmax, rmin, 0.1f, nstep, false, levels + 32 * t, &g_scale[t],
-                     &g_neg_min[t]);
+        qf_make_qkx(x + 32 * t, w + 32 * t, 32, nmax, rmin, 0.1f, nstep, false, false, levels + 32 * t, &g_scale[t],
+                    &g_neg_min[t]);
     }
     __syncthreads();
     if (t == 0) {
@@ -405,7 +341,7 @@ QF_KERNEL(qf_encode_q2_k)(const void* source, void* destination, qf_u64 n_blocks
     w[t] = fabsf(x[t]);
     __syncthreads();
     if (t < 16) {
-        qf_make_qkx2(x + 16 * t, w + 16 * t, 16, 3, -0.5f, 0.1f, 15, true, levels + 16 * t, &scales[t], &mins[t]);
+        qf_make_qkx(x + 16 * t, w + 16 * t, 16, 3, -0.5f, 0.1f, 15, true, false, levels + 16 * t, &scales[t], &mins[t]);
     }
     __syncthreads();
     if (t == 0) {

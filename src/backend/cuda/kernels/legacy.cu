@@ -1,6 +1,7 @@
 // The 32-element block types Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: encode from
-// f32 without importance weights (ggml's reference rows, as
-// src/codecs/legacy.rs defines them) and decode to f32.
+// f32, with importance weights (ggml's quantize_row_*_impl) or without
+// (its reference rows), as src/codecs/legacy.rs defines them, and decode
+// to f32.
 //
 // Each 32-thread group of a block owns one ggml block, a thread one value:
 // the group finds its block's extremes by a tree reduction in shared memory
@@ -124,17 +125,47 @@ QF_KERNEL(qf_encode_q8_0)(const void* source, void* destination, qf_u64 n_blocks
     }
 }
 
-// Q4_0 (nmax 8) and Q5_0 (nmax 16): the largest magnitude maps to -nmax.
-__device__ void qf_encode_symmetric(const void* source, void* destination, qf_u64 n_blocks, int nmax) {
-    __shared__ float magnitude[QF_THREADS], value[QF_THREADS];
+// With importance weights, each value's weight: qw · sqrt(σ² + x²), σ² the
+// mean square of the value's whole row (ggml's quantize_row_*_impl).
+__device__ void qf_row_weights(const float* source, float v, QfGroup g, const float* importance, qf_u64 n_per_row,
+                               float* x, float* w) {
+    __shared__ float sigma2[QF_GROUPS];
+    qf_u64 at = g.block * QK + g.lane;
+    if (g.lane == 0 && g.active) {
+        qf_u64 row = at / n_per_row;
+        float s = 0.0f;
+        for (qf_u64 i = row * n_per_row; i < (row + 1) * n_per_row; i++) s = s + source[i] * source[i];
+        sigma2[threadIdx.x / QK] = s / (float)n_per_row;
+    }
+    __syncthreads();
+    x[threadIdx.x] = v;
+    w[threadIdx.x] = g.active ? importance[at % n_per_row] * sqrtf(sigma2[threadIdx.x / QK] + v * v) : 0.0f;
+    __syncthreads();
+}
+
+// Q4_0 (nmax 8) and Q5_0 (nmax 16): the largest magnitude maps to -nmax,
+// or with importance weights the scale make_qx_quants finds.
+__device__ void qf_encode_symmetric(const void* source, void* destination, qf_u64 n_blocks, int nmax,
+                                    const float* importance, qf_u64 n_per_row) {
+    __shared__ float magnitude[QF_THREADS], value[QF_THREADS], x[QF_THREADS], w[QF_THREADS], scales[QF_GROUPS];
     __shared__ int index[QF_THREADS];
     __shared__ qf_u8 levels[QF_THREADS];
     QfGroup g = qf_group(n_blocks);
     float v = g.active ? ((const float*)source)[g.block * QK + g.lane] : 0.0f;
-    float d = qf_signed_absmax(v, g, magnitude, value, index) / -(float)nmax;
-    float id = qf_inverse(d);
-    levels[threadIdx.x] = qf_clamp_high(v * id + ((float)nmax + 0.5f), 2 * nmax - 1);
-    __syncthreads();
+    float d;
+    if (importance) {
+        qf_row_weights((const float*)source, v, g, importance, n_per_row, x, w);
+        if (g.lane == 0) {
+            scales[threadIdx.x / QK] = qf_make_qx(x + g.first, w + g.first, QK, nmax, (signed char*)levels + g.first);
+        }
+        __syncthreads();
+        d = scales[threadIdx.x / QK];
+    } else {
+        d = qf_signed_absmax(v, g, magnitude, value, index) / -(float)nmax;
+        float id = qf_inverse(d);
+        levels[threadIdx.x] = qf_clamp_high(v * id + ((float)nmax + 0.5f), 2 * nmax - 1);
+        __syncthreads();
+    }
     if (!g.active) return;
     qf_u8* out = (qf_u8*)destination + g.block * (nmax == 8 ? 18 : 22);
     if (g.lane == 0) qf_store_u16(out, qf_f32_to_f16(d));
@@ -146,29 +177,47 @@ __device__ void qf_encode_symmetric(const void* source, void* destination, qf_u6
     }
 }
 
-QF_KERNEL(qf_encode_q4_0)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
-    qf_encode_symmetric(source, destination, n_blocks, 8);
+QF_KERNEL(qf_encode_q4_0)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
+                          qf_u64 n_per_row) {
+    qf_encode_symmetric(source, destination, n_blocks, 8, importance, n_per_row);
 }
 
-QF_KERNEL(qf_encode_q5_0)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
-    qf_encode_symmetric(source, destination, n_blocks, 16);
+QF_KERNEL(qf_encode_q5_0)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
+                          qf_u64 n_per_row) {
+    qf_encode_symmetric(source, destination, n_blocks, 16, importance, n_per_row);
 }
 
-// Q4_1 (nmax 15) and Q5_1 (nmax 31): minimum to maximum in nmax steps.
-__device__ void qf_encode_offset(const void* source, void* destination, qf_u64 n_blocks, int nmax) {
-    __shared__ float lo[QF_THREADS], hi[QF_THREADS];
+// Q4_1 (nmax 15) and Q5_1 (nmax 31): minimum to maximum in nmax steps, or
+// with importance weights make_qkx3_quants' search.
+__device__ void qf_encode_offset(const void* source, void* destination, qf_u64 n_blocks, int nmax,
+                                 const float* importance, qf_u64 n_per_row) {
+    __shared__ float lo[QF_THREADS], hi[QF_THREADS], x[QF_THREADS], w[QF_THREADS];
+    __shared__ float scales[QF_GROUPS], neg_mins[QF_GROUPS];
     __shared__ int lo_index[QF_THREADS], hi_index[QF_THREADS];
     __shared__ qf_u8 levels[QF_THREADS];
     QfGroup g = qf_group(n_blocks);
     float v = g.active ? ((const float*)source)[g.block * QK + g.lane] : 0.0f;
-    float min, max;
-    qf_min_max(v, g, lo, hi, lo_index, hi_index, &min, &max);
-    float d = (max - min) / (float)nmax;
-    float id = qf_inverse(d);
-    float x = (v - min) * id + 0.5f;
-    // Q4_1 clamps as ggml's MIN does; Q5_1's reference casts with no clamp.
-    levels[threadIdx.x] = nmax == 15 ? qf_clamp_high(x, 15) : (qf_u8)qf_float_to_int(x);
-    __syncthreads();
+    float d, min;
+    if (importance) {
+        qf_row_weights((const float*)source, v, g, importance, n_per_row, x, w);
+        if (g.lane == 0) {
+            int k = threadIdx.x / QK;
+            qf_make_qkx(x + g.first, w + g.first, QK, nmax, -0.9f, 0.05f, 36, false, true, levels + g.first,
+                        &scales[k], &neg_mins[k]);
+        }
+        __syncthreads();
+        d = scales[threadIdx.x / QK];
+        min = -neg_mins[threadIdx.x / QK];
+    } else {
+        float max;
+        qf_min_max(v, g, lo, hi, lo_index, hi_index, &min, &max);
+        d = (max - min) / (float)nmax;
+        float id = qf_inverse(d);
+        float level = (v - min) * id + 0.5f;
+        // Q4_1 clamps as ggml's MIN does; Q5_1's reference casts with no clamp.
+        levels[threadIdx.x] = nmax == 15 ? qf_clamp_high(level, 15) : (qf_u8)qf_float_to_int(level);
+        __syncthreads();
+    }
     if (!g.active) return;
     qf_u8* out = (qf_u8*)destination + g.block * (nmax == 15 ? 20 : 24);
     if (g.lane == 0) {
@@ -183,12 +232,14 @@ __device__ void qf_encode_offset(const void* source, void* destination, qf_u64 n
     }
 }
 
-QF_KERNEL(qf_encode_q4_1)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
-    qf_encode_offset(source, destination, n_blocks, 15);
+QF_KERNEL(qf_encode_q4_1)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
+                          qf_u64 n_per_row) {
+    qf_encode_offset(source, destination, n_blocks, 15, importance, n_per_row);
 }
 
-QF_KERNEL(qf_encode_q5_1)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
-    qf_encode_offset(source, destination, n_blocks, 31);
+QF_KERNEL(qf_encode_q5_1)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
+                          qf_u64 n_per_row) {
+    qf_encode_offset(source, destination, n_blocks, 31, importance, n_per_row);
 }
 
 // The 4 low bits of element j of a block's nibbles (j < 16 low, else high).

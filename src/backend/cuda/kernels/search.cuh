@@ -1,0 +1,102 @@
+// The scale searches several kernels share (src/codecs/search.rs), each
+// run by one thread over one group, in the scalar order.
+
+// make_qkx2_quants (or, with qkx3, make_qkx3_quants, whose flat-group test
+// differs) on one group of n (16 or 32), as search.rs runs it. Its trials
+// are not independent — a better trial moves the minimum every later trial
+// rounds against — so one thread runs a group's search in order. Writes the
+// group's levels; returns (scale, -min).
+__device__ void qf_make_qkx(const float* x, const float* w, int n, int nmax, float rmin, float rdelta, int nstep,
+                            bool use_mad, bool qkx3, qf_u8* levels, float* scale_out, float* neg_min_out) {
+    float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0.0f) min = 0.0f;
+    if (qkx3 ? max <= min : max == min) {
+        for (int i = 0; i < n; i++) levels[i] = 0;
+        *scale_out = 0.0f;
+        *neg_min_out = -min;
+        return;
+    }
+    float iscale = (float)nmax / (max - min);
+    float scale = 1.0f / iscale, best_error = 0.0f;
+    for (int i = 0; i < n; i++) {
+        int l = qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
+        levels[i] = (qf_u8)l;
+        float diff = scale * (float)l + min - x[i];
+        best_error += w[i] * (use_mad ? fabsf(diff) : diff * diff);
+    }
+    qf_u8 aux[32];
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
+        float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
+        for (int i = 0; i < n; i++) {
+            aux[i] = (qf_u8)qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
+            float l = (float)aux[i];
+            sum_l += w[i] * l;
+            sum_l2 += w[i] * l * l;
+            sum_xl += w[i] * l * x[i];
+        }
+        float det = sum_w * sum_l2 - sum_l * sum_l;
+        if (det > 0.0f) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+            if (this_min > 0.0f) {
+                this_min = 0.0f;
+                this_scale = sum_xl / sum_l2;
+            }
+            float error = 0.0f;
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * (float)aux[i] + this_min - x[i];
+                error = error + w[i] * (use_mad ? fabsf(diff) : diff * diff);
+            }
+            if (error < best_error) {
+                for (int i = 0; i < n; i++) levels[i] = aux[i];
+                best_error = error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *scale_out = scale;
+    *neg_min_out = -min;
+}
+
+// make_qx_quants with given weights on one group of n: symmetric levels in
+// [0, 2·nmax) (all 0 for a group of zeros); returns the scale.
+__device__ float qf_make_qx(const float* x, const float* w, int n, int nmax, signed char* levels) {
+    float max = 0.0f, amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            max = x[i];
+        }
+    }
+    if (amax < 1e-15f) {
+        for (int i = 0; i < n; i++) levels[i] = 0;
+        return 0.0f;
+    }
+    float scale = 0.0f, best = 0.0f;
+    for (int trial = 0; trial < 19; trial++) {
+        int is = trial == 0 ? 0 : (trial <= 9 ? trial - 10 : trial - 9);
+        float iscale = trial == 0 ? -(float)nmax / max : -((float)nmax + 0.1f * (float)is) / max;
+        float sumlx = 0.0f, suml2 = 0.0f;
+        for (int i = 0; i < n; i++) {
+            float l = (float)qf_clamp(qf_nearest_int(iscale * x[i]), -nmax, nmax - 1);
+            sumlx += w[i] * x[i] * l;
+            suml2 += w[i] * l * l;
+        }
+        bool better = trial == 0 || (suml2 > 0.0f && sumlx * sumlx > best * suml2);
+        if (!better) continue;
+        for (int i = 0; i < n; i++) {
+            levels[i] = (signed char)(qf_clamp(qf_nearest_int(iscale * x[i]), -nmax, nmax - 1) + nmax);
+        }
+        scale = trial == 0 ? (suml2 != 0.0f ? sumlx / suml2 : 0.0f) : sumlx / suml2;
+        best = scale * sumlx;
+    }
+    return scale;
+}
