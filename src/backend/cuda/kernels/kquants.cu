@@ -214,10 +214,51 @@ QF_KERNEL(qf_encode_q6_k)(const void* source, void* destination, qf_u64 n_blocks
 
 // ---------------------------------------------------------------- Q4_K and Q5_K
 
-// Q4_K (nmax 15: rmin -1, 20 steps) and Q5_K (nmax 31: rmin -0.5, 15 steps).
-__device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blocks, int nmax) {
+// Six-bit scales and minimums in Q4_K/Q5_K's 12-byte layout (ls, lm ≤ 63).
+__device__ void qf_pack_scales_k4(qf_u8* ls, qf_u8* lm, qf_u8* packed) {
+    for (int j = 0; j < 12; j++) packed[j] = 0;
+    for (int j = 0; j < 8; j++) {
+        ls[j] = ls[j] < 63 ? ls[j] : 63;
+        lm[j] = lm[j] < 63 ? lm[j] : 63;
+        if (j < 4) {
+            packed[j] = ls[j];
+            packed[j + 4] = lm[j];
+        } else {
+            packed[j + 4] = (qf_u8)((ls[j] & 0xf) | ((lm[j] & 0xf) << 4));
+            packed[j - 4] |= (qf_u8)((ls[j] >> 4) << 6);
+            packed[j] |= (qf_u8)((lm[j] >> 4) << 6);
+        }
+    }
+}
+
+// The unweighted block scales: each group's scale and minimum on a 6-bit
+// grid of the largest.
+__device__ void qf_k4_block_scales(const float* scales, const float* neg_mins, qf_u8* packed, qf_u16* d_bits,
+                                   qf_u16* dmin_bits) {
+    float max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        max_scale = scales[j] > max_scale ? scales[j] : max_scale;
+        max_min = neg_mins[j] > max_min ? neg_mins[j] : max_min;
+    }
+    float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+    float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+    qf_u8 ls[8], lm[8];
+    for (int j = 0; j < 8; j++) {
+        ls[j] = (qf_u8)qf_nearest_int(inv_scale * scales[j]);
+        lm[j] = (qf_u8)qf_nearest_int(inv_min * neg_mins[j]);
+    }
+    qf_pack_scales_k4(ls, lm, packed);
+    *d_bits = qf_f32_to_f16(max_scale / 63.0f);
+    *dmin_bits = qf_f32_to_f16(max_min / 63.0f);
+}
+
+// Q4_K (nmax 15: rmin -1, 20 steps) and Q5_K (nmax 31: rmin -0.5, 15 steps);
+// with importance weights make_qkx3_quants, and make_qp_quants for the
+// block's scales and minimums.
+__device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blocks, int nmax,
+                             const float* importance, qf_u64 n_per_row) {
     __shared__ float x[QK_K], w[QK_K];
-    __shared__ float g_scale[8], g_neg_min[8];
+    __shared__ float g_scale[8], g_neg_min[8], group_weight[8];
     __shared__ qf_u8 scales_packed[12], levels[QK_K];
     __shared__ qf_u16 d_bits, dmin_bits;
     qf_u64 block = blockIdx.x;
@@ -225,49 +266,38 @@ __device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blo
     int t = threadIdx.x;
     x[t] = active ? ((const float*)source)[block * QK_K + t] : 0.0f;
     __syncthreads();
-    if (t < 8) {
-        float sum_x2 = 0.0f;
-        for (int i = 0; i < 32; i++) sum_x2 = sum_x2 + x[32 * t + i] * x[32 * t + i];
-        g_scale[t] = sqrtf(sum_x2 / 32.0f);
-    }
-    __syncthreads();
-    w[t] = g_scale[t / 32] + fabsf(x[t]);
-    __syncthreads();
-    if (t < 8) {
-        float rmin = nmax == 15 ? -1.0f : -0.5f;
-        int nstep = nmax == 15 ? 20 : 15;
-        qf_make_qkx(x + 32 * t, w + 32 * t, 32, nmax, rmin, 0.1f, nstep, false, false, levels + 32 * t, &g_scale[t],
-                    &g_neg_min[t]);
-    }
-    __syncthreads();
-    if (t == 0) {
-        float max_scale = 0.0f, max_min = 0.0f;
-        for (int j = 0; j < 8; j++) {
-            max_scale = g_scale[j] > max_scale ? g_scale[j] : max_scale;
-            max_min = g_neg_min[j] > max_min ? g_neg_min[j] : max_min;
+    if (importance) {
+        qf_super_block_weights(x, importance, block * QK_K, n_per_row, 2.0f, 32, w, group_weight);
+        if (t < 8) {
+            qf_make_qkx(x + 32 * t, w + 32 * t, 32, nmax, -0.9f, 0.05f, 36, false, true, levels + 32 * t, &g_scale[t],
+                        &g_neg_min[t]);
         }
-        float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
-        float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
-        qf_u8 ls[8], lm[8];
-        for (int j = 0; j < 8; j++) {
-            qf_u8 s = (qf_u8)qf_nearest_int(inv_scale * g_scale[j]);
-            qf_u8 m = (qf_u8)qf_nearest_int(inv_min * g_neg_min[j]);
-            ls[j] = s < 63 ? s : 63;
-            lm[j] = m < 63 ? m : 63;
+        __syncthreads();
+        if (t == 0) {
+            qf_u8 ls[8], lm[8];
+            float d_block = qf_make_qp(8, 63, g_scale, group_weight, ls);
+            float m_block = qf_make_qp(8, 63, g_neg_min, group_weight, lm);
+            qf_pack_scales_k4(ls, lm, scales_packed);
+            d_bits = qf_f32_to_f16(d_block);
+            dmin_bits = qf_f32_to_f16(m_block);
         }
-        for (int j = 0; j < 12; j++) scales_packed[j] = 0;
-        for (int j = 0; j < 8; j++) {
-            if (j < 4) {
-                scales_packed[j] = ls[j];
-                scales_packed[j + 4] = lm[j];
-            } else {
-                scales_packed[j + 4] = (qf_u8)((ls[j] & 0xf) | ((lm[j] & 0xf) << 4));
-                scales_packed[j - 4] |= (qf_u8)((ls[j] >> 4) << 6);
-                scales_packed[j] |= (qf_u8)((lm[j] >> 4) << 6);
-            }
+    } else {
+        if (t < 8) {
+            float sum_x2 = 0.0f;
+            for (int i = 0; i < 32; i++) sum_x2 = sum_x2 + x[32 * t + i] * x[32 * t + i];
+            g_scale[t] = sqrtf(sum_x2 / 32.0f);
         }
-        d_bits = qf_f32_to_f16(max_scale / 63.0f);
-        dmin_bits = qf_f32_to_f16(max_min / 63.0f);
+        __syncthreads();
+        w[t] = g_scale[t / 32] + fabsf(x[t]);
+        __syncthreads();
+        if (t < 8) {
+            float rmin = nmax == 15 ? -1.0f : -0.5f;
+            int nstep = nmax == 15 ? 20 : 15;
+            qf_make_qkx(x + 32 * t, w + 32 * t, 32, nmax, rmin, 0.1f, nstep, false, false, levels + 32 * t,
+                        &g_scale[t], &g_neg_min[t]);
+        }
+        __syncthreads();
+        if (t == 0) qf_k4_block_scales(g_scale, g_neg_min, scales_packed, &d_bits, &dmin_bits);
     }
     __syncthreads();
     {
@@ -311,12 +341,14 @@ __device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blo
     }
 }
 
-QF_KERNEL(qf_encode_q4_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
-    qf_encode_k4(source, destination, n_blocks, 15);
+QF_KERNEL(qf_encode_q4_k)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
+                          qf_u64 n_per_row) {
+    qf_encode_k4(source, destination, n_blocks, 15, importance, n_per_row);
 }
 
-QF_KERNEL(qf_encode_q5_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
-    qf_encode_k4(source, destination, n_blocks, 31);
+QF_KERNEL(qf_encode_q5_k)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
+                          qf_u64 n_per_row) {
+    qf_encode_k4(source, destination, n_blocks, 31, importance, n_per_row);
 }
 
 // Packs 2-bit levels: byte l of each 32-byte quarter holds levels l, l+32,
@@ -330,38 +362,66 @@ __device__ void qf_pack_2bit(const qf_u8* levels, qf_u8* qs, int t) {
 
 // ---------------------------------------------------------------- Q2_K
 
-QF_KERNEL(qf_encode_q2_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
-    __shared__ float x[QK_K], w[QK_K], scales[16], mins[16];
+// The unweighted Q2_K block scales: 4-bit scales and minimums on grids of
+// the largest of each.
+__device__ void qf_q2_k_block_scales(const float* scales, const float* mins, qf_u8* packed, float* block_d,
+                                     float* block_dmin) {
+    float max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 16; j++) {
+        max_scale = scales[j] > max_scale ? scales[j] : max_scale;
+        max_min = mins[j] > max_min ? mins[j] : max_min;
+    }
+    float iscale = max_scale > 0.0f ? 15.0f / max_scale : 0.0f;
+    for (int j = 0; j < 16; j++) packed[j] = max_scale > 0.0f ? (qf_u8)qf_nearest_int(iscale * scales[j]) : 0;
+    qf_u16 d = qf_f32_to_f16(max_scale > 0.0f ? max_scale / 15.0f : 0.0f);
+    if (max_min > 0.0f) {
+        float imin = 15.0f / max_min;
+        for (int j = 0; j < 16; j++) packed[j] |= (qf_u8)(qf_nearest_int(imin * mins[j]) << 4);
+    }
+    qf_u16 dmin = qf_f32_to_f16(max_min > 0.0f ? max_min / 15.0f : 0.0f);
+    *block_d = qf_f16_to_f32(d);
+    *block_dmin = qf_f16_to_f32(dmin);
+}
+
+// With importance weights: make_qkx3_quants per group, make_qp_quants for
+// the block's scales and minimums.
+QF_KERNEL(qf_encode_q2_k)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
+                          qf_u64 n_per_row) {
+    __shared__ float x[QK_K], w[QK_K], scales[16], mins[16], group_weight[16];
     __shared__ qf_u8 packed[16], levels[QK_K];
     __shared__ float block_d, block_dmin;
     qf_u64 block = blockIdx.x;
     bool active = block < n_blocks;
     int t = threadIdx.x;
     x[t] = active ? ((const float*)source)[block * QK_K + t] : 0.0f;
-    w[t] = fabsf(x[t]);
-    __syncthreads();
-    if (t < 16) {
-        qf_make_qkx(x + 16 * t, w + 16 * t, 16, 3, -0.5f, 0.1f, 15, true, false, levels + 16 * t, &scales[t], &mins[t]);
-    }
-    __syncthreads();
-    if (t == 0) {
-        float max_scale = 0.0f, max_min = 0.0f;
-        for (int j = 0; j < 16; j++) {
-            max_scale = scales[j] > max_scale ? scales[j] : max_scale;
-            max_min = mins[j] > max_min ? mins[j] : max_min;
+    if (importance) {
+        __syncthreads();
+        qf_super_block_weights(x, importance, block * QK_K, n_per_row, 1.0f, 16, w, group_weight);
+        if (t < 16) {
+            qf_make_qkx(x + 16 * t, w + 16 * t, 16, 3, -0.9f, 0.05f, 36, false, true, levels + 16 * t, &scales[t],
+                        &mins[t]);
         }
-        float iscale = max_scale > 0.0f ? 15.0f / max_scale : 0.0f;
-        for (int j = 0; j < 16; j++) packed[j] = max_scale > 0.0f ? (qf_u8)qf_nearest_int(iscale * scales[j]) : 0;
-        qf_u16 d = qf_f32_to_f16(max_scale > 0.0f ? max_scale / 15.0f : 0.0f);
-        if (max_min > 0.0f) {
-            float imin = 15.0f / max_min;
-            for (int j = 0; j < 16; j++) packed[j] |= (qf_u8)(qf_nearest_int(imin * mins[j]) << 4);
+        __syncthreads();
+        if (t == 0) {
+            qf_u8 ls[16], lm[16];
+            qf_u16 d = qf_f32_to_f16(qf_make_qp(16, 15, scales, group_weight, ls));
+            qf_u16 dmin = qf_f32_to_f16(qf_make_qp(16, 15, mins, group_weight, lm));
+            for (int j = 0; j < 16; j++) packed[j] = (qf_u8)(ls[j] | (lm[j] << 4));
+            block_d = qf_f16_to_f32(d);
+            block_dmin = qf_f16_to_f32(dmin);
         }
-        qf_u16 dmin = qf_f32_to_f16(max_min > 0.0f ? max_min / 15.0f : 0.0f);
-        block_d = qf_f16_to_f32(d);
-        block_dmin = qf_f16_to_f32(dmin);
+        __syncthreads();
+    } else {
+        w[t] = fabsf(x[t]);
+        __syncthreads();
+        if (t < 16) {
+            qf_make_qkx(x + 16 * t, w + 16 * t, 16, 3, -0.5f, 0.1f, 15, true, false, levels + 16 * t, &scales[t],
+                        &mins[t]);
+        }
+        __syncthreads();
+        if (t == 0) qf_q2_k_block_scales(scales, mins, packed, &block_d, &block_dmin);
+        __syncthreads();
     }
-    __syncthreads();
     {
         int g = t / 16;
         float d = block_d * (float)(packed[g] & 0xf);
@@ -433,8 +493,46 @@ __device__ float qf_make_q3(const float* x, signed char* levels) {
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
-QF_KERNEL(qf_encode_q3_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
-    __shared__ float x[QK_K], scales[16];
+// Six-bit (offset) scale levels in Q3_K's 12-byte layout.
+__device__ void qf_pack_scales_q3(const int* l, qf_u8* packed) {
+    for (int j = 0; j < 12; j++) packed[j] = 0;
+    for (int j = 0; j < 16; j++) {
+        if (j < 8) {
+            packed[j] = (qf_u8)(l[j] & 0xf);
+        } else {
+            packed[j - 8] |= (qf_u8)((l[j] & 0xf) << 4);
+        }
+        packed[j % 4 + 8] |= (qf_u8)((l[j] >> 4) << (2 * (j / 4)));
+    }
+}
+
+// The unweighted Q3_K block scales: six-bit levels of the group scales
+// against the largest.
+__device__ void qf_q3_k_block_scales(const float* scales, qf_u8* packed, float* block_d) {
+    float max_scale = 0.0f, amax = 0.0f;
+    for (int j = 0; j < 16; j++) {
+        if (fabsf(scales[j]) > amax) {
+            amax = fabsf(scales[j]);
+            max_scale = scales[j];
+        }
+    }
+    if (max_scale == 0.0f) {
+        for (int j = 0; j < 12; j++) packed[j] = 0;
+        *block_d = 0.0f;
+        return;
+    }
+    float iscale = -32.0f / max_scale;
+    int l[16];
+    for (int j = 0; j < 16; j++) l[j] = qf_clamp((int)(signed char)qf_nearest_int(iscale * scales[j]), -32, 31) + 32;
+    qf_pack_scales_q3(l, packed);
+    *block_d = qf_f16_to_f32(qf_f32_to_f16(1.0f / iscale));
+}
+
+// With importance weights: make_qx_quants per group, and again over the
+// group scales for the block's.
+QF_KERNEL(qf_encode_q3_k)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
+                          qf_u64 n_per_row) {
+    __shared__ float x[QK_K], w[QK_K], scales[16], group_weight[16];
     __shared__ signed char levels[QK_K];
     __shared__ qf_u8 packed[12], unsigned_levels[QK_K];
     __shared__ float block_d;
@@ -443,32 +541,22 @@ QF_KERNEL(qf_encode_q3_k)(const void* source, void* destination, qf_u64 n_blocks
     int t = threadIdx.x;
     x[t] = active ? ((const float*)source)[block * QK_K + t] : 0.0f;
     __syncthreads();
-    if (t < 16) scales[t] = qf_make_q3(x + 16 * t, levels + 16 * t);
-    __syncthreads();
-    if (t == 0) {
-        float max_scale = 0.0f, amax = 0.0f;
-        for (int j = 0; j < 16; j++) {
-            if (fabsf(scales[j]) > amax) {
-                amax = fabsf(scales[j]);
-                max_scale = scales[j];
-            }
+    if (importance) {
+        qf_super_block_weights(x, importance, block * QK_K, n_per_row, 2.0f, 16, w, group_weight);
+        if (t < 16) scales[t] = qf_make_qx(x + 16 * t, w + 16 * t, 16, 4, levels + 16 * t);
+        __syncthreads();
+        if (t == 0) {
+            signed char ls[16];
+            int l[16];
+            float d_block = qf_make_qx(scales, group_weight, 16, 32, ls);
+            for (int j = 0; j < 16; j++) l[j] = ls[j];
+            qf_pack_scales_q3(l, packed);
+            block_d = qf_f16_to_f32(qf_f32_to_f16(d_block));
         }
-        for (int j = 0; j < 12; j++) packed[j] = 0;
-        if (max_scale != 0.0f) {
-            float iscale = -32.0f / max_scale;
-            for (int j = 0; j < 16; j++) {
-                int l = qf_clamp((int)(signed char)qf_nearest_int(iscale * scales[j]), -32, 31) + 32;
-                if (j < 8) {
-                    packed[j] = (qf_u8)(l & 0xf);
-                } else {
-                    packed[j - 8] |= (qf_u8)((l & 0xf) << 4);
-                }
-                packed[j % 4 + 8] |= (qf_u8)((l >> 4) << (2 * (j / 4)));
-            }
-            block_d = qf_f16_to_f32(qf_f32_to_f16(1.0f / iscale));
-        } else {
-            block_d = 0.0f;
-        }
+    } else {
+        if (t < 16) scales[t] = qf_make_q3(x + 16 * t, levels + 16 * t);
+        __syncthreads();
+        if (t == 0) qf_q3_k_block_scales(scales, packed, &block_d);
     }
     __syncthreads();
     {

@@ -100,3 +100,90 @@ __device__ float qf_make_qx(const float* x, const float* w, int n, int nmax, sig
     }
     return scale;
 }
+
+// make_qp_quants: positive values (a block's scales or minimums) to levels in
+// [0, nmax] under weights, with its trial scales and coordinate descent;
+// returns the levels' scale.
+__device__ float qf_make_qp(int n, int nmax, const float* x, const float* w, qf_u8* levels) {
+    float max = 0.0f;
+    for (int i = 0; i < n; i++) max = max > x[i] ? max : x[i];
+    if (max < 1e-15f) {
+        for (int i = 0; i < n; i++) levels[i] = 0;
+        return 0.0f;
+    }
+    float iscale = (float)nmax / max;
+    float scale = 1.0f / iscale, best_mse = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float diff = x[i] - scale * (float)(qf_u8)qf_nearest_int(iscale * x[i]);
+        best_mse += w[i] * diff * diff;
+    }
+    for (int is = -4; is <= 4; is++) {
+        if (is == 0) continue;
+        float iscale_is = (0.1f * (float)is + (float)nmax) / max;
+        float scale_is = 1.0f / iscale_is, mse = 0.0f;
+        for (int i = 0; i < n; i++) {
+            int l = qf_nearest_int(iscale_is * x[i]);
+            float diff = x[i] - scale_is * (float)(l < nmax ? l : nmax);
+            mse += w[i] * diff * diff;
+        }
+        if (mse < best_mse) {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    float sumlx = 0.0f, suml2 = 0.0f;
+    for (int i = 0; i < n; i++) {
+        int l = qf_nearest_int(iscale * x[i]);
+        l = l < nmax ? l : nmax;
+        levels[i] = (qf_u8)l;
+        sumlx += w[i] * x[i] * (float)l;
+        suml2 += w[i] * (float)l * (float)l;
+    }
+    for (int pass = 0; pass < 5; pass++) {
+        int n_changed = 0;
+        for (int i = 0; i < n; i++) {
+            float li = (float)levels[i];
+            float slx = sumlx - w[i] * x[i] * li;
+            float sl2 = suml2 - w[i] * li * li;
+            if (slx > 0.0f && sl2 > 0.0f) {
+                int new_l = qf_nearest_int(x[i] * sl2 / slx);
+                new_l = new_l < nmax ? new_l : nmax;
+                if (new_l != (int)levels[i]) {
+                    slx += w[i] * x[i] * (float)new_l;
+                    sl2 += w[i] * (float)new_l * (float)new_l;
+                    if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        levels[i] = (qf_u8)new_l;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed++;
+                    }
+                }
+            }
+        }
+        if (n_changed == 0) break;
+    }
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+// A super-block's importance weights qw · sqrt(σ² + x²) (σ² the mean
+// square times `scale`: 2 for Q3_K…Q5_K, 1 for Q2_K) and each group's sum
+// of them (groups of `group`), for the block's 256 values in shared memory.
+__device__ void qf_super_block_weights(const float* x, const float* importance, qf_u64 first, qf_u64 n_per_row,
+                                       float scale, int group, float* w, float* group_weight) {
+    __shared__ float sigma2;
+    int t = threadIdx.x;
+    if (t == 0) {
+        float s = 0.0f;
+        for (int i = 0; i < 256; i++) s = s + x[i] * x[i];
+        sigma2 = scale * s / 256.0f;
+    }
+    __syncthreads();
+    w[t] = importance[(first + t) % n_per_row] * sqrtf(sigma2 + x[t] * x[t]);
+    __syncthreads();
+    if (t < 256 / group) {
+        float s = 0.0f;
+        for (int i = 0; i < group; i++) s = s + w[group * t + i];
+        group_weight[t] = s;
+    }
+    __syncthreads();
+}
