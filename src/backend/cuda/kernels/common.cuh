@@ -86,3 +86,25 @@ __device__ __forceinline__ void qf_store_u16(qf_u8* p, qf_u16 v) {
 __device__ __forceinline__ bool qf_wins(float key, int index, float other_key, int other_index) {
     return other_key > key || (other_key == key && other_index < index);
 }
+
+// The value of largest magnitude among n (the first of equals; 0 when all
+// are zero) and that magnitude: the scalar scan of search.rs.
+__device__ __forceinline__ float qf_signed_absmax(const float* x, int n, float* magnitude) {
+    float max = 0.0f, amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            max = x[i];
+        }
+    }
+    *magnitude = amax;
+    return max;
+}
+
+// The largest of n values and 0 (ggml's MAX fold from 0).
+__device__ __forceinline__ float qf_largest(const float* x, int n) {
+    float m = 0.0f;
+    for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+

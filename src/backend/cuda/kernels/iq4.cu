@@ -40,18 +40,7 @@ __device__ float qf_iq4_trial_id(int trial, float max) {
 __device__ void qf_iq4_scales(const float* x, const float* w, float* scales) {
     __shared__ float max[8], amax[8], sumqx[8][IQ4_TRIALS], sumq2[8][IQ4_TRIALS];
     int t = threadIdx.x;
-    if (t < 8) {
-        float m = 0.0f, a = 0.0f;
-        for (int i = 0; i < 32; i++) {
-            float ax = fabsf(x[32 * t + i]);
-            if (ax > a) {
-                a = ax;
-                m = x[32 * t + i];
-            }
-        }
-        max[t] = m;
-        amax[t] = a;
-    }
+    if (t < 8) max[t] = qf_signed_absmax(x + 32 * t, 32, &amax[t]);
     __syncthreads();
     if (t < 8 * IQ4_TRIALS) {
         int sub = t / IQ4_TRIALS, trial = t % IQ4_TRIALS;
@@ -147,13 +136,8 @@ QF_KERNEL(qf_encode_iq4_xs)(const void* source, void* destination, qf_u64 n_bloc
     qf_iq4_weights(x, w, 256, importance, block * 256, n_per_row);
     qf_iq4_scales(x, w, scales);
     if (t == 0) {
-        float max_scale = 0.0f, amax_scale = 0.0f;
-        for (int ib = 0; ib < 8; ib++) {
-            if (fabsf(scales[ib]) > amax_scale) {
-                amax_scale = fabsf(scales[ib]);
-                max_scale = scales[ib];
-            }
-        }
+        float amax_scale;
+        float max_scale = qf_signed_absmax(scales, 8, &amax_scale);
         float d = -max_scale / 32.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         for (int ib = 0; ib < 8; ib++) levels[ib] = qf_clamp(qf_nearest_int(id * scales[ib]), -32, 31);

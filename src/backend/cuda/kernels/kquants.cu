@@ -115,18 +115,7 @@ QF_KERNEL(qf_encode_q6_k)(const void* source, void* destination, qf_u64 n_blocks
     x[t] = active ? ((const float*)source)[block * QK_K + t] : 0.0f;
     w[t] = importance ? importance[(block * QK_K + t) % n_per_row] : x[t] * x[t];
     __syncthreads();
-    if (t < 16) {
-        float max = 0.0f, amax = 0.0f;
-        for (int i = 0; i < 16; i++) {
-            float v = x[16 * t + i];
-            if (fabsf(v) > amax) {
-                amax = fabsf(v);
-                max = v;
-            }
-        }
-        group_max[t] = max;
-        group_amax[t] = amax;
-    }
+    if (t < 16) group_max[t] = qf_signed_absmax(x + 16 * t, 16, &group_amax[t]);
     __syncthreads();
     for (int pair = t; pair < 16 * Q6_TRIALS; pair += QF_THREADS) {
         int g = pair / Q6_TRIALS, trial = pair % Q6_TRIALS;
@@ -164,13 +153,8 @@ QF_KERNEL(qf_encode_q6_k)(const void* source, void* destination, qf_u64 n_blocks
     }
     __syncthreads();
     if (t == 0) {
-        float max_scale = 0.0f, max_abs_scale = 0.0f;
-        for (int j = 0; j < 16; j++) {
-            if (fabsf(scales[j]) > max_abs_scale) {
-                max_abs_scale = fabsf(scales[j]);
-                max_scale = scales[j];
-            }
-        }
+        float max_abs_scale;
+        float max_scale = qf_signed_absmax(scales, 16, &max_abs_scale);
         zero_block = max_abs_scale < 1e-15f;
         float iscale = zero_block ? 0.0f : -128.0f / max_scale;
         block_d = zero_block ? 0.0f : 1.0f / iscale;
@@ -235,11 +219,7 @@ __device__ void qf_pack_scales_k4(qf_u8* ls, qf_u8* lm, qf_u8* packed) {
 // grid of the largest.
 __device__ void qf_k4_block_scales(const float* scales, const float* neg_mins, qf_u8* packed, qf_u16* d_bits,
                                    qf_u16* dmin_bits) {
-    float max_scale = 0.0f, max_min = 0.0f;
-    for (int j = 0; j < 8; j++) {
-        max_scale = scales[j] > max_scale ? scales[j] : max_scale;
-        max_min = neg_mins[j] > max_min ? neg_mins[j] : max_min;
-    }
+    float max_scale = qf_largest(scales, 8), max_min = qf_largest(neg_mins, 8);
     float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
     float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
     qf_u8 ls[8], lm[8];
@@ -366,11 +346,7 @@ __device__ void qf_pack_2bit(const qf_u8* levels, qf_u8* qs, int t) {
 // the largest of each.
 __device__ void qf_q2_k_block_scales(const float* scales, const float* mins, qf_u8* packed, float* block_d,
                                      float* block_dmin) {
-    float max_scale = 0.0f, max_min = 0.0f;
-    for (int j = 0; j < 16; j++) {
-        max_scale = scales[j] > max_scale ? scales[j] : max_scale;
-        max_min = mins[j] > max_min ? mins[j] : max_min;
-    }
+    float max_scale = qf_largest(scales, 16), max_min = qf_largest(mins, 16);
     float iscale = max_scale > 0.0f ? 15.0f / max_scale : 0.0f;
     for (int j = 0; j < 16; j++) packed[j] = max_scale > 0.0f ? (qf_u8)qf_nearest_int(iscale * scales[j]) : 0;
     qf_u16 d = qf_f32_to_f16(max_scale > 0.0f ? max_scale / 15.0f : 0.0f);
@@ -447,13 +423,8 @@ QF_KERNEL(qf_encode_q2_k)(const void* source, void* destination, qf_u64 n_blocks
 // [0, 8) (0 for a group of zeros); returns the scale.
 __device__ float qf_make_q3(const float* x, signed char* levels) {
     const int nmax = 4;
-    float max = 0.0f, amax = 0.0f;
-    for (int i = 0; i < 16; i++) {
-        if (fabsf(x[i]) > amax) {
-            amax = fabsf(x[i]);
-            max = x[i];
-        }
-    }
+    float amax;
+    float max = qf_signed_absmax(x, 16, &amax);
     if (amax < 1e-15f) {
         for (int i = 0; i < 16; i++) levels[i] = 0;
         return 0.0f;
@@ -509,13 +480,8 @@ __device__ void qf_pack_scales_q3(const int* l, qf_u8* packed) {
 // The unweighted Q3_K block scales: six-bit levels of the group scales
 // against the largest.
 __device__ void qf_q3_k_block_scales(const float* scales, qf_u8* packed, float* block_d) {
-    float max_scale = 0.0f, amax = 0.0f;
-    for (int j = 0; j < 16; j++) {
-        if (fabsf(scales[j]) > amax) {
-            amax = fabsf(scales[j]);
-            max_scale = scales[j];
-        }
-    }
+    float amax;
+    float max_scale = qf_signed_absmax(scales, 16, &amax);
     if (max_scale == 0.0f) {
         for (int j = 0; j < 12; j++) packed[j] = 0;
         *block_d = 0.0f;

@@ -28,7 +28,7 @@ __device__ __forceinline__ QfGroup qf_group(qf_u64 n_blocks) {
 
 // The value of largest magnitude in each group (the first of equals; 0 when
 // all are zero), for every thread of the group.
-__device__ float qf_signed_absmax(float v, QfGroup g, float* magnitude, float* value, int* index) {
+__device__ float qf_group_signed_absmax(float v, QfGroup g, float* magnitude, float* value, int* index) {
     magnitude[threadIdx.x] = fabsf(v);
     value[threadIdx.x] = v;
     index[threadIdx.x] = g.lane;
@@ -161,7 +161,7 @@ __device__ void qf_encode_symmetric(const void* source, void* destination, qf_u6
         __syncthreads();
         d = scales[threadIdx.x / QK];
     } else {
-        d = qf_signed_absmax(v, g, magnitude, value, index) / -(float)nmax;
+        d = qf_group_signed_absmax(v, g, magnitude, value, index) / -(float)nmax;
         float id = qf_inverse(d);
         levels[threadIdx.x] = qf_clamp_high(v * id + ((float)nmax + 0.5f), 2 * nmax - 1);
         __syncthreads();

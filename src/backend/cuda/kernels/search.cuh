@@ -69,13 +69,8 @@ __device__ void qf_make_qkx(const float* x, const float* w, int n, int nmax, flo
 // make_qx_quants with given weights on one group of n: symmetric levels in
 // [0, 2·nmax) (all 0 for a group of zeros); returns the scale.
 __device__ float qf_make_qx(const float* x, const float* w, int n, int nmax, signed char* levels) {
-    float max = 0.0f, amax = 0.0f;
-    for (int i = 0; i < n; i++) {
-        if (fabsf(x[i]) > amax) {
-            amax = fabsf(x[i]);
-            max = x[i];
-        }
-    }
+    float amax;
+    float max = qf_signed_absmax(x, n, &amax);
     if (amax < 1e-15f) {
         for (int i = 0; i < n; i++) levels[i] = 0;
         return 0.0f;
