@@ -8,7 +8,7 @@ use crate::types::GgmlType;
 
 /// E2M1 values, doubled so they are integers (ggml's `kvalues_mxfp4`); the
 /// scales carry the matching factor of one half.
-const E2M1_DOUBLED: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+pub(crate) const E2M1_DOUBLED: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]

@@ -12,7 +12,7 @@
 
 pub(crate) mod blocks;
 mod float;
-mod fp4;
+pub(crate) mod fp4;
 mod iq1_encode;
 mod iq4;
 mod iq_grid;

@@ -54,7 +54,7 @@ const GROUPS: u32 = THREADS / 32;
 /// A block per 256-value super-block.
 const SUPER_BLOCK: u32 = 1;
 
-pub static KERNELS: [Kernel; 29] = [
+pub static KERNELS: [Kernel; 32] = [
     kernel("qf_copy_f32", GgmlType::F32, Direction::Decode, THREADS),
     kernel("qf_decode_f16", GgmlType::F16, Direction::Decode, THREADS),
     kernel("qf_decode_bf16", GgmlType::BF16, Direction::Decode, THREADS),
@@ -75,6 +75,8 @@ pub static KERNELS: [Kernel; 29] = [
     kernel("qf_decode_q4_k", GgmlType::Q4_K, Direction::Decode, SUPER_BLOCK),
     kernel("qf_decode_q5_k", GgmlType::Q5_K, Direction::Decode, SUPER_BLOCK),
     kernel("qf_decode_q6_k", GgmlType::Q6_K, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_decode_q8_k", GgmlType::Q8_K, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_decode_tq2_0", GgmlType::TQ2_0, Direction::Decode, SUPER_BLOCK),
     weighted(kernel("qf_encode_q2_k", GgmlType::Q2_K, Direction::Encode, SUPER_BLOCK)),
     weighted(kernel("qf_encode_q3_k", GgmlType::Q3_K, Direction::Encode, SUPER_BLOCK)),
     weighted(kernel("qf_encode_q4_k", GgmlType::Q4_K, Direction::Encode, SUPER_BLOCK)),
@@ -82,6 +84,7 @@ pub static KERNELS: [Kernel; 29] = [
     weighted(kernel("qf_encode_q6_k", GgmlType::Q6_K, Direction::Encode, SUPER_BLOCK)),
     kernel("qf_decode_iq4_nl", GgmlType::IQ4_NL, Direction::Decode, GROUPS),
     kernel("qf_decode_iq4_xs", GgmlType::IQ4_XS, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_decode_mxfp4", GgmlType::MXFP4, Direction::Decode, GROUPS),
     weighted(kernel("qf_encode_iq4_nl", GgmlType::IQ4_NL, Direction::Encode, GROUPS)),
     weighted(kernel("qf_encode_iq4_xs", GgmlType::IQ4_XS, Direction::Encode, SUPER_BLOCK)),
 ];
@@ -146,11 +149,15 @@ mod tests {
         }
     }
 
-    /// The IQ4 table the kernels carry is ggml's, as the codecs hold it.
+    /// The value tables the kernels carry are ggml's, as the codecs hold them.
     #[test]
-    fn the_kernels_iq4_table_is_the_codecs() {
-        let values: Vec<String> = crate::codecs::blocks::KVALUES.iter().map(|v| v.to_string()).collect();
-        let line = format!("qf_kvalues[16] = {{{}}};", values.join(", "));
-        assert!(program().contains(&line), "iq4.cu's table differs from {line}");
+    fn the_kernels_tables_are_the_codecs() {
+        let tables =
+            [("qf_kvalues", crate::codecs::blocks::KVALUES), ("qf_e2m1_doubled", crate::codecs::fp4::E2M1_DOUBLED)];
+        for (name, table) in tables {
+            let values: Vec<String> = table.iter().map(|v| v.to_string()).collect();
+            let line = format!("{name}[16] = {{{}}};", values.join(", "));
+            assert!(program().contains(&line), "the kernels' table differs from {line}");
+        }
     }
 }
