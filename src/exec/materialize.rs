@@ -375,16 +375,13 @@ impl Materializer<'_> {
     /// and a rerun cuts them from the cache.
     fn write_slice(&self, tensor: &Tensor, from: &Tensor, out: &mut dyn Write) -> Result<(), MaterializeError> {
         if self.store.keeps_results() && from.is_derived() && self.cached(from).is_none() {
-            let mut claim = match self.claim(from) {
-                Claim::Encoded => None,
-                Claim::Mine(guard) => Some(guard),
-                Claim::Alone => None,
-            };
-            if claim.is_some() || self.cached(from).is_none() {
-                self.encode(from, &mut io::sink())?;
-            }
-            if let Some(guard) = &mut claim {
-                guard.done = true;
+            match self.claim(from) {
+                Claim::Encoded => {}
+                Claim::Mine(mut guard) => {
+                    self.encode(from, &mut io::sink())?;
+                    guard.done = true;
+                }
+                Claim::Alone => self.encode(from, &mut io::sink())?,
             }
         }
         let (n_per_row, n_rows) = rows_of(tensor);

@@ -88,21 +88,12 @@ QF_KERNEL(qf_decode_q6_k)(const void* source, void* destination, qf_u64 n_blocks
 
 // ---------------------------------------------------------------- Q6_K
 
-#define Q6_TRIALS 19
-
-// make_qx_quants' trial t: 0 the first guess, then is = -9 … -1, 1 … 9.
-__device__ __forceinline__ float qf_qx_iscale(int t, float max, int nmax) {
-    if (t == 0) return -(float)nmax / max;
-    int is = t <= 9 ? t - 10 : t - 9;
-    return -((float)nmax + 0.1f * (float)is) / max;
-}
-
 // With importance weights, each value's weight is its importance as given
 // (ggml's quantize_row_q6_K_impl); without, its square.
 QF_KERNEL(qf_encode_q6_k)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
                           qf_u64 n_per_row) {
     __shared__ float x[QK_K], w[QK_K];
-    __shared__ float group_max[16], group_amax[16], sumlx[16][Q6_TRIALS], suml2[16][Q6_TRIALS];
+    __shared__ float group_max[16], group_amax[16], sumlx[16][QX_TRIALS], suml2[16][QX_TRIALS];
     __shared__ float scales[16];
     __shared__ int chosen[16];
     __shared__ signed char packed_scales[16];
@@ -117,8 +108,8 @@ QF_KERNEL(qf_encode_q6_k)(const void* source, void* destination, qf_u64 n_blocks
     __syncthreads();
     if (t < 16) group_max[t] = qf_signed_absmax(x + 16 * t, 16, &group_amax[t]);
     __syncthreads();
-    for (int pair = t; pair < 16 * Q6_TRIALS; pair += QF_THREADS) {
-        int g = pair / Q6_TRIALS, trial = pair % Q6_TRIALS;
+    for (int pair = t; pair < 16 * QX_TRIALS; pair += QF_THREADS) {
+        int g = pair / QX_TRIALS, trial = pair % QX_TRIALS;
         float iscale = qf_qx_iscale(trial, group_max[g], 32);
         float lx = 0.0f, l2 = 0.0f;
         for (int i = 0; i < 16; i++) {
@@ -139,7 +130,7 @@ QF_KERNEL(qf_encode_q6_k)(const void* source, void* destination, qf_u64 n_blocks
             float scale = suml2[t][0] != 0.0f ? sumlx[t][0] / suml2[t][0] : 0.0f;
             float best = scale * sumlx[t][0];
             int pick = 0;
-            for (int trial = 1; trial < Q6_TRIALS; trial++) {
+            for (int trial = 1; trial < QX_TRIALS; trial++) {
                 float lx = sumlx[t][trial], l2 = suml2[t][trial];
                 if (l2 > 0.0f && lx * lx > best * l2) {
                     scale = lx / l2;

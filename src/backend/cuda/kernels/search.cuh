@@ -66,6 +66,15 @@ __device__ void qf_make_qkx(const float* x, const float* w, int n, int nmax, flo
     *neg_min_out = -min;
 }
 
+#define QX_TRIALS 19
+
+// make_qx_quants' trial t: 0 the first guess, then is = -9 … -1, 1 … 9.
+__device__ __forceinline__ float qf_qx_iscale(int t, float max, int nmax) {
+    if (t == 0) return -(float)nmax / max;
+    int is = t <= 9 ? t - 10 : t - 9;
+    return -((float)nmax + 0.1f * (float)is) / max;
+}
+
 // make_qx_quants with given weights on one group of n: symmetric levels in
 // [0, 2·nmax) (all 0 for a group of zeros); returns the scale.
 __device__ float qf_make_qx(const float* x, const float* w, int n, int nmax, signed char* levels) {
@@ -76,9 +85,8 @@ __device__ float qf_make_qx(const float* x, const float* w, int n, int nmax, sig
         return 0.0f;
     }
     float scale = 0.0f, best = 0.0f;
-    for (int trial = 0; trial < 19; trial++) {
-        int is = trial == 0 ? 0 : (trial <= 9 ? trial - 10 : trial - 9);
-        float iscale = trial == 0 ? -(float)nmax / max : -((float)nmax + 0.1f * (float)is) / max;
+    for (int trial = 0; trial < QX_TRIALS; trial++) {
+        float iscale = qf_qx_iscale(trial, max, nmax);
         float sumlx = 0.0f, suml2 = 0.0f;
         for (int i = 0; i < n; i++) {
             float l = (float)qf_clamp(qf_nearest_int(iscale * x[i]), -nmax, nmax - 1);
