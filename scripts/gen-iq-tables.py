@@ -112,12 +112,12 @@ def render(tables: dict[str, list[int]], delta: str) -> str:
         "",
         "/// The offset added to every IQ1_S and IQ1_M grid value, negated by the",
         "/// block's delta sign bit (ggml's `IQ1S_DELTA`, used by both types' decoders).",
-        f"pub(super) const IQ1S_DELTA: f32 = {delta};",
+        f"pub(crate) const IQ1S_DELTA: f32 = {delta};",
     ]
     for c_name, rust_name, ty, count, doc in TABLES:
         values = tables[c_name]
         lines += ["", f"/// `{c_name}`: {doc}", "#[rustfmt::skip]"]
-        lines.append(f"pub(super) static {rust_name}: [{ty}; {count}] = [")
+        lines.append(f"pub(crate) static {rust_name}: [{ty}; {count}] = [")
         per_line, digits = PER_LINE[ty], DIGITS[ty]
         for start in range(0, count, per_line):
             row = values[start:start + per_line]

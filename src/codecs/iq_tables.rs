@@ -7,17 +7,17 @@
 
 /// The offset added to every IQ1_S and IQ1_M grid value, negated by the
 /// block's delta sign bit (ggml's `IQ1S_DELTA`, used by both types' decoders).
-pub(super) const IQ1S_DELTA: f32 = 0.125;
+pub(crate) const IQ1S_DELTA: f32 = 0.125;
 
 /// `kmask_iq2xs`: bit j of a sign byte; set means element j is negated.
 #[rustfmt::skip]
-pub(super) static KMASK_IQ2XS: [u8; 8] = [
+pub(crate) static KMASK_IQ2XS: [u8; 8] = [
     0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80,
 ];
 
 /// `ksigns_iq2xs`: seven stored sign bits to eight; bit 7 makes the count of negatives even.
 #[rustfmt::skip]
-pub(super) static KSIGNS_IQ2XS: [u8; 128] = [
+pub(crate) static KSIGNS_IQ2XS: [u8; 128] = [
     0x00, 0x81, 0x82, 0x03, 0x84, 0x05, 0x06, 0x87, 0x88, 0x09, 0x0a, 0x8b, 0x0c, 0x8d, 0x8e, 0x0f,
     0x90, 0x11, 0x12, 0x93, 0x14, 0x95, 0x96, 0x17, 0x18, 0x99, 0x9a, 0x1b, 0x9c, 0x1d, 0x1e, 0x9f,
     0xa0, 0x21, 0x22, 0xa3, 0x24, 0xa5, 0xa6, 0x27, 0x28, 0xa9, 0xaa, 0x2b, 0xac, 0x2d, 0x2e, 0xaf,
@@ -30,7 +30,7 @@ pub(super) static KSIGNS_IQ2XS: [u8; 128] = [
 
 /// `iq2xxs_grid`: IQ2_XXS points, 8 magnitudes (bytes, little-endian) each.
 #[rustfmt::skip]
-pub(super) static IQ2XXS_GRID: [u64; 256] = [
+pub(crate) static IQ2XXS_GRID: [u64; 256] = [
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
     0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x08080808082b0808,
     0x08080808082b082b, 0x08080808082b2b08, 0x08080808082b2b2b, 0x0808080819080819,
@@ -99,7 +99,7 @@ pub(super) static IQ2XXS_GRID: [u64; 256] = [
 
 /// `iq2xs_grid`: IQ2_XS points, 8 magnitudes (bytes, little-endian) each.
 #[rustfmt::skip]
-pub(super) static IQ2XS_GRID: [u64; 512] = [
+pub(crate) static IQ2XS_GRID: [u64; 512] = [
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
     0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x080808080819192b,
     0x0808080808192b19, 0x08080808082b0808, 0x08080808082b082b, 0x08080808082b1919,
@@ -232,7 +232,7 @@ pub(super) static IQ2XS_GRID: [u64; 512] = [
 
 /// `iq2s_grid`: IQ2_S points, 8 magnitudes (bytes, little-endian) each.
 #[rustfmt::skip]
-pub(super) static IQ2S_GRID: [u64; 1024] = [
+pub(crate) static IQ2S_GRID: [u64; 1024] = [
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
     0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x080808080819192b,
     0x0808080808192b19, 0x08080808082b0808, 0x08080808082b082b, 0x08080808082b1919,
@@ -493,7 +493,7 @@ pub(super) static IQ2S_GRID: [u64; 1024] = [
 
 /// `iq3xxs_grid`: IQ3_XXS points, 4 magnitudes (bytes, little-endian) each.
 #[rustfmt::skip]
-pub(super) static IQ3XXS_GRID: [u32; 256] = [
+pub(crate) static IQ3XXS_GRID: [u32; 256] = [
     0x04040404, 0x04040414, 0x04040424, 0x04040c0c, 0x04040c1c, 0x04040c3e, 0x04041404, 0x04041414,
     0x04041c0c, 0x04042414, 0x04043e1c, 0x04043e2c, 0x040c040c, 0x040c041c, 0x040c0c04, 0x040c0c14,
     0x040c140c, 0x040c142c, 0x040c1c04, 0x040c1c14, 0x040c240c, 0x040c2c24, 0x040c3e04, 0x04140404,
@@ -530,7 +530,7 @@ pub(super) static IQ3XXS_GRID: [u32; 256] = [
 
 /// `iq3s_grid`: IQ3_S points, 4 magnitudes (bytes, little-endian) each.
 #[rustfmt::skip]
-pub(super) static IQ3S_GRID: [u32; 512] = [
+pub(crate) static IQ3S_GRID: [u32; 512] = [
     0x01010101, 0x01010103, 0x01010105, 0x0101010b, 0x0101010f, 0x01010301, 0x01010303, 0x01010305,
     0x01010309, 0x0101030d, 0x01010501, 0x01010503, 0x0101050b, 0x01010707, 0x01010901, 0x01010905,
     0x0101090b, 0x0101090f, 0x01010b03, 0x01010b07, 0x01010d01, 0x01010d05, 0x01010f03, 0x01010f09,
@@ -599,7 +599,7 @@ pub(super) static IQ3S_GRID: [u32; 512] = [
 
 /// `iq1s_grid`: IQ1_S and IQ1_M points, 8 values in {-1, 0, 1} (i8 bytes, little-endian) each.
 #[rustfmt::skip]
-pub(super) static IQ1S_GRID: [u64; 2048] = [
+pub(crate) static IQ1S_GRID: [u64; 2048] = [
     0xffffffffffffffff, 0xffffffffffffff01, 0xffffffffffff0000, 0xffffffffffff01ff,
     0xffffffffffff0101, 0xffffffffff00ff00, 0xffffffffff000000, 0xffffffffff01ffff,
     0xffffffffff01ff01, 0xffffffffff0101ff, 0xffffffffff010101, 0xffffffff00ff0000,

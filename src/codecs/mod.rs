@@ -18,7 +18,7 @@ mod iq4;
 mod iq_grid;
 mod iq_grid_encode;
 mod iq_lattice;
-mod iq_tables;
+pub(crate) mod iq_tables;
 mod kquants;
 mod legacy;
 pub mod scalar;

@@ -8,13 +8,18 @@ use crate::types::GgmlType;
 pub const THREADS: u32 = 256;
 
 /// The sources in the order NVRTC (and `emulate.cpp`) reads them.
-const SOURCES: [(&str, &str); 6] = [
+/// `iq_grids.cuh` is the codecs' IQ tables, written by build.rs.
+const SOURCES: [(&str, &str); 10] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
+    ("iq_grids.cuh", include_str!(concat!(env!("OUT_DIR"), "/iq_grids.cuh"))),
     ("search.cuh", include_str!("kernels/search.cuh")),
     ("float.cu", include_str!("kernels/float.cu")),
     ("legacy.cu", include_str!("kernels/legacy.cu")),
     ("kquants.cu", include_str!("kernels/kquants.cu")),
+    ("ternary.cu", include_str!("kernels/ternary.cu")),
     ("iq4.cu", include_str!("kernels/iq4.cu")),
+    ("fp4.cu", include_str!("kernels/fp4.cu")),
+    ("iq_grid.cu", include_str!("kernels/iq_grid.cu")),
 ];
 
 /// What a kernel does.
@@ -54,10 +59,14 @@ const GROUPS: u32 = THREADS / 32;
 /// A block per 256-value super-block.
 const SUPER_BLOCK: u32 = 1;
 
-pub static KERNELS: [Kernel; 32] = [
+/// A 64-thread group per NVFP4 block of 64.
+const NVFP4_GROUPS: u32 = THREADS / 64;
+
+pub static KERNELS: [Kernel; 43] = [
     kernel("qf_copy_f32", GgmlType::F32, Direction::Decode, THREADS),
     kernel("qf_decode_f16", GgmlType::F16, Direction::Decode, THREADS),
     kernel("qf_decode_bf16", GgmlType::BF16, Direction::Decode, THREADS),
+    kernel("qf_decode_f64", GgmlType::F64, Direction::Decode, THREADS),
     kernel("qf_encode_f16", GgmlType::F16, Direction::Encode, THREADS),
     kernel("qf_encode_bf16", GgmlType::BF16, Direction::Encode, THREADS),
     kernel("qf_decode_q4_0", GgmlType::Q4_0, Direction::Decode, GROUPS),
@@ -65,6 +74,7 @@ pub static KERNELS: [Kernel; 32] = [
     kernel("qf_decode_q5_0", GgmlType::Q5_0, Direction::Decode, GROUPS),
     kernel("qf_decode_q5_1", GgmlType::Q5_1, Direction::Decode, GROUPS),
     kernel("qf_decode_q8_0", GgmlType::Q8_0, Direction::Decode, GROUPS),
+    kernel("qf_decode_q8_1", GgmlType::Q8_1, Direction::Decode, GROUPS),
     weighted(kernel("qf_encode_q4_0", GgmlType::Q4_0, Direction::Encode, GROUPS)),
     weighted(kernel("qf_encode_q4_1", GgmlType::Q4_1, Direction::Encode, GROUPS)),
     weighted(kernel("qf_encode_q5_0", GgmlType::Q5_0, Direction::Encode, GROUPS)),
@@ -76,6 +86,7 @@ pub static KERNELS: [Kernel; 32] = [
     kernel("qf_decode_q5_k", GgmlType::Q5_K, Direction::Decode, SUPER_BLOCK),
     kernel("qf_decode_q6_k", GgmlType::Q6_K, Direction::Decode, SUPER_BLOCK),
     kernel("qf_decode_q8_k", GgmlType::Q8_K, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_decode_tq1_0", GgmlType::TQ1_0, Direction::Decode, SUPER_BLOCK),
     kernel("qf_decode_tq2_0", GgmlType::TQ2_0, Direction::Decode, SUPER_BLOCK),
     weighted(kernel("qf_encode_q2_k", GgmlType::Q2_K, Direction::Encode, SUPER_BLOCK)),
     weighted(kernel("qf_encode_q3_k", GgmlType::Q3_K, Direction::Encode, SUPER_BLOCK)),
@@ -85,6 +96,14 @@ pub static KERNELS: [Kernel; 32] = [
     kernel("qf_decode_iq4_nl", GgmlType::IQ4_NL, Direction::Decode, GROUPS),
     kernel("qf_decode_iq4_xs", GgmlType::IQ4_XS, Direction::Decode, SUPER_BLOCK),
     kernel("qf_decode_mxfp4", GgmlType::MXFP4, Direction::Decode, GROUPS),
+    kernel("qf_decode_nvfp4", GgmlType::NVFP4, Direction::Decode, NVFP4_GROUPS),
+    kernel("qf_decode_iq2_xxs", GgmlType::IQ2_XXS, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_decode_iq2_xs", GgmlType::IQ2_XS, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_decode_iq2_s", GgmlType::IQ2_S, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_decode_iq3_xxs", GgmlType::IQ3_XXS, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_decode_iq3_s", GgmlType::IQ3_S, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_decode_iq1_s", GgmlType::IQ1_S, Direction::Decode, SUPER_BLOCK),
+    kernel("qf_decode_iq1_m", GgmlType::IQ1_M, Direction::Decode, SUPER_BLOCK),
     weighted(kernel("qf_encode_iq4_nl", GgmlType::IQ4_NL, Direction::Encode, GROUPS)),
     weighted(kernel("qf_encode_iq4_xs", GgmlType::IQ4_XS, Direction::Encode, SUPER_BLOCK)),
 ];
@@ -147,6 +166,32 @@ mod tests {
         for k in &KERNELS {
             assert!(std::ptr::eq(find(k.ggml_type, k.direction).unwrap(), k), "{} twice", k.name);
         }
+    }
+
+    /// The values of the kernels' table `name` (an array of hex literals).
+    fn grid_table(name: &str) -> Vec<u64> {
+        let program = program();
+        let start = program.find(&format!(" {name}[")).unwrap_or_else(|| panic!("no table {name}"));
+        let body = &program[start..];
+        let body = &body[body.find('{').unwrap() + 1..body.find('}').unwrap()];
+        body.split(", ").map(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap()).collect()
+    }
+
+    /// The IQ grids are written into the program from the codecs' tables
+    /// at build time: every value arrives.
+    #[test]
+    fn the_kernels_iq_grids_are_the_codecs() {
+        use crate::codecs::iq_tables::*;
+        let widen = |t: &[u32]| t.iter().map(|&v| u64::from(v)).collect::<Vec<_>>();
+        assert_eq!(grid_table("qf_iq2xxs_grid"), IQ2XXS_GRID);
+        assert_eq!(grid_table("qf_iq2xs_grid"), IQ2XS_GRID);
+        assert_eq!(grid_table("qf_iq2s_grid"), IQ2S_GRID);
+        assert_eq!(grid_table("qf_iq1s_grid"), IQ1S_GRID);
+        assert_eq!(grid_table("qf_iq3xxs_grid"), widen(&IQ3XXS_GRID));
+        assert_eq!(grid_table("qf_iq3s_grid"), widen(&IQ3S_GRID));
+        assert_eq!(grid_table("qf_ksigns_iq2xs"), KSIGNS_IQ2XS.map(u64::from));
+        assert_eq!(grid_table("qf_kmask_iq2xs"), KMASK_IQ2XS.map(u64::from));
+        assert!(program().contains(&format!("#define QF_IQ1S_DELTA {IQ1S_DELTA}f")));
     }
 
     /// The value tables the kernels carry are ggml's, as the codecs hold them.

@@ -4,11 +4,15 @@
 #include "host_prelude.h"
 
 #include "../kernels/common.cuh"
+#include "iq_grids.cuh"
 #include "../kernels/search.cuh"
 #include "../kernels/float.cu"
 #include "../kernels/legacy.cu"
 #include "../kernels/kquants.cu"
+#include "../kernels/ternary.cu"
 #include "../kernels/iq4.cu"
+#include "../kernels/fp4.cu"
+#include "../kernels/iq_grid.cu"
 
 namespace {
 std::mutex launches;

@@ -75,6 +75,12 @@ inline float __uint_as_float(unsigned u) {
     return f;
 }
 
+inline double __longlong_as_double(long long u) {
+    double d;
+    std::memcpy(&d, &u, sizeof d);
+    return d;
+}
+
 inline unsigned long long atomicMin(unsigned long long* address, unsigned long long value) {
     std::atomic_ref<unsigned long long> target(*address);
     unsigned long long old = target.load();

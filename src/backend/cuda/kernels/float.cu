@@ -1,4 +1,4 @@
-// F32, F16 and BF16 to and from f32, a thread an element.
+// F32, F16 and BF16 to and from f32, and F64 to f32, a thread an element.
 
 __device__ __forceinline__ qf_u64 qf_element() { return (qf_u64)blockIdx.x * QF_THREADS + threadIdx.x; }
 
@@ -10,6 +10,21 @@ QF_KERNEL(qf_decode_f16)(const void* source, void* destination, qf_u64 n, const 
 QF_KERNEL(qf_decode_bf16)(const void* source, void* destination, qf_u64 n, const float*, qf_u64) {
     qf_u64 i = qf_element();
     if (i < n) ((float*)destination)[i] = qf_bf16_to_f32(qf_load_u16((const qf_u8*)source + 2 * i));
+}
+
+// Rounded to nearest even, as `f64 as f32`; a NaN as x86's cvtsd2ss makes
+// it (quiet, the top of its payload kept), where a GPU's conversion would
+// give its canonical NaN.
+QF_KERNEL(qf_decode_f64)(const void* source, void* destination, qf_u64 n, const float*, qf_u64) {
+    qf_u64 i = qf_element();
+    if (i >= n) return;
+    const qf_u8* p = (const qf_u8*)source + 8 * i;
+    qf_u64 bits = 0;
+    for (int k = 7; k >= 0; k--) bits = (bits << 8) | p[k];
+    bool nan = (bits & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
+    ((float*)destination)[i] = nan ? __uint_as_float((qf_u32)(bits >> 32 & 0x80000000u) | 0x7fc00000u |
+                                                     (qf_u32)((bits & 0x000fffffffffffffull) >> 29))
+                                   : (float)__longlong_as_double((long long)bits);
 }
 
 QF_KERNEL(qf_copy_f32)(const void* source, void* destination, qf_u64 n, const float*, qf_u64) {

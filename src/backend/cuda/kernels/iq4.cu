@@ -182,21 +182,3 @@ QF_KERNEL(qf_decode_iq4_xs)(const void* source, void* destination, qf_u64 n_bloc
     int q = j < 16 ? (qs[j] & 0xf) : (qs[j - 16] >> 4);
     ((float*)destination)[block * 256 + e] = dl * (float)qf_kvalues[q];
 }
-
-// ---------------------------------------------------------------- MXFP4
-
-// E2M1 values doubled (src/codecs/fp4.rs E2M1_DOUBLED; a test holds the two equal).
-__constant__ signed char qf_e2m1_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-// 32 E2M1 values and an E8M0 scale a block; a 32-thread group a block.
-QF_KERNEL(qf_decode_mxfp4)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
-    qf_u64 block = (qf_u64)blockIdx.x * 8 + threadIdx.x / 32;
-    if (block >= n_blocks) return;
-    const qf_u8* b = (const qf_u8*)source + block * 17;
-    // Half of 2^(e - 127) (ggml's GGML_E8M0_TO_FP32_HALF).
-    qf_u32 e = b[0];
-    float d = __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
-    int j = threadIdx.x % 32;
-    int q = j < 16 ? (b[1 + j] & 0xf) : (b[1 + j - 16] >> 4);
-    ((float*)destination)[block * 32 + j] = (float)qf_e2m1_doubled[q] * d;
-}

@@ -540,7 +540,7 @@ QF_KERNEL(qf_encode_q3_k)(const void* source, void* destination, qf_u64 n_blocks
     if (t == 0) qf_store_u16(out + 108, qf_f32_to_f16(block_d));
 }
 
-// ---------------------------------------------------------------- Q8_K, TQ2_0
+// ---------------------------------------------------------------- Q8_K
 
 QF_KERNEL(qf_decode_q8_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
     qf_u64 block = blockIdx.x;
@@ -548,13 +548,4 @@ QF_KERNEL(qf_decode_q8_k)(const void* source, void* destination, qf_u64 n_blocks
     const qf_u8* b = (const qf_u8*)source + block * 292;
     qf_u32 bits = (qf_u32)b[0] | ((qf_u32)b[1] << 8) | ((qf_u32)b[2] << 16) | ((qf_u32)b[3] << 24);
     ((float*)destination)[block * QK_K + threadIdx.x] = __uint_as_float(bits) * (float)(signed char)b[4 + threadIdx.x];
-}
-
-QF_KERNEL(qf_decode_tq2_0)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
-    qf_u64 block = blockIdx.x;
-    if (block >= n_blocks) return;
-    const qf_u8* b = (const qf_u8*)source + block * 66;
-    int e = threadIdx.x, chunk = e / 128, l = (e % 128) / 32, m = e % 32;
-    int q = (b[32 * chunk + m] >> (2 * l)) & 3;
-    ((float*)destination)[block * QK_K + e] = (float)(q - 1) * qf_f16_to_f32(qf_load_u16(b + 64));
 }

@@ -1,7 +1,7 @@
 // The 32-element block types Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: encode from
 // f32, with importance weights (ggml's quantize_row_*_impl) or without
 // (its reference rows), as src/codecs/legacy.rs defines them, and decode
-// to f32.
+// to f32 (Q8_1 too).
 //
 // Each 32-thread group of a block owns one ggml block, a thread one value:
 // the group finds its block's extremes by a tree reduction in shared memory
@@ -292,4 +292,13 @@ QF_KERNEL(qf_decode_q8_0)(const void* source, void* destination, qf_u64 n_blocks
     const qf_u8* b = (const qf_u8*)source + g.block * 34;
     float d = qf_f16_to_f32(qf_load_u16(b));
     ((float*)destination)[g.block * QK + g.lane] = (float)(signed char)b[2 + g.lane] * d;
+}
+
+// Q8_1: Q8_0 with the block's sum beside its scale (unused by decoding).
+QF_KERNEL(qf_decode_q8_1)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
+    QfGroup g = qf_group(n_blocks);
+    if (!g.active) return;
+    const qf_u8* b = (const qf_u8*)source + g.block * 36;
+    float d = qf_f16_to_f32(qf_load_u16(b));
+    ((float*)destination)[g.block * QK + g.lane] = (float)(signed char)b[4 + g.lane] * d;
 }
