@@ -1,7 +1,8 @@
 //! Split planning across devices (issue 18) equals llama.cpp's own
 //! `llama_meta_device_get_split_state`: goldens from `tests/split_ref/gen.py`
 //! for every architecture fixture llama.cpp loads, a MiMo-like fused QKV with
-//! key heads wider than value heads, and Gemma 3 270M, at
+//! key heads wider than value heads, Qwen3-Next- and Qwen3.5-like hybrids
+//! (gated attention, linear-attention mixers), and Gemma 3 270M, at
 //! 2, 3 and 4 devices with equal and unequal weights.
 
 mod common;
@@ -65,7 +66,7 @@ fn plans_equal_llama_cpp_for_every_fixture_device_count_and_weighting() {
             compared += 1;
         }
     }
-    assert!(compared >= 6 * 23, "only {compared} plans compared");
+    assert!(compared >= 6 * 25, "only {compared} plans compared");
 }
 
 /// A small deterministic generator (xorshift), so failures reproduce.
@@ -206,8 +207,10 @@ fn malformed_models_are_refused_by_key() {
 #[test]
 fn device_shards_merge_back_to_the_original() {
     let dir = tempfile::tempdir().unwrap();
-    let mut models: Vec<std::path::PathBuf> =
-        ["mimo-like.gguf"].iter().map(|f| common::repo().join("tests/data/split").join(f)).collect();
+    let mut models: Vec<std::path::PathBuf> = ["mimo-like.gguf", "qwen3next-like.gguf", "qwen35-like.gguf"]
+        .iter()
+        .map(|f| common::repo().join("tests/data/split").join(f))
+        .collect();
     for fixture in ["llama3.gguf", "mixtral.gguf", "qwen2.gguf", "phi3.gguf", "gemma3.gguf", "lfm2.gguf"] {
         models.push(common::repo().join("tests/data/arch").join(fixture));
     }

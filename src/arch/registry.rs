@@ -77,6 +77,11 @@ pub enum LayerKinds {
     /// Layers without KV heads are recurrent (LFM2's convolutions); with a
     /// positive `ARCH.attention.sliding_window` the others slide.
     RecurrentWithoutKvHeads,
+    /// Linear-attention (gated delta net) layers between full-attention
+    /// ones (Qwen3-Next, Qwen3.5): `ARCH.attention.recurrent_layers` when
+    /// the file has it (a flag per layer), else all but every
+    /// `ARCH.full_attention_interval`-th layer (default 4) recur.
+    LinearAttention,
 }
 
 /// When a family's sliding-window pattern applies, by
@@ -420,6 +425,18 @@ pub static FAMILIES: &[Family] = &[
             Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM, QK_NORMS], ..COMMON },
         )
     },
+    family(
+        "qwen3next",
+        "Qwen3-Next",
+        &["qwen3next"],
+        Layout { rope: Rope::Neox, layers: LayerKinds::LinearAttention, hf_names: &[], ..COMMON },
+    ),
+    family(
+        "qwen35",
+        "Qwen3.5",
+        &["qwen35", "qwen35moe"],
+        Layout { rope: Rope::Imrope, layers: LayerKinds::LinearAttention, hf_names: &[], ..COMMON },
+    ),
     Family {
         projectors: &["qwen3vl_merger"],
         ..family(

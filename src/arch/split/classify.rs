@@ -50,16 +50,6 @@ pub enum Part {
     Other,
 }
 
-impl Part {
-    /// Parts of the linear-attention (state-space) mixers.
-    pub fn is_ssm(self) -> bool {
-        matches!(
-            self,
-            Part::SsmDt | Part::SsmA | Part::SsmAlphaBeta | Part::SsmBetaAlpha | Part::SsmConv1d | Part::SsmOut
-        )
-    }
-}
-
 /// A tensor's class and its layer (`blk.N.`; 0 for a tensor outside the blocks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Classified {

@@ -45,11 +45,16 @@ pub fn granularity(u: &Unit<'_>, segments: &[Segment]) -> Result<Vec<u64>, Split
     };
     let (layers, il) = (u.layers, u.il);
     if layers.is_recr[il] {
-        if matches!(u.part, Part::AttnQkv | Part::AttnGate) || u.part.is_ssm() {
-            return Err(SplitError::NotModelled {
-                arch: u.arch.to_owned(),
-                why: format!("{} is a linear-attention tensor", u.name),
-            });
+        // Linear attention: whole heads of the mixer's state, in blocks of 128.
+        let head_dim = layers.ssm.d_state;
+        let granularity_qkv = lcm(lcm(u.block, 128), head_dim);
+        let per_head = || div(granularity_qkv, head_dim, "ssm.state_size, the mixer's head size,");
+        let all = |g: u64| Ok(vec![g; segments.len()]);
+        match u.part {
+            Part::AttnQkv | Part::AttnGate | Part::SsmConv1d | Part::SsmOut => return all(granularity_qkv),
+            Part::SsmDt | Part::SsmA | Part::SsmAlphaBeta => return all(per_head()?),
+            Part::SsmBetaAlpha => return all(2 * per_head()?),
+            _ => {}
         }
     } else {
         let n_gqa = layers.n_gqa(il);
@@ -133,5 +138,31 @@ mod tests {
         assert_eq!(granularity(&unit(Part::AttnKv { value: false }, 2), &seg).unwrap(), [lcm(80, 64)]);
         assert_eq!(granularity(&unit(Part::FfnDown, 2), &seg).unwrap(), [128]);
         assert_eq!(granularity(&unit(Part::Output, 2), &seg).unwrap(), [1]);
+    }
+
+    #[test]
+    fn linear_attention_cuts_whole_state_heads_in_blocks_of_128() {
+        let mut m = Metadata::default();
+        for (k, v) in
+            [("block_count", 4), ("embedding_length", 16), ("attention.head_count", 4), ("ssm.state_size", 48)]
+        {
+            m.set(&format!("t.{k}"), Value::U32(v));
+        }
+        let layers = Layers::read(&m, "t", LayerKinds::LinearAttention).unwrap();
+        assert!(layers.is_recr[0] && !layers.is_recr[3]);
+        let unit =
+            |part, block| Unit { name: "x", part, arch: "t", layers: &layers, il: 0, block, devices: 2, rows: 1 };
+        let two = [Segment { size: 768, repeats: 2 }, Segment { size: 384, repeats: 1 }];
+        assert_eq!(granularity(&unit(Part::AttnQkv, 1), &two).unwrap(), [384, 384]);
+        assert_eq!(granularity(&unit(Part::SsmOut, 256), &two).unwrap(), [768, 768]);
+        let one = [Segment { size: 16, repeats: 1 }];
+        assert_eq!(granularity(&unit(Part::SsmDt, 1), &one).unwrap(), [8]);
+        assert_eq!(granularity(&unit(Part::SsmBetaAlpha, 1), &one).unwrap(), [16]);
+        // Outside the mixer, a recurrent layer's tensors follow the common rules.
+        assert_eq!(granularity(&unit(Part::FfnDown, 32), &one).unwrap(), [128]);
+        m.set("t.ssm.state_size", Value::U32(0));
+        let stateless = Layers::read(&m, "t", LayerKinds::LinearAttention).unwrap();
+        let unit = Unit { layers: &stateless, ..unit(Part::SsmA, 1) };
+        assert!(granularity(&unit, &one).unwrap_err().to_string().contains("ssm.state_size"));
     }
 }

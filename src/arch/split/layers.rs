@@ -6,7 +6,7 @@
 use super::SplitError;
 use crate::arch::hparams::{count, per_layer_counts};
 use crate::arch::registry::{LayerKinds, WindowRule};
-use crate::model::{Metadata, Value};
+use crate::model::{Array, Metadata, Value};
 
 /// A language model's per-layer shape, indexed by layer.
 #[derive(Debug, Clone)]
@@ -17,8 +17,33 @@ pub struct Layers {
     pub n_ff_exp: Vec<u64>,
     pub is_swa: Vec<bool>,
     pub is_recr: Vec<bool>,
+    pub ssm: Ssm,
     head_k: HeadSize,
     head_v: HeadSize,
+}
+
+/// The linear-attention (gated delta net) shape, `ARCH.ssm.*`: 0 where the
+/// file has no such key.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ssm {
+    /// `ssm.state_size`: the key and value head size.
+    pub d_state: u64,
+    /// `ssm.group_count`: key heads.
+    pub n_group: u64,
+    /// `ssm.time_step_rank`: value heads.
+    pub dt_rank: u64,
+    /// `ssm.conv_kernel`.
+    pub d_conv: u64,
+}
+
+impl Ssm {
+    pub fn key_dim(&self) -> u64 {
+        self.d_state * self.n_group
+    }
+
+    pub fn value_dim(&self) -> u64 {
+        self.d_state * self.dt_rank
+    }
 }
 
 /// A head size, which sliding-window layers may have their own of.
@@ -77,6 +102,7 @@ impl Layers {
                         swa_pattern(metadata, &key("attention.sliding_window_pattern"), period, dense_first, n_layer)?;
                 }
             }
+            LayerKinds::LinearAttention => is_recr = linear_attention_layers(metadata, arch, n_layer)?,
             LayerKinds::RecurrentWithoutKvHeads => {
                 for (recr, &kv) in is_recr.iter_mut().zip(&n_head_kv) {
                     *recr = kv == 0;
@@ -88,7 +114,14 @@ impl Layers {
                 }
             }
         }
-        Ok(Layers { n_head, n_head_kv, n_ff, n_ff_exp, is_swa, is_recr, head_k, head_v })
+        let ssm_key = |name: &str| scalar(&format!("ssm.{name}")).map(Option::unwrap_or_default);
+        let ssm = Ssm {
+            d_state: ssm_key("state_size")?,
+            n_group: ssm_key("group_count")?,
+            dt_rank: ssm_key("time_step_rank")?,
+            d_conv: ssm_key("conv_kernel")?,
+        };
+        Ok(Layers { n_head, n_head_kv, n_ff, n_ff_exp, is_swa, is_recr, ssm, head_k, head_v })
     }
 
     pub fn n_layer(&self) -> usize {
@@ -120,6 +153,45 @@ impl Layers {
     }
 }
 
+/// A flag per layer, as an array key holds them (booleans or integers).
+fn layer_flags(key: &str, flags: &Array, n_layer: usize) -> Result<Vec<bool>, SplitError> {
+    if flags.len() != n_layer {
+        return Err(SplitError::metadata(key, format!("has {} entries for {n_layer} layers", flags.len())));
+    }
+    (0..n_layer)
+        .map(|i| match flags.get(i) {
+            Some(Value::Bool(b)) => Some(b),
+            Some(v) => v.as_u64().map(|n| n != 0),
+            None => None,
+        })
+        .collect::<Option<Vec<bool>>>()
+        .ok_or_else(|| SplitError::metadata(key, "holds an entry that is not a flag"))
+}
+
+/// Qwen3-Next's and Qwen3.5's recurrent layers: the file's flags, else
+/// all but every `full_attention_interval`-th of the trunk's layers (the
+/// multi-token-prediction layers after it are full attention).
+fn linear_attention_layers(metadata: &Metadata, arch: &str, n_layer: usize) -> Result<Vec<bool>, SplitError> {
+    let flags_key = format!("{arch}.attention.recurrent_layers");
+    match metadata.get(&flags_key) {
+        Some(Value::Array(flags)) => return layer_flags(&flags_key, flags, n_layer),
+        Some(Value::Bool(b)) => return Ok(vec![*b; n_layer]),
+        Some(v) => {
+            let flag = v.as_u64().ok_or_else(|| SplitError::metadata(&flags_key, "is not a flag per layer"))?;
+            return Ok(vec![flag != 0; n_layer]);
+        }
+        None => {}
+    }
+    let interval_key = format!("{arch}.full_attention_interval");
+    let interval = count(metadata, &interval_key)?.unwrap_or(4);
+    if interval == 0 {
+        return Err(SplitError::metadata(interval_key, "is 0: no layer would be full attention"));
+    }
+    let mtp_key = format!("{arch}.nextn_predict_layers");
+    let trunk = (n_layer as u64).saturating_sub(count(metadata, &mtp_key)?.unwrap_or(0));
+    Ok((0..n_layer as u64).map(|i| i < trunk && (i + 1) % interval != 0).collect())
+}
+
 /// `load_swa_pattern`: a flag per layer from the file, or a period (the
 /// file's, else the family's) expanded as `set_swa_pattern` does.
 fn swa_pattern(
@@ -130,19 +202,7 @@ fn swa_pattern(
     n_layer: usize,
 ) -> Result<Vec<bool>, SplitError> {
     let period = match metadata.get(key) {
-        Some(Value::Array(flags)) => {
-            if flags.len() != n_layer {
-                return Err(SplitError::metadata(key, format!("has {} entries for {n_layer} layers", flags.len())));
-            }
-            return (0..n_layer)
-                .map(|i| match flags.get(i) {
-                    Some(Value::Bool(b)) => Some(b),
-                    Some(v) => v.as_u64().map(|n| n != 0),
-                    None => None,
-                })
-                .collect::<Option<Vec<bool>>>()
-                .ok_or_else(|| SplitError::metadata(key, "holds an entry that is not a flag"));
-        }
+        Some(Value::Array(flags)) => return layer_flags(key, flags, n_layer),
         Some(v) => v.as_u64().ok_or_else(|| SplitError::metadata(key, "is not a period"))?,
         None => u64::from(period),
     };
@@ -153,4 +213,41 @@ fn swa_pattern(
             (p, false) => il % p < p - 1,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qwen(extra: &[(&str, Value)]) -> Result<Layers, SplitError> {
+        let mut m = Metadata::default();
+        for (k, v) in [("block_count", 8), ("embedding_length", 64), ("attention.head_count", 4)] {
+            m.set(&format!("qwen35.{k}"), Value::U32(v));
+        }
+        for (k, v) in extra {
+            m.set(&format!("qwen35.{k}"), v.clone());
+        }
+        Layers::read(&m, "qwen35", LayerKinds::LinearAttention)
+    }
+
+    #[test]
+    fn linear_attention_layers_come_from_the_flags_or_the_interval() {
+        let recurrent = |l: Layers| l.is_recr.iter().map(|&r| u8::from(r)).collect::<Vec<_>>();
+        assert_eq!(recurrent(qwen(&[]).unwrap()), [1, 1, 1, 0, 1, 1, 1, 0]);
+        assert_eq!(recurrent(qwen(&[("full_attention_interval", Value::U32(2))]).unwrap()), [1, 0, 1, 0, 1, 0, 1, 0]);
+        // The multi-token-prediction layers after the trunk are full attention.
+        assert_eq!(recurrent(qwen(&[("nextn_predict_layers", Value::U32(2))]).unwrap()), [1, 1, 1, 0, 1, 1, 0, 0]);
+        let flags = Array::Bool(vec![true, false, false, true, true, false, false, true]);
+        assert_eq!(
+            recurrent(qwen(&[("attention.recurrent_layers", Value::Array(flags))]).unwrap()),
+            [1, 0, 0, 1, 1, 0, 0, 1]
+        );
+        let short = Array::Bool(vec![true]);
+        let err = qwen(&[("attention.recurrent_layers", Value::Array(short))]).unwrap_err().to_string();
+        assert_eq!(err, "qwen35.attention.recurrent_layers: has 1 entries for 8 layers");
+        let err = qwen(&[("full_attention_interval", Value::U32(0))]).unwrap_err().to_string();
+        assert!(err.starts_with("qwen35.full_attention_interval: is 0"), "{err}");
+        let ssm = qwen(&[("ssm.state_size", Value::U32(128)), ("ssm.group_count", Value::U32(16))]).unwrap().ssm;
+        assert_eq!((ssm.key_dim(), ssm.value_dim()), (2048, 0));
+    }
 }

@@ -146,8 +146,8 @@ pub fn plan(metadata: &Metadata, tensors: &[TensorInfo], devices: &Devices) -> R
     if !supports_tensor_split(arch) {
         return Err(SplitError::Unsupported(arch.to_owned()));
     }
-    if policy::has_qgate_split(arch) || policy::has_grouped_output_attention(arch) {
-        return Err(SplitError::NotModelled { arch: arch.to_owned(), why: "its attention layout".into() });
+    if policy::has_grouped_output_attention(arch) {
+        return Err(SplitError::NotModelled { arch: arch.to_owned(), why: "its grouped output attention".into() });
     }
     let family = registry::detect(metadata, tensors).family;
     let layers = Layers::read(metadata, arch, family.layout.layers)?;
@@ -178,12 +178,6 @@ struct Planner<'a> {
 impl Planner<'_> {
     fn tensor(&self, t: &TensorInfo) -> Result<TensorSplit, SplitError> {
         let Classified { part, layer } = classify(&t.name);
-        if part.is_ssm() {
-            return Err(SplitError::NotModelled {
-                arch: self.arch.to_owned(),
-                why: format!("{} is a state-space tensor", t.name),
-            });
-        }
         if t.name.starts_with("blk.") && layer.is_none() {
             return Err(SplitError::tensor(&t.name, "names no layer number"));
         }
@@ -228,7 +222,8 @@ impl Planner<'_> {
                 let extent = *t.dims.get(a).ok_or_else(|| {
                     SplitError::tensor(&t.name, format!("has {} dimensions, none on axis {a}", t.dims.len()))
                 })?;
-                let segments = segments::segments(&t.name, part, self.layers, il, extent)?;
+                let place = segments::Place { name: &t.name, part, arch: self.arch, layers: self.layers, il, extent };
+                let segments = segments::segments(&place)?;
                 let unit = granularity::Unit {
                     name: &t.name,
                     part,

@@ -87,6 +87,13 @@ pub fn has_qgate_split(arch: &str) -> bool {
     matches!(arch, "qwen3next" | "qwen35" | "qwen35moe" | "qwen4exp")
 }
 
+/// Of the gated architectures, those whose linear-attention value heads
+/// cycle over the key heads (Qwen3.5: k0_v0, k1_v1, k0_v2, …) rather than
+/// following each key head in a run (Qwen3-Next: k0_v0, k0_v1, k1_v2, …).
+pub fn interleaves_value_heads(arch: &str) -> bool {
+    has_qgate_split(arch) && arch != "qwen3next"
+}
+
 /// Architectures of the grouped-output attention of DeepSeek V4, whose
 /// rules the planner does not model yet.
 pub fn has_grouped_output_attention(arch: &str) -> bool {
