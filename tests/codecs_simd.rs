@@ -26,11 +26,15 @@ fn every_level_writes_the_scalar_bytes() {
     eprintln!("levels on this machine: {:?}; in use: {:?}", levels, simd::level());
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let types: Vec<GgmlType> = GgmlType::all().filter(|&ty| can_quantize(ty)).collect();
-    for (r, row) in rows().iter().enumerate() {
+    let rows = rows();
+    for r in 0..rows.len() {
+        // Five rows end to end: several super-blocks of different scales (the
+        // searches take up to 32 groups a call, and a run ends in fewer).
+        let row: Vec<f32> = (0..5).flat_map(|k| rows[(r + k) % rows.len()].iter().copied()).collect();
         for importance in importance_variants(&mut rng, row.len()) {
             for &ty in &types {
                 // Rows of 32-value blocks also end in a partial batch of blocks.
-                let lengths: &[usize] = if ty.block_size() == 32 { &[256, 224] } else { &[256] };
+                let lengths: &[usize] = if ty.block_size() == 32 { &[256, 224, 736] } else { &[256, 1280] };
                 for &n in lengths {
                     let (row, importance) = (&row[..n], importance.as_ref().map(|w| &w[..n]));
                     let row_len = ty.row_size(n as u64).unwrap() as usize;

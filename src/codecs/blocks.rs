@@ -36,8 +36,9 @@ pub const NTRY: i32 = 7;
 /// Groups whose largest magnitude is below this are all zero.
 pub const GROUP_MAX_EPS: f32 = 1e-15;
 
-/// Groups the batched searches take at once.
-pub const BATCH: usize = 8;
+/// Blocks the legacy and IQ4 weighted searches take at once: AVX-512's
+/// lanes (AVX2 runs them as two steps of eight).
+pub const BATCH: usize = 16;
 
 /// A row's short last batch of 32-value blocks, padded with zero blocks to
 /// a whole one: the batch kernels' lanes never mix, so the real blocks come

@@ -7,7 +7,10 @@ use bytemuck::{Pod, Zeroable};
 
 use super::blocks::{BATCH, GROUP_MAX_EPS, KVALUES, NTRY, QK, zero_padded_batch};
 use super::scalar::{F16, nearest_int};
+use super::search::{Step, on_step, steps};
 use super::simd::Level;
+#[cfg(target_arch = "x86_64")]
+use super::x86_search;
 use crate::types::GgmlType;
 
 const QK4_NL: usize = GgmlType::IQ4_NL.block_size() as usize;
@@ -103,10 +106,12 @@ pub fn quantize_iq4_xs(level: Level, src: &[f32], importance: Option<&[f32]>, ds
 /// `best_index_int8(KVALUES, scale · x[j])` for one 32-value sub-block,
 /// with the vector kernel of `level` where the machine has it.
 fn sub_block_indices(level: Level, scale: f32, x: &[f32], indices: &mut [u8]) {
-    #[cfg(target_arch = "x86_64")]
-    if level >= Level::Avx2 && Level::Avx2.is_supported() {
-        // SAFETY: AVX2 is present (checked just above).
-        return unsafe { super::x86_search::iq4_indices_x32(scale, x, indices) };
+    if let Some((_, step)) = steps(level, 32).next() {
+        return on_step!(step, iq4_indices(scale, x, indices), {
+            for (l, &v) in indices.iter_mut().zip(x) {
+                *l = best_index_int8(&KVALUES, scale * v) as u8;
+            }
+        });
     }
     let _ = level;
     for (l, &v) in indices.iter_mut().zip(x) {
@@ -162,29 +167,31 @@ fn super_block_weights(x: &[f32], quant_weights: Option<&[f32]>, weights: &mut [
 }
 
 /// The scale search of ggml's `quantize_row_iq4_nl_impl` (`ntry = 7`) for
-/// each 32-value sub-block of `x`, [`BATCH`] sub-blocks at a time with the
-/// vector kernel of `level` where the machine has it.
+/// each 32-value sub-block of `x`, with the vector kernels of `level` where
+/// the machine has them: [`BATCH`] sub-blocks at a time, a row's last ones
+/// padded with zero sub-blocks (whose lanes never mix with the others).
 fn sub_block_scales(level: Level, x: &[f32], weights: &[f32], scales: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if level >= Level::Avx2 && Level::Avx2.is_supported() {
-        const _: () = assert!(SUB_BLOCK == QK, "zero_padded_batch pads 32-value blocks");
-        let span = SUB_BLOCK * BATCH;
-        for ((x, w), s) in x.chunks(span).zip(weights.chunks(span)).zip(scales.chunks_mut(BATCH)) {
-            // SAFETY: AVX2 is present (checked just above).
-            let found = unsafe {
-                match x.len() == span {
-                    true => super::x86_search::iq4_scales_x8(x, w),
-                    // A row's last sub-blocks (640-wide rows have 20).
-                    false => super::x86_search::iq4_scales_x8(&zero_padded_batch(x), &zero_padded_batch(w)),
-                }
-            };
-            s.copy_from_slice(&found[..s.len()]);
+    const _: () = assert!(SUB_BLOCK == QK, "zero_padded_batch pads 32-value blocks");
+    let span = SUB_BLOCK * BATCH;
+    for ((x, w), s) in x.chunks(span).zip(weights.chunks(span)).zip(scales.chunks_mut(BATCH)) {
+        let mut found = [0.0f32; BATCH];
+        match x.len() == span {
+            true => batch_scales(level, x, w, &mut found),
+            false => batch_scales(level, &zero_padded_batch(x), &zero_padded_batch(w), &mut found),
         }
-        return;
+        s.copy_from_slice(&found[..s.len()]);
     }
-    let _ = level;
-    for ((xb, w), scale) in x.chunks_exact(SUB_BLOCK).zip(weights.chunks_exact(SUB_BLOCK)).zip(scales) {
-        *scale = sub_block_scale(xb, w);
+}
+
+/// [`sub_block_scale`] of each of [`BATCH`] sub-blocks.
+fn batch_scales(level: Level, x: &[f32], weights: &[f32], scales: &mut [f32; BATCH]) {
+    for (g, step) in steps(level, BATCH) {
+        let (x, weights, scales) = (&x[g * SUB_BLOCK..], &weights[g * SUB_BLOCK..], &mut scales[g..]);
+        on_step!(
+            step,
+            iq4_scales(x, weights, scales),
+            scales[0] = sub_block_scale(&x[..SUB_BLOCK], &weights[..SUB_BLOCK])
+        );
     }
 }
 

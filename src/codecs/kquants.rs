@@ -9,10 +9,10 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::blocks::{BATCH, GROUP_MAX_EPS, MinSearch};
+use super::blocks::{GROUP_MAX_EPS, MinSearch};
 use super::scalar::{F16, nearest_int};
 use super::search::{
-    QxWeighting, make_q3_quants_batch, make_qkx_quants_batch, make_qp_quants, make_qx_quants, make_qx_quants_batch,
+    QxWeighting, make_q3_quants_groups, make_qkx_quants_groups, make_qp_quants, make_qx_quants, make_qx_quants_groups,
     signed_absmax_and_magnitude,
 };
 use super::simd::Level;
@@ -292,8 +292,7 @@ const QKX3_SEARCH: MinSearch = MinSearch { rmin: -0.9, rdelta: 0.05, nstep: 36, 
 
 // ---------------------------------------------------------------- Q2_K
 
-/// Q2_K's sixteen group searches, [`BATCH`] groups at a time; returns the
-/// scales and minimums.
+/// Q2_K's sixteen group searches; returns the scales and minimums.
 fn search_q2_k_groups(
     level: Level,
     x: &[f32],
@@ -303,14 +302,7 @@ fn search_q2_k_groups(
     qkx3: bool,
 ) -> ([f32; 16], [f32; 16]) {
     let (mut scales, mut mins) = ([0.0f32; 16], [0.0f32; 16]);
-    let span = 16 * BATCH;
-    for (k, ((x, w), levels)) in
-        x.chunks_exact(span).zip(weights.chunks_exact(span)).zip(levels.chunks_exact_mut(span)).enumerate()
-    {
-        let (s, m) = make_qkx_quants_batch(level, 3, 16, x, w, levels, search, qkx3);
-        scales[k * BATCH..][..BATCH].copy_from_slice(&s);
-        mins[k * BATCH..][..BATCH].copy_from_slice(&m);
-    }
+    make_qkx_quants_groups(level, 3, 16, x, weights, levels, search, qkx3, &mut scales, &mut mins);
     (scales, mins)
 }
 
@@ -405,10 +397,7 @@ pub fn quantize_q3_k(level: Level, src: &[f32], importance: Option<&[f32]>, bloc
     for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
         match importance {
             None => {
-                let span = 16 * BATCH;
-                for (k, (x, levels)) in x.chunks_exact(span).zip(levels.chunks_exact_mut(span)).enumerate() {
-                    scales[k * BATCH..][..BATCH].copy_from_slice(&make_q3_quants_batch(level, 4, 16, x, levels));
-                }
+                make_q3_quants_groups(level, 4, 16, x, &mut levels, &mut scales);
                 let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
                 for &scale in &scales {
                     if scale.abs() > amax {
@@ -436,19 +425,7 @@ pub fn quantize_q3_k(level: Level, src: &[f32], importance: Option<&[f32]>, bloc
                     importance_weights(&x[16 * j..][..16], &qw[16 * j..][..16], sigma2, w);
                     group_weight[j] = sum(w);
                 }
-                let span = 16 * BATCH;
-                for (k, (x, (w, levels))) in
-                    x.chunks_exact(span).zip(weights.chunks_exact(span).zip(levels.chunks_exact_mut(span))).enumerate()
-                {
-                    scales[k * BATCH..][..BATCH].copy_from_slice(&make_qx_quants_batch(
-                        level,
-                        4,
-                        16,
-                        x,
-                        levels,
-                        Some(w),
-                    ));
-                }
+                make_qx_quants_groups(level, 4, 16, x, &mut levels, Some(&weights), &mut scales);
                 let mut ls = [0i8; 16];
                 let d_block = make_qx_quants(32, &scales, &mut ls, QxWeighting::Squared, Some(&group_weight));
                 pack_scales_q3(|j| i32::from(ls[j]), &mut b.scales);
@@ -481,80 +458,121 @@ pub fn quantize_q3_k(level: Level, src: &[f32], importance: Option<&[f32]>, bloc
 
 // ---------------------------------------------------------------- Q4_K and Q5_K
 
-/// The scale search of Q4_K (`nmax` 15) and Q5_K (`nmax` 31); fills `levels`,
-/// the block's scales, `d` and `dmin`.
-fn choose_scales_k4(
+/// Four super-blocks: the group searches take up to 32 groups a call (two
+/// AVX-512 vectors side by side).
+const K4_RUN: usize = 4 * QK_K;
+
+/// Q4_K's (`nmax` 15) and Q5_K's (`nmax` 31) choices for each super-block of
+/// `src` — packed group scales and minimums, their f16 super-scales, the
+/// levels requantized against them — handed to `pack` with the block's
+/// index. The group searches run over [`K4_RUN`] values at a time.
+fn quantize_k4(
     level: Level,
-    x: &[f32],
-    qw: Option<&[f32]>,
+    src: &[f32],
+    importance: Option<&[f32]>,
     nmax: i32,
     reference_search: MinSearch,
-    levels: &mut [u8; QK_K],
-    scales_out: &mut [u8; 12],
-) -> (F16, F16) {
-    const _: () = assert!(QK_K / 32 == BATCH);
-    let mut weights = [0.0f32; QK_K];
-    let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
-    match qw {
-        None => {
-            for (x, w) in x.chunks_exact(32).zip(weights.chunks_exact_mut(32)) {
-                rms_plus_abs(x, w);
+    mut pack: impl FnMut(usize, F16, F16, [u8; 12], &[u8; QK_K]),
+) {
+    let (search, qkx3) = if importance.is_some() { (QKX3_SEARCH, true) } else { (reference_search, false) };
+    for (run, x) in src.chunks(K4_RUN).enumerate() {
+        let mut weights = [0.0f32; K4_RUN];
+        let mut group_weight = [0.0f32; K4_RUN / 32];
+        for (k, (x, w)) in x.chunks_exact(QK_K).zip(weights.chunks_exact_mut(QK_K)).enumerate() {
+            match importance {
+                None => {
+                    for (x, w) in x.chunks_exact(32).zip(w.chunks_exact_mut(32)) {
+                        rms_plus_abs(x, w);
+                    }
+                }
+                Some(qw) => {
+                    let qw = &qw[(run * K4_RUN / QK_K + k) * QK_K..][..QK_K];
+                    let sigma2 = 2.0 * sum_of_squares(x) / QK_K as f32;
+                    for (j, gw) in group_weight[8 * k..][..8].iter_mut().enumerate() {
+                        let w = &mut w[32 * j..][..32];
+                        importance_weights(&x[32 * j..][..32], &qw[32 * j..][..32], sigma2, w);
+                        *gw = sum(w);
+                    }
+                }
             }
-            let (scales, mins) = make_qkx_quants_batch(level, nmax, 32, x, &weights, levels, reference_search, false);
-            let max_scale = scales.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
-            let max_min = mins.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
-            let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
-            let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
-            for j in 0..8 {
-                ls[j] = (nearest_int(inv_scale * scales[j]) as u8).min(63);
-                lm[j] = (nearest_int(inv_min * mins[j]) as u8).min(63);
-            }
-            pack_scales_k4(&ls, &lm, scales_out);
-            (F16::from_f32(max_scale / 63.0), F16::from_f32(max_min / 63.0))
         }
-        Some(qw) => {
-            let sigma2 = 2.0 * sum_of_squares(x) / QK_K as f32;
-            let mut group_weight = [0.0f32; 8];
-            for j in 0..8 {
-                let w = &mut weights[32 * j..][..32];
-                importance_weights(&x[32 * j..][..32], &qw[32 * j..][..32], sigma2, w);
-                group_weight[j] = sum(w);
-            }
-            let (scales, mins) = make_qkx_quants_batch(level, nmax, 32, x, &weights, levels, QKX3_SEARCH, true);
-            let d_block = make_qp_quants(63, &scales, &mut ls, &group_weight);
-            let m_block = make_qp_quants(63, &mins, &mut lm, &group_weight);
-            for j in 0..8 {
-                ls[j] = ls[j].min(63);
-                lm[j] = lm[j].min(63);
-            }
-            pack_scales_k4(&ls, &lm, scales_out);
-            (F16::from_f32(d_block), F16::from_f32(m_block))
+        let groups = x.len() / 32;
+        let (mut scales, mut mins) = ([0.0f32; K4_RUN / 32], [0.0f32; K4_RUN / 32]);
+        let mut run_levels = [0u8; K4_RUN];
+        make_qkx_quants_groups(
+            level,
+            nmax,
+            32,
+            x,
+            &weights[..x.len()],
+            &mut run_levels[..x.len()],
+            search,
+            qkx3,
+            &mut scales[..groups],
+            &mut mins[..groups],
+        );
+        for (k, x) in x.chunks_exact(QK_K).enumerate() {
+            let (scales, mins) = (&scales[8 * k..][..8], &mins[8 * k..][..8]);
+            let mut packed = [0u8; 12];
+            let (d, dmin) = match importance {
+                None => reference_scales_k4(scales, mins, &mut packed),
+                Some(_) => weighted_scales_k4(scales, mins, &group_weight[8 * k..][..8], &mut packed),
+            };
+            let mut levels: [u8; QK_K] = run_levels[k * QK_K..][..QK_K].try_into().expect("a super-block");
+            requantize_k4(x, d, dmin, &packed, nmax, &mut levels);
+            pack(run * K4_RUN / QK_K + k, d, dmin, packed, &levels);
         }
     }
 }
 
+/// The reference path's 6-bit group scales and minimums: each the group's
+/// share of the largest.
+fn reference_scales_k4(scales: &[f32], mins: &[f32], packed: &mut [u8; 12]) -> (F16, F16) {
+    let max_scale = scales.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
+    let max_min = mins.iter().fold(0.0f32, |m, &s| if s > m { s } else { m });
+    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
+    for j in 0..8 {
+        ls[j] = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        lm[j] = (nearest_int(inv_min * mins[j]) as u8).min(63);
+    }
+    pack_scales_k4(&ls, &lm, packed);
+    (F16::from_f32(max_scale / 63.0), F16::from_f32(max_min / 63.0))
+}
+
+/// The importance path's: the scales and minimums themselves quantized by
+/// the weighted search, each group weighted by its weights' sum.
+fn weighted_scales_k4(scales: &[f32], mins: &[f32], group_weight: &[f32], packed: &mut [u8; 12]) -> (F16, F16) {
+    let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
+    let d_block = make_qp_quants(63, scales, &mut ls, group_weight);
+    let m_block = make_qp_quants(63, mins, &mut lm, group_weight);
+    for j in 0..8 {
+        ls[j] = ls[j].min(63);
+        lm[j] = lm[j].min(63);
+    }
+    pack_scales_k4(&ls, &lm, packed);
+    (F16::from_f32(d_block), F16::from_f32(m_block))
+}
+
 pub fn quantize_q4_k(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ4K]) {
-    let mut levels = [0u8; QK_K];
     let search = MinSearch { rmin: -1.0, rdelta: 0.1, nstep: 20, use_mad: false };
-    for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
-        let qw = importance.map(|w| &w[ib * QK_K..][..QK_K]);
-        (b.d, b.dmin) = choose_scales_k4(level, x, qw, 15, search, &mut levels, &mut b.scales);
-        requantize_k4(x, b.d, b.dmin, &b.scales, 15, &mut levels);
+    quantize_k4(level, src, importance, 15, search, |ib, d, dmin, scales, levels| {
+        let b = &mut blocks[ib];
+        (b.d, b.dmin, b.scales) = (d, dmin, scales);
         for (half, q) in b.qs.chunks_exact_mut(32).enumerate() {
             for (l, byte) in q.iter_mut().enumerate() {
                 *byte = levels[64 * half + l] | (levels[64 * half + l + 32] << 4);
             }
         }
-    }
+    });
 }
 
 pub fn quantize_q5_k(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ5K]) {
-    let mut levels = [0u8; QK_K];
     let search = MinSearch { rmin: -0.5, rdelta: 0.1, nstep: 15, use_mad: false };
-    for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
-        let qw = importance.map(|w| &w[ib * QK_K..][..QK_K]);
-        (b.d, b.dmin) = choose_scales_k4(level, x, qw, 31, search, &mut levels, &mut b.scales);
-        requantize_k4(x, b.d, b.dmin, &b.scales, 31, &mut levels);
+    quantize_k4(level, src, importance, 31, search, |ib, d, dmin, scales, levels| {
+        let b = &mut blocks[ib];
+        (b.d, b.dmin, b.scales) = (d, dmin, scales);
         b.qh = [0; QK_K / 8];
         for (pair, ql) in b.qs.chunks_exact_mut(32).enumerate() {
             let (m1, m2) = (1u8 << (2 * pair), 2u8 << (2 * pair));
@@ -572,7 +590,7 @@ pub fn quantize_q5_k(level: Level, src: &[f32], importance: Option<&[f32]>, bloc
                 *byte = l1 | (l2 << 4);
             }
         }
-    }
+    });
 }
 
 // ---------------------------------------------------------------- Q6_K
@@ -581,12 +599,9 @@ pub fn quantize_q6_k(level: Level, src: &[f32], importance: Option<&[f32]>, bloc
     let mut levels = [0i8; QK_K];
     let mut scales = [0.0f32; 16];
     for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
-        let span = 16 * BATCH;
-        for (k, (x, levels)) in x.chunks_exact(span).zip(levels.chunks_exact_mut(span)).enumerate() {
-            // The importance path passes the raw importance as weights.
-            let qw = importance.map(|w| &w[ib * QK_K + k * span..][..span]);
-            scales[k * BATCH..][..BATCH].copy_from_slice(&make_qx_quants_batch(level, 32, 16, x, levels, qw));
-        }
+        // The importance path passes the raw importance as weights.
+        let qw = importance.map(|w| &w[ib * QK_K..][..QK_K]);
+        make_qx_quants_groups(level, 32, 16, x, &mut levels, qw, &mut scales);
         let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
         for &scale in &scales {
             if scale.abs() > max_abs_scale {

@@ -7,7 +7,7 @@ use bytemuck::{Pod, Zeroable};
 use super::blocks::{BATCH, MinSearch, zero_padded_batch};
 use super::blocks::{BlockQ8_0, QK, inverse};
 use super::scalar::{F16, c_float_to_i8, c_float_to_int};
-use super::search::{make_qkx_quants_batch, make_qx_quants_batch, signed_absmax};
+use super::search::{make_qkx_quants_groups, make_qx_quants_groups, signed_absmax};
 use super::simd::Level;
 use crate::types::GgmlType;
 
@@ -199,7 +199,8 @@ fn symmetric_levels(level: Level, x: &[f32], nmax: i32) -> (f32, [u8; QK]) {
 /// The weighted Q4_0/Q5_0 search of [`BATCH`] blocks.
 fn symmetric_levels_weighted(level: Level, x: &[f32], weights: &[f32], nmax: i32) -> [(f32, [u8; QK]); BATCH] {
     let mut levels = [0i8; QK * BATCH];
-    let scales = make_qx_quants_batch(level, nmax, QK, x, &mut levels, Some(weights));
+    let mut scales = [0.0f32; BATCH];
+    make_qx_quants_groups(level, nmax, QK, x, &mut levels, Some(weights), &mut scales);
     std::array::from_fn(|j| {
         (scales[j], bytemuck::cast::<[i8; QK], [u8; QK]>(levels[j * QK..][..QK].try_into().expect("a block")))
     })
@@ -232,7 +233,8 @@ fn offset_levels(x: &[f32], nmax: i32, level: impl Fn(f32) -> u8) -> (f32, f32, 
 /// The weighted Q4_1/Q5_1 search (ggml's `make_qkx3_quants`) of [`BATCH`] blocks.
 fn offset_levels_weighted(level: Level, x: &[f32], weights: &[f32], nmax: i32) -> [(f32, f32, [u8; QK]); BATCH] {
     let mut levels = [0u8; QK * BATCH];
-    let (scales, neg_mins) = make_qkx_quants_batch(level, nmax, QK, x, weights, &mut levels, QKX3_SEARCH, true);
+    let (mut scales, mut neg_mins) = ([0.0f32; BATCH], [0.0f32; BATCH]);
+    make_qkx_quants_groups(level, nmax, QK, x, weights, &mut levels, QKX3_SEARCH, true, &mut scales, &mut neg_mins);
     std::array::from_fn(|j| (scales[j], -neg_mins[j], levels[j * QK..][..QK].try_into().expect("a block")))
 }
 

@@ -26,6 +26,7 @@ mod search;
 pub mod simd;
 mod ternary;
 mod x86;
+mod x86_lanes;
 mod x86_search;
 
 use crate::types::GgmlType;

@@ -6,9 +6,14 @@
 //! order: sums accumulate left to right in f32, integer levels are converted
 //! to f32 where ggml's C converts them, and rounding is [`nearest_int`].
 
-use super::blocks::{BATCH, GROUP_MAX_EPS, MinSearch};
+use super::blocks::{GROUP_MAX_EPS, MinSearch};
 use super::scalar::nearest_int;
 use super::simd::Level;
+#[cfg(target_arch = "x86_64")]
+use super::{
+    x86_lanes::{Avx2, Avx512, Twice},
+    x86_search,
+};
 
 /// The value of largest magnitude (the first of equals) and that magnitude,
 /// found as ggml finds it.
@@ -250,11 +255,89 @@ pub fn make_qkx_quants(
     (scale, -min)
 }
 
-/// [`make_qkx_quants`] on [`BATCH`] consecutive groups of `n` values (levels
-/// likewise consecutive), with the vector kernel of `level` where the
-/// machine has it; returns each group's `(scale, -min)`.
+/// One step of a batched search: how many groups it covers, and on what.
+#[derive(Clone, Copy)]
+pub(super) enum Step {
+    #[cfg(target_arch = "x86_64")]
+    Avx512Twice(Twice<Avx512>),
+    #[cfg(target_arch = "x86_64")]
+    Avx512(Avx512),
+    #[cfg(target_arch = "x86_64")]
+    Avx2Twice(Twice<Avx2>),
+    #[cfg(target_arch = "x86_64")]
+    Avx2(Avx2),
+    One,
+}
+
+impl Step {
+    fn groups(self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Step::Avx512Twice(_) => 32,
+            #[cfg(target_arch = "x86_64")]
+            Step::Avx512(_) | Step::Avx2Twice(_) => 16,
+            #[cfg(target_arch = "x86_64")]
+            Step::Avx2(_) => 8,
+            Step::One => 1,
+        }
+    }
+}
+
+/// Calls `$search` of the step's width from `x86_search` with `lanes` and
+/// the arguments, or evaluates `$one` for a group at a time.
+macro_rules! on_step {
+    ($step:expr, $search:ident($($arg:expr),*), $one:expr) => {
+        match $step {
+            #[cfg(target_arch = "x86_64")]
+            Step::Avx512Twice(lanes) => x86_search::avx512_twice::$search(lanes, $($arg),*),
+            #[cfg(target_arch = "x86_64")]
+            Step::Avx512(lanes) => x86_search::avx512::$search(lanes, $($arg),*),
+            #[cfg(target_arch = "x86_64")]
+            Step::Avx2Twice(lanes) => x86_search::avx2_twice::$search(lanes, $($arg),*),
+            #[cfg(target_arch = "x86_64")]
+            Step::Avx2(lanes) => x86_search::avx2::$search(lanes, $($arg),*),
+            Step::One => $one,
+        }
+    };
+}
+pub(super) use on_step;
+
+/// `groups` groups walked in the widest steps `level` and the machine
+/// allow: each step's first group and the step.
+pub(super) fn steps(level: Level, groups: usize) -> impl Iterator<Item = (usize, Step)> {
+    #[cfg(target_arch = "x86_64")]
+    let (avx512, avx2) =
+        ((level >= Level::Avx512).then(Avx512::new).flatten(), (level >= Level::Avx2).then(Avx2::new).flatten());
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = level;
+    let mut first = 0;
+    std::iter::from_fn(move || {
+        let rest = groups - first;
+        if rest == 0 {
+            return None;
+        }
+        #[cfg(target_arch = "x86_64")]
+        let step = match (avx512, avx2) {
+            (Some(lanes), _) if rest >= 32 => Step::Avx512Twice(Twice(lanes)),
+            (Some(lanes), _) if rest >= 16 => Step::Avx512(lanes),
+            (None, Some(lanes)) if rest >= 16 => Step::Avx2Twice(Twice(lanes)),
+            (_, Some(lanes)) if rest >= 8 => Step::Avx2(lanes),
+            _ => Step::One,
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let step = Step::One;
+        let at = first;
+        first += step.groups();
+        Some((at, step))
+    })
+}
+
+/// [`make_qkx_quants`] on consecutive groups of `n` values (levels likewise
+/// consecutive), with the vector kernels of `level` where the machine has
+/// them; each group's scale and `-min` go to `scales` and `neg_mins`, whose
+/// length is the number of groups.
 #[allow(clippy::too_many_arguments)]
-pub fn make_qkx_quants_batch(
+pub fn make_qkx_quants_groups(
     level: Level,
     nmax: i32,
     n: usize,
@@ -263,57 +346,56 @@ pub fn make_qkx_quants_batch(
     levels: &mut [u8],
     search: MinSearch,
     qkx3: bool,
-) -> ([f32; BATCH], [f32; BATCH]) {
-    #[cfg(target_arch = "x86_64")]
-    if level >= Level::Avx2 && Level::Avx2.is_supported() {
-        // SAFETY: AVX2 is present (checked just above).
-        return unsafe { super::x86_search::make_qkx_quants_x8(nmax, n, x, weights, levels, search, qkx3) };
+    scales: &mut [f32],
+    neg_mins: &mut [f32],
+) {
+    for (g, step) in steps(level, scales.len()) {
+        let group = g * n..;
+        let (x, weights, levels) = (&x[group.clone()], &weights[group.clone()], &mut levels[group]);
+        let (scales, neg_mins) = (&mut scales[g..], &mut neg_mins[g..]);
+        on_step!(
+            step,
+            make_qkx_quants(nmax, n, x, weights, levels, search, qkx3, scales, neg_mins),
+            (scales[0], neg_mins[0]) = make_qkx_quants(nmax, &x[..n], &weights[..n], &mut levels[..n], search, qkx3)
+        );
     }
-    let (mut scales, mut neg_mins) = ([0.0; BATCH], [0.0; BATCH]);
-    for j in 0..BATCH {
-        let group = j * n..(j + 1) * n;
-        (scales[j], neg_mins[j]) =
-            make_qkx_quants(nmax, &x[group.clone()], &weights[group.clone()], &mut levels[group], search, qkx3);
-    }
-    (scales, neg_mins)
 }
 
-/// [`make_qx_quants`] with [`QxWeighting::Squared`] on [`BATCH`] consecutive
-/// groups of `n` values, with the vector kernel of `level` where the machine
-/// has it; returns each group's scale.
-pub fn make_qx_quants_batch(
+/// [`make_qx_quants`] with [`QxWeighting::Squared`] (or the given weights)
+/// on consecutive groups of `n` values, with the vector kernels of `level`
+/// where the machine has them; each group's scale goes to `scales`.
+pub fn make_qx_quants_groups(
     level: Level,
     nmax: i32,
     n: usize,
     x: &[f32],
     levels: &mut [i8],
     weights: Option<&[f32]>,
-) -> [f32; BATCH] {
-    #[cfg(target_arch = "x86_64")]
-    if level >= Level::Avx2 && Level::Avx2.is_supported() {
-        // SAFETY: AVX2 is present (checked just above).
-        return unsafe { super::x86_search::make_qx_quants_x8(nmax, n, x, bytemuck::cast_slice_mut(levels), weights) };
+    scales: &mut [f32],
+) {
+    for (g, step) in steps(level, scales.len()) {
+        let group = g * n..;
+        let (x, levels, weights) = (&x[group.clone()], &mut levels[group.clone()], weights.map(|w| &w[group]));
+        let scales = &mut scales[g..];
+        on_step!(step, make_qx_quants(nmax, n, x, bytemuck::cast_slice_mut(levels), weights, scales), {
+            let weights = weights.map(|w| &w[..n]);
+            scales[0] = make_qx_quants(nmax, &x[..n], &mut levels[..n], QxWeighting::Squared, weights);
+        });
     }
-    std::array::from_fn(|j| {
-        let group = j * n..(j + 1) * n;
-        let weights = weights.map(|w| &w[group.clone()]);
-        make_qx_quants(nmax, &x[group.clone()], &mut levels[group], QxWeighting::Squared, weights)
-    })
 }
 
-/// [`make_q3_quants`] with `do_rmse` on [`BATCH`] consecutive groups of `n`
-/// values, with the vector kernel of `level` where the machine has it;
-/// returns each group's scale.
-pub fn make_q3_quants_batch(level: Level, nmax: i32, n: usize, x: &[f32], levels: &mut [i8]) -> [f32; BATCH] {
-    #[cfg(target_arch = "x86_64")]
-    if level >= Level::Avx2 && Level::Avx2.is_supported() {
-        // SAFETY: AVX2 is present (checked just above).
-        return unsafe { super::x86_search::make_q3_quants_x8(nmax, n, x, bytemuck::cast_slice_mut(levels)) };
+/// [`make_q3_quants`] with `do_rmse` on consecutive groups of `n` values,
+/// with the vector kernels of `level` where the machine has them; each
+/// group's scale goes to `scales`.
+pub fn make_q3_quants_groups(level: Level, nmax: i32, n: usize, x: &[f32], levels: &mut [i8], scales: &mut [f32]) {
+    for (g, step) in steps(level, scales.len()) {
+        let (x, levels, scales) = (&x[g * n..], &mut levels[g * n..], &mut scales[g..]);
+        on_step!(
+            step,
+            make_q3_quants(nmax, n, x, bytemuck::cast_slice_mut(levels), scales),
+            scales[0] = make_q3_quants(nmax, &x[..n], &mut levels[..n], true)
+        );
     }
-    std::array::from_fn(|j| {
-        let group = j * n..(j + 1) * n;
-        make_q3_quants(nmax, &x[group.clone()], &mut levels[group], true)
-    })
 }
 
 /// Quantizes positive scales to `[0, nmax]` levels under importance `weights`

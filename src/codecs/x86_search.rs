@@ -1,93 +1,80 @@
-//! The scale searches of [`super::search`] with AVX2, eight groups at once:
-//! lane `j` runs group `j`'s exact scalar sequence (the same operations in
-//! the same order, sums accumulated element by element, no fused
-//! multiply-add), so every lane ends where the scalar search would. Groups
-//! are independent, which is what lets the work spread across lanes; the
-//! search inside one group is a chain of dependent f32 sums that must not be
-//! reordered.
+//! The scale searches of [`super::search`] and [`super::iq4`] on many groups
+//! at once, one group a lane ([`Lanes`]: 8 or 16 with AVX2, 16 or 32 with
+//! AVX-512): lane `j` runs group `j`'s exact scalar sequence (the same
+//! operations in the same order, sums accumulated element by element, no
+//! fused multiply-add), so every lane ends where the scalar search would.
+//! Groups are independent, which is what lets the work spread across lanes;
+//! the search inside one group is a chain of dependent f32 sums that must
+//! not be reordered.
 //!
-//! Inputs come as eight consecutive groups of `n` values (`n` ≤ 32); they
-//! are gathered into element-major vectors (vector `i` holds element `i` of
-//! every group) once, and every pass of the search works on those.
+//! Inputs come as `N` consecutive groups of `n` values (`n` ≤ 32); they are
+//! gathered into element-major vectors (vector `i` holds element `i` of
+//! every group) once, and every pass of the search works on those. Each
+//! search is written once, generic over the width, and compiled for each
+//! inside functions that enable the width's instructions (`at_width!`):
+//! one vector or two side by side ([`Twice`]) of AVX2 or AVX-512.
 
 #![cfg(target_arch = "x86_64")]
 
-use std::arch::x86_64::*;
-
-use super::blocks::{BATCH as LANES, GROUP_MAX_EPS, KVALUES, MinSearch, NTRY};
-
-const MAX_GROUP: usize = 32;
-
-/// Element `i` of each of eight groups of `n` values, for `i < n`.
-#[target_feature(enable = "avx2")]
-fn gather_groups(v: &[f32], n: usize) -> [__m256; MAX_GROUP] {
-    assert!(n <= MAX_GROUP && v.len() >= LANES * n);
-    let n32 = n as i32;
-    let index = _mm256_setr_epi32(0, n32, 2 * n32, 3 * n32, 4 * n32, 5 * n32, 6 * n32, 7 * n32);
-    let mut out = [_mm256_setzero_ps(); MAX_GROUP];
-    for (i, o) in out.iter_mut().enumerate().take(n) {
-        // SAFETY: the largest index read is 7n + i < 8n ≤ v.len() (asserted above).
-        *o = unsafe { _mm256_i32gather_ps::<4>(v.as_ptr().add(i), index) };
-    }
-    out
-}
+use super::blocks::{GROUP_MAX_EPS, KVALUES, MinSearch, NTRY};
+use super::x86_lanes::{Avx2, Avx512, Lanes, MAX_GROUP, Twice};
 
 /// Writes lane `j` of `levels[i]` to `out[j·n + i]`, through `to_byte`.
-#[target_feature(enable = "avx2")]
-fn scatter_levels(levels: &[__m256i; MAX_GROUP], n: usize, out: &mut [u8], to_byte: impl Fn(i32) -> u8) {
-    let out = &mut out[..LANES * n];
+#[inline(always)]
+fn scatter_levels<L: Lanes>(
+    lanes: L,
+    levels: &[L::I; MAX_GROUP],
+    n: usize,
+    out: &mut [u8],
+    to_byte: impl Fn(i32) -> u8,
+) {
+    let out = &mut out[..L::N * n];
+    let mut lane_values = [0i32; 32];
     for (i, &l) in levels.iter().enumerate().take(n) {
-        let mut lanes = [0i32; LANES];
-        // SAFETY: eight i32 fit in `lanes`.
-        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), l) };
-        for (j, &lane) in lanes.iter().enumerate() {
+        lanes.store_i(l, &mut lane_values);
+        for (j, &lane) in lane_values.iter().take(L::N).enumerate() {
             out[j * n + i] = to_byte(lane);
         }
     }
 }
 
-fn to_array(v: __m256) -> [f32; LANES] {
-    // SAFETY: __m256 and [f32; 8] have the same size, and every bit pattern is valid for both.
-    unsafe { std::mem::transmute(v) }
+/// Per lane, the value of largest magnitude (the first of equals) and
+/// whether that magnitude is below [`GROUP_MAX_EPS`].
+#[inline(always)]
+fn signed_absmax<L: Lanes>(lanes: L, xs: &[L::F]) -> (L::F, L::M) {
+    let (mut max, mut amax) = (lanes.splat(0.0), lanes.splat(0.0));
+    for &v in xs {
+        let magnitude = lanes.abs(v);
+        let larger = lanes.gt(magnitude, amax);
+        amax = lanes.select(larger, amax, magnitude);
+        max = lanes.select(larger, max, v);
+    }
+    (max, lanes.lt(amax, lanes.splat(GROUP_MAX_EPS)))
 }
 
-/// ggml's `nearest_int` on eight floats: the same bit trick as
-/// [`super::scalar::nearest_int`], so out-of-range inputs give the same
-/// (meaningless) integers.
-#[target_feature(enable = "avx2")]
-fn nearest_int(x: __m256) -> __m256i {
-    let bits = _mm256_castps_si256(_mm256_add_ps(x, _mm256_set1_ps(12_582_912.0)));
-    _mm256_sub_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x007f_ffff)), _mm256_set1_epi32(0x0040_0000))
+// The searches' steps as functions rather than closures: a closure is
+// compiled on its own, without the target features of the function it
+// sits in, and a large one would not be inlined back.
+
+/// A weighted error's term: |diff| (`use_mad`) or diff².
+#[inline(always)]
+fn error<L: Lanes>(lanes: L, diff: L::F, use_mad: bool) -> L::F {
+    if use_mad { lanes.abs(diff) } else { lanes.mul(diff, diff) }
 }
 
-#[target_feature(enable = "avx2")]
-fn clamp(l: __m256i, low: __m256i, high: __m256i) -> __m256i {
-    _mm256_min_epi32(_mm256_max_epi32(l, low), high)
+/// `clamp(nearest_int(iscale · (v - min)), 0, nmax)`.
+#[inline(always)]
+fn offset_level<L: Lanes>(lanes: L, iscale: L::F, v: L::F, min: L::F, nmax: i32) -> L::I {
+    lanes.clamp_i(lanes.nearest_int(lanes.mul(iscale, lanes.sub(v, min))), lanes.splat_i(0), lanes.splat_i(nmax))
 }
 
-#[target_feature(enable = "avx2")]
-fn select(mask: __m256, if_false: __m256, if_true: __m256) -> __m256 {
-    _mm256_blendv_ps(if_false, if_true, mask)
-}
-
-#[target_feature(enable = "avx2")]
-fn select_i(mask: __m256, if_false: __m256i, if_true: __m256i) -> __m256i {
-    _mm256_blendv_epi8(if_false, if_true, _mm256_castps_si256(mask))
-}
-
-#[target_feature(enable = "avx2")]
-fn any(mask: __m256) -> bool {
-    _mm256_movemask_ps(mask) != 0
-}
-
-/// [`super::search::make_qkx_quants`] on eight groups of `n` values:
-/// levels for group `j` go to `levels[j·n..][..n]`; returns each group's
-/// `(scale, -min)`.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[target_feature(enable = "avx2")]
-pub unsafe fn make_qkx_quants_x8(
+/// [`super::search::make_qkx_quants`] on `N` groups of `n` values: levels
+/// for group `j` go to `levels[j·n..][..n]`; each group's scale and `-min`
+/// to `scales[j]` and `neg_mins[j]`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn make_qkx_quants<L: Lanes>(
+    lanes: L,
     nmax: i32,
     n: usize,
     x: &[f32],
@@ -95,327 +82,303 @@ pub unsafe fn make_qkx_quants_x8(
     levels: &mut [u8],
     search: MinSearch,
     qkx3: bool,
-) -> ([f32; LANES], [f32; LANES]) {
-    let xs = gather_groups(x, n);
-    let ws = gather_groups(weights, n);
+    scales: &mut [f32],
+    neg_mins: &mut [f32],
+) {
+    let xs = lanes.gather_groups(x, n);
+    let ws = lanes.gather_groups(weights, n);
     let (xs, ws) = (&xs[..n], &ws[..n]);
-    let zero = _mm256_setzero_ps();
-    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-    let error = |diff: __m256| if search.use_mad { _mm256_and_ps(diff, abs_mask) } else { _mm256_mul_ps(diff, diff) };
-    let (low, high) = (_mm256_setzero_si256(), _mm256_set1_epi32(nmax));
+    let zero = lanes.splat(0.0);
 
     let (mut min, mut max) = (xs[0], xs[0]);
     let mut sum_w = ws[0];
-    let mut sum_x = _mm256_mul_ps(sum_w, xs[0]);
+    let mut sum_x = lanes.mul(sum_w, xs[0]);
     for (&v, &w) in xs.iter().zip(ws).skip(1) {
-        // MINPS/MAXPS return their second operand unless the first is strictly
-        // smaller/larger: the scalar `if v < min { min = v }`.
-        min = _mm256_min_ps(v, min);
-        max = _mm256_max_ps(v, max);
-        sum_w = _mm256_add_ps(sum_w, w);
-        sum_x = _mm256_add_ps(sum_x, _mm256_mul_ps(w, v));
+        min = lanes.min(v, min);
+        max = lanes.max(v, max);
+        sum_w = lanes.add(sum_w, w);
+        sum_x = lanes.add(sum_x, lanes.mul(w, v));
     }
-    min = _mm256_min_ps(zero, min);
-    let degenerate = if qkx3 { _mm256_cmp_ps::<_CMP_LE_OQ>(max, min) } else { _mm256_cmp_ps::<_CMP_EQ_OQ>(max, min) };
+    min = lanes.min(zero, min);
+    let degenerate = if qkx3 { lanes.le(max, min) } else { lanes.eq(max, min) };
     let first_min = min;
 
-    let iscale = _mm256_div_ps(_mm256_set1_ps(nmax as f32), _mm256_sub_ps(max, min));
-    let mut scale = _mm256_div_ps(_mm256_set1_ps(1.0), iscale);
+    let iscale = lanes.div(lanes.splat(nmax as f32), lanes.sub(max, min));
+    let mut scale = lanes.div(lanes.splat(1.0), iscale);
     let mut best_error = zero;
-    let mut best = [_mm256_setzero_si256(); MAX_GROUP];
+    let mut best = [lanes.splat_i(0); MAX_GROUP];
     for ((b, &v), &w) in best.iter_mut().zip(xs).zip(ws) {
-        *b = clamp(nearest_int(_mm256_mul_ps(iscale, _mm256_sub_ps(v, min))), low, high);
-        let diff = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(*b)), min), v);
-        best_error = _mm256_add_ps(best_error, _mm256_mul_ps(w, error(diff)));
+        *b = offset_level(lanes, iscale, v, min, nmax);
+        let diff = lanes.sub(lanes.add(lanes.mul(scale, lanes.to_float(*b)), min), v);
+        best_error = lanes.add(best_error, lanes.mul(w, error(lanes, diff, search.use_mad)));
     }
 
-    let mut aux = [_mm256_setzero_si256(); MAX_GROUP];
+    let mut aux = [lanes.splat_i(0); MAX_GROUP];
     // A search of fewer than one step keeps the first levels.
     let steps = if search.nstep < 1 { 0 } else { search.nstep + 1 };
     for is in 0..steps {
         // `min` moves with each better step, and the next steps start from it, as in ggml.
-        let numerator = _mm256_set1_ps(search.rmin + search.rdelta * is as f32 + nmax as f32);
-        let iscale = _mm256_div_ps(numerator, _mm256_sub_ps(max, min));
+        let numerator = lanes.splat(search.rmin + search.rdelta * is as f32 + nmax as f32);
+        let iscale = lanes.div(numerator, lanes.sub(max, min));
         let (mut sum_l, mut sum_l2, mut sum_xl) = (zero, zero, zero);
         for ((a, &v), &w) in aux.iter_mut().zip(xs).zip(ws) {
-            *a = clamp(nearest_int(_mm256_mul_ps(iscale, _mm256_sub_ps(v, min))), low, high);
-            let lf = _mm256_cvtepi32_ps(*a);
-            let wl = _mm256_mul_ps(w, lf);
-            sum_l = _mm256_add_ps(sum_l, wl);
-            sum_l2 = _mm256_add_ps(sum_l2, _mm256_mul_ps(wl, lf));
-            sum_xl = _mm256_add_ps(sum_xl, _mm256_mul_ps(wl, v));
+            *a = offset_level(lanes, iscale, v, min, nmax);
+            let lf = lanes.to_float(*a);
+            let wl = lanes.mul(w, lf);
+            sum_l = lanes.add(sum_l, wl);
+            sum_l2 = lanes.add(sum_l2, lanes.mul(wl, lf));
+            sum_xl = lanes.add(sum_xl, lanes.mul(wl, v));
         }
-        let det = _mm256_sub_ps(_mm256_mul_ps(sum_w, sum_l2), _mm256_mul_ps(sum_l, sum_l));
-        let solvable = _mm256_cmp_ps::<_CMP_GT_OQ>(det, zero);
-        if !any(solvable) {
+        let det = lanes.sub(lanes.mul(sum_w, sum_l2), lanes.mul(sum_l, sum_l));
+        let solvable = lanes.gt(det, zero);
+        if !lanes.any(solvable) {
             continue;
         }
-        let mut this_scale =
-            _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sum_w, sum_xl), _mm256_mul_ps(sum_x, sum_l)), det);
-        let mut this_min =
-            _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sum_l2, sum_x), _mm256_mul_ps(sum_l, sum_xl)), det);
-        let positive_min = _mm256_cmp_ps::<_CMP_GT_OQ>(this_min, zero);
-        this_min = select(positive_min, this_min, zero);
-        this_scale = select(positive_min, this_scale, _mm256_div_ps(sum_xl, sum_l2));
+        let mut this_scale = lanes.div(lanes.sub(lanes.mul(sum_w, sum_xl), lanes.mul(sum_x, sum_l)), det);
+        let mut this_min = lanes.div(lanes.sub(lanes.mul(sum_l2, sum_x), lanes.mul(sum_l, sum_xl)), det);
+        let positive_min = lanes.gt(this_min, zero);
+        this_min = lanes.select(positive_min, this_min, zero);
+        this_scale = lanes.select(positive_min, this_scale, lanes.div(sum_xl, sum_l2));
         let mut cur_error = zero;
         for ((&a, &v), &w) in aux.iter().zip(xs).zip(ws) {
-            let diff = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(this_scale, _mm256_cvtepi32_ps(a)), this_min), v);
-            cur_error = _mm256_add_ps(cur_error, _mm256_mul_ps(w, error(diff)));
+            let diff = lanes.sub(lanes.add(lanes.mul(this_scale, lanes.to_float(a)), this_min), v);
+            cur_error = lanes.add(cur_error, lanes.mul(w, error(lanes, diff, search.use_mad)));
         }
-        let better = _mm256_and_ps(solvable, _mm256_cmp_ps::<_CMP_LT_OQ>(cur_error, best_error));
-        if !any(better) {
+        let better = lanes.and(solvable, lanes.lt(cur_error, best_error));
+        if !lanes.any(better) {
             continue;
         }
         for (b, &a) in best.iter_mut().zip(&aux).take(n) {
-            *b = select_i(better, *b, a);
+            *b = lanes.select_i(better, *b, a);
         }
-        best_error = select(better, best_error, cur_error);
-        scale = select(better, scale, this_scale);
-        min = select(better, min, this_min);
+        best_error = lanes.select(better, best_error, cur_error);
+        scale = lanes.select(better, scale, this_scale);
+        min = lanes.select(better, min, this_min);
     }
 
     for b in best.iter_mut().take(n) {
-        *b = select_i(degenerate, *b, _mm256_setzero_si256());
+        *b = lanes.select_i(degenerate, *b, lanes.splat_i(0));
     }
-    scatter_levels(&best, n, levels, |l| l as u8);
-    let scale = select(degenerate, scale, zero);
-    let min = select(degenerate, min, first_min);
-    (to_array(scale), to_array(_mm256_xor_ps(min, _mm256_set1_ps(-0.0))))
+    scatter_levels(lanes, &best, n, levels, |l| l as u8);
+    lanes.store(lanes.select(degenerate, scale, zero), scales);
+    lanes.store(lanes.negate(lanes.select(degenerate, min, first_min)), neg_mins);
 }
 
-/// [`super::search::make_qx_quants`] with squared (or given) weights on
-/// eight groups of `n` values: levels for group `j` go to `levels[j·n..][..n]`
-/// (offset by `nmax`); returns each group's scale.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[target_feature(enable = "avx2")]
-pub unsafe fn make_qx_quants_x8(
+/// One trial of a symmetric search: each value's level at `iscale`,
+/// clamped to `[-nmax, nmax)`, into `trial`; returns Σ w·x·l and Σ w·l².
+#[inline(always)]
+fn symmetric_trial<L: Lanes>(
+    lanes: L,
+    iscale: L::F,
+    xs: &[L::F],
+    ws: &[L::F],
+    nmax: i32,
+    trial: &mut [L::I; MAX_GROUP],
+) -> (L::F, L::F) {
+    let (low, high) = (lanes.splat_i(-nmax), lanes.splat_i(nmax - 1));
+    let (mut sumlx, mut suml2) = (lanes.splat(0.0), lanes.splat(0.0));
+    for ((t, &v), &w) in trial.iter_mut().zip(xs).zip(ws) {
+        *t = lanes.clamp_i(lanes.nearest_int(lanes.mul(iscale, v)), low, high);
+        let lf = lanes.to_float(*t);
+        sumlx = lanes.add(sumlx, lanes.mul(lanes.mul(w, v), lf));
+        suml2 = lanes.add(suml2, lanes.mul(lanes.mul(w, lf), lf));
+    }
+    (sumlx, suml2)
+}
+
+/// [`super::search::make_qx_quants`] with squared (or given) weights on `N`
+/// groups of `n` values: levels for group `j` go to `levels[j·n..][..n]`
+/// (offset by `nmax`), its scale to `scales[j]`.
+#[inline(always)]
+fn make_qx_quants<L: Lanes>(
+    lanes: L,
     nmax: i32,
     n: usize,
     x: &[f32],
     levels: &mut [u8],
     weights: Option<&[f32]>,
-) -> [f32; LANES] {
-    let xs = gather_groups(x, n);
+    scales: &mut [f32],
+) {
+    let xs = lanes.gather_groups(x, n);
     let xs = &xs[..n];
-    let zero = _mm256_setzero_ps();
-    let (max, degenerate) = signed_absmax(xs);
+    let zero = lanes.splat(0.0);
+    let (max, degenerate) = signed_absmax(lanes, xs);
 
     let ws = match weights {
-        Some(given) => gather_groups(given, n),
+        Some(given) => lanes.gather_groups(given, n),
         None => {
             let mut squares = [zero; MAX_GROUP];
             for (s, &v) in squares.iter_mut().zip(xs) {
-                *s = _mm256_mul_ps(v, v);
+                *s = lanes.mul(v, v);
             }
             squares
         }
     };
     let ws = &ws[..n];
-    let (low, high) = (_mm256_set1_epi32(-nmax), _mm256_set1_epi32(nmax - 1));
-    let round_and_sum = |numerator: f32, trial: &mut [__m256i; MAX_GROUP]| {
-        let iscale = _mm256_div_ps(_mm256_set1_ps(numerator), max);
-        let (mut sumlx, mut suml2) = (zero, zero);
-        for ((t, &v), &w) in trial.iter_mut().zip(xs).zip(ws) {
-            *t = clamp(nearest_int(_mm256_mul_ps(iscale, v)), low, high);
-            let lf = _mm256_cvtepi32_ps(*t);
-            sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(_mm256_mul_ps(w, v), lf));
-            suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(w, lf), lf));
-        }
-        (sumlx, suml2)
-    };
 
-    let mut best_levels = [_mm256_setzero_si256(); MAX_GROUP];
-    let (sumlx, suml2) = round_and_sum(-(nmax as f32), &mut best_levels);
-    let nonzero = _mm256_cmp_ps::<_CMP_NEQ_UQ>(suml2, zero);
-    let mut scale = select(nonzero, zero, _mm256_div_ps(sumlx, suml2));
-    let mut best = _mm256_mul_ps(scale, sumlx);
-    let mut trial = [_mm256_setzero_si256(); MAX_GROUP];
+    let mut best_levels = [lanes.splat_i(0); MAX_GROUP];
+    let iscale = lanes.div(lanes.splat(-(nmax as f32)), max);
+    let (sumlx, suml2) = symmetric_trial(lanes, iscale, xs, ws, nmax, &mut best_levels);
+    let nonzero = lanes.ne(suml2, zero);
+    let mut scale = lanes.select(nonzero, zero, lanes.div(sumlx, suml2));
+    let mut best = lanes.mul(scale, sumlx);
+    let mut trial = [lanes.splat_i(0); MAX_GROUP];
     for is in (-9..=9).filter(|&is| is != 0) {
-        let (sumlx, suml2) = round_and_sum(-(nmax as f32 + 0.1 * is as f32), &mut trial);
-        let better = _mm256_and_ps(
-            _mm256_cmp_ps::<_CMP_GT_OQ>(suml2, zero),
-            _mm256_cmp_ps::<_CMP_GT_OQ>(_mm256_mul_ps(sumlx, sumlx), _mm256_mul_ps(best, suml2)),
-        );
-        if !any(better) {
+        let iscale = lanes.div(lanes.splat(-(nmax as f32 + 0.1 * is as f32)), max);
+        let (sumlx, suml2) = symmetric_trial(lanes, iscale, xs, ws, nmax, &mut trial);
+        let better = lanes.and(lanes.gt(suml2, zero), lanes.gt(lanes.mul(sumlx, sumlx), lanes.mul(best, suml2)));
+        if !lanes.any(better) {
             continue;
         }
         for (b, &t) in best_levels.iter_mut().zip(&trial).take(n) {
-            *b = select_i(better, *b, t);
+            *b = lanes.select_i(better, *b, t);
         }
-        scale = select(better, scale, _mm256_div_ps(sumlx, suml2));
-        best = select(better, best, _mm256_mul_ps(scale, sumlx));
+        scale = lanes.select(better, scale, lanes.div(sumlx, suml2));
+        best = lanes.select(better, best, lanes.mul(scale, sumlx));
     }
 
-    let offset = _mm256_set1_epi32(nmax);
+    let offset = lanes.splat_i(nmax);
     for b in best_levels.iter_mut().take(n) {
-        *b = select_i(degenerate, _mm256_add_epi32(*b, offset), _mm256_setzero_si256());
+        *b = lanes.select_i(degenerate, lanes.add_i(*b, offset), lanes.splat_i(0));
     }
-    scatter_levels(&best_levels, n, levels, |l| l as u8);
-    to_array(select(degenerate, scale, zero))
+    scatter_levels(lanes, &best_levels, n, levels, |l| l as u8);
+    lanes.store(lanes.select(degenerate, scale, zero), scales);
 }
 
-/// [`super::search::make_q3_quants`] with `do_rmse` on eight groups of `n`
+/// [`super::search::make_q3_quants`] with `do_rmse` on `N` groups of `n`
 /// values: levels for group `j` go to `levels[j·n..][..n]` (offset by
-/// `nmax`); returns each group's scale. A lane whose pass changed nothing
+/// `nmax`), its scale to `scales[j]`. A lane whose pass changed nothing
 /// would have stopped; passing again over it changes nothing either, so
 /// the lanes stop together, when none changed.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[target_feature(enable = "avx2")]
-pub unsafe fn make_q3_quants_x8(nmax: i32, n: usize, x: &[f32], levels: &mut [u8]) -> [f32; LANES] {
-    let xs = gather_groups(x, n);
+#[inline(always)]
+fn make_q3_quants<L: Lanes>(lanes: L, nmax: i32, n: usize, x: &[f32], levels: &mut [u8], scales: &mut [f32]) {
+    let xs = lanes.gather_groups(x, n);
     let xs = &xs[..n];
-    let zero = _mm256_setzero_ps();
-    let (max, degenerate) = signed_absmax(xs);
-    let (low, high) = (_mm256_set1_epi32(-nmax), _mm256_set1_epi32(nmax - 1));
+    let zero = lanes.splat(0.0);
+    let (max, degenerate) = signed_absmax(lanes, xs);
+    let (low, high) = (lanes.splat_i(-nmax), lanes.splat_i(nmax - 1));
 
-    let iscale = _mm256_div_ps(_mm256_set1_ps(-(nmax as f32)), max);
-    let mut ls = [_mm256_setzero_si256(); MAX_GROUP];
+    let iscale = lanes.div(lanes.splat(-(nmax as f32)), max);
+    let mut ls = [lanes.splat_i(0); MAX_GROUP];
     let (mut sumlx, mut suml2) = (zero, zero);
     for (l, &v) in ls.iter_mut().zip(xs) {
-        *l = clamp(nearest_int(_mm256_mul_ps(iscale, v)), low, high);
-        let q = _mm256_cvtepi32_ps(*l);
-        let w = _mm256_mul_ps(v, v);
-        sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(_mm256_mul_ps(w, v), q));
-        suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(w, q), q));
+        *l = lanes.clamp_i(lanes.nearest_int(lanes.mul(iscale, v)), low, high);
+        let q = lanes.to_float(*l);
+        let w = lanes.mul(v, v);
+        sumlx = lanes.add(sumlx, lanes.mul(lanes.mul(w, v), q));
+        suml2 = lanes.add(suml2, lanes.mul(lanes.mul(w, q), q));
     }
     for _ in 0..5 {
-        let mut changed = zero;
+        let mut changed = lanes.none();
         for (l, &v) in ls.iter_mut().zip(xs) {
-            let w = _mm256_mul_ps(v, v);
-            let wv = _mm256_mul_ps(w, v);
-            let li = _mm256_cvtepi32_ps(*l);
-            let mut slx = _mm256_sub_ps(sumlx, _mm256_mul_ps(wv, li));
-            let positive = _mm256_cmp_ps::<_CMP_GT_OQ>(slx, zero);
-            if !any(positive) {
+            let w = lanes.mul(v, v);
+            let wv = lanes.mul(w, v);
+            let li = lanes.to_float(*l);
+            let mut slx = lanes.sub(sumlx, lanes.mul(wv, li));
+            let positive = lanes.gt(slx, zero);
+            if !lanes.any(positive) {
                 continue;
             }
-            let mut sl2 = _mm256_sub_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(w, li), li));
-            let new_l = clamp(nearest_int(_mm256_div_ps(_mm256_mul_ps(v, sl2), slx)), low, high);
-            let moved = _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(new_l, *l)), positive);
-            let new_q = _mm256_cvtepi32_ps(new_l);
-            slx = _mm256_add_ps(slx, _mm256_mul_ps(wv, new_q));
-            sl2 = _mm256_add_ps(sl2, _mm256_mul_ps(_mm256_mul_ps(w, new_q), new_q));
-            let gains = _mm256_cmp_ps::<_CMP_GT_OQ>(
-                _mm256_mul_ps(_mm256_mul_ps(slx, slx), suml2),
-                _mm256_mul_ps(_mm256_mul_ps(sumlx, sumlx), sl2),
-            );
-            let accept = _mm256_and_ps(moved, _mm256_and_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(sl2, zero), gains));
-            *l = select_i(accept, *l, new_l);
-            sumlx = select(accept, sumlx, slx);
-            suml2 = select(accept, suml2, sl2);
-            changed = _mm256_or_ps(changed, accept);
+            let mut sl2 = lanes.sub(suml2, lanes.mul(lanes.mul(w, li), li));
+            let new_l = lanes.clamp_i(lanes.nearest_int(lanes.div(lanes.mul(v, sl2), slx)), low, high);
+            let moved = lanes.and_not(positive, lanes.eq_i(new_l, *l));
+            let new_q = lanes.to_float(new_l);
+            slx = lanes.add(slx, lanes.mul(wv, new_q));
+            sl2 = lanes.add(sl2, lanes.mul(lanes.mul(w, new_q), new_q));
+            let gains = lanes.gt(lanes.mul(lanes.mul(slx, slx), suml2), lanes.mul(lanes.mul(sumlx, sumlx), sl2));
+            let accept = lanes.and(moved, lanes.and(lanes.gt(sl2, zero), gains));
+            *l = lanes.select_i(accept, *l, new_l);
+            sumlx = lanes.select(accept, sumlx, slx);
+            suml2 = lanes.select(accept, suml2, sl2);
+            changed = lanes.or(changed, accept);
         }
-        if !any(changed) {
+        if !lanes.any(changed) {
             break;
         }
     }
 
-    let offset = _mm256_set1_epi32(nmax);
+    let offset = lanes.splat_i(nmax);
     for l in ls.iter_mut().take(n) {
-        *l = select_i(degenerate, _mm256_add_epi32(*l, offset), _mm256_setzero_si256());
+        *l = lanes.select_i(degenerate, lanes.add_i(*l, offset), lanes.splat_i(0));
     }
-    scatter_levels(&ls, n, levels, |l| l as u8);
-    let scale = select(_mm256_cmp_ps::<_CMP_GT_OQ>(suml2, zero), zero, _mm256_div_ps(sumlx, suml2));
-    to_array(select(degenerate, scale, zero))
+    scatter_levels(lanes, &ls, n, levels, |l| l as u8);
+    let scale = lanes.select(lanes.gt(suml2, zero), zero, lanes.div(sumlx, suml2));
+    lanes.store(lanes.select(degenerate, scale, zero), scales);
+}
+
+/// One IQ4 trial: each value at `id` mapped to its nearest table value;
+/// returns Σ w·q·x and Σ w·q².
+#[inline(always)]
+fn iq4_trial<L: Lanes>(lanes: L, id: L::F, xs: &[L::F], ws: &[L::F]) -> (L::F, L::F) {
+    let (mut sumqx, mut sumq2) = (lanes.splat(0.0), lanes.splat(0.0));
+    for (&v, &w) in xs.iter().zip(ws) {
+        let q = iq4_nearest_value(lanes, lanes.mul(id, v));
+        let wq = lanes.mul(w, q);
+        sumqx = lanes.add(sumqx, lanes.mul(wq, v));
+        sumq2 = lanes.add(sumq2, lanes.mul(wq, q));
+    }
+    (sumqx, sumq2)
 }
 
 /// The scale search of IQ4_NL and IQ4_XS ([`super::iq4::sub_block_scale`])
-/// on eight consecutive 32-value sub-blocks; returns each one's scale.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[target_feature(enable = "avx2")]
-pub unsafe fn iq4_scales_x8(x: &[f32], weights: &[f32]) -> [f32; LANES] {
+/// on `N` consecutive 32-value sub-blocks; each one's scale to `scales[j]`.
+#[inline(always)]
+fn iq4_scales<L: Lanes>(lanes: L, x: &[f32], weights: &[f32], scales: &mut [f32]) {
     const N: usize = 32;
-    let xs = gather_groups(x, N);
-    let ws = gather_groups(weights, N);
+    let xs = lanes.gather_groups(x, N);
+    let ws = lanes.gather_groups(weights, N);
     let (xs, ws) = (&xs[..N], &ws[..N]);
-    let zero = _mm256_setzero_ps();
-    let (max, degenerate) = signed_absmax(xs);
-    let sums = |id: __m256| {
-        let (mut sumqx, mut sumq2) = (zero, zero);
-        for (&v, &w) in xs.iter().zip(ws) {
-            let q = iq4_nearest_value(_mm256_mul_ps(id, v));
-            let wq = _mm256_mul_ps(w, q);
-            sumqx = _mm256_add_ps(sumqx, _mm256_mul_ps(wq, v));
-            sumq2 = _mm256_add_ps(sumq2, _mm256_mul_ps(wq, q));
-        }
-        (sumqx, sumq2)
-    };
+    let zero = lanes.splat(0.0);
+    let (max, degenerate) = signed_absmax(lanes, xs);
     let v0 = f32::from(KVALUES[0]);
-    let d0 = _mm256_div_ps(_mm256_xor_ps(max, _mm256_set1_ps(-0.0)), _mm256_set1_ps(v0));
-    let (sumqx, sumq2) = sums(_mm256_div_ps(_mm256_set1_ps(1.0), d0));
-    let mut d = select(_mm256_cmp_ps::<_CMP_GT_OQ>(sumq2, zero), zero, _mm256_div_ps(sumqx, sumq2));
-    let mut best = _mm256_mul_ps(d, sumqx);
+    let d0 = lanes.div(lanes.negate(max), lanes.splat(v0));
+    let (sumqx, sumq2) = iq4_trial(lanes, lanes.div(lanes.splat(1.0), d0), xs, ws);
+    let mut d = lanes.select(lanes.gt(sumq2, zero), zero, lanes.div(sumqx, sumq2));
+    let mut best = lanes.mul(d, sumqx);
     for itry in -NTRY..=NTRY {
-        let (sumqx, sumq2) = sums(_mm256_div_ps(_mm256_set1_ps((itry + i32::from(KVALUES[0])) as f32), max));
-        let better = _mm256_and_ps(
-            _mm256_cmp_ps::<_CMP_GT_OQ>(sumq2, zero),
-            _mm256_cmp_ps::<_CMP_GT_OQ>(_mm256_mul_ps(sumqx, sumqx), _mm256_mul_ps(best, sumq2)),
-        );
-        d = select(better, d, _mm256_div_ps(sumqx, sumq2));
-        best = select(better, best, _mm256_mul_ps(d, sumqx));
+        let id = lanes.div(lanes.splat((itry + i32::from(KVALUES[0])) as f32), max);
+        let (sumqx, sumq2) = iq4_trial(lanes, id, xs, ws);
+        let better = lanes.and(lanes.gt(sumq2, zero), lanes.gt(lanes.mul(sumqx, sumqx), lanes.mul(best, sumq2)));
+        d = lanes.select(better, d, lanes.div(sumqx, sumq2));
+        best = lanes.select(better, best, lanes.mul(d, sumqx));
     }
-    to_array(select(degenerate, d, zero))
+    lanes.store(lanes.select(degenerate, d, zero), scales);
 }
 
-/// Per lane, the value of largest magnitude (the first of equals) and
-/// whether that magnitude is below [`GROUP_MAX_EPS`].
-#[target_feature(enable = "avx2")]
-fn signed_absmax(xs: &[__m256]) -> (__m256, __m256) {
-    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-    let (mut max, mut amax) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    for &v in xs {
-        let magnitude = _mm256_and_ps(v, abs_mask);
-        let larger = _mm256_cmp_ps::<_CMP_GT_OQ>(magnitude, amax);
-        amax = select(larger, amax, magnitude);
-        max = select(larger, max, v);
-    }
-    (max, _mm256_cmp_ps::<_CMP_LT_OQ>(amax, _mm256_set1_ps(GROUP_MAX_EPS)))
-}
-
-/// `best_index_int8(KVALUES, scale · x[j])` for each of 32 values, as
-/// [`iq4_nearest_index`] finds it eight at a time.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[target_feature(enable = "avx2")]
-pub unsafe fn iq4_indices_x32(scale: f32, x: &[f32], indices: &mut [u8]) {
+/// `best_index_int8(KVALUES, scale · x[j])` for each of 32 values.
+#[inline(always)]
+fn iq4_indices<L: Lanes>(lanes: L, scale: f32, x: &[f32], indices: &mut [u8]) {
     let (x, indices) = (&x[..32], &mut indices[..32]);
-    for (x, out) in x.chunks_exact(8).zip(indices.chunks_exact_mut(8)) {
-        // SAFETY: eight floats in `x` and eight i32 in `lanes`.
-        let v = _mm256_mul_ps(_mm256_set1_ps(scale), unsafe { _mm256_loadu_ps(x.as_ptr()) });
-        let mut lanes = [0i32; LANES];
-        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), iq4_nearest_index(v)) };
-        for (o, &l) in out.iter_mut().zip(&lanes) {
+    let mut lane_values = [0i32; 32];
+    for (x, out) in x.chunks_exact(L::N).zip(indices.chunks_exact_mut(L::N)) {
+        let v = lanes.mul(lanes.splat(scale), lanes.load(x));
+        lanes.store_i(iq4_nearest_index(lanes, v), &mut lane_values);
+        for (o, &l) in out.iter_mut().zip(&lane_values) {
             *o = l as u8;
         }
     }
 }
 
-/// `best_index_int8(KVALUES, x)` on eight floats. The bisection ends at
-/// the first entry `mu` with `x < KVALUES[mu]`, which is one plus the count
-/// of inner entries that `x` is not below (NaN is below none, and ends at
-/// the top as the bisection does); then the nearer of the two neighbours,
-/// the upper on a tie; values at or past either end take that end.
-#[target_feature(enable = "avx2")]
-fn iq4_nearest_index(x: __m256) -> __m256i {
-    let value = |i: usize| _mm256_set1_ps(f32::from(KVALUES[i]));
-    let mut mu = _mm256_set1_epi32(1);
+/// `best_index_int8(KVALUES, x)` in each lane. The bisection ends at the
+/// first entry `mu` with `x < KVALUES[mu]`, which is one plus the count of
+/// inner entries that `x` is not below (NaN is below none, and ends at the
+/// top as the bisection does); then the nearer of the two neighbours, the
+/// upper on a tie; values at or past either end take that end.
+#[inline(always)]
+fn iq4_nearest_index<L: Lanes>(lanes: L, x: L::F) -> L::I {
+    let value = |i: usize| lanes.splat(f32::from(KVALUES[i]));
+    let one = lanes.splat_i(1);
+    let mut mu = one;
     for i in 1..KVALUES.len() - 1 {
-        let not_below = _mm256_cmp_ps::<_CMP_NLT_US>(x, value(i));
-        mu = _mm256_sub_epi32(mu, _mm256_castps_si256(not_below));
+        mu = lanes.select_i(lanes.not_lt(x, value(i)), mu, lanes.add_i(mu, one));
     }
-    let below_index = _mm256_sub_epi32(mu, _mm256_set1_epi32(1));
-    let nearer_below = _mm256_cmp_ps::<_CMP_LT_OQ>(_mm256_sub_ps(x, kvalue(below_index)), _mm256_sub_ps(kvalue(mu), x));
-    let index = select_i(nearer_below, mu, below_index);
+    let below_index = lanes.add_i(mu, lanes.splat_i(-1));
+    let nearer_below = lanes
+        .lt(lanes.sub(x, lanes.lookup16(&KVALUES_F32, below_index)), lanes.sub(lanes.lookup16(&KVALUES_F32, mu), x));
+    let index = lanes.select_i(nearer_below, mu, below_index);
     let last = KVALUES.len() - 1;
-    let index = select_i(_mm256_cmp_ps::<_CMP_GE_OQ>(x, value(last)), index, _mm256_set1_epi32(last as i32));
-    select_i(_mm256_cmp_ps::<_CMP_LE_OQ>(x, value(0)), index, _mm256_setzero_si256())
+    let index = lanes.select_i(lanes.ge(x, value(last)), index, lanes.splat_i(last as i32));
+    lanes.select_i(lanes.le(x, value(0)), index, lanes.splat_i(0))
 }
 
 /// [`KVALUES`] as floats.
@@ -429,18 +392,49 @@ const KVALUES_F32: [f32; 16] = {
     table
 };
 
-/// `KVALUES[best_index_int8(KVALUES, x)]` on eight floats.
-#[target_feature(enable = "avx2")]
-fn iq4_nearest_value(x: __m256) -> __m256 {
-    kvalue(iq4_nearest_index(x))
+/// `KVALUES[best_index_int8(KVALUES, x)]` in each lane.
+#[inline(always)]
+fn iq4_nearest_value<L: Lanes>(lanes: L, x: L::F) -> L::F {
+    lanes.lookup16(&KVALUES_F32, iq4_nearest_index(lanes, x))
 }
 
-/// `KVALUES[index]` on eight indices (each below 16).
-#[target_feature(enable = "avx2")]
-fn kvalue(index: __m256i) -> __m256 {
-    // SAFETY: the table holds sixteen floats, two loads of eight.
-    let (low_half, high_half) =
-        unsafe { (_mm256_loadu_ps(KVALUES_F32.as_ptr()), _mm256_loadu_ps(KVALUES_F32.as_ptr().add(8))) };
-    let upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(index, _mm256_set1_epi32(7)));
-    select(upper, _mm256_permutevar8x32_ps(low_half, index), _mm256_permutevar8x32_ps(high_half, index))
+/// Each generic search compiled for one width, in module `$width`: every
+/// operation inlined into a function with the width's target features.
+macro_rules! at_width {
+    ($width:ident, $lanes:ty, $features:literal) => {
+        pub mod $width {
+            use super::*;
+
+            at_width!(@compile $lanes, $features;
+                make_qkx_quants(
+                    nmax: i32, n: usize, x: &[f32], weights: &[f32], levels: &mut [u8], search: MinSearch,
+                    qkx3: bool, scales: &mut [f32], neg_mins: &mut [f32]
+                );
+                make_qx_quants(
+                    nmax: i32, n: usize, x: &[f32], levels: &mut [u8], weights: Option<&[f32]>, scales: &mut [f32]
+                );
+                make_q3_quants(nmax: i32, n: usize, x: &[f32], levels: &mut [u8], scales: &mut [f32]);
+                iq4_scales(x: &[f32], weights: &[f32], scales: &mut [f32]);
+                iq4_indices(scale: f32, x: &[f32], indices: &mut [u8]);
+            );
+        }
+    };
+    (@compile $lanes:ty, $features:literal; $($search:ident($($arg:ident: $ty:ty),*);)*) => {$(
+        #[doc = concat!("`", stringify!($search), "` at this width.")]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $search(lanes: $lanes, $($arg: $ty),*) {
+            #[target_feature(enable = $features)]
+            #[allow(clippy::too_many_arguments)]
+            fn compiled(lanes: $lanes, $($arg: $ty),*) {
+                super::$search(lanes, $($arg),*)
+            }
+            // SAFETY: the token exists only where the machine has these features.
+            unsafe { compiled(lanes, $($arg),*) }
+        }
+    )*};
 }
+
+at_width!(avx2, Avx2, "avx2");
+at_width!(avx2_twice, Twice<Avx2>, "avx2");
+at_width!(avx512, Avx512, "avx512f,avx2");
+at_width!(avx512_twice, Twice<Avx512>, "avx512f,avx2");
