@@ -167,7 +167,7 @@ fn cuda_backend_runs_kernels_where_it_has_them_and_the_cpu_elsewhere() {
     use quantforge::backend::{Backend, CpuBackend, Slab, SlabError};
 
     let cpu = CpuBackend::new(Level::Scalar);
-    let gpu = CudaBackend::new(std::sync::Arc::new(EmulatedDevice), CpuBackend::new(Level::Scalar));
+    let gpu = CudaBackend::new(std::sync::Arc::new(EmulatedDevice::new(2, 1 << 30)), CpuBackend::new(Level::Scalar));
     let values: Vec<f32> = kernel_rows()[..24].concat();
     let mut f16 = vec![0u8; values.len() * 2];
     quantize_row_at(Level::Scalar, GgmlType::F16, &values, None, &mut f16).unwrap();
@@ -211,4 +211,53 @@ fn cuda_backend_runs_kernels_where_it_has_them_and_the_cpu_elsewhere() {
         Err(SlabError::NonFinite { row: 43, value }) if value == f32::NEG_INFINITY => {}
         other => panic!("expected row 43's -inf to be refused, got {other:?}"),
     }
+}
+
+/// Worker threads hand the device slabs at once; its lanes run them side by
+/// side within the memory budget, and a slab that could never fit runs on
+/// the CPU — the same bytes every way.
+#[test]
+fn cuda_backend_runs_slabs_concurrently_within_its_memory_budget() {
+    use quantforge::backend::cuda::{CudaBackend, EmulatedDevice};
+    use quantforge::backend::{Backend, CpuBackend, Slab};
+
+    let rows = kernel_rows();
+    let slab = |source: &'static [u8]| Slab {
+        from: GgmlType::F32,
+        to: GgmlType::Q4_K,
+        n_per_row: 256,
+        first_row: 0,
+        rows_per_expert: 1,
+        source,
+        importance: None,
+        row_numbers: None,
+    };
+    let small: &'static [u8] = Box::leak(bytemuck::cast_slice(&rows[..4].concat()).to_vec().into_boxed_slice());
+    let large: &'static [u8] = Box::leak(bytemuck::cast_slice(&rows[..64].concat()).to_vec().into_boxed_slice());
+    let cpu = CpuBackend::new(Level::Scalar);
+    // Room for two small slabs' buffers (4 rows: 4 KiB up, 4 KiB of values,
+    // 576 encoded bytes), never for the large one.
+    let gpu = CudaBackend::new(std::sync::Arc::new(EmulatedDevice::new(3, 20_000)), CpuBackend::new(Level::Scalar));
+    let expected = |slab: &Slab<'_>| {
+        let mut out = vec![0u8; slab.rows() * 144];
+        cpu.convert(slab, &mut out).unwrap();
+        out
+    };
+    let (small_bytes, large_bytes) = (expected(&slab(small)), expected(&slab(large)));
+    assert_eq!(gpu.ran_on(&slab(small), true), "cuda-emulated");
+    assert_ne!(gpu.ran_on(&slab(large), true), "cuda-emulated", "the large slab is over the budget");
+    std::thread::scope(|s| {
+        for t in 0..6 {
+            let (gpu, slab, small_bytes, large_bytes) = (&gpu, &slab, &small_bytes, &large_bytes);
+            s.spawn(move || {
+                for _ in 0..3 {
+                    let (case, bytes) =
+                        if t % 3 == 2 { (slab(large), large_bytes) } else { (slab(small), small_bytes) };
+                    let mut got = vec![0u8; bytes.len()];
+                    gpu.convert(&case, &mut got).unwrap();
+                    assert!(&got == bytes, "thread {t}");
+                }
+            });
+        }
+    });
 }

@@ -1,5 +1,7 @@
-//! The CUDA backend: each slab whose types have kernels runs on the device,
-//! the rest on the CPU (the run report names which ran each tensor).
+//! The CUDA backend: each slab whose types have kernels (and whose buffers
+//! fit the device budget) runs on the device, the rest on the CPU (the run
+//! report names which ran each tensor). Worker threads hand the device
+//! slabs concurrently; its lanes run several at once.
 //!
 //! A device failure (out of memory, a failed launch) is a warning once;
 //! from then on the CPU runs everything, writing the same bytes.
@@ -26,8 +28,18 @@ impl CudaBackend {
     /// The device job that runs `slab`: its type's decoder and, when
     /// `encoding`, the target's encoder — with the slab's importance
     /// weights when it has them, which must be one row (the slab's rows one
-    /// expert's) and an encoder that honours them.
+    /// expert's) and an encoder that honours them — if its buffers fit the
+    /// device's budget.
     fn job<'a>(&self, slab: &'a Slab<'a>, encoding: bool) -> Option<Job<'a>> {
+        let job = self.kernels_for(slab, encoding)?;
+        let out_len = match encoding {
+            true => slab.to.row_size(slab.n_per_row as u64)? as usize * slab.rows(),
+            false => 4 * job.n as usize,
+        };
+        (job.sizes(out_len).total() <= self.device.budget()).then_some(job)
+    }
+
+    fn kernels_for<'a>(&self, slab: &'a Slab<'a>, encoding: bool) -> Option<Job<'a>> {
         if self.failed.load(Ordering::Relaxed) {
             return None;
         }

@@ -13,13 +13,14 @@ mod backend;
 mod device;
 pub mod emulated;
 pub mod kernels;
+mod lanes;
 mod libraries;
 mod ptx;
 
 use std::sync::{Arc, OnceLock};
 
 pub use backend::CudaBackend;
-pub use device::{Device, DeviceError, EmulatedDevice, GpuDevice, Job};
+pub use device::{Device, DeviceError, EmulatedDevice, GpuDevice, Job, LANES_ENV, MEMORY_ENV};
 pub use libraries::LIB_DIRS_ENV;
 
 use crate::store::Store;
