@@ -111,13 +111,17 @@ fn run_equals_one_shot_quantize_for_any_job_count() {
         .collect();
     std::fs::remove_dir_all(ws.path("out")).unwrap();
     std::fs::remove_dir_all(ws.cache()).unwrap();
-    let placed = |report: &Value| totals(report, "tensors_encoded") + totals(report, "tensors_reused");
+    // One export at a time: the first encodes each input tensor's
+    // conversions for every preset together, decoding it once; the others
+    // copy what it stored.
+    let inputs = quantforge::formats::ModelFile::open(&ws.path("tiny.gguf"), Default::default()).unwrap().tensors.len();
+    let (encoded, decoded) = (totals(&report, "tensors_encoded"), totals(&report, "tensors_decoded"));
+    assert!(decoded <= inputs as u64 && 2 * decoded < encoded, "each input decoded once for all presets: {report}");
     let parallel = run(&recipe, &ws.cache(), &["--jobs", "4"]);
     // A fresh cache: every tensor one export needs is encoded in this run at
     // least once. Exports running side by side may both encode a tensor they
     // share, or one may reuse what the other has just stored.
-    assert!(totals(&parallel, "tensors_encoded") >= totals(&report, "tensors_encoded"), "{parallel}");
-    assert_eq!(placed(&parallel), placed(&report), "{parallel}");
+    assert!(totals(&parallel, "tensors_encoded") >= encoded, "{parallel}");
     for (preset, bytes) in ["Q8_0", "Q4_K_M", "Q3_K_S"].iter().zip(&first) {
         assert!(&std::fs::read(ws.path(&format!("out/tiny-{preset}.gguf"))).unwrap() == bytes, "{preset}: jobs 1 vs 4");
     }
@@ -198,10 +202,9 @@ fn force_rebuilds_and_plan_exit_code_tells_ci() {
     let forced = run(&recipe, &ws.cache(), &["--force"]);
     assert_eq!(totals(&forced, "hit"), 0, "{forced}");
     // Nothing comes from the cache as it was: every conversion is encoded
-    // again, once, as in the first run (a tensor two exports share is copied
-    // from the blob the run made).
+    // again, once, as in the first run (a tensor two exports share, or one
+    // encoded with its siblings, is copied from the blob the run made).
     assert_eq!(totals(&forced, "tensors_encoded"), totals(&first, "tensors_encoded"), "{forced}");
-    assert_eq!(totals(&forced, "tensors_reused"), totals(&first, "tensors_reused"), "{forced}");
     let targeted = run(&recipe, &ws.cache(), &["out[preset=Q8_0]", "--force"]);
     assert_eq!(totals(&targeted, "ran"), 3, "load, quantize, export: {targeted}");
     assert_eq!(status(), Some(0));

@@ -495,13 +495,18 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
     let verb = if report.dry_run { "would run" } else { "ran" };
     writeln!(
         out,
-        "{}: {} nodes, {} hit, {} {verb}{}; {} tensors encoded, {} from cache, {} copied; {:.0} ms",
+        "{}: {} nodes, {} hit, {} {verb}{}; {} tensors encoded{}, {} from cache, {} copied; {:.0} ms",
         crate::text::for_terminal(&report.recipe),
         t.nodes,
         t.hit,
         if report.dry_run { t.miss } else { t.ran },
         if t.failed > 0 { format!(", {} failed", t.failed) } else { String::new() },
         t.tensors_encoded,
+        if t.tensors_decoded > 0 && t.tensors_decoded < t.tensors_encoded {
+            format!(" from {} sources decoded", t.tensors_decoded)
+        } else {
+            String::new()
+        },
         t.tensors_reused,
         t.tensors_copied,
         report.wall_ms

@@ -354,6 +354,7 @@ impl Shared {
         report.tensors_encoded = m.counters.encoded.load(Ordering::Relaxed);
         report.tensors_reused = m.counters.reused.load(Ordering::Relaxed);
         report.tensors_copied = m.counters.copied.load(Ordering::Relaxed);
+        report.tensors_decoded = m.counters.decoded.load(Ordering::Relaxed);
         let used = m.counters.backends.lock().unwrap_or_else(|e| e.into_inner());
         if !used.is_empty() {
             report.backend = used.iter().cloned().collect::<Vec<_>>().join("+");

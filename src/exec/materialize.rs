@@ -23,6 +23,7 @@ use crate::quant::budget::{BudgetError, RowSource};
 use crate::quant::plan::importance_from_blob;
 use crate::store::fingerprint::stat_key;
 use crate::store::{ActionKind, Key, Store, StoreError};
+use crate::types::GgmlType;
 
 /// Rows converted per slab: bounds memory at about this many f32 values per
 /// worker while keeping every worker busy on small tensors.
@@ -54,6 +55,9 @@ pub struct Counters {
     pub encoded: AtomicU64,
     pub reused: AtomicU64,
     pub copied: AtomicU64,
+    /// Source tensors read and decoded for conversions: one for a tensor
+    /// and the siblings encoded with it.
+    pub decoded: AtomicU64,
     /// The backends that ran conversions, by name.
     pub backends: Mutex<std::collections::BTreeSet<String>>,
 }
@@ -169,7 +173,41 @@ pub struct Materializer<'a> {
     /// Encode derived tensors even when the store has them (`--force`).
     pub rebuild: bool,
     pub in_flight: &'a InFlight,
+    pub fanout: &'a Fanout,
     pub counters: Counters,
+}
+
+/// The conversions in the run's tensor sets, by the key of the tensor each
+/// converts. A ladder's presets convert the same input tensors to several
+/// types; encoding one computes every sibling no node has claimed yet with
+/// it, reading and decoding each slab of the input once, and stores them
+/// for the exports that need them.
+#[derive(Default)]
+pub struct Fanout {
+    by_source: Mutex<HashMap<Key, Vec<Tensor>>>,
+}
+
+impl Fanout {
+    /// Notes the conversions of a set a node produced.
+    pub fn register(&self, tensors: &[Tensor]) {
+        let mut by_source = self.by_source.lock().unwrap_or_else(|e| e.into_inner());
+        for t in tensors {
+            let TensorData::Convert { from, .. } = &t.data else { continue };
+            let siblings = by_source.entry(from.key).or_default();
+            if !siblings.iter().any(|s| s.key == t.key) {
+                siblings.push(t.clone());
+            }
+        }
+    }
+
+    /// The other conversions of `tensor`'s source.
+    fn siblings(&self, tensor: &Tensor) -> Vec<Tensor> {
+        let TensorData::Convert { from, .. } = &tensor.data else { return Vec::new() };
+        let by_source = self.by_source.lock().unwrap_or_else(|e| e.into_inner());
+        by_source
+            .get(&from.key)
+            .map_or_else(Vec::new, |all| all.iter().filter(|s| s.key != tensor.key).cloned().collect())
+    }
 }
 
 /// The conversions some node of the run is encoding, and those it has
@@ -230,6 +268,15 @@ impl InFlight {
             true => Claim::Encoded,
             false => Claim::Alone,
         }
+    }
+
+    /// Claims `key` when nobody encodes or has encoded it, never waiting.
+    fn try_claim(&self, key: Key) -> Option<ClaimGuard<'_>> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.encoded.contains(&key) || !state.encoding.insert(key) {
+            return None;
+        }
+        Some(ClaimGuard { in_flight: self, key, done: false })
     }
 
     fn encoded_this_run(&self, key: &Key) -> bool {
@@ -482,8 +529,31 @@ impl Materializer<'_> {
         })
     }
 
-    /// Computes a conversion slab by slab into `out` (and a blob).
+    /// The siblings of `tensor` ([`Fanout`]) this thread may encode with
+    /// it: not in the store, claimed from every other node. Only where the
+    /// store keeps results, which is how the others get them.
+    fn claim_siblings(&self, tensor: &Tensor) -> Vec<(Tensor, ClaimGuard<'_>)> {
+        if !self.store.keeps_results() {
+            return Vec::new();
+        }
+        self.fanout
+            .siblings(tensor)
+            .into_iter()
+            .filter(|s| self.cached(s).is_none())
+            .filter_map(|s| self.in_flight.try_claim(s.key).map(|guard| (s, guard)))
+            .collect()
+    }
+
+    /// Computes a conversion slab by slab into `out` (and a blob), with
+    /// its unclaimed siblings.
     fn encode(&self, tensor: &Tensor, out: &mut dyn Write) -> Result<(), MaterializeError> {
+        let siblings = self.claim_siblings(tensor);
+        if !siblings.is_empty() {
+            return self.encode_with_siblings(tensor, siblings, out);
+        }
+        self.counters
+            .decoded
+            .fetch_add(u64::from(matches!(tensor.data, TensorData::Convert { .. })), Ordering::Relaxed);
         let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
         let mut blob = self.store.blob_writer()?;
         let (n_per_row, n_rows) = rows_of(tensor);
@@ -510,6 +580,100 @@ impl Materializer<'_> {
         }
         self.counters.encoded.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// [`Self::encode`] of `tensor` and the siblings claimed for it: each
+    /// slab of their source read and decoded once, then encoded to every
+    /// one's type, each into its blob (and `tensor`'s into `out` too).
+    fn encode_with_siblings(
+        &self,
+        tensor: &Tensor,
+        siblings: Vec<(Tensor, ClaimGuard<'_>)>,
+        out: &mut dyn Write,
+    ) -> Result<(), MaterializeError> {
+        let TensorData::Convert { from, producer, .. } = &tensor.data else {
+            unreachable!("only conversions have siblings")
+        };
+        let (siblings, mut guards): (Vec<Tensor>, Vec<ClaimGuard<'_>>) = siblings.into_iter().unzip();
+        let targets: Vec<&Tensor> = std::iter::once(tensor).chain(&siblings).collect();
+        let mut blobs = Vec::with_capacity(targets.len());
+        let mut importances = Vec::with_capacity(targets.len());
+        for t in &targets {
+            let TensorData::Convert { importance, .. } = &t.data else { unreachable!("a sibling is a conversion") };
+            importances.push(match importance {
+                Some(hash) => Some(importance_from_blob(&self.store.read_blob(hash)?)),
+                None => None,
+            });
+            blobs.push(self.store.blob_writer()?.ok_or_else(|| MaterializeError::Io {
+                tensor: t.name.clone(),
+                source: io::Error::other("the store keeps no results"),
+            })?);
+        }
+        let (n_per_row, n_rows) = rows_of(tensor);
+        let slab_rows = (SLAB_ELEMENTS / n_per_row.max(1)).max(1);
+        for first in (0..n_rows).step_by(slab_rows) {
+            let rows = slab_rows.min(n_rows - first);
+            let values = self.decoded_rows(from, producer.as_ref(), first, rows)?;
+            for (k, (target, blob)) in targets.iter().zip(&mut blobs).enumerate() {
+                let TensorData::Convert { producer, .. } = &target.data else { unreachable!("a conversion") };
+                let bytes = self.convert_rows(
+                    target,
+                    GgmlType::F32,
+                    producer.as_ref(),
+                    bytemuck::cast_slice(&values),
+                    first,
+                    importances[k].as_deref(),
+                )?;
+                let io_err = |source| MaterializeError::Io { tensor: target.name.clone(), source };
+                if k == 0 {
+                    out.write_all(&bytes).map_err(io_err)?;
+                }
+                blob.write_all(&bytes).map_err(io_err)?;
+            }
+            self.release(from, first, rows);
+        }
+        for (target, blob) in targets.iter().zip(blobs) {
+            let (hash, len) = blob.commit()?;
+            self.files.check_unchanged()?;
+            let entry = TensorEntry { blob: hash, len, blobs: vec![hash] };
+            let json = serde_json::to_vec(&entry)
+                .map_err(|e| MaterializeError::Io { tensor: target.name.clone(), source: e.into() })?;
+            self.store.put_action_if_absent(ActionKind::Tensor, &target.key, &json)?;
+        }
+        for guard in &mut guards {
+            guard.done = true;
+        }
+        self.counters.encoded.fetch_add(targets.len() as u64, Ordering::Relaxed);
+        self.counters.decoded.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Rows `first..first + n` of `tensor` decoded to f32 on `producer`'s backend.
+    fn decoded_rows(
+        &self,
+        tensor: &Tensor,
+        producer: Option<&Key>,
+        first: usize,
+        n: usize,
+    ) -> Result<Vec<f32>, MaterializeError> {
+        let (n_per_row, _) = rows_of(tensor);
+        let source = self.rows(tensor, first, n)?;
+        let slab = Slab {
+            from: tensor.ggml_type,
+            to: GgmlType::F32,
+            n_per_row,
+            first_row: first,
+            rows_per_expert: 1,
+            source: &source,
+            importance: None,
+            row_numbers: None,
+        };
+        let mut values = vec![0f32; n * n_per_row];
+        let backend = self.backends.of(producer);
+        self.pool
+            .install(|| backend.decode(&slab, &mut values))
+            .map_err(|source| MaterializeError::Codec { tensor: tensor.name.clone(), source })?;
+        Ok(values)
     }
 
     /// Rows `first..first + n` of `tensor`, in its type.
@@ -557,21 +721,28 @@ impl Materializer<'_> {
                     let info = self.input_info(&model, *index, from)?;
                     let from_row = self::row_bytes(from) as u64;
                     let source = model.tensor_data_range(info, first as u64 * from_row, n as u64 * from_row)?;
-                    return self.convert_rows(tensor, from, producer.as_ref(), &source, first, weights.as_deref());
+                    return self.convert_rows(
+                        tensor,
+                        from.ggml_type,
+                        producer.as_ref(),
+                        &source,
+                        first,
+                        weights.as_deref(),
+                    );
                 }
                 let source = self.rows(from, first, n)?;
-                self.convert_rows(tensor, from, producer.as_ref(), &source, first, weights.as_deref())
+                self.convert_rows(tensor, from.ggml_type, producer.as_ref(), &source, first, weights.as_deref())
             }
             TensorData::Slice { from, cut } => self.slice_rows(tensor, from, cut, first, n),
         }
     }
 
-    /// Converts whole rows of `from` (starting at row `first`) to
+    /// Converts whole rows of type `from` (starting at row `first`) to
     /// `tensor`'s type on the backend of the node that made the conversion.
     fn convert_rows(
         &self,
         tensor: &Tensor,
-        from: &Tensor,
+        from: GgmlType,
         producer: Option<&Key>,
         source: &[u8],
         first: usize,
@@ -579,7 +750,7 @@ impl Materializer<'_> {
     ) -> Result<Vec<u8>, MaterializeError> {
         let (n_per_row, _) = rows_of(tensor);
         let slab = Slab {
-            from: from.ggml_type,
+            from,
             to: tensor.ggml_type,
             n_per_row,
             first_row: first,

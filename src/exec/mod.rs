@@ -40,7 +40,7 @@ use crate::ops::{self, Op};
 use crate::quant::budget;
 use crate::recipe::{NodeDecl, Recipe, Source};
 use crate::store::{ActionKind, Key, KeyBuilder, Store, StoreError, fingerprint};
-use materialize::{Backends, InFlight, InputFiles, MaterializeError, Materializer, PinnedFile, SetRows};
+use materialize::{Backends, Fanout, InFlight, InputFiles, MaterializeError, Materializer, PinnedFile, SetRows};
 use report::{InputFileReport, InputReport, NodeReport, RunReport, Status};
 use schedule::Outcome;
 
@@ -598,6 +598,7 @@ impl Engine {
             pool: Arc::clone(&self.pool),
             rebuild: self.force,
             in_flight: InFlight::default(),
+            fanout: Fanout::default(),
             progress: MultiProgress::with_draw_target(if progress {
                 ProgressDrawTarget::stderr()
             } else {
@@ -730,6 +731,8 @@ struct Shared {
     rebuild: bool,
     /// Conversions being encoded by some node, so no other encodes them again.
     in_flight: InFlight,
+    /// Every conversion of the sets produced so far, for encoding siblings together.
+    fanout: Fanout,
     progress: MultiProgress,
 }
 
@@ -763,6 +766,7 @@ impl Shared {
             tensors_encoded: 0,
             tensors_reused: 0,
             tensors_copied: 0,
+            tensors_decoded: 0,
             output: match &node.op {
                 Op::Export(o) => Some(o.path.clone()),
                 _ => None,
@@ -781,6 +785,7 @@ impl Shared {
         let result = match &self.bound.recipe.nodes[i].op {
             Op::Export(o) => self.export(i, &inputs, o, &mut report).map(|()| Outcome::Written),
             _ => self.manifest(i, inputs, false).and_then(|set| {
+                self.fanout.register(&set.tensors);
                 report.bytes_out = total_bytes(&set);
                 if self.bound.recipe.nodes[i].keep && run { self.keep(i, set, &mut report) } else { Ok(set) }
                     .map(Outcome::Set)
@@ -916,6 +921,7 @@ impl Shared {
             pool: &self.pool,
             rebuild: self.rebuild,
             in_flight: &self.in_flight,
+            fanout: &self.fanout,
             counters: Default::default(),
         }
     }
@@ -927,6 +933,7 @@ impl Shared {
         self.cache_manifest(i, &set, true)?;
         report.tensors_encoded = m.counters.encoded.load(Ordering::Relaxed);
         report.tensors_reused = m.counters.reused.load(Ordering::Relaxed);
+        report.tensors_decoded = m.counters.decoded.load(Ordering::Relaxed);
         Ok(set)
     }
 }

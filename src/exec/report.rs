@@ -85,6 +85,9 @@ pub struct NodeReport {
     pub tensors_reused: u64,
     /// Tensors copied unchanged from input files.
     pub tensors_copied: u64,
+    /// Source tensors read and decoded for the tensors encoded: a tensor
+    /// converted to several types in one run (a ladder) is decoded once.
+    pub tensors_decoded: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<PathBuf>,
     /// The files an export wrote (one, or a split's shards).
@@ -115,6 +118,7 @@ pub struct Totals {
     pub tensors_encoded: u64,
     pub tensors_reused: u64,
     pub tensors_copied: u64,
+    pub tensors_decoded: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
 }
@@ -157,6 +161,7 @@ impl RunReport {
             totals.tensors_encoded += n.tensors_encoded;
             totals.tensors_reused += n.tensors_reused;
             totals.tensors_copied += n.tensors_copied;
+            totals.tensors_decoded += n.tensors_decoded;
             totals.bytes_in += n.bytes_in;
             totals.bytes_out += n.bytes_out;
         }
