@@ -15,6 +15,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+use rayon::prelude::*;
+
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::backend::{Backend, Slab, SlabError};
 use crate::formats::{FormatError, ModelFile, OpenOptions};
@@ -614,16 +616,27 @@ impl Materializer<'_> {
         for first in (0..n_rows).step_by(slab_rows) {
             let rows = slab_rows.min(n_rows - first);
             let values = self.decoded_rows(from, producer.as_ref(), first, rows)?;
-            for (k, (target, blob)) in targets.iter().zip(&mut blobs).enumerate() {
-                let TensorData::Convert { producer, .. } = &target.data else { unreachable!("a conversion") };
-                let bytes = self.convert_rows(
-                    target,
-                    GgmlType::F32,
-                    producer.as_ref(),
-                    bytemuck::cast_slice(&values),
-                    first,
-                    importances[k].as_deref(),
-                )?;
+            // The targets side by side on the pool, each spreading its rows too.
+            let encoded: Vec<Result<Vec<u8>, MaterializeError>> = self.pool.install(|| {
+                targets
+                    .par_iter()
+                    .zip(&importances)
+                    .map(|(target, importance)| {
+                        let TensorData::Convert { producer, .. } = &target.data else { unreachable!("a conversion") };
+                        let values = bytemuck::cast_slice(&values);
+                        self.convert_rows(
+                            target,
+                            GgmlType::F32,
+                            producer.as_ref(),
+                            values,
+                            first,
+                            importance.as_deref(),
+                        )
+                    })
+                    .collect()
+            });
+            for (k, ((target, blob), bytes)) in targets.iter().zip(&mut blobs).zip(encoded).enumerate() {
+                let bytes = bytes?;
                 let io_err = |source| MaterializeError::Io { tensor: target.name.clone(), source };
                 if k == 0 {
                     out.write_all(&bytes).map_err(io_err)?;
