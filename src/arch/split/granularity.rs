@@ -27,9 +27,11 @@ fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 
-/// `std::lcm`: 0 when either is 0.
+/// `std::lcm`: 0 when either is 0. Widths come from metadata, so products
+/// saturate: a granularity past any real extent leaves the whole segment
+/// to one device, or a mismatch refuses the tensor — never an overflow.
 fn lcm(a: u64, b: u64) -> u64 {
-    if a == 0 || b == 0 { 0 } else { a / gcd(a, b) * b }
+    if a == 0 || b == 0 { 0 } else { (a / gcd(a, b)).saturating_mul(b) }
 }
 
 /// The granularity of each of `segments`.
@@ -53,17 +55,17 @@ pub fn granularity(u: &Unit<'_>, segments: &[Segment]) -> Result<Vec<u64>, Split
         match u.part {
             Part::AttnQkv | Part::AttnGate | Part::SsmConv1d | Part::SsmOut => return all(granularity_qkv),
             Part::SsmDt | Part::SsmA | Part::SsmAlphaBeta => return all(per_head()?),
-            Part::SsmBetaAlpha => return all(2 * per_head()?),
+            Part::SsmBetaAlpha => return all(per_head()?.saturating_mul(2)),
             _ => {}
         }
     } else {
         let n_gqa = layers.n_gqa(il);
         let head_k = layers.n_embd_head_k(il);
         let head_v = layers.n_embd_head_v(il);
-        let n_embd_q = n_gqa * head_k;
+        let n_embd_q = n_gqa.saturating_mul(head_k);
         // Head sizes like 80: raise the block toward 128 only while every device still gets work.
         let mut block_perf = u.block;
-        while block_perf < 128 && block_perf * u.devices < n_embd_q {
+        while block_perf < 128 && block_perf.saturating_mul(u.devices) < n_embd_q {
             block_perf *= 2;
         }
         let granularity_q = lcm(n_embd_q, block_perf);
@@ -84,9 +86,9 @@ pub fn granularity(u: &Unit<'_>, segments: &[Segment]) -> Result<Vec<u64>, Split
             let qgate = has_qgate_split(u.arch);
             match u.part {
                 Part::AttnSinks => return one(granularity_head),
-                Part::AttnQ | Part::AttnQBias if qgate => return one(lcm(2 * n_embd_q, block_perf)),
+                Part::AttnQ | Part::AttnQBias if qgate => return one(lcm(n_embd_q.saturating_mul(2), block_perf)),
                 Part::AttnQ | Part::AttnQBias => return one(granularity_q),
-                Part::AttnOut => return one(granularity_head * head_v),
+                Part::AttnOut => return one(granularity_head.saturating_mul(head_v)),
                 Part::AttnGate if u.rows == layers.n_head[il] => return one(granularity_head),
                 Part::AttnGate => return one(granularity_q),
                 _ => {}
@@ -94,12 +96,12 @@ pub fn granularity(u: &Unit<'_>, segments: &[Segment]) -> Result<Vec<u64>, Split
             let granularity_kv = div(granularity_q, n_gqa, "the heads per KV head")?;
             // V heads may be narrower than K heads (MiMo): whole V heads, at
             // the same head index as K, so Q, K and V stay in lockstep.
-            let granularity_v = div(granularity_kv, head_k, "the key head size")? * head_v;
+            let granularity_v = div(granularity_kv, head_k, "the key head size")?.saturating_mul(head_v);
             return match u.part {
                 Part::AttnKv { value } | Part::AttnKvBias { value } => {
                     one(if value { granularity_v } else { granularity_kv })
                 }
-                _ if qgate => Ok(vec![lcm(2 * n_embd_q, block_perf), granularity_kv]),
+                _ if qgate => Ok(vec![lcm(n_embd_q.saturating_mul(2), block_perf), granularity_kv]),
                 _ if segments.len() == 3 => Ok(vec![granularity_q, granularity_kv, granularity_v]),
                 _ if segments.len() == 2 => Ok(vec![granularity_q, granularity_kv]),
                 _ => Err(SplitError::tensor(u.name, format!("has {} segments, not Q and K/V", segments.len()))),

@@ -38,11 +38,11 @@ pub struct Ssm {
 
 impl Ssm {
     pub fn key_dim(&self) -> u64 {
-        self.d_state * self.n_group
+        self.d_state.saturating_mul(self.n_group)
     }
 
     pub fn value_dim(&self) -> u64 {
-        self.d_state * self.dt_rank
+        self.d_state.saturating_mul(self.dt_rank)
     }
 }
 
@@ -145,11 +145,11 @@ impl Layers {
     }
 
     pub fn n_embd_k_gqa(&self, il: usize) -> u64 {
-        self.n_embd_head_k(il) * self.n_head_kv[il]
+        self.n_embd_head_k(il).saturating_mul(self.n_head_kv[il])
     }
 
     pub fn n_embd_v_gqa(&self, il: usize) -> u64 {
-        self.n_embd_head_v(il) * self.n_head_kv[il]
+        self.n_embd_head_v(il).saturating_mul(self.n_head_kv[il])
     }
 }
 

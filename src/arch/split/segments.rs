@@ -30,7 +30,7 @@ pub struct Place<'a> {
 /// extent (a fused tensor whose size does not match its pieces is refused).
 pub fn segments(at: &Place<'_>) -> Result<Vec<Segment>, SplitError> {
     let segments = if has_qgate_split(at.arch) { gated_segments(at)? } else { common_segments(at)? };
-    let total: u64 = segments.iter().map(|s| s.size * u64::from(s.repeats)).sum();
+    let total = segments.iter().fold(0u64, |sum, s| sum.saturating_add(s.size.saturating_mul(u64::from(s.repeats))));
     if total != at.extent {
         let pieces: Vec<String> = segments.iter().map(|s| format!("{} × {}", s.size, s.repeats)).collect();
         return Err(SplitError::tensor(
@@ -60,7 +60,7 @@ fn expect_width(at: &Place<'_>, width: u64, pieces: impl FnOnce() -> String) -> 
 fn gated_segments(at: &Place<'_>) -> Result<Vec<Segment>, SplitError> {
     let (layers, il) = (at.layers, at.il);
     if !layers.is_recr[il] && matches!(at.part, Part::AttnQkv | Part::AttnQkvBias) {
-        let q = layers.n_head[il] * layers.n_embd_head_k(il) * 2;
+        let q = layers.n_head[il].saturating_mul(layers.n_embd_head_k(il)).saturating_mul(2);
         let (k, v) = (layers.n_embd_k_gqa(il), layers.n_embd_v_gqa(il));
         if k != v {
             return Err(SplitError::tensor(
@@ -68,12 +68,13 @@ fn gated_segments(at: &Place<'_>) -> Result<Vec<Segment>, SplitError> {
                 format!("fuses K {k} and V {v} wide: a gated Q's fused QKV needs them equal"),
             ));
         }
-        expect_width(at, q + 2 * v, || format!("gated Q {q} + K {k} + V {v}"))?;
+        expect_width(at, q.saturating_add(v.saturating_mul(2)), || format!("gated Q {q} + K {k} + V {v}"))?;
         return Ok(vec![seg(q, 1), seg(v, 2)]);
     }
     let ssm = layers.ssm;
     let (key_dim, value_dim) = (ssm.key_dim(), ssm.value_dim());
     let mixer = || format!("Q and K of {key_dim} each + V {value_dim}");
+    let mixer_width = key_dim.saturating_mul(2).saturating_add(value_dim);
     if interleaves_value_heads(at.arch) {
         // Value heads cycle over the key heads (k0_v0, k1_v1, k0_v2, …), so V
         // is cut in runs of key_dim, one per value head a key head serves.
@@ -84,8 +85,8 @@ fn gated_segments(at: &Place<'_>) -> Result<Vec<Segment>, SplitError> {
             .map_err(|_| SplitError::metadata(format!("{}.ssm.time_step_rank", at.arch), "has too many value heads"))?;
         match at.part {
             Part::AttnQkv | Part::SsmConv1d => {
-                expect_width(at, 2 * key_dim + value_dim, mixer)?;
-                return Ok(vec![seg(key_dim, 2 + ratio)]);
+                expect_width(at, mixer_width, mixer)?;
+                return Ok(vec![seg(key_dim, ratio.saturating_add(2))]);
             }
             Part::AttnGate | Part::SsmOut => return Ok(vec![seg(key_dim, ratio)]),
             Part::SsmDt | Part::SsmA | Part::SsmAlphaBeta => return Ok(vec![seg(ssm.n_group, ratio)]),
@@ -93,7 +94,7 @@ fn gated_segments(at: &Place<'_>) -> Result<Vec<Segment>, SplitError> {
         }
     } else if matches!(at.part, Part::AttnQkv | Part::SsmConv1d) {
         // Value heads follow their key head in runs (k0_v0, k0_v1, k1_v2, …).
-        expect_width(at, 2 * key_dim + value_dim, mixer)?;
+        expect_width(at, mixer_width, mixer)?;
         return Ok(vec![seg(key_dim, 2), seg(value_dim, 1)]);
     }
     match at.part {
@@ -104,7 +105,7 @@ fn gated_segments(at: &Place<'_>) -> Result<Vec<Segment>, SplitError> {
 
 fn fused_gate_up(at: &Place<'_>) -> Result<Vec<Segment>, SplitError> {
     let n_ff_exp = at.layers.n_ff_exp[at.il];
-    expect_width(at, 2 * n_ff_exp, || format!("gate and up of {n_ff_exp}"))?;
+    expect_width(at, n_ff_exp.saturating_mul(2), || format!("gate and up of {n_ff_exp}"))?;
     Ok(vec![seg(n_ff_exp, 2)])
 }
 
@@ -112,10 +113,10 @@ fn common_segments(at: &Place<'_>) -> Result<Vec<Segment>, SplitError> {
     let (part, layers, il, extent) = (at.part, at.layers, at.il, at.extent);
     match part {
         Part::AttnQkv | Part::AttnQkvBias => {
-            let q = layers.n_head[il] * layers.n_embd_head_k(il);
+            let q = layers.n_head[il].saturating_mul(layers.n_embd_head_k(il));
             let k = layers.n_embd_k_gqa(il);
             let v = layers.n_embd_v_gqa(il);
-            expect_width(at, q + k + v, || format!("Q {q} + K {k} + V {v}"))?;
+            expect_width(at, q.saturating_add(k).saturating_add(v), || format!("Q {q} + K {k} + V {v}"))?;
             if k == v {
                 Ok(vec![seg(q, 1), seg(k, 2)])
             } else {
@@ -125,7 +126,9 @@ fn common_segments(at: &Place<'_>) -> Result<Vec<Segment>, SplitError> {
             }
         }
         // Phi-3 stores gate and up side by side under the name `ffn_up`.
-        Part::FfnUpOrGate { up: true } | Part::FfnUpOrGateBias { up: true } if extent == 2 * layers.n_ff[il] => {
+        Part::FfnUpOrGate { up: true } | Part::FfnUpOrGateBias { up: true }
+            if extent == layers.n_ff[il].saturating_mul(2) =>
+        {
             Ok(vec![seg(layers.n_ff[il], 2)])
         }
         Part::FfnGateUp => fused_gate_up(at),
@@ -248,6 +251,13 @@ mod tests {
             err.to_string(),
             "blk.0.attn_qkv.weight is 1000 wide on its split axis, but Q and K of 256 each + V 512 = 1024"
         );
+        // Widths past u64 (a u32 state size times a u32 head count, doubled)
+        // are refused like any other mismatch.
+        let mut huge = hybrid(16, 8);
+        huge.ssm.d_state = u64::from(u32::MAX);
+        huge.ssm.n_group = u64::from(u32::MAX);
+        let err = gated("qwen3next", "blk.0.attn_qkv.weight", Part::AttnQkv, &huge, 0, 1024).unwrap_err();
+        assert!(err.to_string().starts_with("blk.0.attn_qkv.weight is 1024 wide"), "{err}");
         // 16 value heads over 3 key heads: the pieces cannot make the tensor.
         let err = gated("qwen35", "blk.0.ssm_out.weight", Part::SsmOut, &hybrid(16, 3), 0, 512).unwrap_err();
         assert_eq!(
