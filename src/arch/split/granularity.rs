@@ -7,15 +7,12 @@ use super::SplitError;
 use super::classify::Part;
 use super::layers::Layers;
 use super::policy::has_qgate_split;
-use super::segments::Segment;
+use super::segments::{Place, Segment};
 
-/// What a granularity is computed from.
+/// What a granularity is computed from: where the tensor lies, and the
+/// block and device count its cuts answer to.
 pub struct Unit<'a> {
-    pub name: &'a str,
-    pub part: Part,
-    pub arch: &'a str,
-    pub layers: &'a Layers,
-    pub il: usize,
+    pub at: &'a Place<'a>,
     /// The block size of the tensor the split follows (its `Reference`).
     pub block: u64,
     pub devices: u64,
@@ -39,20 +36,20 @@ pub fn granularity(u: &Unit<'_>, segments: &[Segment]) -> Result<Vec<u64>, Split
     let one = |g: u64| -> Result<Vec<u64>, SplitError> {
         match segments.len() {
             1 => Ok(vec![g]),
-            n => Err(SplitError::tensor(u.name, format!("has {n} segments where its class allows one"))),
+            n => Err(SplitError::tensor(u.at.name, format!("has {n} segments where its class allows one"))),
         }
     };
     let div = |a: u64, b: u64, what: &str| {
-        a.checked_div(b).ok_or_else(|| SplitError::tensor(u.name, format!("cannot be split: {what} is 0")))
+        a.checked_div(b).ok_or_else(|| SplitError::tensor(u.at.name, format!("cannot be split: {what} is 0")))
     };
-    let (layers, il) = (u.layers, u.il);
+    let (layers, il) = (u.at.layers, u.at.il);
     if layers.is_recr[il] {
         // Linear attention: whole heads of the mixer's state, in blocks of 128.
         let head_dim = layers.ssm.d_state;
         let granularity_qkv = lcm(lcm(u.block, 128), head_dim);
         let per_head = || div(granularity_qkv, head_dim, "ssm.state_size, the mixer's head size,");
         let all = |g: u64| Ok(vec![g; segments.len()]);
-        match u.part {
+        match u.at.part {
             Part::AttnQkv | Part::AttnGate | Part::SsmConv1d | Part::SsmOut => return all(granularity_qkv),
             Part::SsmDt | Part::SsmA | Part::SsmAlphaBeta => return all(per_head()?),
             Part::SsmBetaAlpha => return all(per_head()?.saturating_mul(2)),
@@ -70,7 +67,7 @@ pub fn granularity(u: &Unit<'_>, segments: &[Segment]) -> Result<Vec<u64>, Split
         }
         let granularity_q = lcm(n_embd_q, block_perf);
         let attention = matches!(
-            u.part,
+            u.at.part,
             Part::AttnSinks
                 | Part::AttnQ
                 | Part::AttnQBias
@@ -83,8 +80,8 @@ pub fn granularity(u: &Unit<'_>, segments: &[Segment]) -> Result<Vec<u64>, Split
         );
         if attention {
             let granularity_head = div(granularity_q, head_k, "the key head size")?;
-            let qgate = has_qgate_split(u.arch);
-            match u.part {
+            let qgate = has_qgate_split(u.at.arch);
+            match u.at.part {
                 Part::AttnSinks => return one(granularity_head),
                 Part::AttnQ | Part::AttnQBias if qgate => return one(lcm(n_embd_q.saturating_mul(2), block_perf)),
                 Part::AttnQ | Part::AttnQBias => return one(granularity_q),
@@ -97,18 +94,18 @@ pub fn granularity(u: &Unit<'_>, segments: &[Segment]) -> Result<Vec<u64>, Split
             // V heads may be narrower than K heads (MiMo): whole V heads, at
             // the same head index as K, so Q, K and V stay in lockstep.
             let granularity_v = div(granularity_kv, head_k, "the key head size")?.saturating_mul(head_v);
-            return match u.part {
+            return match u.at.part {
                 Part::AttnKv { value } | Part::AttnKvBias { value } => {
                     one(if value { granularity_v } else { granularity_kv })
                 }
                 _ if qgate => Ok(vec![lcm(n_embd_q.saturating_mul(2), block_perf), granularity_kv]),
                 _ if segments.len() == 3 => Ok(vec![granularity_q, granularity_kv, granularity_v]),
                 _ if segments.len() == 2 => Ok(vec![granularity_q, granularity_kv]),
-                _ => Err(SplitError::tensor(u.name, format!("has {} segments, not Q and K/V", segments.len()))),
+                _ => Err(SplitError::tensor(u.at.name, format!("has {} segments, not Q and K/V", segments.len()))),
             };
         }
     }
-    match u.part {
+    match u.at.part {
         Part::FfnUpOrGate { .. } | Part::FfnUpOrGateBias { .. } | Part::FfnGateUp | Part::FfnDown => {
             one(lcm(u.block, 128))
         }
@@ -130,16 +127,18 @@ mod tests {
         }
         m.set("t.attention.head_count_kv", Value::U32(32));
         let layers = Layers::read(&m, "t", LayerKinds::Uniform).unwrap();
-        let unit =
-            |part, devices| Unit { name: "x", part, arch: "t", layers: &layers, il: 0, block: 32, devices, rows: 1 };
         let seg = [Segment { size: 2560, repeats: 1 }];
+        let cut = |part, devices| {
+            let at = Place { name: "x", part, arch: "t", layers: &layers, il: 0, extent: 2560 };
+            granularity(&Unit { at: &at, block: 32, devices, rows: 1 }, &seg).unwrap()
+        };
         // One head of 80 per KV head: with 4 devices the 32-block already
         // gives each device work (32·4 ≥ 80) and stays; with 2 it doubles once.
-        assert_eq!(granularity(&unit(Part::AttnQ, 4), &seg).unwrap(), [lcm(80, 32)]);
-        assert_eq!(granularity(&unit(Part::AttnQ, 2), &seg).unwrap(), [lcm(80, 64)]);
-        assert_eq!(granularity(&unit(Part::AttnKv { value: false }, 2), &seg).unwrap(), [lcm(80, 64)]);
-        assert_eq!(granularity(&unit(Part::FfnDown, 2), &seg).unwrap(), [128]);
-        assert_eq!(granularity(&unit(Part::Output, 2), &seg).unwrap(), [1]);
+        assert_eq!(cut(Part::AttnQ, 4), [lcm(80, 32)]);
+        assert_eq!(cut(Part::AttnQ, 2), [lcm(80, 64)]);
+        assert_eq!(cut(Part::AttnKv { value: false }, 2), [lcm(80, 64)]);
+        assert_eq!(cut(Part::FfnDown, 2), [128]);
+        assert_eq!(cut(Part::Output, 2), [1]);
     }
 
     #[test]
@@ -152,19 +151,20 @@ mod tests {
         }
         let layers = Layers::read(&m, "t", LayerKinds::LinearAttention).unwrap();
         assert!(layers.is_recr[0] && !layers.is_recr[3]);
-        let unit =
-            |part, block| Unit { name: "x", part, arch: "t", layers: &layers, il: 0, block, devices: 2, rows: 1 };
+        let cut = |layers: &Layers, part, block, segments: &[Segment]| {
+            let at = Place { name: "x", part, arch: "t", layers, il: 0, extent: 1920 };
+            granularity(&Unit { at: &at, block, devices: 2, rows: 1 }, segments)
+        };
         let two = [Segment { size: 768, repeats: 2 }, Segment { size: 384, repeats: 1 }];
-        assert_eq!(granularity(&unit(Part::AttnQkv, 1), &two).unwrap(), [384, 384]);
-        assert_eq!(granularity(&unit(Part::SsmOut, 256), &two).unwrap(), [768, 768]);
+        assert_eq!(cut(&layers, Part::AttnQkv, 1, &two).unwrap(), [384, 384]);
+        assert_eq!(cut(&layers, Part::SsmOut, 256, &two).unwrap(), [768, 768]);
         let one = [Segment { size: 16, repeats: 1 }];
-        assert_eq!(granularity(&unit(Part::SsmDt, 1), &one).unwrap(), [8]);
-        assert_eq!(granularity(&unit(Part::SsmBetaAlpha, 1), &one).unwrap(), [16]);
+        assert_eq!(cut(&layers, Part::SsmDt, 1, &one).unwrap(), [8]);
+        assert_eq!(cut(&layers, Part::SsmBetaAlpha, 1, &one).unwrap(), [16]);
         // Outside the mixer, a recurrent layer's tensors follow the common rules.
-        assert_eq!(granularity(&unit(Part::FfnDown, 32), &one).unwrap(), [128]);
+        assert_eq!(cut(&layers, Part::FfnDown, 32, &one).unwrap(), [128]);
         m.set("t.ssm.state_size", Value::U32(0));
         let stateless = Layers::read(&m, "t", LayerKinds::LinearAttention).unwrap();
-        let unit = Unit { layers: &stateless, ..unit(Part::SsmA, 1) };
-        assert!(granularity(&unit, &one).unwrap_err().to_string().contains("ssm.state_size"));
+        assert!(cut(&stateless, Part::SsmA, 1, &one).unwrap_err().to_string().contains("ssm.state_size"));
     }
 }

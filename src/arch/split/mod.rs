@@ -225,11 +225,7 @@ impl Planner<'_> {
                 let place = segments::Place { name: &t.name, part, arch: self.arch, layers: self.layers, il, extent };
                 let segments = segments::segments(&place)?;
                 let unit = granularity::Unit {
-                    name: &t.name,
-                    part,
-                    arch: self.arch,
-                    layers: self.layers,
-                    il,
+                    at: &place,
                     block: reference.ggml_type.block_size(),
                     devices: n as u64,
                     rows: t.dims.get(1).copied().unwrap_or(1),
