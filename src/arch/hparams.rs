@@ -49,10 +49,28 @@ pub fn count(metadata: &Metadata, key: &str) -> Result<Option<u64>, HparamError>
     }
 }
 
+/// llama.cpp's `LLAMA_MAX_LAYERS`: a block count past it is refused before
+/// anything is sized by it.
+pub const MAX_LAYERS: u64 = 512;
+
+/// A block count key (`ARCH.block_count`), at most [`MAX_LAYERS`].
+pub fn block_count(metadata: &Metadata, key: &str) -> Result<Option<u64>, HparamError> {
+    match count(metadata, key)? {
+        Some(n) if n > MAX_LAYERS => Err(HparamError {
+            key: key.to_owned(),
+            problem: format!("is {n}, more than llama.cpp's {MAX_LAYERS} layers"),
+        }),
+        n => Ok(n),
+    }
+}
+
 /// A per-layer count key, as llama.cpp's `get_key_or_arr` reads it: one
 /// value for every layer, or an array of exactly one entry per layer.
 pub fn per_layer_counts(metadata: &Metadata, key: &str, block_count: u64) -> Result<Option<Vec<u64>>, HparamError> {
     let err = |problem: String| HparamError { key: key.to_owned(), problem };
+    if block_count > MAX_LAYERS {
+        return Err(err(format!("cannot be read for {block_count} layers, more than llama.cpp's {MAX_LAYERS}")));
+    }
     match metadata.get(key) {
         None => Ok(None),
         Some(Value::Array(values)) => {
@@ -91,7 +109,8 @@ pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Op
     let required = |name: &str| number(name)?.ok_or_else(|| err(name, "missing".into()));
 
     let embedding_length = required("embedding_length")?;
-    let block_count = required("block_count")?;
+    let block_count =
+        block_count(metadata, &key("block_count"))?.ok_or_else(|| err("block_count", "missing".into()))?;
     // Head counts and FFN widths may be per-layer arrays (OpenELM, LFM2):
     // llama.cpp reads layer 0 where it asks without a layer, as reported here.
     let per_layer = |name: &str| per_layer_counts(metadata, &key(name), block_count);

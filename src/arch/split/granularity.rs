@@ -5,7 +5,6 @@
 
 use super::SplitError;
 use super::classify::Part;
-use super::layers::Layers;
 use super::policy::has_qgate_split;
 use super::segments::{Place, Segment};
 
@@ -117,6 +116,7 @@ pub fn granularity(u: &Unit<'_>, segments: &[Segment]) -> Result<Vec<u64>, Split
 mod tests {
     use super::*;
     use crate::arch::registry::LayerKinds;
+    use crate::arch::split::layers::Layers;
     use crate::model::{Metadata, Value};
 
     #[test]

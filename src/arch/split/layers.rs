@@ -4,7 +4,7 @@
 //! ([`LayerKinds`], the registry's fact per family).
 
 use super::SplitError;
-use crate::arch::hparams::{count, per_layer_counts};
+use crate::arch::hparams::{block_count, count, per_layer_counts};
 use crate::arch::registry::{LayerKinds, WindowRule};
 use crate::model::{Array, Metadata, Value};
 
@@ -58,7 +58,8 @@ impl Layers {
     pub fn read(metadata: &Metadata, arch: &str, kinds: LayerKinds) -> Result<Layers, SplitError> {
         let key = |name: &str| format!("{arch}.{name}");
         let scalar = |name: &str| count(metadata, &key(name)).map_err(SplitError::from);
-        let n_layer = scalar("block_count")?.ok_or_else(|| SplitError::metadata(key("block_count"), "is missing"))?;
+        let n_layer = block_count(metadata, &key("block_count"))?
+            .ok_or_else(|| SplitError::metadata(key("block_count"), "is missing"))?;
         let per_layer = |name: &str| per_layer_counts(metadata, &key(name), n_layer).map_err(SplitError::from);
         let n_layer = usize::try_from(n_layer).map_err(|_| SplitError::metadata(key("block_count"), "is too large"))?;
         let n_head = per_layer("attention.head_count")?.unwrap_or_else(|| vec![0; n_layer]);
@@ -247,6 +248,9 @@ mod tests {
         assert_eq!(err, "qwen35.attention.recurrent_layers: has 1 entries for 8 layers");
         let err = qwen(&[("full_attention_interval", Value::U32(0))]).unwrap_err().to_string();
         assert!(err.starts_with("qwen35.full_attention_interval: is 0"), "{err}");
+        // Found by fuzzing: a block count sized vectors before anything checked it.
+        let err = qwen(&[("block_count", Value::U64(1 << 33))]).unwrap_err().to_string();
+        assert!(err.starts_with("qwen35.block_count: is 8589934592, more than llama.cpp's 512"), "{err}");
         let ssm = qwen(&[("ssm.state_size", Value::U32(128)), ("ssm.group_count", Value::U32(16))]).unwrap().ssm;
         assert_eq!((ssm.key_dim(), ssm.value_dim()), (2048, 0));
     }
