@@ -10,8 +10,9 @@
 # first), lists the backends, generates the 4096-wide synthetic model and a
 # 26-layer one (10.8 GB) with the project's generator, quantizes them to
 # Q4_K_M, Q6_K and Q8_0 on `cuda` and on `cpu` (all cores), compares the
-# files byte for byte, times both, and measures the decode kernels' GB/s
-# against a device-to-device copy by PyTorch in the same run. Under 4 minutes
+# files byte for byte, times both (and the device's four lanes against one),
+# and measures the decode kernels' GB/s against a device-to-device copy by
+# PyTorch in the same run. Under 4 minutes
 # on 16 cores and one H200. Results go to stdout and to $OUT/gpu-check.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,6 +86,12 @@ PY
             "$model" "$preset" "$cuda" "$cpu" "$(awk "BEGIN { print $cpu / $cuda }")" "$same"
         rm -f "$WORK/$model-$preset-cuda.gguf" "$WORK/$model-$preset-cpu.gguf"
     done
+    # The lanes' overlap: the wide model's Q8_0 (transfer-bound) on one lane
+    # against the default four, bytes compared with the four lanes' file.
+    four=$(quantize wide Q8_0 cuda) && mv "$WORK/wide-Q8_0-cuda.gguf" "$WORK/four.gguf"
+    one=$(QUANTFORGE_CUDA_LANES=1 quantize wide Q8_0 cuda)
+    if cmp -s "$WORK/wide-Q8_0-cuda.gguf" "$WORK/four.gguf"; then same=identical; else same=DIFFER; status=1; fi
+    printf 'wide  Q8_0    1 lane %7.2f s  4 lanes %7.2f s  bytes %s\n' "$one" "$four" "$same"
     exit $status
     ;;
 *)
