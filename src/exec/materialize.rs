@@ -328,6 +328,14 @@ impl Materializer<'_> {
         match self.store.copy_blob_into(&hash, out, offset) {
             Ok(len) if len == tensor.n_bytes() => {
                 self.counters.reused.fetch_add(1, Ordering::Relaxed);
+                // Encoded this run for this node (with a sibling, or by another
+                // export): the report names the backend that computed it.
+                if let TensorData::Convert { producer, .. } = &tensor.data
+                    && self.in_flight.encoded_this_run(&tensor.key)
+                {
+                    let name = self.backends.of(producer.as_ref()).name();
+                    self.counters.backends.lock().unwrap_or_else(|e| e.into_inner()).insert(name);
+                }
                 Ok(true)
             }
             Ok(len) => Err(io_err(io::Error::other(format!(
