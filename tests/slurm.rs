@@ -351,7 +351,8 @@ fn a_failing_unit_fails_the_run_by_name() {
     let _cluster = CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let url = unique_url(&env, "failing");
     let project = Project::new();
-    // The tasks start a few seconds after submission; by then the input is gone.
+    // The tasks start ten seconds after submission (a loaded CI machine may
+    // take a few to print the line this waits for); by then the input is gone.
     let args = [
         "run",
         "--executor",
@@ -361,7 +362,7 @@ fn a_failing_unit_fails_the_run_by_name() {
         UNIT_SIZE,
         "--cpus-per-task",
         "1",
-        "--sbatch-arg=--begin=now+4",
+        "--sbatch-arg=--begin=now+10",
     ];
     let mut child = project
         .command(&env, Some(&url), "cache", &args)

@@ -24,7 +24,7 @@ use crate::model::{AxisCut, StoredLayout, TensorInfo};
 use crate::quant::budget::{BudgetError, RowSource};
 use crate::quant::plan::importance_from_blob;
 use crate::store::fingerprint::stat_key;
-use crate::store::{ActionKind, Key, Store, StoreError};
+use crate::store::{ActionKind, BlobWriter, Key, Store, StoreError};
 use crate::types::GgmlType;
 
 /// Rows converted per slab: bounds memory at about this many f32 values per
@@ -578,17 +578,24 @@ impl Materializer<'_> {
             self.release(tensor, first, rows);
         }
         if let Some(blob) = blob {
-            let (hash, len) = blob.commit()?;
-            // Bytes computed from an input that moved under the run are
-            // never recorded under a key derived from its old content.
-            self.files.check_unchanged()?;
-            let entry = TensorEntry { blob: hash, len, blobs: vec![hash] };
-            let json = serde_json::to_vec(&entry).map_err(|e| io_err(e.into()))?;
-            // An entry already there names these same bytes (a key names its
-            // bytes by derivation): the first writer's stands.
-            self.store.put_action_if_absent(ActionKind::Tensor, &tensor.key, &json)?;
+            self.record(tensor, blob)?;
         }
         self.counters.encoded.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Commits a derived tensor's blob and records it under the tensor's key.
+    fn record(&self, tensor: &Tensor, blob: Box<dyn BlobWriter>) -> Result<(), MaterializeError> {
+        let (hash, len) = blob.commit()?;
+        // Bytes computed from an input that moved under the run are never
+        // recorded under a key derived from its old content.
+        self.files.check_unchanged()?;
+        let entry = TensorEntry { blob: hash, len, blobs: vec![hash] };
+        let json = serde_json::to_vec(&entry)
+            .map_err(|e| MaterializeError::Io { tensor: tensor.name.clone(), source: e.into() })?;
+        // An entry already there names these same bytes (a key names its
+        // bytes by derivation): the first writer's stands.
+        self.store.put_action_if_absent(ActionKind::Tensor, &tensor.key, &json)?;
         Ok(())
     }
 
@@ -654,12 +661,7 @@ impl Materializer<'_> {
             self.release(from, first, rows);
         }
         for (target, blob) in targets.iter().zip(blobs) {
-            let (hash, len) = blob.commit()?;
-            self.files.check_unchanged()?;
-            let entry = TensorEntry { blob: hash, len, blobs: vec![hash] };
-            let json = serde_json::to_vec(&entry)
-                .map_err(|e| MaterializeError::Io { tensor: target.name.clone(), source: e.into() })?;
-            self.store.put_action_if_absent(ActionKind::Tensor, &target.key, &json)?;
+            self.record(target, blob)?;
         }
         for guard in &mut guards {
             guard.done = true;
