@@ -221,19 +221,22 @@ fn cuda_backend_runs_slabs_concurrently_within_its_memory_budget() {
     use quantforge::backend::cuda::{CudaBackend, EmulatedDevice};
     use quantforge::backend::{Backend, CpuBackend, Slab};
 
+    fn slab(source: &[u8]) -> Slab<'_> {
+        Slab {
+            from: GgmlType::F32,
+            to: GgmlType::Q4_K,
+            n_per_row: 256,
+            first_row: 0,
+            rows_per_expert: 1,
+            source,
+            importance: None,
+            row_numbers: None,
+        }
+    }
     let rows = kernel_rows();
-    let slab = |source: &'static [u8]| Slab {
-        from: GgmlType::F32,
-        to: GgmlType::Q4_K,
-        n_per_row: 256,
-        first_row: 0,
-        rows_per_expert: 1,
-        source,
-        importance: None,
-        row_numbers: None,
-    };
-    let small: &'static [u8] = Box::leak(bytemuck::cast_slice(&rows[..4].concat()).to_vec().into_boxed_slice());
-    let large: &'static [u8] = Box::leak(bytemuck::cast_slice(&rows[..64].concat()).to_vec().into_boxed_slice());
+    let small: Vec<u8> = bytemuck::cast_slice(&rows[..4].concat()).to_vec();
+    let large: Vec<u8> = bytemuck::cast_slice(&rows[..64].concat()).to_vec();
+    let (small, large) = (&small[..], &large[..]);
     let cpu = CpuBackend::new(Level::Scalar);
     // Room for two small slabs' buffers (4 rows: 4 KiB up, 4 KiB of values,
     // 576 encoded bytes), never for the large one.
@@ -248,7 +251,7 @@ fn cuda_backend_runs_slabs_concurrently_within_its_memory_budget() {
     assert_ne!(gpu.ran_on(&slab(large), true), "cuda-emulated", "the large slab is over the budget");
     std::thread::scope(|s| {
         for t in 0..6 {
-            let (gpu, slab, small_bytes, large_bytes) = (&gpu, &slab, &small_bytes, &large_bytes);
+            let (gpu, small_bytes, large_bytes) = (&gpu, &small_bytes, &large_bytes);
             s.spawn(move || {
                 for _ in 0..3 {
                     let (case, bytes) =

@@ -65,12 +65,10 @@ pub fn block_count(metadata: &Metadata, key: &str) -> Result<Option<u64>, Hparam
 }
 
 /// A per-layer count key, as llama.cpp's `get_key_or_arr` reads it: one
-/// value for every layer, or an array of exactly one entry per layer.
+/// value for every layer, or an array of exactly one entry per layer
+/// (`block_count` as [`block_count`] bounds it).
 pub fn per_layer_counts(metadata: &Metadata, key: &str, block_count: u64) -> Result<Option<Vec<u64>>, HparamError> {
     let err = |problem: String| HparamError { key: key.to_owned(), problem };
-    if block_count > MAX_LAYERS {
-        return Err(err(format!("cannot be read for {block_count} layers, more than llama.cpp's {MAX_LAYERS}")));
-    }
     match metadata.get(key) {
         None => Ok(None),
         Some(Value::Array(values)) => {

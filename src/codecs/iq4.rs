@@ -106,17 +106,13 @@ pub fn quantize_iq4_xs(level: Level, src: &[f32], importance: Option<&[f32]>, ds
 /// `best_index_int8(KVALUES, scale · x[j])` for one 32-value sub-block,
 /// with the vector kernel of `level` where the machine has it.
 fn sub_block_indices(level: Level, scale: f32, x: &[f32], indices: &mut [u8]) {
-    if let Some((_, step)) = steps(level, 32).next() {
-        return on_step!(step, iq4_indices(scale, x, indices), {
-            for (l, &v) in indices.iter_mut().zip(x) {
-                *l = best_index_int8(&KVALUES, scale * v) as u8;
-            }
-        });
-    }
-    let _ = level;
-    for (l, &v) in indices.iter_mut().zip(x) {
-        *l = best_index_int8(&KVALUES, scale * v) as u8;
-    }
+    // The widest step over 32 lanes picks the width; the scalar one does all 32.
+    let (_, step) = steps(level, 32).next().expect("32 values make a step");
+    on_step!(step, iq4_indices(scale, x, indices), {
+        for (l, &v) in indices.iter_mut().zip(x) {
+            *l = best_index_int8(&KVALUES, scale * v) as u8;
+        }
+    })
 }
 
 /// ggml's `best_index_int8`: the index of the table value nearest to `x`

@@ -20,7 +20,7 @@ mod ptx;
 use std::sync::{Arc, OnceLock};
 
 pub use backend::CudaBackend;
-pub use device::{Device, DeviceError, EmulatedDevice, GpuDevice, Job, LANES_ENV, MEMORY_ENV};
+pub use device::{Device, DeviceError, EmulatedDevice, GpuDevice, Job};
 pub use libraries::LIB_DIRS_ENV;
 
 use crate::store::Store;
