@@ -398,25 +398,31 @@ fn bin_checkpoints_convert_as_convert_hf_to_gguf_converts_them() {
 }
 
 /// What the converter writes as the checkpoint stores it (bf16 to bf16, no
-/// permutation) is copied file to file, not decoded; a tensor holding a NaN
-/// is still refused, as every conversion refuses one.
+/// permutation) is copied file to file, not decoded, and permuted Q/K rows
+/// are moved as bytes; a tensor holding a NaN is still refused, either way,
+/// as every conversion refuses one.
 #[test]
 fn unchanged_tensors_are_copied_and_a_nan_is_still_refused() {
     let dir = tempfile::tempdir().unwrap();
     let source = common::repo().join("tests/data/convert/checkpoints/Llama-Tiny-YaRN");
-    for (name, patched) in [("plain", false), ("nan", true)] {
+    let nan_in = [
+        ("plain", None),
+        ("nan", Some("model.layers.0.mlp.down_proj.weight")),
+        ("nan-permuted", Some("model.layers.0.self_attn.q_proj.weight")),
+    ];
+    for (name, patched) in nan_in {
         let copy = dir.path().join(name);
         std::fs::create_dir(&copy).unwrap();
         for entry in std::fs::read_dir(&source).unwrap() {
             let entry = entry.unwrap();
             std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
         }
-        if patched {
+        if let Some(tensor) = patched {
             let path = copy.join("model.safetensors");
             let mut bytes = std::fs::read(&path).unwrap();
             let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
             let header: Json = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
-            let start = header["model.layers.0.mlp.down_proj.weight"]["data_offsets"][0].as_u64().unwrap() as usize;
+            let start = header[tensor]["data_offsets"][0].as_u64().unwrap() as usize;
             let at = 8 + header_len + start;
             bytes[at..at + 2].copy_from_slice(&0x7fc0u16.to_le_bytes());
             std::fs::write(&path, bytes).unwrap();
@@ -431,8 +437,10 @@ fn unchanged_tensors_are_copied_and_a_nan_is_still_refused() {
     let report: Json = serde_json::from_str(&common::stdout_of_success(convert("plain"))).unwrap();
     // Embeddings, output, v, o and the MLP of two layers; q and k are permuted, norms widened to f32.
     assert_eq!(report["totals"]["tensors_copied"], 12, "{report}");
-    let refused = convert("nan");
-    assert_eq!(refused.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("tensor `blk.0.ffn_down.weight` row 0 holds NaN"), "{stderr}");
+    for (name, tensor) in [("nan", "blk.0.ffn_down.weight"), ("nan-permuted", "blk.0.attn_q.weight")] {
+        let refused = convert(name);
+        assert_eq!(refused.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains(&format!("tensor `{tensor}` row 0 holds NaN")), "{stderr}");
+    }
 }

@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 use super::{Backend, Slab, SlabError};
 use crate::codecs::{self, CodecError, simd::Level};
+use crate::types::GgmlType;
 
 pub struct CpuBackend {
     level: Level,
@@ -37,7 +38,11 @@ impl Backend for CpuBackend {
             |values, (r, (dst, src))| {
                 let row = slab.row_number(r);
                 codecs::dequantize_row_at(self.level, slab.from, src, values)?;
-                if let Some(value) = values.iter().copied().find(|v| !v.is_finite()) {
+                // Every value read without an early exit, so the check vectorizes;
+                // only a failing row is searched for its value.
+                if codecs::all_finite(GgmlType::F32, bytemuck::cast_slice(values)) != Some(true)
+                    && let Some(value) = values.iter().copied().find(|v| !v.is_finite())
+                {
                     return Err(SlabError::NonFinite { row, value });
                 }
                 codecs::quantize_row_at(self.level, slab.to, values, slab.weights_of(row), dst)?;

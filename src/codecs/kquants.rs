@@ -249,15 +249,31 @@ fn pack_scales_k4(ls: &[u8; 8], lm: &[u8; 8], scales: &mut [u8; 12]) {
 }
 
 /// Requantizes every 32-element group with the block's final (f16-rounded)
-/// scales and minimums, as both ggml paths do after choosing them.
-fn requantize_k4(x: &[f32], d: F16, dmin: F16, scales: &[u8; 12], nmax: i32, levels: &mut [u8; QK_K]) {
-    for j in 0..QK_K / 32 {
+/// scales and minimums, as both ggml paths do after choosing them; with the
+/// widest vector kernel `level` and the machine allow.
+fn requantize_k4(level: Level, x: &[f32], d: F16, dmin: F16, scales: &[u8; 12], nmax: i32, levels: &mut [u8; QK_K]) {
+    let (mut dj, mut dm) = ([0.0f32; QK_K / 32], [0.0f32; QK_K / 32]);
+    for (j, (dj, dm)) in dj.iter_mut().zip(&mut dm).enumerate() {
         let (sc, m) = scale_min_k4(j, scales);
-        let dj = d.to_f32() * f32::from(sc);
+        (*dj, *dm) = (d.to_f32() * f32::from(sc), dmin.to_f32() * f32::from(m));
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::{x86_lanes, x86_search};
+        use x86_lanes::{Avx2, Avx512, Twice};
+        if let Some(lanes) = (level >= Level::Avx512).then(Avx512::new).flatten() {
+            return x86_search::avx512_twice::requantize_k4(Twice(lanes), nmax, x, &dj, &dm, levels);
+        }
+        if let Some(lanes) = (level >= Level::Avx2).then(Avx2::new).flatten() {
+            return x86_search::avx2_twice::requantize_k4(Twice(lanes), nmax, x, &dj, &dm, levels);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = level;
+    for (j, (&dj, &dm)) in dj.iter().zip(&dm).enumerate() {
         if dj == 0.0 {
             continue;
         }
-        let dm = dmin.to_f32() * f32::from(m);
         for ii in 0..32 {
             levels[32 * j + ii] = nearest_int((x[32 * j + ii] + dm) / dj).clamp(0, nmax) as u8;
         }
@@ -519,7 +535,7 @@ fn quantize_k4(
                 Some(_) => weighted_scales_k4(scales, mins, &group_weight[8 * k..][..8], &mut packed),
             };
             let mut levels: [u8; QK_K] = run_levels[k * QK_K..][..QK_K].try_into().expect("a super-block");
-            requantize_k4(x, d, dmin, &packed, nmax, &mut levels);
+            requantize_k4(level, x, d, dmin, &packed, nmax, &mut levels);
             pack(run * K4_RUN / QK_K + k, d, dmin, packed, &levels);
         }
     }

@@ -18,8 +18,7 @@ use super::scalar::{F16, c_float_to_i8};
 #[target_feature(enable = "avx2")]
 pub unsafe fn quantize_q8_0_avx2(src: &[f32], blocks: &mut [BlockQ8_0]) {
     for (x, b) in src.chunks_exact(QK).zip(blocks) {
-        // SAFETY: a chunk holds QK = 32 floats, four loads of eight.
-        let v: [__m256; 4] = std::array::from_fn(|k| unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * k)) });
+        let v = load_block_avx2(x);
         let amax = abs_max_avx2(&v);
         let d = amax / 127.0;
         let id = inverse(d);
@@ -34,6 +33,18 @@ pub unsafe fn quantize_q8_0_avx2(src: &[f32], blocks: &mut [BlockQ8_0]) {
         for (q, r) in b.qs.iter_mut().zip(rounded) {
             *q = c_float_to_i8(r);
         }
+    }
+}
+
+/// A 32-float block as four vectors. (A closure would not inherit the
+/// target feature and would call the loads out of line.)
+#[target_feature(enable = "avx2")]
+fn load_block_avx2(x: &[f32]) -> [__m256; 4] {
+    let x = &x[..QK];
+    // SAFETY: the block holds QK = 32 floats, four loads of eight.
+    unsafe {
+        let at = x.as_ptr();
+        [_mm256_loadu_ps(at), _mm256_loadu_ps(at.add(8)), _mm256_loadu_ps(at.add(16)), _mm256_loadu_ps(at.add(24))]
     }
 }
 
@@ -78,14 +89,12 @@ pub unsafe fn quantize_q8_0_avx512(src: &[f32], blocks: &mut [BlockQ8_0]) {
         let id = inverse(d);
         b.d = F16::from_f32(d);
         let idv = _mm512_set1_ps(id);
-        let mut rounded = [0f32; QK];
         for (k, half) in [lo, hi].into_iter().enumerate() {
             let r = round_half_away_avx512(_mm512_mul_ps(half, idv));
-            // SAFETY: sixteen floats fit at 16k of a 32-float array.
-            unsafe { _mm512_storeu_ps(rounded.as_mut_ptr().add(16 * k), r) };
-        }
-        for (q, r) in b.qs.iter_mut().zip(rounded) {
-            *q = c_float_to_i8(r);
+            // `(int8_t)r`: cvttps2dq as cvttss2si (INT_MIN out of range), then the low byte.
+            let bytes = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r));
+            // SAFETY: sixteen bytes fit at 16k of the block's 32.
+            unsafe { _mm_storeu_si128(b.qs.as_mut_ptr().add(16 * k).cast(), bytes) };
         }
     }
 }
@@ -127,8 +136,7 @@ pub unsafe fn decode_f16_f16c(src: &[u8], dst: &mut [f32]) -> usize {
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 pub unsafe fn symmetric_levels_avx2(x: &[f32], nmax: i32) -> (f32, [u8; QK]) {
-    // SAFETY: a block holds QK = 32 floats, four loads of eight.
-    let v: [__m256; 4] = std::array::from_fn(|k| unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * k)) });
+    let v = load_block_avx2(x);
     let amax = abs_max_avx2(&v);
     let max = if amax > 0.0 { x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0) } else { 0.0 };
     let d = max / -(nmax as f32);
@@ -142,7 +150,11 @@ pub unsafe fn symmetric_levels_avx2(x: &[f32], nmax: i32) -> (f32, [u8; QK]) {
         // SAFETY: eight lanes fit at 8k of a 32-lane array.
         unsafe { _mm256_storeu_si256(levels.as_mut_ptr().add(8 * k).cast(), _mm256_min_epi32(narrowed, limit)) };
     }
-    (d, levels.map(|l| l as u8))
+    let mut bytes = [0u8; QK];
+    for (byte, level) in bytes.iter_mut().zip(levels) {
+        *byte = level as u8;
+    }
+    (d, bytes)
 }
 
 /// A 32-value block stored as sixteen bytes of 4-bit indices into a table of

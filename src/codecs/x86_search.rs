@@ -359,6 +359,28 @@ fn iq4_indices<L: Lanes>(lanes: L, scale: f32, x: &[f32], indices: &mut [u8]) {
     }
 }
 
+/// Q4_K/Q5_K's last pass (`kquants::requantize_k4`): each value of 32-value
+/// group `g` at `nearest_int((x + dm[g]) / d[g])`, clamped to `0..=nmax`; a
+/// group whose `d` is zero keeps the levels its search chose.
+#[inline(always)]
+fn requantize_k4<L: Lanes>(lanes: L, nmax: i32, x: &[f32], d: &[f32], dm: &[f32], levels: &mut [u8]) {
+    let (zero, top) = (lanes.splat_i(0), lanes.splat_i(nmax));
+    let mut lane_values = [0i32; 32];
+    for (g, (&dg, &dmg)) in d.iter().zip(dm).enumerate() {
+        if dg == 0.0 {
+            continue;
+        }
+        let (dv, dmv) = (lanes.splat(dg), lanes.splat(dmg));
+        for (x, out) in x[32 * g..][..32].chunks_exact(L::N).zip(levels[32 * g..][..32].chunks_exact_mut(L::N)) {
+            let q = lanes.nearest_int(lanes.div(lanes.add(lanes.load(x), dmv), dv));
+            lanes.store_i(lanes.clamp_i(q, zero, top), &mut lane_values);
+            for (o, &l) in out.iter_mut().zip(&lane_values) {
+                *o = l as u8;
+            }
+        }
+    }
+}
+
 /// `best_index_int8(KVALUES, x)` in each lane. The bisection ends at the
 /// first entry `mu` with `x < KVALUES[mu]`, which is one plus the count of
 /// inner entries that `x` is not below (NaN is below none, and ends at the
@@ -402,6 +424,15 @@ fn iq4_nearest_value<L: Lanes>(lanes: L, x: L::F) -> L::F {
 /// operation inlined into a function with the width's target features.
 macro_rules! at_width {
     ($width:ident, $lanes:ty, $features:literal) => {
+        at_width!(@module $width, $lanes, $features;);
+    };
+    // Widths of 32 lanes or two steps of 16: a 32-value group's passes too.
+    ($width:ident, $lanes:ty, $features:literal, whole_groups) => {
+        at_width!(@module $width, $lanes, $features;
+            requantize_k4(nmax: i32, x: &[f32], d: &[f32], dm: &[f32], levels: &mut [u8]);
+        );
+    };
+    (@module $width:ident, $lanes:ty, $features:literal; $($group_passes:tt)*) => {
         pub mod $width {
             use super::*;
 
@@ -416,6 +447,7 @@ macro_rules! at_width {
                 make_q3_quants(nmax: i32, n: usize, x: &[f32], levels: &mut [u8], scales: &mut [f32]);
                 iq4_scales(x: &[f32], weights: &[f32], scales: &mut [f32]);
                 iq4_indices(scale: f32, x: &[f32], indices: &mut [u8]);
+                $($group_passes)*
             );
         }
     };
@@ -435,6 +467,6 @@ macro_rules! at_width {
 }
 
 at_width!(avx2, Avx2, "avx2");
-at_width!(avx2_twice, Twice<Avx2>, "avx2");
+at_width!(avx2_twice, Twice<Avx2>, "avx2", whole_groups);
 at_width!(avx512, Avx512, "avx512f,avx2");
-at_width!(avx512_twice, Twice<Avx512>, "avx512f,avx2");
+at_width!(avx512_twice, Twice<Avx512>, "avx512f,avx2", whole_groups);

@@ -19,7 +19,10 @@ mod vocab;
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use hparams::architecture_keys;
 pub use rope::RopeError;
-pub use tensors::{ConvertError, ConvertedTensor, OutType, Values, checkpoint_rows, convert_tensors, family_of};
+pub use tensors::{
+    ConvertError, ConvertedTensor, OutType, Values, checkpoint_rows, checkpoint_rows_as_stored, convert_tensors,
+    family_of,
+};
 pub use vocab::tokenizer_keys;
 
 use crate::model::{Metadata, TensorInfo, Value};

@@ -181,12 +181,9 @@ pub fn checkpoint_rows(
             decode(backend, source, row_len, first, &range, out)?;
         }
         Some(n_head) => {
-            // Output row 2i + j of a head takes input row j·hd/2 + i.
-            let hd = (source.n_elements() as usize / row_len) / n_head.max(1);
+            let hd = rows_per_head(source, n_head);
             for (r, row) in out.chunks_exact_mut(row_len).enumerate() {
-                let to = first + r;
-                let (head, k) = (to / hd, to % hd);
-                let from = head * hd + (k % 2) * (hd / 2) + k / 2;
+                let from = permuted_source_row(first + r, hd);
                 let bytes = shard.tensor_data_range(source, from as u64 * row_bytes, row_bytes)?;
                 decode(backend, source, row_len, from, &bytes, row)?;
             }
@@ -194,6 +191,53 @@ pub fn checkpoint_rows(
     }
     plus_one(out, source, transform);
     Ok(())
+}
+
+/// Rows `first..first + n` of checkpoint tensor `source` as the converter
+/// writes them as `target`, when that is the stored bytes in another row
+/// order at most: the transform only permutes rows, `target` is the stored
+/// type, and every value is finite (a finite float comes back unchanged from
+/// the f32 the converter goes through; a conversion refuses the others).
+/// `None` when not, and the rows are computed through f32 instead.
+pub fn checkpoint_rows_as_stored(
+    shard: &ModelFile,
+    source: &TensorInfo,
+    transform: &RowTransform,
+    target: GgmlType,
+    first: usize,
+    n: usize,
+) -> Result<Option<Vec<u8>>, ConvertError> {
+    let reordered_only = !transform.plus_one && transform.keep_elements.is_none();
+    if !reordered_only || source.ggml_type != target || source.dims.len() < 2 {
+        return Ok(None);
+    }
+    let row_bytes = source.ggml_type.row_size(source.dims[0]).unwrap_or(0);
+    let bytes = match transform.permute_heads {
+        None => shard.tensor_data_range(source, first as u64 * row_bytes, n as u64 * row_bytes)?.into_owned(),
+        Some(n_head) => {
+            let hd = rows_per_head(source, n_head);
+            let mut bytes = Vec::with_capacity(n * row_bytes as usize);
+            for to in first..first + n {
+                let from = permuted_source_row(to, hd) as u64;
+                bytes.extend_from_slice(&shard.tensor_data_range(source, from * row_bytes, row_bytes)?);
+            }
+            bytes
+        }
+    };
+    Ok((crate::codecs::all_finite(target, &bytes) == Some(true)).then_some(bytes))
+}
+
+/// The rows of one head of a tensor whose rows [`permuted_source_row`] reorders.
+fn rows_per_head(source: &TensorInfo, n_head: usize) -> usize {
+    let row_len = source.dims.first().copied().unwrap_or(1).max(1);
+    (source.n_elements() / row_len) as usize / n_head.max(1)
+}
+
+/// The source row of row `to` of LLaMA's Q/K permutation over heads of
+/// `hd` rows: row `2i + j` of a head is the head's row `j·hd/2 + i`.
+fn permuted_source_row(to: usize, hd: usize) -> usize {
+    let (head, k) = (to / hd, to % hd);
+    head * hd + (k % 2) * (hd / 2) + k / 2
 }
 
 /// The family and GGUF architecture of the checkpoint's first `architectures` entry.
@@ -285,20 +329,14 @@ fn output_type(name: &str, dims: &[u64], outtype: OutType) -> GgmlType {
 }
 
 /// LLaMA's Q/K permutation from Hugging Face's rotate-half layout to
-/// ggml's interleaved one: within each of `n_head` heads of `hd` rows,
-/// row `2i + j` takes row `j·hd/2 + i`. Whole rows move.
+/// ggml's interleaved one over `n_head` heads ([`permuted_source_row`]):
+/// whole rows move.
 fn permute_rows(values: &[f32], dims: &[u64], n_head: usize) -> Vec<f32> {
     let row_len = if dims.len() >= 2 { dims[0] as usize } else { 1 };
-    let rows = values.len() / row_len;
-    let hd = rows / n_head;
+    let hd = values.len() / row_len / n_head.max(1);
     let mut out = vec![0f32; values.len()];
-    for h in 0..n_head {
-        for i in 0..hd / 2 {
-            for j in 0..2 {
-                let (to, from) = (h * hd + 2 * i + j, h * hd + j * hd / 2 + i);
-                out[to * row_len..][..row_len].copy_from_slice(&values[from * row_len..][..row_len]);
-            }
-        }
+    for (to, row) in out.chunks_exact_mut(row_len).enumerate() {
+        row.copy_from_slice(&values[permuted_source_row(to, hd) * row_len..][..row_len]);
     }
     out
 }

@@ -441,10 +441,8 @@ impl Materializer<'_> {
                 Claim::Alone => self.encode(from, &mut io::sink())?,
             }
         }
-        let (n_per_row, n_rows) = rows_of(tensor);
-        let slab_rows = (SLAB_ELEMENTS / n_per_row.max(1)).max(1);
-        for first in (0..n_rows).step_by(slab_rows) {
-            let bytes = self.rows(tensor, first, slab_rows.min(n_rows - first))?;
+        for (first, rows) in slabs(tensor) {
+            let bytes = self.rows(tensor, first, rows)?;
             out.write_all(&bytes).map_err(|source| MaterializeError::Io { tensor: tensor.name.clone(), source })?;
         }
         self.counters.copied.fetch_add(1, Ordering::Relaxed);
@@ -566,21 +564,54 @@ impl Materializer<'_> {
             .fetch_add(u64::from(matches!(tensor.data, TensorData::Convert { .. })), Ordering::Relaxed);
         let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
         let mut blob = self.store.blob_writer()?;
-        let (n_per_row, n_rows) = rows_of(tensor);
-        let slab_rows = (SLAB_ELEMENTS / n_per_row.max(1)).max(1);
-        for first in (0..n_rows).step_by(slab_rows) {
-            let rows = slab_rows.min(n_rows - first);
-            let bytes = self.rows(tensor, first, rows)?;
-            out.write_all(&bytes).map_err(io_err)?;
-            if let Some(blob) = &mut blob {
-                blob.write_all(&bytes).map_err(io_err)?;
-            }
-            self.release(tensor, first, rows);
-        }
+        self.pipelined(
+            tensor,
+            tensor,
+            |first, rows| {
+                let bytes = self.rows(tensor, first, rows)?;
+                self.release(tensor, first, rows);
+                Ok(bytes)
+            },
+            |bytes| {
+                out.write_all(&bytes).map_err(io_err)?;
+                if let Some(blob) = &mut blob {
+                    blob.write_all(&bytes).map_err(io_err)?;
+                }
+                Ok(())
+            },
+        )?;
         if let Some(blob) = blob {
             self.record(tensor, blob)?;
         }
         self.counters.encoded.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Computes `tensor` slab by slab from `source`'s rows on the pool with
+    /// `compute` (first row, rows), while this thread reads the input of the
+    /// slab after ahead and hands the slab before to `write`: loading the
+    /// next slab's input and writing a slab (and hashing it into a blob)
+    /// overlap encoding, instead of stalling the pool or leaving it idle.
+    fn pipelined<T: Send>(
+        &self,
+        tensor: &Tensor,
+        source: &Tensor,
+        compute: impl Fn(usize, usize) -> Result<T, MaterializeError> + Sync,
+        mut write: impl FnMut(T) -> Result<(), MaterializeError>,
+    ) -> Result<(), MaterializeError> {
+        let mut computed_before: Option<T> = None;
+        for slab in slabs(tensor).map(Some).chain([None]) {
+            let mut computed = None;
+            self.pool.in_place_scope(|scope| {
+                if let Some((first, rows)) = slab {
+                    let (compute, computed) = (&compute, &mut computed);
+                    scope.spawn(move |_| *computed = Some(compute(first, rows)));
+                    self.read_ahead(source, first + rows, rows);
+                }
+                computed_before.take().map_or(Ok(()), &mut write)
+            })?;
+            computed_before = computed.transpose()?;
+        }
         Ok(())
     }
 
@@ -626,40 +657,45 @@ impl Materializer<'_> {
                 source: io::Error::other("the store keeps no results"),
             })?);
         }
-        let (n_per_row, n_rows) = rows_of(tensor);
-        let slab_rows = (SLAB_ELEMENTS / n_per_row.max(1)).max(1);
-        for first in (0..n_rows).step_by(slab_rows) {
-            let rows = slab_rows.min(n_rows - first);
-            let values = self.decoded_rows(from, producer.as_ref(), first, rows)?;
-            // The targets side by side on the pool, each spreading its rows too.
-            let encoded: Vec<Result<Vec<u8>, MaterializeError>> = self.pool.install(|| {
-                targets
-                    .par_iter()
-                    .zip(&importances)
-                    .map(|(target, importance)| {
-                        let TensorData::Convert { producer, .. } = &target.data else { unreachable!("a conversion") };
-                        let values = bytemuck::cast_slice(&values);
-                        self.convert_rows(
-                            target,
-                            GgmlType::F32,
-                            producer.as_ref(),
-                            values,
-                            first,
-                            importance.as_deref(),
-                        )
-                    })
-                    .collect()
-            });
-            for (k, ((target, blob), bytes)) in targets.iter().zip(&mut blobs).zip(encoded).enumerate() {
-                let bytes = bytes?;
-                let io_err = |source| MaterializeError::Io { tensor: target.name.clone(), source };
-                if k == 0 {
-                    out.write_all(&bytes).map_err(io_err)?;
+        self.pipelined(
+            tensor,
+            from,
+            |first, rows| {
+                let values = self.decoded_rows(from, producer.as_ref(), first, rows)?;
+                self.release(from, first, rows);
+                // The targets side by side on the pool, each spreading its rows too.
+                self.pool.install(|| {
+                    targets
+                        .par_iter()
+                        .zip(&importances)
+                        .map(|(target, importance)| {
+                            let TensorData::Convert { producer, .. } = &target.data else {
+                                unreachable!("a conversion")
+                            };
+                            let values = bytemuck::cast_slice(&values);
+                            self.convert_rows(
+                                target,
+                                GgmlType::F32,
+                                producer.as_ref(),
+                                values,
+                                first,
+                                importance.as_deref(),
+                            )
+                        })
+                        .collect::<Result<Vec<Vec<u8>>, MaterializeError>>()
+                })
+            },
+            |encoded| {
+                for (k, ((target, blob), bytes)) in targets.iter().zip(&mut blobs).zip(encoded).enumerate() {
+                    let io_err = |source| MaterializeError::Io { tensor: target.name.clone(), source };
+                    if k == 0 {
+                        out.write_all(&bytes).map_err(io_err)?;
+                    }
+                    blob.write_all(&bytes).map_err(io_err)?;
                 }
-                blob.write_all(&bytes).map_err(io_err)?;
-            }
-            self.release(from, first, rows);
-        }
+                Ok(())
+            },
+        )?;
         for (target, blob) in targets.iter().zip(blobs) {
             self.record(target, blob)?;
         }
@@ -753,6 +789,28 @@ impl Materializer<'_> {
                         weights.as_deref(),
                     );
                 }
+                // Written as the checkpoint stores them, reordered at most: no decoding.
+                if let TensorData::Checkpoint { file, index, transform } = &from.data
+                    && weights.is_none()
+                {
+                    let model = self.files.model(file)?;
+                    if let Some(source) = model.tensors.get(*index)
+                        && let Some(bytes) = crate::convert::checkpoint_rows_as_stored(
+                            &model,
+                            source,
+                            transform,
+                            tensor.ggml_type,
+                            first,
+                            n,
+                        )
+                        .map_err(|e| MaterializeError::Checkpoint {
+                            tensor: tensor.name.clone(),
+                            source: Box::new(e),
+                        })?
+                    {
+                        return Ok(bytes);
+                    }
+                }
                 let source = self.rows(from, first, n)?;
                 self.convert_rows(tensor, from.ggml_type, producer.as_ref(), &source, first, weights.as_deref())
             }
@@ -796,14 +854,36 @@ impl Materializer<'_> {
 
     /// Lets the kernel drop input pages a slab has consumed.
     fn release(&self, tensor: &Tensor, first: usize, n: usize) {
+        self.with_input_rows(tensor, first, n, |model, info, offset, len| {
+            model.release_tensor_range(info, offset, len)
+        });
+    }
+
+    /// Reads the input of a slab to come ahead (see [`ModelFile::read_ahead_tensor_range`]).
+    fn read_ahead(&self, tensor: &Tensor, first: usize, n: usize) {
+        self.with_input_rows(tensor, first, n, |model, info, offset, len| {
+            model.read_ahead_tensor_range(info, offset, len)
+        });
+    }
+
+    /// Calls `with` on the input file, tensor and byte range that rows
+    /// `first..first + n` of `tensor` are computed from, when one input
+    /// tensor's rows are.
+    fn with_input_rows(
+        &self,
+        tensor: &Tensor,
+        first: usize,
+        n: usize,
+        with: impl FnOnce(&ModelFile, &TensorInfo, u64, u64),
+    ) {
         match &tensor.data {
-            TensorData::Convert { from, .. } => self.release(from, first, n),
+            TensorData::Convert { from, .. } => self.with_input_rows(from, first, n, with),
             TensorData::Input { file, index } => {
                 if let Ok(model) = self.files.model(file)
                     && let Some(info) = model.tensors.get(*index)
                 {
                     let row = row_bytes(tensor) as u64;
-                    model.release_tensor_range(info, first as u64 * row, n as u64 * row);
+                    with(&model, info, first as u64 * row, n as u64 * row);
                 }
             }
             TensorData::Checkpoint { file, index, .. } => {
@@ -811,10 +891,10 @@ impl Materializer<'_> {
                     && let Some(info) = model.tensors.get(*index)
                 {
                     let row = info.ggml_type.row_size(info.dims[0]).unwrap_or(0);
-                    model.release_tensor_range(info, first as u64 * row, n as u64 * row);
+                    with(&model, info, first as u64 * row, n as u64 * row);
                 }
             }
-            // A slice's rows release their source's as they are cut.
+            // A slice's rows are its source's, released as they are cut; a blob is the store's.
             TensorData::Blob { .. } | TensorData::Slice { .. } => {}
         }
     }
@@ -858,6 +938,13 @@ fn rows_of(tensor: &Tensor) -> (usize, usize) {
     let n_per_row = tensor.dims.first().copied().unwrap_or(1) as usize;
     let n_elements = tensor.info().n_elements() as usize;
     (n_per_row, n_elements.checked_div(n_per_row).unwrap_or(0))
+}
+
+/// The slabs a tensor is computed in: (first row, rows), front to back.
+fn slabs(tensor: &Tensor) -> impl Iterator<Item = (usize, usize)> {
+    let (n_per_row, n_rows) = rows_of(tensor);
+    let slab_rows = (SLAB_ELEMENTS / n_per_row.max(1)).max(1);
+    (0..n_rows).step_by(slab_rows).map(move |first| (first, slab_rows.min(n_rows - first)))
 }
 
 fn row_bytes(tensor: &Tensor) -> usize {

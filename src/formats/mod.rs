@@ -323,15 +323,28 @@ impl ModelFile {
     /// bytes (in the current layout) once they are consumed (see
     /// [`Source::release_range`]).
     pub fn release_tensor_range(&self, tensor: &TensorInfo, offset: u64, len: u64) {
-        let Ok(Some((source, conversion))) = self.run(tensor) else { return };
+        if let Some((source, offset, len)) = self.stored_span(tensor, offset, len) {
+            source.release_range(offset, len);
+        }
+    }
+
+    /// Reads `[offset, offset + len)` of a tensor's bytes (in the current
+    /// layout) ahead of their use (see [`Source::read_ahead_range`]).
+    pub fn read_ahead_tensor_range(&self, tensor: &TensorInfo, offset: u64, len: u64) {
+        if let Some((source, offset, len)) = self.stored_span(tensor, offset, len) {
+            source.read_ahead_range(offset, len);
+        }
+    }
+
+    /// The file and its byte range that hold `[offset, offset + len)` of a
+    /// tensor's bytes in the current layout, when one range does.
+    fn stored_span(&self, tensor: &TensorInfo, offset: u64, len: u64) -> Option<(&Source, u64, u64)> {
+        let (source, conversion) = self.run(tensor).ok()??;
         let (offset, len) = match conversion {
             None => (offset, len),
             Some(conversion) => conversion.stored_range(offset, len),
         };
-        source.release_range(
-            tensor.file_offset.saturating_add(offset),
-            len.min(tensor.stored_len.saturating_sub(offset)),
-        );
+        Some((source, tensor.file_offset.saturating_add(offset), len.min(tensor.stored_len.saturating_sub(offset))))
     }
 
     /// True when some tensor's bytes change on read (pre-GGJTv3 blocks).
