@@ -13,7 +13,7 @@ use super::blocks::{GROUP_MAX_EPS, MinSearch};
 use super::scalar::{F16, nearest_int};
 use super::search::{
     QxWeighting, make_q3_quants_groups, make_qkx_quants_groups, make_qp_quants, make_qx_quants, make_qx_quants_groups,
-    signed_absmax_and_magnitude,
+    requantize_groups, signed_absmax_and_magnitude,
 };
 use super::simd::Level;
 use crate::types::GgmlType;
@@ -249,35 +249,14 @@ fn pack_scales_k4(ls: &[u8; 8], lm: &[u8; 8], scales: &mut [u8; 12]) {
 }
 
 /// Requantizes every 32-element group with the block's final (f16-rounded)
-/// scales and minimums, as both ggml paths do after choosing them; with the
-/// widest vector kernel `level` and the machine allow.
+/// scales and minimums, as both ggml paths do after choosing them.
 fn requantize_k4(level: Level, x: &[f32], d: F16, dmin: F16, scales: &[u8; 12], nmax: i32, levels: &mut [u8; QK_K]) {
     let (mut dj, mut dm) = ([0.0f32; QK_K / 32], [0.0f32; QK_K / 32]);
     for (j, (dj, dm)) in dj.iter_mut().zip(&mut dm).enumerate() {
         let (sc, m) = scale_min_k4(j, scales);
         (*dj, *dm) = (d.to_f32() * f32::from(sc), dmin.to_f32() * f32::from(m));
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        use super::{x86_lanes, x86_search};
-        use x86_lanes::{Avx2, Avx512, Twice};
-        if let Some(lanes) = (level >= Level::Avx512).then(Avx512::new).flatten() {
-            return x86_search::avx512_twice::requantize_k4(Twice(lanes), nmax, x, &dj, &dm, levels);
-        }
-        if let Some(lanes) = (level >= Level::Avx2).then(Avx2::new).flatten() {
-            return x86_search::avx2_twice::requantize_k4(Twice(lanes), nmax, x, &dj, &dm, levels);
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = level;
-    for (j, (&dj, &dm)) in dj.iter().zip(&dm).enumerate() {
-        if dj == 0.0 {
-            continue;
-        }
-        for ii in 0..32 {
-            levels[32 * j + ii] = nearest_int((x[32 * j + ii] + dm) / dj).clamp(0, nmax) as u8;
-        }
-    }
+    requantize_groups(level, 32, x, &dj, Some(&dm), (0, nmax), 0, levels);
 }
 
 /// `sqrt(sum(x²) / 32)` plus |x|: the reference weights of Q4_K/Q5_K groups.
@@ -449,15 +428,8 @@ pub fn quantize_q3_k(level: Level, src: &[f32], importance: Option<&[f32]>, bloc
             }
         }
         let group_scales = q3_k_scales(&b.scales);
-        for j in 0..16 {
-            let d = b.d.to_f32() * f32::from(group_scales[j]);
-            if d == 0.0 {
-                continue;
-            }
-            for ii in 0..16 {
-                levels[16 * j + ii] = (nearest_int(x[16 * j + ii] / d).clamp(-4, 3) + 4) as i8;
-            }
-        }
+        let d: [f32; 16] = std::array::from_fn(|j| b.d.to_f32() * f32::from(group_scales[j]));
+        requantize_groups(level, 16, x, &d, None, (-4, 3), 4, bytemuck::cast_slice_mut(&mut levels));
         b.hmask = [0; QK_K / 8];
         let mut unsigned = [0u8; QK_K];
         for (j, (&l, u)) in levels.iter().zip(unsigned.iter_mut()).enumerate() {
@@ -634,15 +606,8 @@ pub fn quantize_q6_k(level: Level, src: &[f32], importance: Option<&[f32]>, bloc
         for (packed, &scale) in b.scales.iter_mut().zip(&scales) {
             *packed = nearest_int(iscale * scale).min(127) as i8;
         }
-        for j in 0..16 {
-            let d = b.d.to_f32() * f32::from(b.scales[j]);
-            if d == 0.0 {
-                continue;
-            }
-            for ii in 0..16 {
-                levels[16 * j + ii] = (nearest_int(x[16 * j + ii] / d).clamp(-32, 31) + 32) as i8;
-            }
-        }
+        let d: [f32; 16] = std::array::from_fn(|j| b.d.to_f32() * f32::from(b.scales[j]));
+        requantize_groups(level, 16, x, &d, None, (-32, 31), 32, bytemuck::cast_slice_mut(&mut levels));
         let levels: &[u8; QK_K] = bytemuck::cast_ref(&levels);
         for half in 0..2 {
             let l0 = 128 * half;

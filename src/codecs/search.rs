@@ -255,6 +255,53 @@ pub fn make_qkx_quants(
     (scale, -min)
 }
 
+/// A K-quant's last pass, with its block's final scales: value `i` of
+/// `n`-value group `g` at `nearest_int((x + dm[g]) / d[g])` (`x / d[g]`
+/// without `dm`) clamped to `range`, plus `offset`; a group whose `d` is zero
+/// keeps the levels its search chose. With the vector kernels of `level`
+/// where the machine has them (groups of 16 or 32 values).
+#[allow(clippy::too_many_arguments)]
+pub fn requantize_groups(
+    level: Level,
+    n: usize,
+    x: &[f32],
+    d: &[f32],
+    dm: Option<&[f32]>,
+    range: (i32, i32),
+    offset: i32,
+    levels: &mut [u8],
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if level >= Level::Avx512
+            && let Some(lanes) = Avx512::new()
+        {
+            match n {
+                32 => return x86_search::avx512_twice::requantize(Twice(lanes), n, x, d, dm, range, offset, levels),
+                16 => return x86_search::avx512::requantize(lanes, n, x, d, dm, range, offset, levels),
+                _ => {}
+            }
+        }
+        if level >= Level::Avx2
+            && let Some(lanes) = Avx2::new()
+            && n.is_multiple_of(16)
+        {
+            return x86_search::avx2_twice::requantize(Twice(lanes), n, x, d, dm, range, offset, levels);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = level;
+    for (g, &dg) in d.iter().enumerate() {
+        if dg == 0.0 {
+            continue;
+        }
+        for (&x, level) in x[n * g..][..n].iter().zip(&mut levels[n * g..][..n]) {
+            let shifted = if let Some(dm) = dm { x + dm[g] } else { x };
+            *level = (nearest_int(shifted / dg).clamp(range.0, range.1) + offset) as u8;
+        }
+    }
+}
+
 /// One step of a batched search: how many groups it covers, and on what.
 #[derive(Clone, Copy)]
 pub(super) enum Step {

@@ -359,21 +359,35 @@ fn iq4_indices<L: Lanes>(lanes: L, scale: f32, x: &[f32], indices: &mut [u8]) {
     }
 }
 
-/// Q4_K/Q5_K's last pass (`kquants::requantize_k4`): each value of 32-value
-/// group `g` at `nearest_int((x + dm[g]) / d[g])`, clamped to `0..=nmax`; a
-/// group whose `d` is zero keeps the levels its search chose.
+/// A K-quant's last pass with its block's final scales
+/// (`search::requantize_groups`): value `i` of `n`-value group `g` at
+/// `nearest_int((x + dm[g]) / d[g])` (`x / d[g]` without `dm`), clamped to
+/// `low..=high`, plus `offset`; a group whose `d` is zero keeps its levels.
+/// `n` is a multiple of the width.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn requantize_k4<L: Lanes>(lanes: L, nmax: i32, x: &[f32], d: &[f32], dm: &[f32], levels: &mut [u8]) {
-    let (zero, top) = (lanes.splat_i(0), lanes.splat_i(nmax));
+fn requantize<L: Lanes>(
+    lanes: L,
+    n: usize,
+    x: &[f32],
+    d: &[f32],
+    dm: Option<&[f32]>,
+    range: (i32, i32),
+    offset: i32,
+    levels: &mut [u8],
+) {
+    let (low, high, offset) = (lanes.splat_i(range.0), lanes.splat_i(range.1), lanes.splat_i(offset));
     let mut lane_values = [0i32; 32];
-    for (g, (&dg, &dmg)) in d.iter().zip(dm).enumerate() {
+    for (g, &dg) in d.iter().enumerate() {
         if dg == 0.0 {
             continue;
         }
-        let (dv, dmv) = (lanes.splat(dg), lanes.splat(dmg));
-        for (x, out) in x[32 * g..][..32].chunks_exact(L::N).zip(levels[32 * g..][..32].chunks_exact_mut(L::N)) {
-            let q = lanes.nearest_int(lanes.div(lanes.add(lanes.load(x), dmv), dv));
-            lanes.store_i(lanes.clamp_i(q, zero, top), &mut lane_values);
+        let dv = lanes.splat(dg);
+        for (x, out) in x[n * g..][..n].chunks_exact(L::N).zip(levels[n * g..][..n].chunks_exact_mut(L::N)) {
+            // No closure here: it would not be compiled for the width.
+            let shifted = if let Some(dm) = dm { lanes.add(lanes.load(x), lanes.splat(dm[g])) } else { lanes.load(x) };
+            let q = lanes.clamp_i(lanes.nearest_int(lanes.div(shifted, dv)), low, high);
+            lanes.store_i(lanes.add_i(q, offset), &mut lane_values);
             for (o, &l) in out.iter_mut().zip(&lane_values) {
                 *o = l as u8;
             }
@@ -426,10 +440,12 @@ macro_rules! at_width {
     ($width:ident, $lanes:ty, $features:literal) => {
         at_width!(@module $width, $lanes, $features;);
     };
-    // Widths of 32 lanes or two steps of 16: a 32-value group's passes too.
+    // The widths the last passes over 16- and 32-value groups run at.
     ($width:ident, $lanes:ty, $features:literal, whole_groups) => {
         at_width!(@module $width, $lanes, $features;
-            requantize_k4(nmax: i32, x: &[f32], d: &[f32], dm: &[f32], levels: &mut [u8]);
+            requantize(
+                n: usize, x: &[f32], d: &[f32], dm: Option<&[f32]>, range: (i32, i32), offset: i32, levels: &mut [u8]
+            );
         );
     };
     (@module $width:ident, $lanes:ty, $features:literal; $($group_passes:tt)*) => {
@@ -468,5 +484,5 @@ macro_rules! at_width {
 
 at_width!(avx2, Avx2, "avx2");
 at_width!(avx2_twice, Twice<Avx2>, "avx2", whole_groups);
-at_width!(avx512, Avx512, "avx512f,avx2");
+at_width!(avx512, Avx512, "avx512f,avx2", whole_groups);
 at_width!(avx512_twice, Twice<Avx512>, "avx512f,avx2", whole_groups);

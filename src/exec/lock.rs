@@ -189,32 +189,15 @@ fn of_part(
     keep_export: impl Fn(usize) -> bool,
 ) -> Result<Lock, LockError> {
     let dir = recipe_dir(recipe);
-    let known: HashMap<(&str, u64), &str> = previous
-        .into_iter()
-        .flat_map(|lock| lock.inputs.iter().flat_map(|i| &i.files).chain(lock.exports.iter().flat_map(|e| &e.files)))
-        .map(|f| ((f.blake3.as_str(), f.size), f.sha256.as_str()))
-        .collect();
-    let locked_file = |path: &Path, size: u64, blake3: String| -> Result<LockedFile, LockError> {
-        let sha256 = match known.get(&(blake3.as_str(), size)) {
-            Some(sha256) => sha256.to_string(),
-            None => sha256_file(path)?,
-        };
-        Ok(LockedFile { path: relative(&dir, path), size, blake3, sha256 })
-    };
-    let inputs = report
+    // (path, size, blake3) of every file the lock lists, inputs' then exports'.
+    type Files = Vec<(PathBuf, u64, String)>;
+    let input_files: Vec<(&InputReport, Files)> = report
         .inputs
         .iter()
         .filter(|input| keep_input(&input.name))
-        .map(|input| {
-            let files = input.files.iter().map(|f| locked_file(&f.path, f.bytes, f.blake3.clone()));
-            Ok(LockedInput {
-                name: input.name.clone(),
-                path: relative(&dir, &input.path),
-                files: files.collect::<Result<_, LockError>>()?,
-            })
-        })
-        .collect::<Result<_, LockError>>()?;
-    let mut exports = Vec::new();
+        .map(|input| (input, input.files.iter().map(|f| (f.path.clone(), f.bytes, f.blake3.clone())).collect()))
+        .collect();
+    let mut export_files: Vec<(&str, &Path, Files)> = Vec::new();
     for (i, (node, node_report)) in recipe.nodes.iter().zip(&report.nodes).enumerate() {
         let Op::Export(options) = &node.op else { continue };
         if !keep_export(i) {
@@ -222,13 +205,41 @@ fn of_part(
         }
         let recorded = Key::from_hex(&node_report.key).and_then(|key| engine.exported_files(&key, options));
         let Some(recorded) = recorded else { continue };
-        let files = recorded.into_iter().map(|(path, size, blake3)| locked_file(&path, size, blake3.hex()));
-        exports.push(LockedExport {
-            step: node.id.clone(),
-            path: relative(&dir, &options.path),
-            files: files.collect::<Result<_, LockError>>()?,
-        });
+        let files = recorded.into_iter().map(|(path, size, blake3)| (path, size, blake3.hex())).collect();
+        export_files.push((&node.id, &options.path, files));
     }
+    let sha256 = sha256_of(
+        engine,
+        previous,
+        input_files.iter().flat_map(|(_, files)| files).chain(export_files.iter().flat_map(|(_, _, files)| files)),
+    )?;
+    let locked = |files: Files| -> Vec<LockedFile> {
+        files
+            .into_iter()
+            .map(|(path, size, blake3)| LockedFile {
+                path: relative(&dir, &path),
+                size,
+                sha256: sha256[&(blake3.clone(), size)].clone(),
+                blake3,
+            })
+            .collect()
+    };
+    let inputs = input_files
+        .into_iter()
+        .map(|(input, files)| LockedInput {
+            name: input.name.clone(),
+            path: relative(&dir, &input.path),
+            files: locked(files),
+        })
+        .collect();
+    let exports = export_files
+        .into_iter()
+        .map(|(step, path, files)| LockedExport {
+            step: step.to_owned(),
+            path: relative(&dir, path),
+            files: locked(files),
+        })
+        .collect();
     Ok(Lock {
         version: LOCK_VERSION,
         quantforge: env!("CARGO_PKG_VERSION").to_owned(),
@@ -283,6 +294,31 @@ pub fn write(recipe: &Recipe, lock: &Lock) -> Result<bool, LockError> {
     out.writer().write_all(text.as_bytes()).map_err(write_err)?;
     out.commit().map_err(write_err)?;
     Ok(true)
+}
+
+/// The sha256 of each file, by (blake3, size): `previous`'s where it lists
+/// the same content, the others read, side by side on the engine's pool.
+fn sha256_of<'a>(
+    engine: &Engine,
+    previous: Option<&Lock>,
+    files: impl Iterator<Item = &'a (PathBuf, u64, String)>,
+) -> Result<HashMap<(String, u64), String>, LockError> {
+    use rayon::prelude::*;
+    let mut known: HashMap<(String, u64), String> = previous
+        .into_iter()
+        .flat_map(|lock| lock.inputs.iter().flat_map(|i| &i.files).chain(lock.exports.iter().flat_map(|e| &e.files)))
+        .map(|f| ((f.blake3.clone(), f.size), f.sha256.clone()))
+        .collect();
+    let unknown: Vec<&(PathBuf, u64, String)> =
+        files.filter(|(_, size, blake3)| !known.contains_key(&(blake3.clone(), *size))).collect();
+    let read: Vec<((String, u64), String)> = engine.pool().install(|| {
+        unknown
+            .par_iter()
+            .map(|(path, size, blake3)| Ok(((blake3.clone(), *size), sha256_file(path)?)))
+            .collect::<Result<_, LockError>>()
+    })?;
+    known.extend(read);
+    Ok(known)
 }
 
 fn sha256_file(path: &Path) -> Result<String, LockError> {

@@ -223,6 +223,11 @@ impl Engine {
         &*self.store
     }
 
+    /// The worker pool, sized by `--jobs`.
+    pub(crate) fn pool(&self) -> &rayon::ThreadPool {
+        &self.pool
+    }
+
     /// Hashes the inputs (through the stat table) and keys every node.
     fn bind(&self, recipe: &Recipe) -> Result<(Bound, Vec<InputReport>), RunError> {
         let mut used = vec![false; recipe.inputs.len()];
