@@ -251,6 +251,11 @@ impl Source {
         if end <= offset {
             return;
         }
+        // A fault maps the cached pages of its whole aligned window
+        // (`fault_around_bytes`, 64 KiB), so a range's first read also maps
+        // pages just before it, which an earlier release had dropped.
+        const FAULT_AROUND: u64 = 64 << 10;
+        let offset = offset.saturating_sub(FAULT_AROUND);
         // SAFETY: the map is a read-only view of a file we never write, so
         // dropping its pages changes no byte a live borrow can see: the next
         // access faults the same bytes back in from the file. The advice is
