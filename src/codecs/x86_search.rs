@@ -359,11 +359,7 @@ fn iq4_indices<L: Lanes>(lanes: L, scale: f32, x: &[f32], indices: &mut [u8]) {
     }
 }
 
-/// A K-quant's last pass with its block's final scales
-/// (`search::requantize_groups`): value `i` of `n`-value group `g` at
-/// `nearest_int((x + dm[g]) / d[g])` (`x / d[g]` without `dm`), clamped to
-/// `low..=high`, plus `offset`; a group whose `d` is zero keeps its levels.
-/// `n` is a multiple of the width.
+/// [`super::search::requantize_groups`] at one width, which divides `n`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn requantize<L: Lanes>(
