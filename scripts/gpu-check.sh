@@ -10,7 +10,8 @@
 # first), lists the backends, generates the 4096-wide synthetic model and a
 # 26-layer one (10.8 GB) with the project's generator, quantizes them to
 # Q4_K_M, Q6_K and Q8_0 on `cuda` and on `cpu` (all cores), compares the
-# files byte for byte, times both (and the device's four lanes against one),
+# files byte for byte, times both (and the device's four lanes against one,
+# and `auto`, which leaves small slabs to the CPU),
 # and measures the decode kernels' GB/s against a device-to-device copy by
 # PyTorch in the same run. Under 4 minutes
 # on 16 cores and one H200. Results go to stdout and to $OUT/gpu-check.txt.
@@ -86,6 +87,12 @@ PY
             "$model" "$preset" "$cuda" "$cpu" "$(awk "BEGIN { print $cpu / $cuda }")" "$same"
         rm -f "$WORK/$model-$preset-cuda.gguf" "$WORK/$model-$preset-cpu.gguf"
     done
+    # `auto`: the device for matrices, the CPU for norms; the same bytes.
+    auto=$(quantize wide Q4_K_M auto)
+    cpu=$(quantize wide Q4_K_M cpu)
+    if cmp -s "$WORK/wide-Q4_K_M-auto.gguf" "$WORK/wide-Q4_K_M-cpu.gguf"; then same=identical; else same=DIFFER; status=1; fi
+    printf 'wide  Q4_K_M  auto %7.2f s  cpu %7.2f s  bytes %s\n' "$auto" "$cpu" "$same"
+    rm -f "$WORK/wide-Q4_K_M-auto.gguf" "$WORK/wide-Q4_K_M-cpu.gguf"
     # The lanes' overlap: the wide model's Q8_0 (transfer-bound) on one lane
     # against the default four, bytes compared with the four lanes' file.
     four=$(quantize wide Q8_0 cuda) && mv "$WORK/wide-Q8_0-cuda.gguf" "$WORK/four.gguf"

@@ -264,3 +264,113 @@ fn cuda_backend_runs_slabs_concurrently_within_its_memory_budget() {
         }
     });
 }
+
+/// A device that runs the emulated kernels but lies about one of them: it
+/// flips a byte of every `wrong` encode, or reports a non-finite value one
+/// element late.
+struct LyingDevice {
+    inner: quantforge::backend::cuda::EmulatedDevice,
+    wrong: GgmlType,
+    late_non_finite: bool,
+}
+
+impl quantforge::backend::cuda::Device for LyingDevice {
+    fn name(&self) -> String {
+        "cuda-lying".into()
+    }
+
+    fn budget(&self) -> u64 {
+        self.inner.budget()
+    }
+
+    fn convert(
+        &self,
+        job: &quantforge::backend::cuda::Job<'_>,
+        out: &mut [u8],
+    ) -> Result<Option<u64>, quantforge::backend::cuda::DeviceError> {
+        let first = self.inner.convert(job, out)?;
+        if job.encode.is_some_and(|k| k.ggml_type == self.wrong) {
+            out[out.len() / 2] ^= 0x10;
+        }
+        Ok(first.map(|at| at + u64::from(self.late_non_finite)))
+    }
+}
+
+/// Opening a device checks every kernel against the CPU: the emulation
+/// passes whole, a kernel that writes other bytes is distrusted by name and
+/// its type runs on the CPU, and a wrong non-finite search distrusts the
+/// search (so every encode runs on the CPU).
+#[test]
+fn cuda_device_check_distrusts_kernels_that_differ_from_the_cpu() {
+    use quantforge::backend::cuda::{CudaBackend, EmulatedDevice, check};
+    use quantforge::backend::{Backend, CpuBackend, Slab};
+
+    let cpu = CpuBackend::new(Level::Scalar);
+    assert_eq!(check::distrusted(&EmulatedDevice::new(2, 1 << 30), &cpu), vec![]);
+
+    let lying = LyingDevice { inner: EmulatedDevice::new(2, 1 << 30), wrong: GgmlType::Q4_K, late_non_finite: false };
+    let distrusted = check::distrusted(&lying, &cpu);
+    let names: Vec<&str> = distrusted.iter().map(|d| d.kernel).collect();
+    assert_eq!(names, ["qf_encode_q4_k"], "{distrusted:?}");
+    assert!(distrusted[0].why.contains("encoded byte"), "{distrusted:?}");
+
+    let values: Vec<f32> = kernel_rows()[..8].concat();
+    let source: &[u8] = bytemuck::cast_slice(&values);
+    let slab = |to| Slab {
+        from: GgmlType::F32,
+        to,
+        n_per_row: 256,
+        first_row: 0,
+        rows_per_expert: 1,
+        source,
+        importance: None,
+        row_numbers: None,
+    };
+    let backend = CudaBackend::new(std::sync::Arc::new(lying), CpuBackend::new(Level::Scalar))
+        .distrusting(names.into_iter().collect());
+    for (to, on_device) in [(GgmlType::Q4_K, false), (GgmlType::Q6_K, true)] {
+        let len = 8 * to.row_size(256).unwrap() as usize;
+        let (mut expected, mut got) = (vec![0u8; len], vec![0u8; len]);
+        cpu.convert(&slab(to), &mut expected).unwrap();
+        backend.convert(&slab(to), &mut got).unwrap();
+        assert!(got == expected, "{to:?}");
+        assert_eq!(backend.ran_on(&slab(to), true) == "cuda-lying", on_device, "{to:?}");
+    }
+
+    let late = LyingDevice { inner: EmulatedDevice::new(2, 1 << 30), wrong: GgmlType::F32, late_non_finite: true };
+    let names: Vec<&str> = check::distrusted(&late, &cpu).iter().map(|d| d.kernel).collect();
+    assert_eq!(names, ["qf_find_non_finite"]);
+}
+
+/// Under `auto` a small slab (a norm, a bias) runs on the CPU and a large
+/// one on the device, with the same bytes.
+#[test]
+fn cuda_backend_leaves_slabs_below_its_minimum_to_the_cpu() {
+    use quantforge::backend::cuda::{CudaBackend, EmulatedDevice};
+    use quantforge::backend::{Backend, CpuBackend, Slab};
+
+    let values: Vec<f32> = kernel_rows()[..16].concat();
+    let source: &[u8] = bytemuck::cast_slice(&values);
+    let slab = |rows: usize| Slab {
+        from: GgmlType::F32,
+        to: GgmlType::Q8_0,
+        n_per_row: 256,
+        first_row: 0,
+        rows_per_expert: 1,
+        source: &source[..rows * 1024],
+        importance: None,
+        row_numbers: None,
+    };
+    let backend =
+        CudaBackend::new(std::sync::Arc::new(EmulatedDevice::new(2, 1 << 30)), CpuBackend::new(Level::Scalar))
+            .from_values(8 * 256);
+    for (rows, on_device) in [(1, false), (7, false), (8, true), (16, true)] {
+        assert_eq!(backend.ran_on(&slab(rows), true) == "cuda-emulated", on_device, "{rows} rows");
+        assert_eq!(backend.ran_on(&slab(rows), false) == "cuda-emulated", on_device, "{rows} rows, decoding");
+        let len = rows * GgmlType::Q8_0.row_size(256).unwrap() as usize;
+        let (mut expected, mut got) = (vec![0u8; len], vec![0u8; len]);
+        CpuBackend::new(Level::Scalar).convert(&slab(rows), &mut expected).unwrap();
+        backend.convert(&slab(rows), &mut got).unwrap();
+        assert!(got == expected, "{rows} rows");
+    }
+}

@@ -7,9 +7,9 @@
 //! a key. A recipe node asks for one by name ([`Choice`]); the engine
 //! resolves every node's choice when the run is planned, so a backend this
 //! machine cannot provide fails the run before any work, whatever the cache
-//! holds. Only `auto` chooses for itself: the CPU, or what `--backend`
-//! names. (CUDA becomes `auto`'s choice once scripts/gpu-check.sh has proven
-//! it on a GPU; docs/CUDA.md.)
+//! holds. Only `auto` chooses for itself: what `--backend` names, or else
+//! a CUDA device when one opens and passes its check (`cuda::check`) for
+//! slabs of at least [`AUTO_CUDA_MIN_VALUES`], the CPU for the rest.
 //!
 //! How to add a backend: implement [`Backend`] in a module of its own here,
 //! give it a [`Choice`] name, and resolve that name in [`resolve`].
@@ -141,6 +141,14 @@ pub enum BackendError {
     NoCuda(String),
 }
 
+/// The fewest values a slab sends to the device under `auto`. Below it the
+/// copies and launches outweigh the arithmetic: a slab costs the device
+/// ~50 µs in launches and synchronisation however small, and the CPU's
+/// cores encode K-quants at ~2·10⁹ values a second, so slabs under ~10⁵
+/// values finish sooner on the CPU. Norms and biases stay there; matrices
+/// (a slab is up to 2²⁰ values) go to the device.
+pub const AUTO_CUDA_MIN_VALUES: u64 = 1 << 18;
+
 /// What `auto` resolves to when the command line names a backend
 /// (`--backend`); set once, before anything is resolved.
 static DEFAULT: OnceLock<Choice> = OnceLock::new();
@@ -162,7 +170,13 @@ pub fn resolve_with_store(choice: Choice, store: Option<&dyn Store>) -> Result<A
     match choice {
         Choice::Auto => match DEFAULT.get() {
             Some(&default) if default != Choice::Auto => resolve_with_store(default, store),
-            _ => Ok(Arc::new(CpuBackend::new(simd::level()))),
+            _ => match cuda::open(store) {
+                Ok(opened) => Ok(Arc::new(opened.backend().from_values(AUTO_CUDA_MIN_VALUES))),
+                Err(why) => {
+                    tracing::debug!("auto: no CUDA ({why}); the CPU runs");
+                    Ok(Arc::new(CpuBackend::new(simd::level())))
+                }
+            },
         },
         Choice::Cpu => Ok(Arc::new(CpuBackend::new(simd::level()))),
         Choice::CpuAt(level) if level.is_supported() => Ok(Arc::new(CpuBackend::new(level))),
@@ -171,7 +185,7 @@ pub fn resolve_with_store(choice: Choice, store: Option<&dyn Store>) -> Result<A
             have: simd::supported().into_iter().map(|l| format!("cpu-{}", l.name())).collect(),
         }),
         Choice::Cuda => match cuda::open(store) {
-            Ok(device) => Ok(Arc::new(cuda::CudaBackend::new(device, CpuBackend::new(simd::level())))),
+            Ok(opened) => Ok(Arc::new(opened.backend())),
             Err(why) => Err(BackendError::NoCuda(why)),
         },
     }

@@ -24,6 +24,13 @@ pub fn run(args: BackendsArgs) -> anyhow::Result<()> {
         Ok(backend) => writeln!(out, "auto: {}", backend.name())?,
         Err(e) => writeln!(out, "auto: {e}")?,
     }
+    if let Ok(opened) = cuda::open(None) {
+        let min = crate::backend::AUTO_CUDA_MIN_VALUES;
+        writeln!(out, "auto runs slabs of fewer than {min} values on cpu-{}", simd::level().name())?;
+        for kernel in opened.distrusted.iter() {
+            writeln!(out, "{}: kernel {kernel} failed its check; the CPU runs its type", opened.device.name())?;
+        }
+    }
     match cuda::devices() {
         Ok(devices) => {
             for d in devices {
@@ -46,7 +53,7 @@ pub fn run(args: BackendsArgs) -> anyhow::Result<()> {
 }
 
 fn bench(out: &mut impl Write) -> anyhow::Result<()> {
-    let device = cuda::open(None).map_err(|why| anyhow::anyhow!("no CUDA device to time: {why}"))?;
+    let device = cuda::open(None).map_err(|why| anyhow::anyhow!("no CUDA device to time: {why}"))?.device;
     const N: u64 = 1 << 28;
     for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
         let kernel = cuda::kernels::find(ty, cuda::kernels::Direction::Decode).expect("a decode kernel");

@@ -1,7 +1,8 @@
-//! The CUDA backend: each slab whose types have kernels (and whose buffers
-//! fit the device budget) runs on the device, the rest on the CPU (the run
-//! report names which ran each tensor). Worker threads hand the device
-//! slabs concurrently; its lanes run several at once.
+//! The CUDA backend: each slab whose types have trusted kernels (see
+//! [`super::check`]), whose buffers fit the device budget and — for `auto`
+//! — that is large enough to gain runs on the device, the rest on the CPU
+//! (the run report names which ran each tensor). Worker threads hand the
+//! device slabs concurrently; its lanes run several at once.
 //!
 //! A device failure (out of memory, a failed launch) is a warning once;
 //! from then on the CPU runs everything, writing the same bytes.
@@ -10,19 +11,38 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::device::{Device, Job};
-use super::kernels::{self, Direction};
+use super::kernels::{self, Direction, FIND_NON_FINITE, Kernel};
 use crate::backend::{Backend, CpuBackend, Slab, SlabError};
 use crate::codecs::{self, CodecError};
 
 pub struct CudaBackend {
     device: Arc<dyn Device>,
     cpu: CpuBackend,
+    /// Kernels that failed the device's check: their types run on the CPU.
+    distrusted: Arc<[&'static str]>,
+    /// Slabs of fewer values run on the CPU.
+    min_values: u64,
     failed: AtomicBool,
 }
 
 impl CudaBackend {
+    /// Every kernel trusted, every slab on the device that fits.
     pub fn new(device: Arc<dyn Device>, cpu: CpuBackend) -> CudaBackend {
-        CudaBackend { device, cpu, failed: AtomicBool::new(false) }
+        CudaBackend { device, cpu, distrusted: Arc::from([]), min_values: 0, failed: AtomicBool::new(false) }
+    }
+
+    /// Leaves the types of `kernels` (names) to the CPU.
+    pub fn distrusting(self, kernels: Arc<[&'static str]>) -> CudaBackend {
+        CudaBackend { distrusted: kernels, ..self }
+    }
+
+    /// Leaves slabs of fewer than `values` values to the CPU.
+    pub fn from_values(self, values: u64) -> CudaBackend {
+        CudaBackend { min_values: values, ..self }
+    }
+
+    fn trusts(&self, kernel: &Kernel) -> bool {
+        !self.distrusted.contains(&kernel.name)
     }
 
     /// The device job that runs `slab`: its type's decoder and, when
@@ -43,13 +63,17 @@ impl CudaBackend {
         if self.failed.load(Ordering::Relaxed) {
             return None;
         }
-        let decode = kernels::find(slab.from, Direction::Decode)?;
         let n = (slab.rows() * slab.n_per_row) as u64;
+        let decode = kernels::find(slab.from, Direction::Decode).filter(|k| self.trusts(k))?;
+        if n < self.min_values {
+            return None;
+        }
         let mut job = Job { decode, encode: None, source: slab.source, n, importance: None };
         if !encoding {
             return Some(job);
         }
-        let encode = kernels::find(slab.to, Direction::Encode)?;
+        let encode =
+            kernels::find(slab.to, Direction::Encode).filter(|k| self.trusts(k) && self.trusts(&FIND_NON_FINITE))?;
         if slab.importance.is_some() {
             let experts = slab.rows_per_expert.max(1);
             let one_expert = slab.row_numbers.is_none()

@@ -10,6 +10,7 @@
 //! it: no driver or no NVRTC is a message, never a panic.
 
 mod backend;
+pub mod check;
 mod device;
 pub mod emulated;
 pub mod kernels;
@@ -23,18 +24,46 @@ pub use backend::CudaBackend;
 pub use device::{Device, DeviceError, EmulatedDevice, GpuDevice, Job};
 pub use libraries::LIB_DIRS_ENV;
 
+use crate::backend::CpuBackend;
+use crate::codecs::simd;
 use crate::store::Store;
 
-/// The first CUDA device with the kernels loaded, opened once a process
-/// (the first caller's store caches the PTX), or why there is none.
-pub fn open(store: Option<&dyn Store>) -> Result<Arc<dyn Device>, String> {
-    static OPENED: OnceLock<Result<Arc<dyn Device>, String>> = OnceLock::new();
+/// A device opened and checked: the kernels it runs as the CPU does, and
+/// the names of those it does not.
+#[derive(Clone)]
+pub struct Opened {
+    pub device: Arc<dyn Device>,
+    pub distrusted: Arc<[&'static str]>,
+}
+
+impl Opened {
+    /// The backend running this device's trusted kernels.
+    pub fn backend(&self) -> CudaBackend {
+        let cpu = CpuBackend::new(simd::level());
+        CudaBackend::new(self.device.clone(), cpu).distrusting(self.distrusted.clone())
+    }
+}
+
+/// The first CUDA device with the kernels loaded and checked against the
+/// CPU, opened once a process (the first caller's store caches the PTX),
+/// or why there is none.
+pub fn open(store: Option<&dyn Store>) -> Result<Opened, String> {
+    static OPENED: OnceLock<Result<Opened, String>> = OnceLock::new();
     OPENED
         .get_or_init(|| {
             let first = devices()?.into_iter().next().ok_or("no CUDA device")?;
             let ptx = ptx::for_capability(store, first.compute_capability)?;
-            let device = GpuDevice::open(first.ordinal, &ptx).map_err(|e| e.to_string())?;
-            Ok(Arc::new(device) as Arc<dyn Device>)
+            let device: Arc<dyn Device> = Arc::new(GpuDevice::open(first.ordinal, &ptx).map_err(|e| e.to_string())?);
+            let distrusted = check::distrusted(&*device, &CpuBackend::new(simd::level()));
+            for d in &distrusted {
+                tracing::warn!(
+                    "{}: kernel {} failed its check ({}); the CPU runs its type",
+                    device.name(),
+                    d.kernel,
+                    d.why
+                );
+            }
+            Ok(Opened { device, distrusted: distrusted.iter().map(|d| d.kernel).collect() })
         })
         .clone()
 }
