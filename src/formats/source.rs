@@ -266,11 +266,11 @@ impl Source {
     }
 
     /// Brings `[offset, offset + len)` close ahead of its use, so that a
-    /// slab's bytes are at hand when its encoding starts: a mapped range is
-    /// read from the page cache (or the disk) into this process and the CPU's
-    /// caches by one load per cache line, made by a thread that would
-    /// otherwise wait; a file that is not mapped is only advised to the
-    /// kernel. Reads nothing past the file's end.
+    /// slab's bytes are at hand when its encoding starts: a mapped range's
+    /// pages are mapped into this process (read from the disk where the page
+    /// cache lacks them) by a thread that would otherwise wait; a file that
+    /// is not mapped is only advised to the kernel. Reads nothing past the
+    /// file's end.
     pub fn read_ahead_range(&self, offset: u64, len: u64) {
         let end = offset.saturating_add(len).min(self.len);
         if end <= offset {
