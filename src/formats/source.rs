@@ -247,14 +247,16 @@ impl Source {
     /// file. Without a map, nothing is resident to release.
     pub fn release_range(&self, offset: u64, len: u64) {
         let Some(map) = &self.mmap else { return };
-        let end = offset.saturating_add(len).min(self.len);
-        if end <= offset {
+        if offset.saturating_add(len).min(self.len) <= offset {
             return;
         }
         // A fault maps the cached pages of its whole aligned window
-        // (`fault_around_bytes`, 64 KiB), so a range's first read also maps
-        // pages just before it, which an earlier release had dropped.
+        // (`fault_around_bytes`, 64 KiB), so a range's reads also map pages
+        // just before and after it, which may belong to ranges released
+        // already (a tensor's first pages stayed resident without the
+        // latter). Both go with this range.
         const FAULT_AROUND: u64 = 64 << 10;
+        let end = offset.saturating_add(len).saturating_add(FAULT_AROUND).min(self.len);
         let offset = offset.saturating_sub(FAULT_AROUND);
         // SAFETY: the map is a read-only view of a file we never write, so
         // dropping its pages changes no byte a live borrow can see: the next
