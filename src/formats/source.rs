@@ -250,14 +250,19 @@ impl Source {
         if offset.saturating_add(len).min(self.len) <= offset {
             return;
         }
-        // A fault maps the cached pages of its whole aligned window
-        // (`fault_around_bytes`, 64 KiB), so a range's reads also map pages
-        // just before and after it, which may belong to ranges released
-        // already (a tensor's first pages stayed resident without the
-        // latter). Both go with this range.
+        // A fault maps more than its page: the cached pages of its aligned
+        // window (`fault_around_bytes`, 64 KiB), and the whole page-cache
+        // folio it lands in (up to 2 MiB, PMD-aligned, where the file
+        // system reads ahead in large folios). So a range's reads also map
+        // pages of ranges released before it: the folio reaching back into
+        // the slab before, and the window reaching into the tensor after
+        // (each kept a tensor's edge resident: RSS grew with the model).
+        // Behind, everything is finished; ahead only the window goes, as
+        // the next slab's pages were just read ahead for it.
+        const LARGEST_FOLIO: u64 = 2 << 20;
         const FAULT_AROUND: u64 = 64 << 10;
         let end = offset.saturating_add(len).saturating_add(FAULT_AROUND).min(self.len);
-        let offset = offset.saturating_sub(FAULT_AROUND);
+        let offset = offset.saturating_sub(LARGEST_FOLIO);
         // SAFETY: the map is a read-only view of a file we never write, so
         // dropping its pages changes no byte a live borrow can see: the next
         // access faults the same bytes back in from the file. The advice is
