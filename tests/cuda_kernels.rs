@@ -213,6 +213,21 @@ fn cuda_backend_runs_kernels_where_it_has_them_and_the_cpu_elsewhere() {
     }
 }
 
+/// The rows of f32 values in `source` (256 a row, from tensor row 0) to
+/// convert to `to`.
+fn f32_slab(to: GgmlType, source: &[u8]) -> quantforge::backend::Slab<'_> {
+    quantforge::backend::Slab {
+        from: GgmlType::F32,
+        to,
+        n_per_row: 256,
+        first_row: 0,
+        rows_per_expert: 1,
+        source,
+        importance: None,
+        row_numbers: None,
+    }
+}
+
 /// Worker threads hand the device slabs at once; its lanes run them side by
 /// side within the memory budget, and a slab that could never fit runs on
 /// the CPU — the same bytes every way.
@@ -221,18 +236,7 @@ fn cuda_backend_runs_slabs_concurrently_within_its_memory_budget() {
     use quantforge::backend::cuda::{CudaBackend, EmulatedDevice};
     use quantforge::backend::{Backend, CpuBackend, Slab};
 
-    fn slab(source: &[u8]) -> Slab<'_> {
-        Slab {
-            from: GgmlType::F32,
-            to: GgmlType::Q4_K,
-            n_per_row: 256,
-            first_row: 0,
-            rows_per_expert: 1,
-            source,
-            importance: None,
-            row_numbers: None,
-        }
-    }
+    let slab = |source| f32_slab(GgmlType::Q4_K, source);
     let rows = kernel_rows();
     let small: Vec<u8> = bytemuck::cast_slice(&rows[..4].concat()).to_vec();
     let large: Vec<u8> = bytemuck::cast_slice(&rows[..64].concat()).to_vec();
@@ -303,7 +307,7 @@ impl quantforge::backend::cuda::Device for LyingDevice {
 #[test]
 fn cuda_device_check_distrusts_kernels_that_differ_from_the_cpu() {
     use quantforge::backend::cuda::{CudaBackend, EmulatedDevice, check};
-    use quantforge::backend::{Backend, CpuBackend, Slab};
+    use quantforge::backend::{Backend, CpuBackend};
 
     let cpu = CpuBackend::new(Level::Scalar);
     assert_eq!(check::distrusted(&EmulatedDevice::new(2, 1 << 30), &cpu), vec![]);
@@ -316,16 +320,7 @@ fn cuda_device_check_distrusts_kernels_that_differ_from_the_cpu() {
 
     let values: Vec<f32> = kernel_rows()[..8].concat();
     let source: &[u8] = bytemuck::cast_slice(&values);
-    let slab = |to| Slab {
-        from: GgmlType::F32,
-        to,
-        n_per_row: 256,
-        first_row: 0,
-        rows_per_expert: 1,
-        source,
-        importance: None,
-        row_numbers: None,
-    };
+    let slab = |to| f32_slab(to, source);
     let backend = CudaBackend::new(std::sync::Arc::new(lying), CpuBackend::new(Level::Scalar))
         .distrusting(names.into_iter().collect());
     for (to, on_device) in [(GgmlType::Q4_K, false), (GgmlType::Q6_K, true)] {
@@ -347,20 +342,11 @@ fn cuda_device_check_distrusts_kernels_that_differ_from_the_cpu() {
 #[test]
 fn cuda_backend_leaves_slabs_below_its_minimum_to_the_cpu() {
     use quantforge::backend::cuda::{CudaBackend, EmulatedDevice};
-    use quantforge::backend::{Backend, CpuBackend, Slab};
+    use quantforge::backend::{Backend, CpuBackend};
 
     let values: Vec<f32> = kernel_rows()[..16].concat();
     let source: &[u8] = bytemuck::cast_slice(&values);
-    let slab = |rows: usize| Slab {
-        from: GgmlType::F32,
-        to: GgmlType::Q8_0,
-        n_per_row: 256,
-        first_row: 0,
-        rows_per_expert: 1,
-        source: &source[..rows * 1024],
-        importance: None,
-        row_numbers: None,
-    };
+    let slab = |rows: usize| f32_slab(GgmlType::Q8_0, &source[..rows * 1024]);
     let backend =
         CudaBackend::new(std::sync::Arc::new(EmulatedDevice::new(2, 1 << 30)), CpuBackend::new(Level::Scalar))
             .from_values(8 * 256);
