@@ -428,19 +428,22 @@ fn unchanged_tensors_are_copied_and_a_nan_is_still_refused() {
             std::fs::write(&path, bytes).unwrap();
         }
     }
-    let convert = |name: &str| {
-        let out = dir.path().join(format!("{name}.gguf"));
+    let convert = |name: &str, outtype: &str| {
+        let out = dir.path().join(format!("{name}.{outtype}.gguf"));
         let args: [&dyn AsRef<std::ffi::OsStr>; 6] =
-            [&"--json", &"convert", &dir.path().join(name), &out, &"--outtype", &"bf16"];
+            [&"--json", &"convert", &dir.path().join(name), &out, &"--outtype", &outtype];
         common::quantforge_with(&args)
     };
-    let report: Json = serde_json::from_str(&common::stdout_of_success(convert("plain"))).unwrap();
+    let report: Json = serde_json::from_str(&common::stdout_of_success(convert("plain", "bf16"))).unwrap();
     // Embeddings, output, v, o and the MLP of two layers; q and k are permuted, norms widened to f32.
     assert_eq!(report["totals"]["tensors_copied"], 12, "{report}");
-    for (name, tensor) in [("nan", "blk.0.ffn_down.weight"), ("nan-permuted", "blk.0.attn_q.weight")] {
-        let refused = convert(name);
-        assert_eq!(refused.status.code(), Some(1));
-        let stderr = String::from_utf8_lossy(&refused.stderr);
-        assert!(stderr.contains(&format!("tensor `{tensor}` row 0 holds NaN")), "{stderr}");
+    // bf16 copies the stored bytes; f16 and q8_0 convert from them, not from an f32 copy.
+    for outtype in ["bf16", "f16", "q8_0"] {
+        for (name, tensor) in [("nan", "blk.0.ffn_down.weight"), ("nan-permuted", "blk.0.attn_q.weight")] {
+            let refused = convert(name, outtype);
+            assert_eq!(refused.status.code(), Some(1), "{outtype}");
+            let stderr = String::from_utf8_lossy(&refused.stderr);
+            assert!(stderr.contains(&format!("tensor `{tensor}` row 0 holds NaN")), "{outtype}: {stderr}");
+        }
     }
 }

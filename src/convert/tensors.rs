@@ -193,27 +193,25 @@ pub fn checkpoint_rows(
     Ok(())
 }
 
-/// Rows `first..first + n` of checkpoint tensor `source` as the converter
-/// writes them as `target`, when that is the stored bytes in another row
-/// order at most: the transform only permutes rows, `target` is the stored
-/// type, and every value is finite (a finite float comes back unchanged from
-/// the f32 the converter goes through; a conversion refuses the others).
-/// `None` when not, and the rows are computed through f32 instead.
-pub fn checkpoint_rows_as_stored(
-    shard: &ModelFile,
+/// Rows `first..first + n` of checkpoint tensor `source` in the order the
+/// converter writes them, as stored (mapped where they lie in order), when
+/// the transform only reorders rows; `None` when it changes values, and the
+/// rows are computed through f32 instead. A conversion from these bytes
+/// equals one from their f32 values: decoding a float is exact.
+pub fn checkpoint_rows_as_stored<'a>(
+    shard: &'a ModelFile,
     source: &TensorInfo,
     transform: &RowTransform,
-    target: GgmlType,
     first: usize,
     n: usize,
-) -> Result<Option<Vec<u8>>, ConvertError> {
+) -> Result<Option<std::borrow::Cow<'a, [u8]>>, ConvertError> {
     let reordered_only = !transform.plus_one && transform.keep_elements.is_none();
-    if !reordered_only || source.ggml_type != target || source.dims.len() < 2 {
+    if !reordered_only || source.dims.len() < 2 {
         return Ok(None);
     }
     let row_bytes = source.ggml_type.row_size(source.dims[0]).unwrap_or(0);
-    let bytes = match transform.permute_heads {
-        None => shard.tensor_data_range(source, first as u64 * row_bytes, n as u64 * row_bytes)?.into_owned(),
+    Ok(Some(match transform.permute_heads {
+        None => shard.tensor_data_range(source, first as u64 * row_bytes, n as u64 * row_bytes)?,
         Some(n_head) => {
             let hd = rows_per_head(source, n_head);
             let mut bytes = Vec::with_capacity(n * row_bytes as usize);
@@ -221,10 +219,9 @@ pub fn checkpoint_rows_as_stored(
                 let from = permuted_source_row(to, hd) as u64;
                 bytes.extend_from_slice(&shard.tensor_data_range(source, from * row_bytes, row_bytes)?);
             }
-            bytes
+            bytes.into()
         }
-    };
-    Ok((crate::codecs::all_finite(target, &bytes) == Some(true)).then_some(bytes))
+    }))
 }
 
 /// The rows of one head of a tensor whose rows [`permuted_source_row`] reorders.

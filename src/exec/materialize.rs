@@ -789,26 +789,33 @@ impl Materializer<'_> {
                         weights.as_deref(),
                     );
                 }
-                // Written as the checkpoint stores them, reordered at most: no decoding.
-                if let TensorData::Checkpoint { file, index, transform } = &from.data
-                    && weights.is_none()
-                {
+                // Reordered at most: converted from the stored bytes, not
+                // through an f32 copy of them; kept as they are when stored
+                // in the tensor's type and finite (what came back unchanged
+                // through f32; the conversion refuses the others).
+                if let TensorData::Checkpoint { file, index, transform } = &from.data {
                     let model = self.files.model(file)?;
+                    let checkpoint_error =
+                        |e| MaterializeError::Checkpoint { tensor: tensor.name.clone(), source: Box::new(e) };
                     if let Some(source) = model.tensors.get(*index)
-                        && let Some(bytes) = crate::convert::checkpoint_rows_as_stored(
-                            &model,
-                            source,
-                            transform,
-                            tensor.ggml_type,
-                            first,
-                            n,
-                        )
-                        .map_err(|e| MaterializeError::Checkpoint {
-                            tensor: tensor.name.clone(),
-                            source: Box::new(e),
-                        })?
+                        && let Some(stored) =
+                            crate::convert::checkpoint_rows_as_stored(&model, source, transform, first, n)
+                                .map_err(checkpoint_error)?
                     {
-                        return Ok(bytes);
+                        if source.ggml_type == tensor.ggml_type
+                            && crate::codecs::all_finite(tensor.ggml_type, &stored) == Some(true)
+                        {
+                            return Ok(stored.into_owned());
+                        }
+                        let producer = producer.as_ref();
+                        return self.convert_rows(
+                            tensor,
+                            source.ggml_type,
+                            producer,
+                            &stored,
+                            first,
+                            weights.as_deref(),
+                        );
                     }
                 }
                 let source = self.rows(from, first, n)?;
