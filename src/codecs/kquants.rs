@@ -583,39 +583,47 @@ pub fn quantize_q5_k(level: Level, src: &[f32], importance: Option<&[f32]>, bloc
 
 // ---------------------------------------------------------------- Q6_K
 
+/// Q6_K's group searches run over two super-blocks at a time: 32 groups, the
+/// widest step of the batched searches.
+const Q6_RUN: usize = 2 * QK_K;
+
 pub fn quantize_q6_k(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ6K]) {
-    let mut levels = [0i8; QK_K];
-    let mut scales = [0.0f32; 16];
-    for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
+    for ((run, x), blocks) in src.chunks(Q6_RUN).enumerate().zip(blocks.chunks_mut(Q6_RUN / QK_K)) {
+        let mut run_levels = [0i8; Q6_RUN];
+        let mut run_scales = [0.0f32; Q6_RUN / 16];
         // The importance path passes the raw importance as weights.
-        let qw = importance.map(|w| &w[ib * QK_K..][..QK_K]);
-        make_qx_quants_groups(level, 32, 16, x, &mut levels, qw, &mut scales);
-        let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
-        for &scale in &scales {
-            if scale.abs() > max_abs_scale {
-                max_abs_scale = scale.abs();
-                max_scale = scale;
+        let qw = importance.map(|w| &w[run * Q6_RUN..][..x.len()]);
+        make_qx_quants_groups(level, 32, 16, x, &mut run_levels[..x.len()], qw, &mut run_scales[..x.len() / 16]);
+        let supers = x.chunks_exact(QK_K).zip(run_levels.chunks_exact_mut(QK_K)).zip(run_scales.chunks_exact(16));
+        for (((x, levels), scales), b) in supers.zip(blocks) {
+            let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
+            for &scale in scales {
+                if scale.abs() > max_abs_scale {
+                    max_abs_scale = scale.abs();
+                    max_scale = scale;
+                }
             }
-        }
-        if max_abs_scale < GROUP_MAX_EPS {
-            *b = BlockQ6K::zeroed();
-            continue;
-        }
-        let iscale = -128.0 / max_scale;
-        b.d = F16::from_f32(1.0 / iscale);
-        for (packed, &scale) in b.scales.iter_mut().zip(&scales) {
-            *packed = nearest_int(iscale * scale).min(127) as i8;
-        }
-        let d: [f32; 16] = std::array::from_fn(|j| b.d.to_f32() * f32::from(b.scales[j]));
-        requantize_groups(level, 16, x, &d, None, (-32, 31), 32, bytemuck::cast_slice_mut(&mut levels));
-        let levels: &[u8; QK_K] = bytemuck::cast_ref(&levels);
-        for half in 0..2 {
-            let l0 = 128 * half;
-            for l in 0..32 {
-                let at = |k: usize| levels[l0 + l + 32 * k];
-                b.ql[64 * half + l] = (at(0) & 0xf) | ((at(2) & 0xf) << 4);
-                b.ql[64 * half + l + 32] = (at(1) & 0xf) | ((at(3) & 0xf) << 4);
-                b.qh[32 * half + l] = (at(0) >> 4) | ((at(1) >> 4) << 2) | ((at(2) >> 4) << 4) | ((at(3) >> 4) << 6);
+            if max_abs_scale < GROUP_MAX_EPS {
+                *b = BlockQ6K::zeroed();
+                continue;
+            }
+            let iscale = -128.0 / max_scale;
+            b.d = F16::from_f32(1.0 / iscale);
+            for (packed, &scale) in b.scales.iter_mut().zip(scales) {
+                *packed = nearest_int(iscale * scale).min(127) as i8;
+            }
+            let d: [f32; 16] = std::array::from_fn(|j| b.d.to_f32() * f32::from(b.scales[j]));
+            requantize_groups(level, 16, x, &d, None, (-32, 31), 32, bytemuck::cast_slice_mut(levels));
+            let levels: &[u8; QK_K] = bytemuck::cast_slice::<i8, u8>(&*levels).try_into().expect("a super-block");
+            for half in 0..2 {
+                let l0 = 128 * half;
+                for l in 0..32 {
+                    let at = |k: usize| levels[l0 + l + 32 * k];
+                    b.ql[64 * half + l] = (at(0) & 0xf) | ((at(2) & 0xf) << 4);
+                    b.ql[64 * half + l + 32] = (at(1) & 0xf) | ((at(3) & 0xf) << 4);
+                    b.qh[32 * half + l] =
+                        (at(0) >> 4) | ((at(1) >> 4) << 2) | ((at(2) >> 4) << 4) | ((at(3) >> 4) << 6);
+                }
             }
         }
     }
