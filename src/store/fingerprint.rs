@@ -39,8 +39,10 @@ pub fn stat_key(meta: &fs::Metadata) -> Key {
 
 /// Bytes read per step of [`hash_file`]: large enough for blake3 to spread
 /// each step over every core, small enough that hashing a 100 GB input
-/// holds one buffer, not a mapping of the whole file.
-const HASH_CHUNK: usize = 16 << 20;
+/// holds one buffer, not a mapping of the whole file — and that the buffer
+/// is not a run's largest allocation (16 MiB was: a third of a ladder's peak
+/// RSS, docs/PERFORMANCE.md).
+const HASH_CHUNK: usize = 4 << 20;
 
 /// blake3 of a whole file, read a chunk at a time, each chunk hashed on all
 /// cores.
@@ -174,5 +176,16 @@ mod tests {
         fs::write(&path, b"WEIGHTS").unwrap();
         assert_eq!(pin.check(&path), None, "same length, new bytes: the stat moved");
         assert!(Pin::of(&path, content.hash, content.stat).is_none(), "no pin for a stat that is not the hashed one");
+    }
+
+    #[test]
+    fn a_file_hashed_in_chunks_hashes_as_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        for len in [0, HASH_CHUNK - 1, HASH_CHUNK, 2 * HASH_CHUNK + 123] {
+            let bytes: Vec<u8> = (0..len as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+            let path = dir.path().join(format!("{len}.bin"));
+            fs::write(&path, &bytes).unwrap();
+            assert_eq!(hash_file(&path).unwrap(), Key::of_bytes(&bytes), "{len} bytes");
+        }
     }
 }
