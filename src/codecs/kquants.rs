@@ -386,61 +386,77 @@ fn pack_scales_q3(levels: impl Fn(usize) -> i32, scales: &mut [u8; 12]) {
     }
 }
 
+/// Q3_K's group searches, like Q6_K's, run over two super-blocks at a time.
+const Q3_RUN: usize = 2 * QK_K;
+
 pub fn quantize_q3_k(level: Level, src: &[f32], importance: Option<&[f32]>, blocks: &mut [BlockQ3K]) {
-    let mut levels = [0i8; QK_K];
-    let mut scales = [0.0f32; 16];
-    for (ib, (x, b)) in src.chunks_exact(QK_K).zip(blocks).enumerate() {
+    for ((run, x), blocks) in src.chunks(Q3_RUN).enumerate().zip(blocks.chunks_mut(Q3_RUN / QK_K)) {
+        let mut run_levels = [0i8; Q3_RUN];
+        let mut run_scales = [0.0f32; Q3_RUN / 16];
+        let mut group_weight = [0.0f32; Q3_RUN / 16];
+        let (levels, scales) = (&mut run_levels[..x.len()], &mut run_scales[..x.len() / 16]);
         match importance {
-            None => {
-                make_q3_quants_groups(level, 4, 16, x, &mut levels, &mut scales);
-                let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
-                for &scale in &scales {
-                    if scale.abs() > amax {
-                        amax = scale.abs();
-                        max_scale = scale;
+            None => make_q3_quants_groups(level, 4, 16, x, levels, scales),
+            Some(qw) => {
+                let qw = &qw[run * Q3_RUN..][..x.len()];
+                let mut weights = [0.0f32; Q3_RUN];
+                for (k, x) in x.chunks_exact(QK_K).enumerate() {
+                    let sigma2 = 2.0 * sum_of_squares(x) / QK_K as f32;
+                    for j in 0..16 {
+                        let at = QK_K * k + 16 * j;
+                        let w = &mut weights[at..][..16];
+                        importance_weights(&x[16 * j..][..16], &qw[at..][..16], sigma2, w);
+                        group_weight[16 * k + j] = sum(w);
                     }
                 }
-                if max_scale != 0.0 {
-                    let iscale = -32.0 / max_scale;
-                    let scale_level = |j: usize| i32::from(nearest_int(iscale * scales[j]) as i8).clamp(-32, 31) + 32;
-                    pack_scales_q3(scale_level, &mut b.scales);
-                    b.d = F16::from_f32(1.0 / iscale);
-                } else {
-                    b.scales = [0; 12];
-                    b.d = F16::from_f32(0.0);
-                }
-            }
-            Some(qw) => {
-                let qw = &qw[ib * QK_K..][..QK_K];
-                let sigma2 = 2.0 * sum_of_squares(x) / QK_K as f32;
-                let mut weights = [0.0f32; QK_K];
-                let mut group_weight = [0.0f32; 16];
-                for j in 0..16 {
-                    let w = &mut weights[16 * j..][..16];
-                    importance_weights(&x[16 * j..][..16], &qw[16 * j..][..16], sigma2, w);
-                    group_weight[j] = sum(w);
-                }
-                make_qx_quants_groups(level, 4, 16, x, &mut levels, Some(&weights), &mut scales);
-                let mut ls = [0i8; 16];
-                let d_block = make_qx_quants(32, &scales, &mut ls, QxWeighting::Squared, Some(&group_weight));
-                pack_scales_q3(|j| i32::from(ls[j]), &mut b.scales);
-                b.d = F16::from_f32(d_block);
+                make_qx_quants_groups(level, 4, 16, x, levels, Some(&weights[..x.len()]), scales);
             }
         }
-        let group_scales = q3_k_scales(&b.scales);
-        let d: [f32; 16] = std::array::from_fn(|j| b.d.to_f32() * f32::from(group_scales[j]));
-        requantize_groups(level, 16, x, &d, None, (-4, 3), 4, bytemuck::cast_slice_mut(&mut levels));
-        b.hmask = [0; QK_K / 8];
-        let mut unsigned = [0u8; QK_K];
-        for (j, (&l, u)) in levels.iter().zip(unsigned.iter_mut()).enumerate() {
-            let mut l = l as u8;
-            if l > 3 {
-                b.hmask[j % 32] |= 1 << (j / 32);
-                l -= 4;
+        let supers = x.chunks_exact(QK_K).zip(run_levels.chunks_exact_mut(QK_K));
+        let supers = supers.zip(run_scales.chunks_exact(16)).zip(group_weight.chunks_exact(16));
+        for ((((x, levels), scales), group_weight), b) in supers.zip(blocks) {
+            match importance {
+                None => {
+                    let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
+                    for &scale in scales {
+                        if scale.abs() > amax {
+                            amax = scale.abs();
+                            max_scale = scale;
+                        }
+                    }
+                    if max_scale != 0.0 {
+                        let iscale = -32.0 / max_scale;
+                        let scale_level =
+                            |j: usize| i32::from(nearest_int(iscale * scales[j]) as i8).clamp(-32, 31) + 32;
+                        pack_scales_q3(scale_level, &mut b.scales);
+                        b.d = F16::from_f32(1.0 / iscale);
+                    } else {
+                        b.scales = [0; 12];
+                        b.d = F16::from_f32(0.0);
+                    }
+                }
+                Some(_) => {
+                    let mut ls = [0i8; 16];
+                    let d_block = make_qx_quants(32, scales, &mut ls, QxWeighting::Squared, Some(group_weight));
+                    pack_scales_q3(|j| i32::from(ls[j]), &mut b.scales);
+                    b.d = F16::from_f32(d_block);
+                }
             }
-            *u = l;
+            let group_scales = q3_k_scales(&b.scales);
+            let d: [f32; 16] = std::array::from_fn(|j| b.d.to_f32() * f32::from(group_scales[j]));
+            requantize_groups(level, 16, x, &d, None, (-4, 3), 4, bytemuck::cast_slice_mut(levels));
+            b.hmask = [0; QK_K / 8];
+            let mut unsigned = [0u8; QK_K];
+            for (j, (&l, u)) in levels.iter().zip(unsigned.iter_mut()).enumerate() {
+                let mut l = l as u8;
+                if l > 3 {
+                    b.hmask[j % 32] |= 1 << (j / 32);
+                    l -= 4;
+                }
+                *u = l;
+            }
+            pack_2bit(&unsigned, &mut b.qs);
         }
-        pack_2bit(&unsigned, &mut b.qs);
     }
 }
 
