@@ -523,6 +523,21 @@ impl Materializer<'_> {
         })
     }
 
+    /// Rows `first..first + n` of `tensor`, the `index`th tensor of input
+    /// `model`, where they lie (mapped, or read).
+    fn input_rows<'m>(
+        &self,
+        model: &'m ModelFile,
+        index: usize,
+        tensor: &Tensor,
+        first: usize,
+        n: usize,
+    ) -> Result<std::borrow::Cow<'m, [u8]>, MaterializeError> {
+        let info = self.input_info(model, index, tensor)?;
+        let row = row_bytes(tensor) as u64;
+        Ok(model.tensor_data_range(info, first as u64 * row, n as u64 * row)?)
+    }
+
     fn input_info<'m>(
         &self,
         model: &'m ModelFile,
@@ -716,7 +731,15 @@ impl Materializer<'_> {
         n: usize,
     ) -> Result<Vec<f32>, MaterializeError> {
         let (n_per_row, _) = rows_of(tensor);
-        let source = self.rows(tensor, first, n)?;
+        // An input's rows are decoded where they are mapped, not copied first.
+        let model;
+        let source = match &tensor.data {
+            TensorData::Input { file, index } => {
+                model = self.files.model(file)?;
+                self.input_rows(&model, *index, tensor, first, n)?
+            }
+            _ => self.rows(tensor, first, n)?.into(),
+        };
         let slab = Slab {
             from: tensor.ggml_type,
             to: GgmlType::F32,
@@ -742,8 +765,7 @@ impl Materializer<'_> {
         match &tensor.data {
             TensorData::Input { file, index } => {
                 let model = self.files.model(file)?;
-                let info = self.input_info(&model, *index, tensor)?;
-                Ok(model.tensor_data_range(info, offset, len)?.into_owned())
+                Ok(self.input_rows(&model, *index, tensor, first, n)?.into_owned())
             }
             TensorData::Blob { hash } => Ok(self.store.read_blob_range(hash, offset, len)?),
             TensorData::Checkpoint { file, index, transform } => {
@@ -777,9 +799,7 @@ impl Materializer<'_> {
                 // Straight from an input: convert from the mapped bytes, no copy.
                 if let TensorData::Input { file, index } = &from.data {
                     let model = self.files.model(file)?;
-                    let info = self.input_info(&model, *index, from)?;
-                    let from_row = self::row_bytes(from) as u64;
-                    let source = model.tensor_data_range(info, first as u64 * from_row, n as u64 * from_row)?;
+                    let source = self.input_rows(&model, *index, from, first, n)?;
                     return self.convert_rows(
                         tensor,
                         from.ggml_type,
