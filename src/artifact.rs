@@ -206,7 +206,8 @@ impl TensorSet {
     /// GGUF file with no tensors, so every value keeps its exact type and bytes.
     pub fn encode(&self) -> io::Result<Vec<u8>> {
         let head = serde_json::to_vec(&ManifestHead { endian: self.endian, tensors: self.tensors.clone() })?;
-        let mut out = Vec::with_capacity(head.len() + 4096);
+        let gguf_len = gguf::file_len(&self.metadata, &[])?;
+        let mut out = Vec::with_capacity(MANIFEST_MAGIC.len() + 8 + head.len() + gguf_len as usize);
         out.extend_from_slice(MANIFEST_MAGIC);
         out.extend_from_slice(&(head.len() as u64).to_le_bytes());
         out.extend_from_slice(&head);

@@ -2,6 +2,7 @@
 //! split), every tensor at its final offset, and the export-cache entry that
 //! lets a rerun find the files still there, unchanged.
 
+use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -46,7 +47,7 @@ struct ExportedFile {
 
 /// Why writing one output file failed, before the path is known.
 enum WriteFailure {
-    Io(std::io::Error),
+    Io(io::Error),
     Materialize(MaterializeError),
     SafeTensors(crate::formats::safetensors::WriteError),
 }
@@ -61,8 +62,8 @@ impl WriteFailure {
     }
 }
 
-impl From<std::io::Error> for WriteFailure {
-    fn from(e: std::io::Error) -> WriteFailure {
+impl From<io::Error> for WriteFailure {
+    fn from(e: io::Error) -> WriteFailure {
         WriteFailure::Io(e)
     }
 }
@@ -76,7 +77,8 @@ impl From<MaterializeError> for WriteFailure {
 /// Where everything of one output file goes: its header, and each tensor's
 /// absolute offset, in file order.
 struct FileLayout<'s> {
-    header: Vec<u8>,
+    /// Writes the header, up to the first tensor's offset.
+    header: HeaderWriter<'s>,
     file_len: u64,
     tensors: Vec<&'s Tensor>,
     offsets: Vec<u64>,
@@ -84,13 +86,20 @@ struct FileLayout<'s> {
     alignment: u64,
 }
 
+type HeaderWriter<'s> = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + 's>;
+
 /// One GGUF file of an export, laid out as llama.cpp and gguf-py lay it out.
-fn gguf_layout<'s>(set: &'s TensorSet, file: &ops::export::OutputFile) -> Result<FileLayout<'s>, WriteFailure> {
+/// Its header is encoded as it is written: a ladder's exports in flight do
+/// not each hold their own copy of a large vocabulary.
+fn gguf_layout<'s>(set: &'s TensorSet, file: &'s ops::export::OutputFile) -> Result<FileLayout<'s>, WriteFailure> {
     let tensors: Vec<&Tensor> = file.plan.tensors.iter().map(|&t| &set.tensors[t]).collect();
     let infos: Vec<_> = tensors.iter().map(|t| t.info()).collect();
-    let gguf::EncodedHeader { bytes: header, layout } = gguf::encode_header(set.endian, &file.plan.metadata, &infos)?;
+    let layout = gguf::layout(&file.plan.metadata, &infos)?;
     let offsets = layout.tensor_offsets.iter().map(|o| layout.data_offset + o).collect();
-    Ok(FileLayout { header, file_len: layout.file_len, tensors, offsets, alignment: layout.alignment })
+    let (file_len, alignment) = (layout.file_len, layout.alignment);
+    let header =
+        Box::new(move |out: &mut dyn Write| gguf::write_header(out, set.endian, &file.plan.metadata, &infos, &layout));
+    Ok(FileLayout { header, file_len, tensors, offsets, alignment })
 }
 
 /// One SafeTensors file of an export, as the Python package lays it out.
@@ -112,7 +121,7 @@ fn safetensors_layout<'s>(set: &'s TensorSet, file: &ops::export::OutputFile) ->
         tensors: layout.order.iter().map(|&e| tensors[e]).collect(),
         offsets: layout.order.iter().map(|&e| data + layout.data_offsets[e].0).collect(),
         file_len: layout.file_len,
-        header: layout.header,
+        header: Box::new(move |out: &mut dyn Write| out.write_all(&layout.header)),
         alignment: 1,
     })
 }
@@ -128,7 +137,7 @@ fn write_file(
 ) -> Result<u64, WriteFailure> {
     out.preallocate(layout.file_len)?;
     m.prefetch(&layout.tensors);
-    out.writer().write_all(&layout.header)?;
+    (layout.header)(out.writer())?;
     place_all(m, &layout.tensors, &layout.offsets, layout.alignment, out.file()?, bar)?;
     Ok(layout.file_len)
 }

@@ -9,9 +9,7 @@ mod reader;
 mod writer;
 
 pub use reader::{GgufHeader, read_header, read_header_bytes};
-pub use writer::{
-    EncodedHeader, GgufLayout, TensorDataSource, encode_header, file_len, header_len, write_gguf, write_padding,
-};
+pub use writer::{GgufLayout, TensorDataSource, file_len, header_len, layout, write_gguf, write_header, write_padding};
 
 /// The file magic, as bytes on disk.
 pub const MAGIC: [u8; 4] = *b"GGUF";
