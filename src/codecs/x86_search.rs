@@ -19,25 +19,6 @@
 use super::blocks::{GROUP_MAX_EPS, KVALUES, MinSearch, NTRY};
 use super::x86_lanes::{Avx2, Avx512, Lanes, MAX_GROUP, Twice};
 
-/// Writes lane `j` of `levels[i]` to `out[j·n + i]`, through `to_byte`.
-#[inline(always)]
-fn scatter_levels<L: Lanes>(
-    lanes: L,
-    levels: &[L::I; MAX_GROUP],
-    n: usize,
-    out: &mut [u8],
-    to_byte: impl Fn(i32) -> u8,
-) {
-    let out = &mut out[..L::N * n];
-    let mut lane_values = [0i32; 32];
-    for (i, &l) in levels.iter().enumerate().take(n) {
-        lanes.store_i(l, &mut lane_values);
-        for (j, &lane) in lane_values.iter().take(L::N).enumerate() {
-            out[j * n + i] = to_byte(lane);
-        }
-    }
-}
-
 /// Per lane, the value of largest magnitude (the first of equals) and
 /// whether that magnitude is below [`GROUP_MAX_EPS`].
 #[inline(always)]
@@ -66,6 +47,92 @@ fn error<L: Lanes>(lanes: L, diff: L::F, use_mad: bool) -> L::F {
 #[inline(always)]
 fn offset_level<L: Lanes>(lanes: L, iscale: L::F, v: L::F, min: L::F, nmax: i32) -> L::I {
     lanes.clamp_i(lanes.nearest_int(lanes.mul(iscale, lanes.sub(v, min))), lanes.splat_i(0), lanes.splat_i(nmax))
+}
+
+/// Below this magnitude ggml's `nearest_int` rounds exactly, ties to even.
+const EXACT_ROUNDING: f32 = 4_194_304.0;
+
+/// Whether every `iscale · (v - min)` of a trial, for `lowest ≤ v ≤ max`, is
+/// below [`EXACT_ROUNDING`] in magnitude, so that rounding it in floats gives
+/// ggml's level. Subtraction and multiplication round monotonically, so the
+/// products at the two ends bound every value's (in either order: `min` may
+/// have moved above `max`). NaN is outside.
+#[inline(always)]
+fn rounds_exactly<L: Lanes>(lanes: L, iscale: L::F, lowest: L::F, max: L::F, min: L::F) -> bool {
+    let limit = lanes.splat(EXACT_ROUNDING);
+    let low_end = lanes.abs(lanes.mul(iscale, lanes.sub(lowest, min)));
+    let high_end = lanes.abs(lanes.mul(iscale, lanes.sub(max, min)));
+    !lanes.any(lanes.or(lanes.not_lt(low_end, limit), lanes.not_lt(high_end, limit)))
+}
+
+/// One trial of [`make_qkx_quants`]: each value's [`offset_level`], as a
+/// float, into `levels`; returns Σ w·l, Σ w·l² and Σ w·l·x. `EXACT` when
+/// [`rounds_exactly`] holds: the level is then rounded and clamped in floats
+/// (three instructions where the bit trick, the integer clamp and the
+/// conversion take six), with the same result.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn offset_trial<L: Lanes, const EXACT: bool>(
+    lanes: L,
+    iscale: L::F,
+    min: L::F,
+    nmax: i32,
+    xs: &[L::F],
+    ws: &[L::F],
+    levels: &mut [L::F],
+) -> (L::F, L::F, L::F) {
+    let zero = lanes.splat(0.0);
+    let top = lanes.splat(nmax as f32);
+    let (mut sum_l, mut sum_l2, mut sum_xl) = (zero, zero, zero);
+    for ((l, &v), &w) in levels.iter_mut().zip(xs).zip(ws) {
+        let lf = match EXACT {
+            // `max` returns its second operand for -0.0 as for NaN: +0.0, the integer path's 0.
+            true => lanes.min(lanes.max(lanes.round_even(lanes.mul(iscale, lanes.sub(v, min))), zero), top),
+            false => lanes.to_float(offset_level(lanes, iscale, v, min, nmax)),
+        };
+        *l = lf;
+        let wl = lanes.mul(w, lf);
+        sum_l = lanes.add(sum_l, wl);
+        sum_l2 = lanes.add(sum_l2, lanes.mul(wl, lf));
+        sum_xl = lanes.add(sum_xl, lanes.mul(wl, v));
+    }
+    (sum_l, sum_l2, sum_xl)
+}
+
+/// Σ w·|scale·l + min - x| (`use_mad`) or Σ w·(scale·l + min - x)², in
+/// element order.
+#[inline(always)]
+fn weighted_error<L: Lanes>(
+    lanes: L,
+    use_mad: bool,
+    scale: L::F,
+    min: L::F,
+    levels: &[L::F],
+    xs: &[L::F],
+    ws: &[L::F],
+) -> L::F {
+    match use_mad {
+        true => weighted_error_of::<L, true>(lanes, scale, min, levels, xs, ws),
+        false => weighted_error_of::<L, false>(lanes, scale, min, levels, xs, ws),
+    }
+}
+
+/// [`weighted_error`], its choice of term fixed outside the loop.
+#[inline(always)]
+fn weighted_error_of<L: Lanes, const MAD: bool>(
+    lanes: L,
+    scale: L::F,
+    min: L::F,
+    levels: &[L::F],
+    xs: &[L::F],
+    ws: &[L::F],
+) -> L::F {
+    let mut sum = lanes.splat(0.0);
+    for ((&l, &v), &w) in levels.iter().zip(xs).zip(ws) {
+        let diff = lanes.sub(lanes.add(lanes.mul(scale, l), min), v);
+        sum = lanes.add(sum, lanes.mul(w, error(lanes, diff, MAD)));
+    }
+    sum
 }
 
 /// [`super::search::make_qkx_quants`] on `N` groups of `n` values: levels
@@ -99,36 +166,33 @@ fn make_qkx_quants<L: Lanes>(
         sum_w = lanes.add(sum_w, w);
         sum_x = lanes.add(sum_x, lanes.mul(w, v));
     }
+    let lowest = min;
     min = lanes.min(zero, min);
     let degenerate = if qkx3 { lanes.le(max, min) } else { lanes.eq(max, min) };
     let first_min = min;
 
-    let iscale = lanes.div(lanes.splat(nmax as f32), lanes.sub(max, min));
-    let mut scale = lanes.div(lanes.splat(1.0), iscale);
-    let mut best_error = zero;
-    let mut best = [lanes.splat_i(0); MAX_GROUP];
-    for ((b, &v), &w) in best.iter_mut().zip(xs).zip(ws) {
-        *b = offset_level(lanes, iscale, v, min, nmax);
-        let diff = lanes.sub(lanes.add(lanes.mul(scale, lanes.to_float(*b)), min), v);
-        best_error = lanes.add(best_error, lanes.mul(w, error(lanes, diff, search.use_mad)));
+    // The best levels are not kept but remade at the end from the scale and
+    // offset they were rounded at: copying every better trial's levels
+    // cost more than one more rounding pass.
+    let mut best_iscale = lanes.div(lanes.splat(nmax as f32), lanes.sub(max, min));
+    let mut best_offset = min;
+    let mut scale = lanes.div(lanes.splat(1.0), best_iscale);
+    let mut aux = [zero; MAX_GROUP];
+    for (a, &v) in aux.iter_mut().zip(xs) {
+        *a = lanes.to_float(offset_level(lanes, best_iscale, v, min, nmax));
     }
+    let mut best_error = weighted_error(lanes, search.use_mad, scale, min, &aux[..n], xs, ws);
 
-    let mut aux = [lanes.splat_i(0); MAX_GROUP];
     // A search of fewer than one step keeps the first levels.
     let steps = if search.nstep < 1 { 0 } else { search.nstep + 1 };
     for is in 0..steps {
         // `min` moves with each better step, and the next steps start from it, as in ggml.
         let numerator = lanes.splat(search.rmin + search.rdelta * is as f32 + nmax as f32);
         let iscale = lanes.div(numerator, lanes.sub(max, min));
-        let (mut sum_l, mut sum_l2, mut sum_xl) = (zero, zero, zero);
-        for ((a, &v), &w) in aux.iter_mut().zip(xs).zip(ws) {
-            *a = offset_level(lanes, iscale, v, min, nmax);
-            let lf = lanes.to_float(*a);
-            let wl = lanes.mul(w, lf);
-            sum_l = lanes.add(sum_l, wl);
-            sum_l2 = lanes.add(sum_l2, lanes.mul(wl, lf));
-            sum_xl = lanes.add(sum_xl, lanes.mul(wl, v));
-        }
+        let (sum_l, sum_l2, sum_xl) = match rounds_exactly(lanes, iscale, lowest, max, min) {
+            true => offset_trial::<L, true>(lanes, iscale, min, nmax, xs, ws, &mut aux[..n]),
+            false => offset_trial::<L, false>(lanes, iscale, min, nmax, xs, ws, &mut aux[..n]),
+        };
         let det = lanes.sub(lanes.mul(sum_w, sum_l2), lanes.mul(sum_l, sum_l));
         let solvable = lanes.gt(det, zero);
         if !lanes.any(solvable) {
@@ -139,51 +203,80 @@ fn make_qkx_quants<L: Lanes>(
         let positive_min = lanes.gt(this_min, zero);
         this_min = lanes.select(positive_min, this_min, zero);
         this_scale = lanes.select(positive_min, this_scale, lanes.div(sum_xl, sum_l2));
-        let mut cur_error = zero;
-        for ((&a, &v), &w) in aux.iter().zip(xs).zip(ws) {
-            let diff = lanes.sub(lanes.add(lanes.mul(this_scale, lanes.to_float(a)), this_min), v);
-            cur_error = lanes.add(cur_error, lanes.mul(w, error(lanes, diff, search.use_mad)));
-        }
+        let cur_error = weighted_error(lanes, search.use_mad, this_scale, this_min, &aux[..n], xs, ws);
         let better = lanes.and(solvable, lanes.lt(cur_error, best_error));
         if !lanes.any(better) {
             continue;
         }
-        for (b, &a) in best.iter_mut().zip(&aux).take(n) {
-            *b = lanes.select_i(better, *b, a);
-        }
+        best_iscale = lanes.select(better, best_iscale, iscale);
+        best_offset = lanes.select(better, best_offset, min);
         best_error = lanes.select(better, best_error, cur_error);
         scale = lanes.select(better, scale, this_scale);
         min = lanes.select(better, min, this_min);
     }
 
-    for b in best.iter_mut().take(n) {
-        *b = lanes.select_i(degenerate, *b, lanes.splat_i(0));
+    // Rounding again at the best trial's scale and offset gives its levels: the same operations on the same values.
+    let mut best_levels = [lanes.splat_i(0); MAX_GROUP];
+    for (l, &v) in best_levels.iter_mut().zip(xs) {
+        let level = offset_level(lanes, best_iscale, v, best_offset, nmax);
+        *l = lanes.select_i(degenerate, level, lanes.splat_i(0));
     }
-    scatter_levels(lanes, &best, n, levels, |l| l as u8);
+    lanes.scatter_groups(&best_levels, n, levels);
     lanes.store(lanes.select(degenerate, scale, zero), scales);
     lanes.store(lanes.negate(lanes.select(degenerate, min, first_min)), neg_mins);
 }
 
 /// One trial of a symmetric search: each value's level at `iscale`,
-/// clamped to `[-nmax, nmax)`, into `trial`; returns Σ w·x·l and Σ w·l².
+/// clamped to `[-nmax, nmax)`, as a float into `trial`; returns Σ w·x·l and
+/// Σ w·l² (`wxs` holds each w·x). `EXACT` when every `iscale · x` is below
+/// [`EXACT_ROUNDING`] in magnitude: the level is then rounded and clamped in
+/// floats, with the same result. A -0.0 level only ever meets products and
+/// sums that start at +0.0, which no zero term changes.
 #[inline(always)]
-fn symmetric_trial<L: Lanes>(
+fn symmetric_trial<L: Lanes, const EXACT: bool>(
     lanes: L,
     iscale: L::F,
     xs: &[L::F],
     ws: &[L::F],
+    wxs: &[L::F],
     nmax: i32,
-    trial: &mut [L::I; MAX_GROUP],
+    trial: &mut [L::F; MAX_GROUP],
 ) -> (L::F, L::F) {
     let (low, high) = (lanes.splat_i(-nmax), lanes.splat_i(nmax - 1));
+    let (low_f, high_f) = (lanes.splat(-nmax as f32), lanes.splat((nmax - 1) as f32));
     let (mut sumlx, mut suml2) = (lanes.splat(0.0), lanes.splat(0.0));
-    for ((t, &v), &w) in trial.iter_mut().zip(xs).zip(ws) {
-        *t = lanes.clamp_i(lanes.nearest_int(lanes.mul(iscale, v)), low, high);
-        let lf = lanes.to_float(*t);
-        sumlx = lanes.add(sumlx, lanes.mul(lanes.mul(w, v), lf));
+    for (((t, &v), &w), &wx) in trial.iter_mut().zip(xs).zip(ws).zip(wxs) {
+        let lf = match EXACT {
+            true => lanes.min(lanes.max(lanes.round_even(lanes.mul(iscale, v)), low_f), high_f),
+            false => lanes.to_float(lanes.clamp_i(lanes.nearest_int(lanes.mul(iscale, v)), low, high)),
+        };
+        *t = lf;
+        sumlx = lanes.add(sumlx, lanes.mul(wx, lf));
         suml2 = lanes.add(suml2, lanes.mul(lanes.mul(w, lf), lf));
     }
     (sumlx, suml2)
+}
+
+/// [`symmetric_trial`] at `iscale`, where every value lies within `max` in
+/// magnitude: rounded in floats when `iscale · max` is below
+/// [`EXACT_ROUNDING`] in every lane (multiplication rounds monotonically).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn symmetric_trial_at<L: Lanes>(
+    lanes: L,
+    iscale: L::F,
+    max: L::F,
+    xs: &[L::F],
+    ws: &[L::F],
+    wxs: &[L::F],
+    nmax: i32,
+    trial: &mut [L::F; MAX_GROUP],
+) -> (L::F, L::F) {
+    let outside = lanes.not_lt(lanes.abs(lanes.mul(iscale, max)), lanes.splat(EXACT_ROUNDING));
+    match lanes.any(outside) {
+        false => symmetric_trial::<L, true>(lanes, iscale, xs, ws, wxs, nmax, trial),
+        true => symmetric_trial::<L, false>(lanes, iscale, xs, ws, wxs, nmax, trial),
+    }
 }
 
 /// [`super::search::make_qx_quants`] with squared (or given) weights on `N`
@@ -215,33 +308,40 @@ fn make_qx_quants<L: Lanes>(
         }
     };
     let ws = &ws[..n];
+    let mut wxs = [zero; MAX_GROUP];
+    for ((p, &w), &v) in wxs.iter_mut().zip(ws).zip(xs) {
+        *p = lanes.mul(w, v);
+    }
+    let wxs = &wxs[..n];
 
-    let mut best_levels = [lanes.splat_i(0); MAX_GROUP];
+    let mut best_levels = [zero; MAX_GROUP];
     let iscale = lanes.div(lanes.splat(-(nmax as f32)), max);
-    let (sumlx, suml2) = symmetric_trial(lanes, iscale, xs, ws, nmax, &mut best_levels);
+    let (sumlx, suml2) = symmetric_trial_at(lanes, iscale, max, xs, ws, wxs, nmax, &mut best_levels);
     let nonzero = lanes.ne(suml2, zero);
     let mut scale = lanes.select(nonzero, zero, lanes.div(sumlx, suml2));
     let mut best = lanes.mul(scale, sumlx);
-    let mut trial = [lanes.splat_i(0); MAX_GROUP];
+    let mut trial = [zero; MAX_GROUP];
     for is in (-9..=9).filter(|&is| is != 0) {
         let iscale = lanes.div(lanes.splat(-(nmax as f32 + 0.1 * is as f32)), max);
-        let (sumlx, suml2) = symmetric_trial(lanes, iscale, xs, ws, nmax, &mut trial);
+        let (sumlx, suml2) = symmetric_trial_at(lanes, iscale, max, xs, ws, wxs, nmax, &mut trial);
         let better = lanes.and(lanes.gt(suml2, zero), lanes.gt(lanes.mul(sumlx, sumlx), lanes.mul(best, suml2)));
         if !lanes.any(better) {
             continue;
         }
         for (b, &t) in best_levels.iter_mut().zip(&trial).take(n) {
-            *b = lanes.select_i(better, *b, t);
+            *b = lanes.select(better, *b, t);
         }
         scale = lanes.select(better, scale, lanes.div(sumlx, suml2));
         best = lanes.select(better, best, lanes.mul(scale, sumlx));
     }
 
+    // Levels are whole numbers in [-nmax, nmax): `nearest_int` gives them exactly.
     let offset = lanes.splat_i(nmax);
-    for b in best_levels.iter_mut().take(n) {
-        *b = lanes.select_i(degenerate, lanes.add_i(*b, offset), lanes.splat_i(0));
+    let mut offset_levels = [lanes.splat_i(0); MAX_GROUP];
+    for (l, &b) in offset_levels.iter_mut().zip(&best_levels).take(n) {
+        *l = lanes.select_i(degenerate, lanes.add_i(lanes.nearest_int(b), offset), lanes.splat_i(0));
     }
-    scatter_levels(lanes, &best_levels, n, levels, |l| l as u8);
+    lanes.scatter_groups(&offset_levels, n, levels);
     lanes.store(lanes.select(degenerate, scale, zero), scales);
 }
 
@@ -301,7 +401,7 @@ fn make_q3_quants<L: Lanes>(lanes: L, nmax: i32, n: usize, x: &[f32], levels: &m
     for l in ls.iter_mut().take(n) {
         *l = lanes.select_i(degenerate, lanes.add_i(*l, offset), lanes.splat_i(0));
     }
-    scatter_levels(lanes, &ls, n, levels, |l| l as u8);
+    lanes.scatter_groups(&ls, n, levels);
     let scale = lanes.select(lanes.gt(suml2, zero), zero, lanes.div(sumlx, suml2));
     lanes.store(lanes.select(degenerate, scale, zero), scales);
 }
