@@ -13,9 +13,56 @@
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
+use std::ops::{Deref, DerefMut};
 
 /// The longest group a search gathers (values per group).
 pub const MAX_GROUP: usize = 32;
+
+/// Up to [`MAX_GROUP`] vectors, element-major (vector `i` holds element `i`
+/// of every group), of which the first `len` are set; only those are seen.
+/// Never cleared first: at 16 or 32 lanes such an array is kilobytes, and
+/// zeroing each one a search makes cost more than one of its passes.
+pub struct Columns<V> {
+    vectors: [MaybeUninit<V>; MAX_GROUP],
+    len: usize,
+}
+
+impl<V: Copy> Columns<V> {
+    #[inline(always)]
+    pub fn new() -> Columns<V> {
+        Columns { vectors: [const { MaybeUninit::uninit() }; MAX_GROUP], len: 0 }
+    }
+
+    /// Sets the next vector; past [`MAX_GROUP`] it panics.
+    #[inline(always)]
+    pub fn push(&mut self, v: V) {
+        self.vectors[self.len].write(v);
+        self.len += 1;
+    }
+
+    #[inline(always)]
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+}
+
+impl<V> Deref for Columns<V> {
+    type Target = [V];
+    #[inline(always)]
+    fn deref(&self) -> &[V] {
+        // SAFETY: `push` wrote each of the first `len` vectors.
+        unsafe { std::slice::from_raw_parts(self.vectors.as_ptr().cast(), self.len) }
+    }
+}
+
+impl<V> DerefMut for Columns<V> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [V] {
+        // SAFETY: as in `deref`.
+        unsafe { std::slice::from_raw_parts_mut(self.vectors.as_mut_ptr().cast(), self.len) }
+    }
+}
 
 /// One vector width. `F` holds a float per lane, `I` an i32 per lane,
 /// `M` a lane mask.
@@ -69,12 +116,13 @@ pub trait Lanes: Copy {
     /// `table[index]` in each lane (every index below 16).
     fn lookup16(self, table: &[f32; 16], index: Self::I) -> Self::F;
     /// Element `i` of each of `N` consecutive groups of `n` values, for `i < n`.
-    fn gather_groups(self, v: &[f32], n: usize) -> [Self::F; MAX_GROUP];
+    /// Into `out`, in place: returned, kilobytes of vectors would be copied.
+    fn gather_groups(self, v: &[f32], n: usize, out: &mut Columns<Self::F>);
     /// [`Lanes::gather_groups`] backwards for levels: the low byte of lane
-    /// `j` of `levels[i]` to `out[j·n + i]`, for `i < n`.
+    /// `j` of `levels[i]` to `out[j·n + i]`, where `n` is `levels.len()`.
     #[inline(always)]
-    fn scatter_groups(self, levels: &[Self::I; MAX_GROUP], n: usize, out: &mut [u8]) {
-        scatter_lane_by_lane(self, levels, n, out);
+    fn scatter_groups(self, levels: &[Self::I], out: &mut [u8]) {
+        scatter_lane_by_lane(self, levels, out);
     }
     fn load(self, v: &[f32]) -> Self::F;
     fn store(self, a: Self::F, out: &mut [f32]);
@@ -244,18 +292,17 @@ impl Lanes for Avx2 {
         }
     }
     #[inline(always)]
-    fn gather_groups(self, v: &[f32], n: usize) -> [__m256; MAX_GROUP] {
+    fn gather_groups(self, v: &[f32], n: usize, out: &mut Columns<__m256>) {
         assert!(n <= MAX_GROUP && v.len() >= Self::N * n);
         let n32 = n as i32;
-        let mut out = [self.none(); MAX_GROUP];
+        out.clear();
         unsafe {
             let index = _mm256_setr_epi32(0, n32, 2 * n32, 3 * n32, 4 * n32, 5 * n32, 6 * n32, 7 * n32);
-            for (i, o) in out.iter_mut().enumerate().take(n) {
+            for i in 0..n {
                 // The largest index read is 7n + i < 8n ≤ v.len().
-                *o = _mm256_i32gather_ps::<4>(v.as_ptr().add(i), index);
+                out.push(_mm256_i32gather_ps::<4>(v.as_ptr().add(i), index));
             }
         }
-        out
     }
     #[inline(always)]
     fn load(self, v: &[f32]) -> __m256 {
@@ -408,40 +455,42 @@ impl Lanes for Avx512 {
         unsafe { _mm512_permutexvar_ps(index, _mm512_loadu_ps(table.as_ptr())) }
     }
     #[inline(always)]
-    fn gather_groups(self, v: &[f32], n: usize) -> [__m512; MAX_GROUP] {
+    fn gather_groups(self, v: &[f32], n: usize, out: &mut Columns<__m512>) {
         assert!(n <= MAX_GROUP && v.len() >= Self::N * n);
-        let mut out = [unsafe { _mm512_setzero_ps() }; MAX_GROUP];
+        out.clear();
         if n.is_multiple_of(16) {
             // Sixteen rows of sixteen values turned into sixteen columns by
             // shuffles: several times fewer operations than gathers.
-            for (block, columns) in out[..n].chunks_exact_mut(16).enumerate() {
+            for block in 0..n / 16 {
                 let mut rows = [unsafe { _mm512_setzero_ps() }; 16];
                 for (j, row) in rows.iter_mut().enumerate() {
                     *row = self.load(&v[j * n + 16 * block..]);
                 }
-                columns.copy_from_slice(&transpose16(&rows));
+                for column in transpose16(&rows) {
+                    out.push(column);
+                }
             }
-            return out;
+            return;
         }
         unsafe {
             let index = _mm512_mullo_epi32(
                 _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                 _mm512_set1_epi32(n as i32),
             );
-            for (i, o) in out.iter_mut().enumerate().take(n) {
+            for i in 0..n {
                 // The largest index read is 15n + i < 16n ≤ v.len().
-                *o = _mm512_i32gather_ps::<4>(index, v.as_ptr().add(i));
+                out.push(_mm512_i32gather_ps::<4>(index, v.as_ptr().add(i)));
             }
         }
-        out
     }
     #[inline(always)]
-    fn scatter_groups(self, levels: &[__m512i; MAX_GROUP], n: usize, out: &mut [u8]) {
+    fn scatter_groups(self, levels: &[__m512i], out: &mut [u8]) {
+        let n = levels.len();
         if !n.is_multiple_of(16) {
-            return scatter_lane_by_lane(self, levels, n, out);
+            return scatter_lane_by_lane(self, levels, out);
         }
         let out = &mut out[..Self::N * n];
-        for (block, columns) in levels[..n].chunks_exact(16).enumerate() {
+        for (block, columns) in levels.chunks_exact(16).enumerate() {
             let mut as_floats = [unsafe { _mm512_setzero_ps() }; 16];
             for (f, &c) in as_floats.iter_mut().zip(columns) {
                 *f = unsafe { _mm512_castsi512_ps(c) };
@@ -607,25 +656,24 @@ impl<L: Lanes> Lanes for Twice<L> {
         (self.0.lookup16(table, index.0), self.0.lookup16(table, index.1))
     }
     #[inline(always)]
-    fn gather_groups(self, v: &[f32], n: usize) -> [Self::F; MAX_GROUP] {
-        let (first, second) = (self.0.gather_groups(v, n), self.0.gather_groups(&v[L::N * n..], n));
-        let mut out = [(first[0], second[0]); MAX_GROUP];
-        for ((o, &a), &b) in out.iter_mut().zip(&first).zip(&second).take(n) {
-            *o = (a, b);
+    fn gather_groups(self, v: &[f32], n: usize, out: &mut Columns<Self::F>) {
+        let (mut first, mut second) = (Columns::new(), Columns::new());
+        self.0.gather_groups(v, n, &mut first);
+        self.0.gather_groups(&v[L::N * n..], n, &mut second);
+        out.clear();
+        for (&a, &b) in first.iter().zip(second.iter()) {
+            out.push((a, b));
         }
-        out
     }
     #[inline(always)]
-    fn scatter_groups(self, levels: &[Self::I; MAX_GROUP], n: usize, out: &mut [u8]) {
-        let mut half = [levels[0].0; MAX_GROUP];
-        for (h, l) in half.iter_mut().zip(levels).take(n) {
-            *h = l.0;
+    fn scatter_groups(self, levels: &[Self::I], out: &mut [u8]) {
+        let (mut first, mut second) = (Columns::new(), Columns::new());
+        for &(a, b) in levels {
+            first.push(a);
+            second.push(b);
         }
-        self.0.scatter_groups(&half, n, out);
-        for (h, l) in half.iter_mut().zip(levels).take(n) {
-            *h = l.1;
-        }
-        self.0.scatter_groups(&half, n, &mut out[L::N * n..]);
+        self.0.scatter_groups(&first, out);
+        self.0.scatter_groups(&second, &mut out[L::N * levels.len()..]);
     }
     #[inline(always)]
     fn load(self, v: &[f32]) -> Self::F {
@@ -645,10 +693,11 @@ impl<L: Lanes> Lanes for Twice<L> {
 
 /// [`Lanes::scatter_groups`] a byte at a time.
 #[inline(always)]
-fn scatter_lane_by_lane<L: Lanes>(lanes: L, levels: &[L::I; MAX_GROUP], n: usize, out: &mut [u8]) {
+fn scatter_lane_by_lane<L: Lanes>(lanes: L, levels: &[L::I], out: &mut [u8]) {
+    let n = levels.len();
     let out = &mut out[..L::N * n];
     let mut lane_values = [0i32; 32];
-    for (i, &l) in levels.iter().enumerate().take(n) {
+    for (i, &l) in levels.iter().enumerate() {
         lanes.store_i(l, &mut lane_values);
         for (j, &lane) in lane_values.iter().take(L::N).enumerate() {
             out[j * n + i] = lane as u8;
@@ -703,20 +752,22 @@ mod tests {
     fn check<L: Lanes>(lanes: L) {
         for n in [8, 16, 24, 32] {
             let v: Vec<f32> = (0..L::N * n).map(|k| k as f32).collect();
-            let columns = lanes.gather_groups(&v, n);
+            let mut columns = Columns::new();
+            lanes.gather_groups(&v, n, &mut columns);
             let mut lane_values = vec![0f32; L::N];
-            for (i, &c) in columns.iter().enumerate().take(n) {
+            for (i, &c) in columns.iter().enumerate() {
                 lanes.store(c, &mut lane_values);
                 for (j, &value) in lane_values.iter().enumerate() {
                     assert_eq!(value, v[j * n + i], "n = {n}, element {i} of group {j}");
                 }
             }
-            let mut levels = [lanes.splat_i(0); MAX_GROUP];
-            for (i, l) in levels.iter_mut().enumerate().take(n) {
-                *l = lanes.nearest_int(lanes.add(columns[i], lanes.splat(256.0 * 3.0)));
+            assert_eq!(columns.len(), n);
+            let mut levels = Columns::new();
+            for &c in columns.iter() {
+                levels.push(lanes.nearest_int(lanes.add(c, lanes.splat(256.0 * 3.0))));
             }
             let mut out = vec![0u8; L::N * n];
-            lanes.scatter_groups(&levels, n, &mut out);
+            lanes.scatter_groups(&levels, &mut out);
             let expected: Vec<u8> = (0..L::N * n).map(|k| k as u8).collect();
             assert_eq!(out, expected, "n = {n}: each lane's low byte, in group order");
         }

@@ -17,7 +17,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use super::blocks::{GROUP_MAX_EPS, KVALUES, MinSearch, NTRY};
-use super::x86_lanes::{Avx2, Avx512, Lanes, MAX_GROUP, Twice};
+use super::x86_lanes::{Avx2, Avx512, Columns, Lanes, Twice};
 
 /// Per lane, the value of largest magnitude (the first of equals) and
 /// whether that magnitude is below [`GROUP_MAX_EPS`].
@@ -79,18 +79,19 @@ fn offset_trial<L: Lanes, const EXACT: bool>(
     nmax: i32,
     xs: &[L::F],
     ws: &[L::F],
-    levels: &mut [L::F],
+    levels: &mut Columns<L::F>,
 ) -> (L::F, L::F, L::F) {
     let zero = lanes.splat(0.0);
     let top = lanes.splat(nmax as f32);
     let (mut sum_l, mut sum_l2, mut sum_xl) = (zero, zero, zero);
-    for ((l, &v), &w) in levels.iter_mut().zip(xs).zip(ws) {
+    levels.clear();
+    for (&v, &w) in xs.iter().zip(ws) {
         let lf = match EXACT {
             // `max` returns its second operand for -0.0 as for NaN: +0.0, the integer path's 0.
             true => lanes.min(lanes.max(lanes.round_even(lanes.mul(iscale, lanes.sub(v, min))), zero), top),
             false => lanes.to_float(offset_level(lanes, iscale, v, min, nmax)),
         };
-        *l = lf;
+        levels.push(lf);
         let wl = lanes.mul(w, lf);
         sum_l = lanes.add(sum_l, wl);
         sum_l2 = lanes.add(sum_l2, lanes.mul(wl, lf));
@@ -152,9 +153,10 @@ fn make_qkx_quants<L: Lanes>(
     scales: &mut [f32],
     neg_mins: &mut [f32],
 ) {
-    let xs = lanes.gather_groups(x, n);
-    let ws = lanes.gather_groups(weights, n);
-    let (xs, ws) = (&xs[..n], &ws[..n]);
+    let (mut xs, mut ws) = (Columns::new(), Columns::new());
+    lanes.gather_groups(x, n, &mut xs);
+    lanes.gather_groups(weights, n, &mut ws);
+    let (xs, ws) = (&xs[..], &ws[..]);
     let zero = lanes.splat(0.0);
 
     let (mut min, mut max) = (xs[0], xs[0]);
@@ -177,11 +179,11 @@ fn make_qkx_quants<L: Lanes>(
     let mut best_iscale = lanes.div(lanes.splat(nmax as f32), lanes.sub(max, min));
     let mut best_offset = min;
     let mut scale = lanes.div(lanes.splat(1.0), best_iscale);
-    let mut aux = [zero; MAX_GROUP];
-    for (a, &v) in aux.iter_mut().zip(xs) {
-        *a = lanes.to_float(offset_level(lanes, best_iscale, v, min, nmax));
+    let mut aux = Columns::new();
+    for &v in xs {
+        aux.push(lanes.to_float(offset_level(lanes, best_iscale, v, min, nmax)));
     }
-    let mut best_error = weighted_error(lanes, search.use_mad, scale, min, &aux[..n], xs, ws);
+    let mut best_error = weighted_error(lanes, search.use_mad, scale, min, &aux, xs, ws);
 
     // A search of fewer than one step keeps the first levels.
     let steps = if search.nstep < 1 { 0 } else { search.nstep + 1 };
@@ -190,8 +192,8 @@ fn make_qkx_quants<L: Lanes>(
         let numerator = lanes.splat(search.rmin + search.rdelta * is as f32 + nmax as f32);
         let iscale = lanes.div(numerator, lanes.sub(max, min));
         let (sum_l, sum_l2, sum_xl) = match rounds_exactly(lanes, iscale, lowest, max, min) {
-            true => offset_trial::<L, true>(lanes, iscale, min, nmax, xs, ws, &mut aux[..n]),
-            false => offset_trial::<L, false>(lanes, iscale, min, nmax, xs, ws, &mut aux[..n]),
+            true => offset_trial::<L, true>(lanes, iscale, min, nmax, xs, ws, &mut aux),
+            false => offset_trial::<L, false>(lanes, iscale, min, nmax, xs, ws, &mut aux),
         };
         let det = lanes.sub(lanes.mul(sum_w, sum_l2), lanes.mul(sum_l, sum_l));
         let solvable = lanes.gt(det, zero);
@@ -203,7 +205,7 @@ fn make_qkx_quants<L: Lanes>(
         let positive_min = lanes.gt(this_min, zero);
         this_min = lanes.select(positive_min, this_min, zero);
         this_scale = lanes.select(positive_min, this_scale, lanes.div(sum_xl, sum_l2));
-        let cur_error = weighted_error(lanes, search.use_mad, this_scale, this_min, &aux[..n], xs, ws);
+        let cur_error = weighted_error(lanes, search.use_mad, this_scale, this_min, &aux, xs, ws);
         let better = lanes.and(solvable, lanes.lt(cur_error, best_error));
         if !lanes.any(better) {
             continue;
@@ -216,12 +218,12 @@ fn make_qkx_quants<L: Lanes>(
     }
 
     // Rounding again at the best trial's scale and offset gives its levels: the same operations on the same values.
-    let mut best_levels = [lanes.splat_i(0); MAX_GROUP];
-    for (l, &v) in best_levels.iter_mut().zip(xs) {
+    let mut best_levels = Columns::new();
+    for &v in xs {
         let level = offset_level(lanes, best_iscale, v, best_offset, nmax);
-        *l = lanes.select_i(degenerate, level, lanes.splat_i(0));
+        best_levels.push(lanes.select_i(degenerate, level, lanes.splat_i(0)));
     }
-    lanes.scatter_groups(&best_levels, n, levels);
+    lanes.scatter_groups(&best_levels, levels);
     lanes.store(lanes.select(degenerate, scale, zero), scales);
     lanes.store(lanes.negate(lanes.select(degenerate, min, first_min)), neg_mins);
 }
@@ -240,17 +242,18 @@ fn symmetric_trial<L: Lanes, const EXACT: bool>(
     ws: &[L::F],
     wxs: &[L::F],
     nmax: i32,
-    trial: &mut [L::F; MAX_GROUP],
+    trial: &mut Columns<L::F>,
 ) -> (L::F, L::F) {
     let (low, high) = (lanes.splat_i(-nmax), lanes.splat_i(nmax - 1));
     let (low_f, high_f) = (lanes.splat(-nmax as f32), lanes.splat((nmax - 1) as f32));
     let (mut sumlx, mut suml2) = (lanes.splat(0.0), lanes.splat(0.0));
-    for (((t, &v), &w), &wx) in trial.iter_mut().zip(xs).zip(ws).zip(wxs) {
+    trial.clear();
+    for ((&v, &w), &wx) in xs.iter().zip(ws).zip(wxs) {
         let lf = match EXACT {
             true => lanes.min(lanes.max(lanes.round_even(lanes.mul(iscale, v)), low_f), high_f),
             false => lanes.to_float(lanes.clamp_i(lanes.nearest_int(lanes.mul(iscale, v)), low, high)),
         };
-        *t = lf;
+        trial.push(lf);
         sumlx = lanes.add(sumlx, lanes.mul(wx, lf));
         suml2 = lanes.add(suml2, lanes.mul(lanes.mul(w, lf), lf));
     }
@@ -270,7 +273,7 @@ fn symmetric_trial_at<L: Lanes>(
     ws: &[L::F],
     wxs: &[L::F],
     nmax: i32,
-    trial: &mut [L::F; MAX_GROUP],
+    trial: &mut Columns<L::F>,
 ) -> (L::F, L::F) {
     let outside = lanes.not_lt(lanes.abs(lanes.mul(iscale, max)), lanes.splat(EXACT_ROUNDING));
     match lanes.any(outside) {
@@ -292,35 +295,35 @@ fn make_qx_quants<L: Lanes>(
     weights: Option<&[f32]>,
     scales: &mut [f32],
 ) {
-    let xs = lanes.gather_groups(x, n);
-    let xs = &xs[..n];
+    let mut xs = Columns::new();
+    lanes.gather_groups(x, n, &mut xs);
+    let xs = &xs[..];
     let zero = lanes.splat(0.0);
     let (max, degenerate) = signed_absmax(lanes, xs);
 
-    let ws = match weights {
-        Some(given) => lanes.gather_groups(given, n),
+    let mut ws = Columns::new();
+    match weights {
+        Some(given) => lanes.gather_groups(given, n, &mut ws),
         None => {
-            let mut squares = [zero; MAX_GROUP];
-            for (s, &v) in squares.iter_mut().zip(xs) {
-                *s = lanes.mul(v, v);
+            for &v in xs {
+                ws.push(lanes.mul(v, v));
             }
-            squares
         }
-    };
-    let ws = &ws[..n];
-    let mut wxs = [zero; MAX_GROUP];
-    for ((p, &w), &v) in wxs.iter_mut().zip(ws).zip(xs) {
-        *p = lanes.mul(w, v);
     }
-    let wxs = &wxs[..n];
+    let ws = &ws[..];
+    let mut wxs = Columns::new();
+    for (&w, &v) in ws.iter().zip(xs) {
+        wxs.push(lanes.mul(w, v));
+    }
+    let wxs = &wxs[..];
 
-    let mut best_levels = [zero; MAX_GROUP];
+    let mut best_levels = Columns::new();
     let iscale = lanes.div(lanes.splat(-(nmax as f32)), max);
     let (sumlx, suml2) = symmetric_trial_at(lanes, iscale, max, xs, ws, wxs, nmax, &mut best_levels);
     let nonzero = lanes.ne(suml2, zero);
     let mut scale = lanes.select(nonzero, zero, lanes.div(sumlx, suml2));
     let mut best = lanes.mul(scale, sumlx);
-    let mut trial = [zero; MAX_GROUP];
+    let mut trial = Columns::new();
     for is in (-9..=9).filter(|&is| is != 0) {
         let iscale = lanes.div(lanes.splat(-(nmax as f32 + 0.1 * is as f32)), max);
         let (sumlx, suml2) = symmetric_trial_at(lanes, iscale, max, xs, ws, wxs, nmax, &mut trial);
@@ -328,7 +331,7 @@ fn make_qx_quants<L: Lanes>(
         if !lanes.any(better) {
             continue;
         }
-        for (b, &t) in best_levels.iter_mut().zip(&trial).take(n) {
+        for (b, &t) in best_levels.iter_mut().zip(trial.iter()) {
             *b = lanes.select(better, *b, t);
         }
         scale = lanes.select(better, scale, lanes.div(sumlx, suml2));
@@ -337,11 +340,11 @@ fn make_qx_quants<L: Lanes>(
 
     // Levels are whole numbers in [-nmax, nmax): `nearest_int` gives them exactly.
     let offset = lanes.splat_i(nmax);
-    let mut offset_levels = [lanes.splat_i(0); MAX_GROUP];
-    for (l, &b) in offset_levels.iter_mut().zip(&best_levels).take(n) {
-        *l = lanes.select_i(degenerate, lanes.add_i(lanes.nearest_int(b), offset), lanes.splat_i(0));
+    let mut offset_levels = Columns::new();
+    for &b in best_levels.iter() {
+        offset_levels.push(lanes.select_i(degenerate, lanes.add_i(lanes.nearest_int(b), offset), lanes.splat_i(0)));
     }
-    lanes.scatter_groups(&offset_levels, n, levels);
+    lanes.scatter_groups(&offset_levels, levels);
     lanes.store(lanes.select(degenerate, scale, zero), scales);
 }
 
@@ -352,18 +355,20 @@ fn make_qx_quants<L: Lanes>(
 /// the lanes stop together, when none changed.
 #[inline(always)]
 fn make_q3_quants<L: Lanes>(lanes: L, nmax: i32, n: usize, x: &[f32], levels: &mut [u8], scales: &mut [f32]) {
-    let xs = lanes.gather_groups(x, n);
-    let xs = &xs[..n];
+    let mut xs = Columns::new();
+    lanes.gather_groups(x, n, &mut xs);
+    let xs = &xs[..];
     let zero = lanes.splat(0.0);
     let (max, degenerate) = signed_absmax(lanes, xs);
     let (low, high) = (lanes.splat_i(-nmax), lanes.splat_i(nmax - 1));
 
     let iscale = lanes.div(lanes.splat(-(nmax as f32)), max);
-    let mut ls = [lanes.splat_i(0); MAX_GROUP];
+    let mut ls = Columns::new();
     let (mut sumlx, mut suml2) = (zero, zero);
-    for (l, &v) in ls.iter_mut().zip(xs) {
-        *l = lanes.clamp_i(lanes.nearest_int(lanes.mul(iscale, v)), low, high);
-        let q = lanes.to_float(*l);
+    for &v in xs {
+        let l = lanes.clamp_i(lanes.nearest_int(lanes.mul(iscale, v)), low, high);
+        ls.push(l);
+        let q = lanes.to_float(l);
         let w = lanes.mul(v, v);
         sumlx = lanes.add(sumlx, lanes.mul(lanes.mul(w, v), q));
         suml2 = lanes.add(suml2, lanes.mul(lanes.mul(w, q), q));
@@ -398,10 +403,10 @@ fn make_q3_quants<L: Lanes>(lanes: L, nmax: i32, n: usize, x: &[f32], levels: &m
     }
 
     let offset = lanes.splat_i(nmax);
-    for l in ls.iter_mut().take(n) {
+    for l in ls.iter_mut() {
         *l = lanes.select_i(degenerate, lanes.add_i(*l, offset), lanes.splat_i(0));
     }
-    lanes.scatter_groups(&ls, n, levels);
+    lanes.scatter_groups(&ls, levels);
     let scale = lanes.select(lanes.gt(suml2, zero), zero, lanes.div(sumlx, suml2));
     lanes.store(lanes.select(degenerate, scale, zero), scales);
 }
@@ -425,9 +430,10 @@ fn iq4_trial<L: Lanes>(lanes: L, id: L::F, xs: &[L::F], ws: &[L::F]) -> (L::F, L
 #[inline(always)]
 fn iq4_scales<L: Lanes>(lanes: L, x: &[f32], weights: &[f32], scales: &mut [f32]) {
     const N: usize = 32;
-    let xs = lanes.gather_groups(x, N);
-    let ws = lanes.gather_groups(weights, N);
-    let (xs, ws) = (&xs[..N], &ws[..N]);
+    let (mut xs, mut ws) = (Columns::new(), Columns::new());
+    lanes.gather_groups(x, N, &mut xs);
+    lanes.gather_groups(weights, N, &mut ws);
+    let (xs, ws) = (&xs[..], &ws[..]);
     let zero = lanes.splat(0.0);
     let (max, degenerate) = signed_absmax(lanes, xs);
     let v0 = f32::from(KVALUES[0]);
