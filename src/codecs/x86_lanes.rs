@@ -127,6 +127,15 @@ pub trait Lanes: Copy {
     fn load(self, v: &[f32]) -> Self::F;
     fn store(self, a: Self::F, out: &mut [f32]);
     fn store_i(self, a: Self::I, out: &mut [i32]);
+    /// The low byte of each lane to `out[..N]`.
+    #[inline(always)]
+    fn store_bytes(self, a: Self::I, out: &mut [u8]) {
+        let mut lane_values = [0i32; 32];
+        self.store_i(a, &mut lane_values);
+        for (o, &l) in out[..Self::N].iter_mut().zip(&lane_values) {
+            *o = l as u8;
+        }
+    }
 }
 
 /// AVX2: eight lanes.
@@ -496,9 +505,7 @@ impl Lanes for Avx512 {
                 *f = unsafe { _mm512_castsi512_ps(c) };
             }
             for (j, row) in transpose16(&as_floats).into_iter().enumerate() {
-                let bytes = unsafe { _mm512_cvtepi32_epi8(_mm512_castps_si512(row)) };
-                let at = &mut out[j * n + 16 * block..][..16];
-                unsafe { _mm_storeu_si128(at.as_mut_ptr().cast(), bytes) }
+                self.store_bytes(unsafe { _mm512_castps_si512(row) }, &mut out[j * n + 16 * block..]);
             }
         }
     }
@@ -516,6 +523,11 @@ impl Lanes for Avx512 {
     fn store_i(self, a: __m512i, out: &mut [i32]) {
         assert!(out.len() >= Self::N);
         unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), a) }
+    }
+    #[inline(always)]
+    fn store_bytes(self, a: __m512i, out: &mut [u8]) {
+        assert!(out.len() >= Self::N);
+        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(a)) }
     }
 }
 
@@ -689,6 +701,11 @@ impl<L: Lanes> Lanes for Twice<L> {
         self.0.store_i(a.0, out);
         self.0.store_i(a.1, &mut out[L::N..]);
     }
+    #[inline(always)]
+    fn store_bytes(self, a: Self::I, out: &mut [u8]) {
+        self.0.store_bytes(a.0, out);
+        self.0.store_bytes(a.1, &mut out[L::N..]);
+    }
 }
 
 /// [`Lanes::scatter_groups`] a byte at a time.
@@ -696,11 +713,11 @@ impl<L: Lanes> Lanes for Twice<L> {
 fn scatter_lane_by_lane<L: Lanes>(lanes: L, levels: &[L::I], out: &mut [u8]) {
     let n = levels.len();
     let out = &mut out[..L::N * n];
-    let mut lane_values = [0i32; 32];
+    let mut lane_bytes = [0u8; 32];
     for (i, &l) in levels.iter().enumerate() {
-        lanes.store_i(l, &mut lane_values);
-        for (j, &lane) in lane_values.iter().take(L::N).enumerate() {
-            out[j * n + i] = lane as u8;
+        lanes.store_bytes(l, &mut lane_bytes);
+        for (j, &byte) in lane_bytes.iter().take(L::N).enumerate() {
+            out[j * n + i] = byte;
         }
     }
 }

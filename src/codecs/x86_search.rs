@@ -455,13 +455,9 @@ fn iq4_scales<L: Lanes>(lanes: L, x: &[f32], weights: &[f32], scales: &mut [f32]
 #[inline(always)]
 fn iq4_indices<L: Lanes>(lanes: L, scale: f32, x: &[f32], indices: &mut [u8]) {
     let (x, indices) = (&x[..32], &mut indices[..32]);
-    let mut lane_values = [0i32; 32];
     for (x, out) in x.chunks_exact(L::N).zip(indices.chunks_exact_mut(L::N)) {
         let v = lanes.mul(lanes.splat(scale), lanes.load(x));
-        lanes.store_i(iq4_nearest_index(lanes, v), &mut lane_values);
-        for (o, &l) in out.iter_mut().zip(&lane_values) {
-            *o = l as u8;
-        }
+        lanes.store_bytes(iq4_nearest_index(lanes, v), out);
     }
 }
 
@@ -479,7 +475,6 @@ fn requantize<L: Lanes>(
     levels: &mut [u8],
 ) {
     let (low, high, offset) = (lanes.splat_i(range.0), lanes.splat_i(range.1), lanes.splat_i(offset));
-    let mut lane_values = [0i32; 32];
     for (g, &dg) in d.iter().enumerate() {
         if dg == 0.0 {
             continue;
@@ -489,10 +484,7 @@ fn requantize<L: Lanes>(
             // No closure here: it would not be compiled for the width.
             let shifted = if let Some(dm) = dm { lanes.add(lanes.load(x), lanes.splat(dm[g])) } else { lanes.load(x) };
             let q = lanes.clamp_i(lanes.nearest_int(lanes.div(shifted, dv)), low, high);
-            lanes.store_i(lanes.add_i(q, offset), &mut lane_values);
-            for (o, &l) in out.iter_mut().zip(&lane_values) {
-                *o = l as u8;
-            }
+            lanes.store_bytes(lanes.add_i(q, offset), out);
         }
     }
 }
