@@ -34,16 +34,44 @@ impl<V: Copy> Columns<V> {
         Columns { vectors: [const { MaybeUninit::uninit() }; MAX_GROUP], len: 0 }
     }
 
-    /// Sets the next vector; past [`MAX_GROUP`] it panics.
+    /// Sets the next vector; past [`MAX_GROUP`] it panics. For loops that
+    /// fill many, [`Columns::rewrite`].
     #[inline(always)]
     pub fn push(&mut self, v: V) {
         self.vectors[self.len].write(v);
         self.len += 1;
     }
 
+    /// Sets the vectors again from the first, through a writer that counts
+    /// in a register: `push` in a hot loop keeps `len` in memory, a
+    /// store-to-load chain through every iteration.
     #[inline(always)]
-    pub fn clear(&mut self) {
+    pub fn rewrite(&mut self) -> ColumnWriter<'_, V> {
         self.len = 0;
+        ColumnWriter { vectors: &mut self.vectors, len: &mut self.len, filled: 0 }
+    }
+}
+
+/// [`Columns::rewrite`]'s writer; the columns see what it set when it drops.
+pub struct ColumnWriter<'a, V> {
+    vectors: &'a mut [MaybeUninit<V>; MAX_GROUP],
+    len: &'a mut usize,
+    filled: usize,
+}
+
+impl<V> ColumnWriter<'_, V> {
+    /// Sets the next vector; past [`MAX_GROUP`] it panics.
+    #[inline(always)]
+    pub fn push(&mut self, v: V) {
+        self.vectors[self.filled].write(v);
+        self.filled += 1;
+    }
+}
+
+impl<V> Drop for ColumnWriter<'_, V> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        *self.len = self.filled;
     }
 }
 
@@ -304,7 +332,7 @@ impl Lanes for Avx2 {
     fn gather_groups(self, v: &[f32], n: usize, out: &mut Columns<__m256>) {
         assert!(n <= MAX_GROUP && v.len() >= Self::N * n);
         let n32 = n as i32;
-        out.clear();
+        let mut out = out.rewrite();
         unsafe {
             let index = _mm256_setr_epi32(0, n32, 2 * n32, 3 * n32, 4 * n32, 5 * n32, 6 * n32, 7 * n32);
             for i in 0..n {
@@ -466,7 +494,7 @@ impl Lanes for Avx512 {
     #[inline(always)]
     fn gather_groups(self, v: &[f32], n: usize, out: &mut Columns<__m512>) {
         assert!(n <= MAX_GROUP && v.len() >= Self::N * n);
-        out.clear();
+        let mut out = out.rewrite();
         if n.is_multiple_of(16) {
             // Sixteen rows of sixteen values turned into sixteen columns by
             // shuffles: several times fewer operations than gathers.
@@ -672,7 +700,7 @@ impl<L: Lanes> Lanes for Twice<L> {
         let (mut first, mut second) = (Columns::new(), Columns::new());
         self.0.gather_groups(v, n, &mut first);
         self.0.gather_groups(&v[L::N * n..], n, &mut second);
-        out.clear();
+        let mut out = out.rewrite();
         for (&a, &b) in first.iter().zip(second.iter()) {
             out.push((a, b));
         }

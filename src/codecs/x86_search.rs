@@ -84,7 +84,7 @@ fn offset_trial<L: Lanes, const EXACT: bool>(
     let zero = lanes.splat(0.0);
     let top = lanes.splat(nmax as f32);
     let (mut sum_l, mut sum_l2, mut sum_xl) = (zero, zero, zero);
-    levels.clear();
+    let mut levels = levels.rewrite();
     for (&v, &w) in xs.iter().zip(ws) {
         let lf = match EXACT {
             // `max` returns its second operand for -0.0 as for NaN: +0.0, the integer path's 0.
@@ -247,7 +247,7 @@ fn symmetric_trial<L: Lanes, const EXACT: bool>(
     let (low, high) = (lanes.splat_i(-nmax), lanes.splat_i(nmax - 1));
     let (low_f, high_f) = (lanes.splat(-nmax as f32), lanes.splat((nmax - 1) as f32));
     let (mut sumlx, mut suml2) = (lanes.splat(0.0), lanes.splat(0.0));
-    trial.clear();
+    let mut trial = trial.rewrite();
     for ((&v, &w), &wx) in xs.iter().zip(ws).zip(wxs) {
         let lf = match EXACT {
             true => lanes.min(lanes.max(lanes.round_even(lanes.mul(iscale, v)), low_f), high_f),
