@@ -206,12 +206,12 @@ impl TensorSet {
     /// GGUF file with no tensors, so every value keeps its exact type and bytes.
     pub fn encode(&self) -> io::Result<Vec<u8>> {
         let head = serde_json::to_vec(&ManifestHead { endian: self.endian, tensors: self.tensors.clone() })?;
-        let gguf_len = gguf::file_len(&self.metadata, &[])?;
-        let mut out = Vec::with_capacity(MANIFEST_MAGIC.len() + 8 + head.len() + gguf_len as usize);
+        let layout = gguf::layout(&self.metadata, &[])?;
+        let mut out = Vec::with_capacity(MANIFEST_MAGIC.len() + 8 + head.len() + layout.file_len as usize);
         out.extend_from_slice(MANIFEST_MAGIC);
         out.extend_from_slice(&(head.len() as u64).to_le_bytes());
         out.extend_from_slice(&head);
-        gguf::write_gguf(&mut out, Endian::Little, &self.metadata, &[], &mut NoTensors)?;
+        gguf::write_header(&mut out, Endian::Little, &self.metadata, &[], &layout)?;
         Ok(out)
     }
 
@@ -228,14 +228,6 @@ impl TensorSet {
         let head: ManifestHead = serde_json::from_slice(head).map_err(|e| bad(e.to_string()))?;
         let header = gguf::read_header_bytes(gguf_bytes, Path::new(name)).map_err(|e| bad(e.to_string()))?;
         Ok(TensorSet { endian: head.endian, metadata: header.metadata, tensors: head.tensors })
-    }
-}
-
-struct NoTensors;
-
-impl gguf::TensorDataSource for NoTensors {
-    fn write_tensor(&mut self, _: usize, _: &mut dyn io::Write) -> io::Result<()> {
-        Ok(())
     }
 }
 
