@@ -134,9 +134,11 @@ fn cuda_kernel_finds_the_first_non_finite_value() {
 }
 
 /// NVRTC compiles every kernel for the A100's and the H100/H200's compute
-/// capabilities. CI installs NVRTC (`pip install nvidia-cuda-nvrtc`) and
-/// names its directory in `QUANTFORGE_CUDA_LIBS`; elsewhere the check is
-/// skipped with a note when NVRTC is missing.
+/// capabilities, and ptxas assembles the PTX for both within what a block
+/// of 256 threads may hold (what the driver checks when it loads the
+/// module). CI installs NVRTC and ptxas (`pip install nvidia-cuda-nvrtc
+/// nvidia-cuda-nvcc`) and names NVRTC's directory in `QUANTFORGE_CUDA_LIBS`;
+/// elsewhere each check is skipped with a note when its tool is missing.
 #[test]
 fn cuda_kernels_compile_with_nvrtc_for_sm_80_and_sm_90() {
     let version = match cuda::nvrtc_version() {
@@ -145,6 +147,7 @@ fn cuda_kernels_compile_with_nvrtc_for_sm_80_and_sm_90() {
         Err(why) => panic!("CI installs NVRTC: {why}"),
     };
     eprintln!("NVRTC {}.{}", version.0, version.1);
+    let ptxas = ptxas();
     for capability in [(8, 0), (9, 0)] {
         let ptx = cuda::compile_ptx(capability).unwrap();
         let target = format!(".target sm_{}{}", capability.0, capability.1);
@@ -154,7 +157,63 @@ fn cuda_kernels_compile_with_nvrtc_for_sm_80_and_sm_90() {
         }
         // --fmad=false: no fused multiply-add anywhere.
         assert!(!ptx.contains("fma."), "the PTX contracts a multiply and an add");
+        match &ptxas {
+            Some(ptxas) => assemble(ptxas, &ptx, capability),
+            None if std::env::var_os("CI").is_none() => eprintln!("skipped: no ptxas"),
+            None => panic!("CI installs ptxas (nvidia-cuda-nvcc)"),
+        }
     }
+}
+
+/// ptxas beside NVRTC (pip's `nvidia/cu13/bin`, a toolkit's `bin`) or on
+/// the PATH.
+fn ptxas() -> Option<std::path::PathBuf> {
+    let beside_nvrtc = std::env::var_os(cuda::LIB_DIRS_ENV)
+        .into_iter()
+        .flat_map(|dirs| std::env::split_paths(&dirs).collect::<Vec<_>>())
+        .filter_map(|lib| lib.parent().map(|dir| dir.join("bin")));
+    let path = std::env::var_os("PATH").into_iter().flat_map(|dirs| std::env::split_paths(&dirs).collect::<Vec<_>>());
+    beside_nvrtc.chain(path).map(|dir| dir.join("ptxas")).find(|ptxas| ptxas.is_file())
+}
+
+/// Assembles `ptx` for `capability` and checks every kernel's resources:
+/// registers for 256 threads, static shared memory within 48 KiB, no
+/// spills (the searches keep their groups in registers). Prints the table
+/// docs/CUDA.md quotes.
+fn assemble(ptxas: &std::path::Path, ptx: &str, (major, minor): (i32, i32)) {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("kernels.ptx");
+    std::fs::write(&input, ptx).unwrap();
+    let output = std::process::Command::new(ptxas)
+        .arg(format!("-arch=sm_{major}{minor}"))
+        .arg("-v")
+        .arg(&input)
+        .arg("-o")
+        .arg(dir.path().join("kernels.cubin"))
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "ptxas failed for sm_{major}{minor}:\n{log}");
+    let mut seen = 0;
+    for entry in log.split("Compiling entry function '").skip(1) {
+        let name = &entry[..entry.find('\'').unwrap()];
+        let number_before = |label: &str| -> u64 {
+            entry.find(label).map_or(0, |at| {
+                let words: Vec<&str> = entry[..at].split_whitespace().collect();
+                words.last().unwrap().parse().unwrap()
+            })
+        };
+        let (registers, shared) = (number_before(" registers"), number_before(" bytes smem"));
+        let (stack, spills) = (number_before(" bytes stack frame"), number_before(" bytes spill stores"));
+        eprintln!(
+            "sm_{major}{minor} {name:<22} {registers:>3} registers {shared:>6} bytes shared {stack:>3} bytes stack"
+        );
+        assert!(registers * u64::from(kernels::THREADS) <= 65_536, "{name}: {registers} registers a thread");
+        assert!(shared <= 48 * 1024, "{name}: {shared} bytes of static shared memory");
+        assert_eq!(spills, 0, "{name} spills registers");
+        seen += 1;
+    }
+    assert_eq!(seen, kernels::KERNELS.len() + 1, "ptxas compiled every entry point:\n{log}");
 }
 
 /// The CUDA backend over the emulated device: conversions with kernels

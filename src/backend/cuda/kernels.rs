@@ -59,6 +59,13 @@ const GROUPS: u32 = THREADS / 32;
 /// A block per 256-value super-block.
 const SUPER_BLOCK: u32 = 1;
 
+/// Super-blocks a block covers when each thread searches one group of
+/// `group` values (Q2_K … Q5_K's encoders; `qf_searched_super_blocks` in
+/// `search.cuh`).
+const fn searched_super_blocks(group: u32) -> u32 {
+    THREADS * group / 256
+}
+
 /// A 64-thread group per NVFP4 block of 64.
 const NVFP4_GROUPS: u32 = THREADS / 64;
 
@@ -88,10 +95,10 @@ pub static KERNELS: [Kernel; 43] = [
     kernel("qf_decode_q8_k", GgmlType::Q8_K, Direction::Decode, SUPER_BLOCK),
     kernel("qf_decode_tq1_0", GgmlType::TQ1_0, Direction::Decode, SUPER_BLOCK),
     kernel("qf_decode_tq2_0", GgmlType::TQ2_0, Direction::Decode, SUPER_BLOCK),
-    weighted(kernel("qf_encode_q2_k", GgmlType::Q2_K, Direction::Encode, SUPER_BLOCK)),
-    weighted(kernel("qf_encode_q3_k", GgmlType::Q3_K, Direction::Encode, SUPER_BLOCK)),
-    weighted(kernel("qf_encode_q4_k", GgmlType::Q4_K, Direction::Encode, SUPER_BLOCK)),
-    weighted(kernel("qf_encode_q5_k", GgmlType::Q5_K, Direction::Encode, SUPER_BLOCK)),
+    weighted(kernel("qf_encode_q2_k", GgmlType::Q2_K, Direction::Encode, searched_super_blocks(16))),
+    weighted(kernel("qf_encode_q3_k", GgmlType::Q3_K, Direction::Encode, searched_super_blocks(16))),
+    weighted(kernel("qf_encode_q4_k", GgmlType::Q4_K, Direction::Encode, searched_super_blocks(32))),
+    weighted(kernel("qf_encode_q5_k", GgmlType::Q5_K, Direction::Encode, searched_super_blocks(32))),
     weighted(kernel("qf_encode_q6_k", GgmlType::Q6_K, Direction::Encode, SUPER_BLOCK)),
     kernel("qf_decode_iq4_nl", GgmlType::IQ4_NL, Direction::Decode, GROUPS),
     kernel("qf_decode_iq4_xs", GgmlType::IQ4_XS, Direction::Decode, SUPER_BLOCK),
@@ -204,5 +211,14 @@ mod tests {
             let line = format!("{name}[16] = {{{}}};", values.join(", "));
             assert!(program().contains(&line), "the kernels' table differs from {line}");
         }
+    }
+
+    /// The grid the table gives a kernel is the one its source assumes.
+    #[test]
+    fn the_kernels_block_shapes_are_the_tables() {
+        let program = program();
+        assert!(program.contains(&format!("#define QF_THREADS {THREADS}\n")));
+        assert!(program.contains("#define QK_K 256\n"));
+        assert!(program.contains("qf_searched_super_blocks(int n) { return QF_THREADS * n / QK_K; }"));
     }
 }

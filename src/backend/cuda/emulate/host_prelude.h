@@ -62,6 +62,8 @@ inline std::barrier<>* block_barrier = nullptr;
 #define __shared__ static
 #define __constant__
 #define __syncthreads() (qf_emu::block_barrier->arrive_and_wait())
+#define QF_UNROLL
+#define QF_UNROLL_BY(n)
 
 inline unsigned __float_as_uint(float f) {
     unsigned u;

@@ -10,6 +10,16 @@
 
 #define QF_THREADS 256
 #define QK 32
+#define QK_K 256
+
+// Loops over a group's values unroll on the GPU, so the arrays they index
+// stay in registers; QF_UNROLL_BY(n) unrolls n times, 1 not at all (the
+// host emulation defines both empty).
+#ifndef QF_UNROLL
+#define QF_PRAGMA(text) _Pragma(#text)
+#define QF_UNROLL QF_PRAGMA(unroll)
+#define QF_UNROLL_BY(n) QF_PRAGMA(unroll(n))
+#endif
 
 typedef unsigned char qf_u8;
 typedef unsigned short qf_u16;

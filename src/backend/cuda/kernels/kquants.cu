@@ -1,13 +1,13 @@
-// The K-quants: decode Q2_K … Q6_K, and encode Q4_K, Q5_K and Q6_K without
+// The K-quants: decode Q2_K … Q8_K, and encode Q2_K … Q6_K with and without
 // importance weights, as src/codecs/kquants.rs and search.rs define them.
 //
-// A block of 256 threads owns one 256-value super-block. The searches try
-// many scales per group; each trial's sums must be the scalar loop's, in its
-// order, so a thread computes one (group, trial) pair's sums sequentially,
-// all pairs at once, and one thread per group then replays the scalar
-// selection over the stored sums. Per-value steps run a thread a value.
-
-#define QK_K 256
+// The searches try many scales per group, and each trial's sums must be the
+// scalar loop's, in its order. Where a group's trials depend on each other
+// (Q2_K … Q5_K), a thread searches one group, in its registers, and a block
+// covers as many super-blocks as it has threads for groups. Where they do
+// not (Q6_K), a block owns one super-block: a thread computes one (group,
+// trial) pair's sums, all pairs at once, and a thread a group then replays
+// the scalar selection over the stored sums. Decoders run a thread a value.
 
 // Scale and minimum of group j of a Q4_K/Q5_K block (ggml's get_scale_min_k4).
 __device__ __forceinline__ void qf_scale_min_k4(int j, const qf_u8* q, int* scale, int* min) {
@@ -18,6 +18,19 @@ __device__ __forceinline__ void qf_scale_min_k4(int j, const qf_u8* q, int* scal
         *scale = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
         *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
     }
+}
+
+// Byte b (< 64) of a super-block's 2-bit levels: levels l, l+32, l+64 and
+// l+96 of its 128-value half, b = 32·half + l; each level's low two bits.
+__device__ __forceinline__ qf_u8 qf_2bit_byte(const qf_u8* levels, int b) {
+    const qf_u8* at = levels + 128 * (b / 32) + b % 32;
+    return (qf_u8)((at[0] & 3) | ((at[32] & 3) << 2) | ((at[64] & 3) << 4) | ((at[96] & 3) << 6));
+}
+
+// Byte b (< 4) of two f16 values, little-endian, one after the other.
+__device__ __forceinline__ qf_u8 qf_f16_pair_byte(qf_u16 first, qf_u16 second, int b) {
+    qf_u16 half = b < 2 ? first : second;
+    return (qf_u8)(b % 2 == 0 ? half & 0xffu : half >> 8);
 }
 
 QF_KERNEL(qf_decode_q2_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
@@ -225,90 +238,91 @@ __device__ void qf_k4_block_scales(const float* scales, const float* neg_mins, q
 
 // Q4_K (nmax 15: rmin -1, 20 steps) and Q5_K (nmax 31: rmin -0.5, 15 steps);
 // with importance weights make_qkx3_quants, and make_qp_quants for the
-// block's scales and minimums.
+// block's scales and minimums. A block covers 32 super-blocks: thread t
+// searches group t % 8 of super-block t / 8 in its registers, a thread a
+// super-block chooses its scales, every thread requantizes its group, and
+// all pack the bytes.
 __device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blocks, int nmax,
                              const float* importance, qf_u64 n_per_row) {
-    __shared__ float x[QK_K], w[QK_K];
-    __shared__ float g_scale[8], g_neg_min[8], group_weight[8];
-    __shared__ qf_u8 scales_packed[12], levels[QK_K];
-    __shared__ qf_u16 d_bits, dmin_bits;
-    qf_u64 block = blockIdx.x;
-    bool active = block < n_blocks;
+    const int super_blocks = qf_searched_super_blocks(32);
+    __shared__ float staged[QF_THREADS * 33], sigma2[super_blocks];
+    __shared__ float g_scale[QF_THREADS], g_neg_min[QF_THREADS], group_weight[QF_THREADS];
+    __shared__ qf_u8 scales_packed[super_blocks][12], levels[super_blocks * QK_K];
+    __shared__ qf_u16 d_bits[super_blocks], dmin_bits[super_blocks];
     int t = threadIdx.x;
-    x[t] = active ? ((const float*)source)[block * QK_K + t] : 0.0f;
-    __syncthreads();
+    qf_u64 first_block = (qf_u64)blockIdx.x * super_blocks;
+    qf_stage_groups<32>((const float*)source, first_block, n_blocks, staged);
+    float x[32], w[32];
+    qf_own_group<32>(staged, x);
     if (importance) {
-        qf_super_block_weights(x, importance, block * QK_K, n_per_row, 2.0f, 32, w, group_weight);
-        if (t < 8) {
-            qf_make_qkx(x + 32 * t, w + 32 * t, 32, nmax, -0.9f, 0.05f, 36, false, true, levels + 32 * t, &g_scale[t],
-                        &g_neg_min[t]);
-        }
-        __syncthreads();
-        if (t == 0) {
-            qf_u8 ls[8], lm[8];
-            float d_block = qf_make_qp(8, 63, g_scale, group_weight, ls);
-            float m_block = qf_make_qp(8, 63, g_neg_min, group_weight, lm);
-            qf_pack_scales_k4(ls, lm, scales_packed);
-            d_bits = qf_f32_to_f16(d_block);
-            dmin_bits = qf_f32_to_f16(m_block);
-        }
+        qf_staged_sigma2<32>(staged, 2.0f, sigma2);
+        group_weight[t] =
+            qf_group_weights<32>(x, importance, first_block * QK_K + 32 * t, n_per_row, sigma2[t / 8], w);
+        qf_make_qkx<32>(x, w, nmax, -0.9f, 0.05f, 36, false, true, levels + 32 * t, &g_scale[t], &g_neg_min[t]);
     } else {
-        if (t < 8) {
-            float sum_x2 = 0.0f;
-            for (int i = 0; i < 32; i++) sum_x2 = sum_x2 + x[32 * t + i] * x[32 * t + i];
-            g_scale[t] = sqrtf(sum_x2 / 32.0f);
+        float sum_x2 = 0.0f;
+        QF_UNROLL
+        for (int i = 0; i < 32; i++) sum_x2 = sum_x2 + x[i] * x[i];
+        float av_x = sqrtf(sum_x2 / 32.0f);
+        QF_UNROLL
+        for (int i = 0; i < 32; i++) w[i] = av_x + fabsf(x[i]);
+        float rmin = nmax == 15 ? -1.0f : -0.5f;
+        int nstep = nmax == 15 ? 20 : 15;
+        qf_make_qkx<32>(x, w, nmax, rmin, 0.1f, nstep, false, false, levels + 32 * t, &g_scale[t], &g_neg_min[t]);
+    }
+    __syncthreads();
+    if (t < super_blocks) {
+        if (importance) {
+            qf_u8 ls[8], lm[8];
+            float d_block = qf_make_qp(8, 63, g_scale + 8 * t, group_weight + 8 * t, ls);
+            float m_block = qf_make_qp(8, 63, g_neg_min + 8 * t, group_weight + 8 * t, lm);
+            qf_pack_scales_k4(ls, lm, scales_packed[t]);
+            d_bits[t] = qf_f32_to_f16(d_block);
+            dmin_bits[t] = qf_f32_to_f16(m_block);
+        } else {
+            qf_k4_block_scales(g_scale + 8 * t, g_neg_min + 8 * t, scales_packed[t], &d_bits[t], &dmin_bits[t]);
         }
-        __syncthreads();
-        w[t] = g_scale[t / 32] + fabsf(x[t]);
-        __syncthreads();
-        if (t < 8) {
-            float rmin = nmax == 15 ? -1.0f : -0.5f;
-            int nstep = nmax == 15 ? 20 : 15;
-            qf_make_qkx(x + 32 * t, w + 32 * t, 32, nmax, rmin, 0.1f, nstep, false, false, levels + 32 * t,
-                        &g_scale[t], &g_neg_min[t]);
-        }
-        __syncthreads();
-        if (t == 0) qf_k4_block_scales(g_scale, g_neg_min, scales_packed, &d_bits, &dmin_bits);
     }
     __syncthreads();
     {
         // The block's scales round every level again; a group whose scale
         // rounds to zero keeps its search's levels.
-        int g = t / 32;
-        int scale, min;
-        qf_scale_min_k4(g, scales_packed, &scale, &min);
-        float dj = qf_f16_to_f32(d_bits) * (float)scale;
+        int block = t / 8, scale, min;
+        qf_scale_min_k4(t % 8, scales_packed[block], &scale, &min);
+        float dj = qf_f16_to_f32(d_bits[block]) * (float)scale;
         if (dj != 0.0f) {
-            float dm = qf_f16_to_f32(dmin_bits) * (float)min;
-            levels[t] = (qf_u8)qf_clamp(qf_nearest_int((x[t] + dm) / dj), 0, nmax);
+            float dm = qf_f16_to_f32(dmin_bits[block]) * (float)min;
+            QF_UNROLL
+            for (int i = 0; i < 32; i++) levels[32 * t + i] = (qf_u8)qf_clamp(qf_nearest_int((x[i] + dm) / dj), 0, nmax);
         }
     }
     __syncthreads();
-    if (!active) return;
-    qf_u8* out = (qf_u8*)destination + block * (nmax == 15 ? 144 : 176);
-    if (t == 0) {
-        qf_store_u16(out, d_bits);
-        qf_store_u16(out + 2, dmin_bits);
-    }
-    if (t < 12) out[4 + t] = scales_packed[t];
-    if (nmax == 15) {
-        if (t < 128) {
-            int half = t / 32, l = t % 32;
-            out[16 + t] = (qf_u8)(levels[64 * half + l] | (levels[64 * half + l + 32] << 4));
-        }
-    } else {
-        if (t < 32) {
-            qf_u8 high = 0;
+    int block_bytes = nmax == 15 ? 144 : 176;
+    qf_u8* out = (qf_u8*)destination + first_block * block_bytes;
+    for (int k = t; k < super_blocks * block_bytes; k += QF_THREADS) {
+        int block = k / block_bytes, b = k % block_bytes;
+        if (first_block + block >= n_blocks) break;
+        const qf_u8* l = levels + QK_K * block;
+        qf_u8 byte;
+        if (b < 4) {
+            byte = qf_f16_pair_byte(d_bits[block], dmin_bits[block], b);
+        } else if (b < 16) {
+            byte = scales_packed[block][b - 4];
+        } else if (nmax == 15) {
+            int q = b - 16, at = 64 * (q / 32) + q % 32;
+            byte = (qf_u8)(l[at] | (l[at + 32] << 4));
+        } else if (b < 48) {
+            int at = b - 16;
+            byte = 0;
             for (int pair = 0; pair < 4; pair++) {
-                if (levels[64 * pair + t] > 15) high |= (qf_u8)(1 << (2 * pair));
-                if (levels[64 * pair + t + 32] > 15) high |= (qf_u8)(2 << (2 * pair));
+                if (l[64 * pair + at] > 15) byte |= (qf_u8)(1 << (2 * pair));
+                if (l[64 * pair + at + 32] > 15) byte |= (qf_u8)(2 << (2 * pair));
             }
-            out[16 + t] = high;
+        } else {
+            int q = b - 48, at = 64 * (q / 32) + q % 32;
+            byte = (qf_u8)((l[at] & 0xf) | ((l[at + 32] & 0xf) << 4));
         }
-        if (t < 128) {
-            int pair = t / 32, l = t % 32;
-            out[48 + t] = (qf_u8)((levels[64 * pair + l] & 0xf) | ((levels[64 * pair + l + 32] & 0xf) << 4));
-        }
+        out[k] = byte;
     }
 }
 
@@ -320,15 +334,6 @@ QF_KERNEL(qf_encode_q4_k)(const void* source, void* destination, qf_u64 n_blocks
 QF_KERNEL(qf_encode_q5_k)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
                           qf_u64 n_per_row) {
     qf_encode_k4(source, destination, n_blocks, 31, importance, n_per_row);
-}
-
-// Packs 2-bit levels: byte l of each 32-byte quarter holds levels l, l+32,
-// l+64, l+96 of its 128-value half (threads 0..63, a byte each).
-__device__ void qf_pack_2bit(const qf_u8* levels, qf_u8* qs, int t) {
-    if (t < 64) {
-        const qf_u8* at = levels + 128 * (t / 32) + t % 32;
-        qs[t] = (qf_u8)(at[0] | (at[32] << 2) | (at[64] << 4) | (at[96] << 6));
-    }
 }
 
 // ---------------------------------------------------------------- Q2_K
@@ -351,97 +356,108 @@ __device__ void qf_q2_k_block_scales(const float* scales, const float* mins, qf_
 }
 
 // With importance weights: make_qkx3_quants per group, make_qp_quants for
-// the block's scales and minimums.
+// the block's scales and minimums. A block covers 16 super-blocks, a
+// thread a 16-value group, in the shape of Q4_K's.
 QF_KERNEL(qf_encode_q2_k)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
                           qf_u64 n_per_row) {
-    __shared__ float x[QK_K], w[QK_K], scales[16], mins[16], group_weight[16];
-    __shared__ qf_u8 packed[16], levels[QK_K];
-    __shared__ float block_d, block_dmin;
-    qf_u64 block = blockIdx.x;
-    bool active = block < n_blocks;
+    const int super_blocks = qf_searched_super_blocks(16);
+    __shared__ float staged[QF_THREADS * 17], sigma2[super_blocks];
+    __shared__ float scales[QF_THREADS], mins[QF_THREADS], group_weight[QF_THREADS];
+    __shared__ qf_u8 packed[super_blocks][16], levels[super_blocks * QK_K];
+    __shared__ float block_d[super_blocks], block_dmin[super_blocks];
     int t = threadIdx.x;
-    x[t] = active ? ((const float*)source)[block * QK_K + t] : 0.0f;
+    qf_u64 first_block = (qf_u64)blockIdx.x * super_blocks;
+    qf_stage_groups<16>((const float*)source, first_block, n_blocks, staged);
+    float x[16], w[16];
+    qf_own_group<16>(staged, x);
     if (importance) {
-        __syncthreads();
-        qf_super_block_weights(x, importance, block * QK_K, n_per_row, 1.0f, 16, w, group_weight);
-        if (t < 16) {
-            qf_make_qkx(x + 16 * t, w + 16 * t, 16, 3, -0.9f, 0.05f, 36, false, true, levels + 16 * t, &scales[t],
-                        &mins[t]);
-        }
-        __syncthreads();
-        if (t == 0) {
-            qf_u8 ls[16], lm[16];
-            qf_u16 d = qf_f32_to_f16(qf_make_qp(16, 15, scales, group_weight, ls));
-            qf_u16 dmin = qf_f32_to_f16(qf_make_qp(16, 15, mins, group_weight, lm));
-            for (int j = 0; j < 16; j++) packed[j] = (qf_u8)(ls[j] | (lm[j] << 4));
-            block_d = qf_f16_to_f32(d);
-            block_dmin = qf_f16_to_f32(dmin);
-        }
-        __syncthreads();
+        qf_staged_sigma2<16>(staged, 1.0f, sigma2);
+        group_weight[t] =
+            qf_group_weights<16>(x, importance, first_block * QK_K + 16 * t, n_per_row, sigma2[t / 16], w);
+        qf_make_qkx<16>(x, w, 3, -0.9f, 0.05f, 36, false, true, levels + 16 * t, &scales[t], &mins[t]);
     } else {
-        w[t] = fabsf(x[t]);
-        __syncthreads();
-        if (t < 16) {
-            qf_make_qkx(x + 16 * t, w + 16 * t, 16, 3, -0.5f, 0.1f, 15, true, false, levels + 16 * t, &scales[t],
-                        &mins[t]);
-        }
-        __syncthreads();
-        if (t == 0) qf_q2_k_block_scales(scales, mins, packed, &block_d, &block_dmin);
-        __syncthreads();
+        QF_UNROLL
+        for (int i = 0; i < 16; i++) w[i] = fabsf(x[i]);
+        qf_make_qkx<16>(x, w, 3, -0.5f, 0.1f, 15, true, false, levels + 16 * t, &scales[t], &mins[t]);
     }
-    {
-        int g = t / 16;
-        float d = block_d * (float)(packed[g] & 0xf);
-        if (d != 0.0f) {
-            float m = block_dmin * (float)(packed[g] >> 4);
-            levels[t] = (qf_u8)qf_clamp(qf_nearest_int((x[t] + m) / d), 0, 3);
+    __syncthreads();
+    if (t < super_blocks) {
+        if (importance) {
+            qf_u8 ls[16], lm[16];
+            qf_u16 d = qf_f32_to_f16(qf_make_qp(16, 15, scales + 16 * t, group_weight + 16 * t, ls));
+            qf_u16 dmin = qf_f32_to_f16(qf_make_qp(16, 15, mins + 16 * t, group_weight + 16 * t, lm));
+            for (int j = 0; j < 16; j++) packed[t][j] = (qf_u8)(ls[j] | (lm[j] << 4));
+            block_d[t] = qf_f16_to_f32(d);
+            block_dmin[t] = qf_f16_to_f32(dmin);
+        } else {
+            qf_q2_k_block_scales(scales + 16 * t, mins + 16 * t, packed[t], &block_d[t], &block_dmin[t]);
         }
     }
     __syncthreads();
-    if (!active) return;
-    qf_u8* out = (qf_u8*)destination + block * 84;
-    if (t < 16) out[t] = packed[t];
-    qf_pack_2bit(levels, out + 16, t);
-    if (t == 0) {
-        qf_store_u16(out + 80, qf_f32_to_f16(block_d));
-        qf_store_u16(out + 82, qf_f32_to_f16(block_dmin));
+    {
+        int block = t / 16, g = t % 16;
+        float d = block_d[block] * (float)(packed[block][g] & 0xf);
+        if (d != 0.0f) {
+            float m = block_dmin[block] * (float)(packed[block][g] >> 4);
+            QF_UNROLL
+            for (int i = 0; i < 16; i++) levels[16 * t + i] = (qf_u8)qf_clamp(qf_nearest_int((x[i] + m) / d), 0, 3);
+        }
+    }
+    __syncthreads();
+    qf_u8* out = (qf_u8*)destination + first_block * 84;
+    for (int k = t; k < super_blocks * 84; k += QF_THREADS) {
+        int block = k / 84, b = k % 84;
+        if (first_block + block >= n_blocks) break;
+        qf_u8 byte;
+        if (b < 16) {
+            byte = packed[block][b];
+        } else if (b < 80) {
+            byte = qf_2bit_byte(levels + QK_K * block, b - 16);
+        } else {
+            byte = qf_f16_pair_byte(qf_f32_to_f16(block_d[block]), qf_f32_to_f16(block_dmin[block]), b - 80);
+        }
+        out[k] = byte;
     }
 }
 
 // ---------------------------------------------------------------- Q3_K
 
-// make_q3_quants with its coordinate descent, on one group of 16: levels in
-// [0, 8) (0 for a group of zeros); returns the scale.
-__device__ float qf_make_q3(const float* x, signed char* levels) {
+// make_q3_quants with its coordinate descent, on one group of 16 (in
+// registers when the group is): levels in [0, 8) (0 for a group of zeros);
+// returns the scale.
+__device__ __forceinline__ float qf_make_q3(const float* x, signed char* levels) {
     const int nmax = 4;
     float amax;
     float max = qf_signed_absmax(x, 16, &amax);
     if (amax < 1e-15f) {
+        QF_UNROLL
         for (int i = 0; i < 16; i++) levels[i] = 0;
         return 0.0f;
     }
     float iscale = -(float)nmax / max;
     float sumlx = 0.0f, suml2 = 0.0f;
+    int q[16];
+    QF_UNROLL
     for (int i = 0; i < 16; i++) {
-        int q = qf_clamp(qf_nearest_int(iscale * x[i]), -nmax, nmax - 1);
-        levels[i] = (signed char)q;
+        q[i] = qf_clamp(qf_nearest_int(iscale * x[i]), -nmax, nmax - 1);
         float w = x[i] * x[i];
-        sumlx += w * x[i] * (float)q;
-        suml2 += w * (float)q * (float)q;
+        sumlx += w * x[i] * (float)q[i];
+        suml2 += w * (float)q[i] * (float)q[i];
     }
     for (int pass = 0; pass < 5; pass++) {
         int n_changed = 0;
+        QF_UNROLL
         for (int i = 0; i < 16; i++) {
-            float v = x[i], w = v * v, li = (float)levels[i];
+            float v = x[i], w = v * v, li = (float)q[i];
             float slx = sumlx - w * v * li;
             if (slx > 0.0f) {
                 float sl2 = suml2 - w * li * li;
                 int new_l = qf_clamp(qf_nearest_int(v * sl2 / slx), -nmax, nmax - 1);
-                if (new_l != levels[i]) {
+                if (new_l != q[i]) {
                     slx += w * v * (float)new_l;
                     sl2 += w * (float)new_l * (float)new_l;
                     if (sl2 > 0.0f && slx * slx * suml2 > sumlx * sumlx * sl2) {
-                        levels[i] = (signed char)new_l;
+                        q[i] = new_l;
                         sumlx = slx;
                         suml2 = sl2;
                         n_changed++;
@@ -451,7 +467,8 @@ __device__ float qf_make_q3(const float* x, signed char* levels) {
         }
         if (n_changed == 0) break;
     }
-    for (int i = 0; i < 16; i++) levels[i] = (signed char)(levels[i] + nmax);
+    QF_UNROLL
+    for (int i = 0; i < 16; i++) levels[i] = (signed char)(q[i] + nmax);
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
@@ -486,58 +503,80 @@ __device__ void qf_q3_k_block_scales(const float* scales, qf_u8* packed, float* 
 }
 
 // With importance weights: make_qx_quants per group, and again over the
-// group scales for the block's.
+// group scales for the block's. A block covers 16 super-blocks, a thread a
+// 16-value group, in the shape of Q4_K's.
 QF_KERNEL(qf_encode_q3_k)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
                           qf_u64 n_per_row) {
-    __shared__ float x[QK_K], w[QK_K], scales[16], group_weight[16];
-    __shared__ signed char levels[QK_K];
-    __shared__ qf_u8 packed[12], unsigned_levels[QK_K];
-    __shared__ float block_d;
-    qf_u64 block = blockIdx.x;
-    bool active = block < n_blocks;
+    const int super_blocks = qf_searched_super_blocks(16);
+    __shared__ float staged[QF_THREADS * 17], sigma2[super_blocks];
+    __shared__ float scales[QF_THREADS], group_weight[QF_THREADS];
+    __shared__ signed char levels[super_blocks * QK_K];
+    __shared__ qf_u8 packed[super_blocks][12];
+    __shared__ float block_d[super_blocks];
     int t = threadIdx.x;
-    x[t] = active ? ((const float*)source)[block * QK_K + t] : 0.0f;
-    __syncthreads();
+    qf_u64 first_block = (qf_u64)blockIdx.x * super_blocks;
+    qf_stage_groups<16>((const float*)source, first_block, n_blocks, staged);
+    float x[16];
+    qf_own_group<16>(staged, x);
     if (importance) {
-        qf_super_block_weights(x, importance, block * QK_K, n_per_row, 2.0f, 16, w, group_weight);
-        if (t < 16) scales[t] = qf_make_qx(x + 16 * t, w + 16 * t, 16, 4, levels + 16 * t);
-        __syncthreads();
-        if (t == 0) {
+        float w[16];
+        qf_staged_sigma2<16>(staged, 2.0f, sigma2);
+        group_weight[t] =
+            qf_group_weights<16>(x, importance, first_block * QK_K + 16 * t, n_per_row, sigma2[t / 16], w);
+        scales[t] = qf_make_qx<16>(x, w, 4, levels + 16 * t);
+    } else {
+        scales[t] = qf_make_q3(x, levels + 16 * t);
+    }
+    __syncthreads();
+    if (t < super_blocks) {
+        if (importance) {
             signed char ls[16];
             int l[16];
-            float d_block = qf_make_qx(scales, group_weight, 16, 32, ls);
+            float d_block = qf_make_qx<16>(scales + 16 * t, group_weight + 16 * t, 32, ls);
             for (int j = 0; j < 16; j++) l[j] = ls[j];
-            qf_pack_scales_q3(l, packed);
-            block_d = qf_f16_to_f32(qf_f32_to_f16(d_block));
+            qf_pack_scales_q3(l, packed[t]);
+            block_d[t] = qf_f16_to_f32(qf_f32_to_f16(d_block));
+        } else {
+            qf_q3_k_block_scales(scales + 16 * t, packed[t], &block_d[t]);
         }
-    } else {
-        if (t < 16) scales[t] = qf_make_q3(x + 16 * t, levels + 16 * t);
-        __syncthreads();
-        if (t == 0) qf_q3_k_block_scales(scales, packed, &block_d);
     }
     __syncthreads();
     {
-        int j = t / 16;
-        int low = j < 8 ? (packed[j] & 0xf) : (packed[j - 8] >> 4);
-        int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
-        float d = block_d * (float)((int)(signed char)(qf_u8)(low | (high << 4)) - 32);
-        if (d != 0.0f) levels[t] = (signed char)(qf_clamp(qf_nearest_int(x[t] / d), -4, 3) + 4);
-        qf_u8 l = (qf_u8)levels[t];
-        unsigned_levels[t] = l > 3 ? (qf_u8)(l - 4) : l;
+        int block = t / 16, j = t % 16;
+        const qf_u8* p = packed[block];
+        int low = j < 8 ? (p[j] & 0xf) : (p[j - 8] >> 4);
+        int high = (p[8 + j % 4] >> (2 * (j / 4))) & 3;
+        float d = block_d[block] * (float)((int)(signed char)(qf_u8)(low | (high << 4)) - 32);
+        if (d != 0.0f) {
+            QF_UNROLL
+            for (int i = 0; i < 16; i++) {
+                levels[16 * t + i] = (signed char)(qf_clamp(qf_nearest_int(x[i] / d), -4, 3) + 4);
+            }
+        }
     }
     __syncthreads();
-    if (!active) return;
-    qf_u8* out = (qf_u8*)destination + block * 110;
-    if (t < 32) {
-        qf_u8 mask = 0;
-        for (int k = 0; k < 8; k++) {
-            if ((qf_u8)levels[t + 32 * k] > 3) mask |= (qf_u8)(1 << k);
+    qf_u8* out = (qf_u8*)destination + first_block * 110;
+    for (int k = t; k < super_blocks * 110; k += QF_THREADS) {
+        int block = k / 110, b = k % 110;
+        if (first_block + block >= n_blocks) break;
+        const qf_u8* l = (const qf_u8*)levels + QK_K * block;
+        qf_u8 byte;
+        if (b < 32) {
+            // The high bits: bit i of byte b is level b + 32i's.
+            byte = 0;
+            for (int i = 0; i < 8; i++) {
+                if (l[b + 32 * i] > 3) byte |= (qf_u8)(1 << i);
+            }
+        } else if (b < 96) {
+            byte = qf_2bit_byte(l, b - 32);
+        } else if (b < 108) {
+            byte = packed[block][b - 96];
+        } else {
+            qf_u16 d = qf_f32_to_f16(block_d[block]);
+            byte = qf_f16_pair_byte(d, d, b - 108);
         }
-        out[t] = mask;
+        out[k] = byte;
     }
-    qf_pack_2bit(unsigned_levels, out + 32, t);
-    if (t < 12) out[96 + t] = packed[t];
-    if (t == 0) qf_store_u16(out + 108, qf_f32_to_f16(block_d));
 }
 
 // ---------------------------------------------------------------- Q8_K

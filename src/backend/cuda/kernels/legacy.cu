@@ -156,7 +156,7 @@ __device__ void qf_encode_symmetric(const void* source, void* destination, qf_u6
     if (importance) {
         qf_row_weights((const float*)source, v, g, importance, n_per_row, x, w);
         if (g.lane == 0) {
-            scales[threadIdx.x / QK] = qf_make_qx(x + g.first, w + g.first, QK, nmax, (signed char*)levels + g.first);
+            scales[threadIdx.x / QK] = qf_make_qx<QK, 1>(x + g.first, w + g.first, nmax, (signed char*)levels + g.first);
         }
         __syncthreads();
         d = scales[threadIdx.x / QK];
@@ -202,7 +202,7 @@ __device__ void qf_encode_offset(const void* source, void* destination, qf_u64 n
         qf_row_weights((const float*)source, v, g, importance, n_per_row, x, w);
         if (g.lane == 0) {
             int k = threadIdx.x / QK;
-            qf_make_qkx(x + g.first, w + g.first, QK, nmax, -0.9f, 0.05f, 36, false, true, levels + g.first,
+            qf_make_qkx<QK, 1>(x + g.first, w + g.first, nmax, -0.9f, 0.05f, 36, false, true, levels + g.first,
                         &scales[k], &neg_mins[k]);
         }
         __syncthreads();

@@ -2,14 +2,21 @@
 // run by one thread over one group, in the scalar order.
 
 // make_qkx2_quants (or, with qkx3, make_qkx3_quants, whose flat-group test
-// differs) on one group of n (16 or 32), as search.rs runs it. Its trials
+// differs) on one group of N (16 or 32), as search.rs runs it. Its trials
 // are not independent — a better trial moves the minimum every later trial
-// rounds against — so one thread runs a group's search in order. Writes the
-// group's levels; returns (scale, -min).
-__device__ void qf_make_qkx(const float* x, const float* w, int n, int nmax, float rmin, float rdelta, int nstep,
-                            bool use_mad, bool qkx3, qf_u8* levels, float* scale_out, float* neg_min_out) {
+// rounds against — so one thread runs a group's search in order. Its loops
+// unroll, so a group a thread holds in arrays stays in its registers; with
+// Unroll 1 (a group in shared memory, searched by few of a block's
+// threads) they do not, and the kernel keeps its few registers. The best
+// trial's levels are remade once, from the scale and minimum it rounded
+// with. Writes the group's levels; returns (scale, -min).
+template <int N, int Unroll = N>
+__device__ __forceinline__ void qf_make_qkx(const float* x, const float* w, int nmax, float rmin, float rdelta,
+                                            int nstep, bool use_mad, bool qkx3, qf_u8* levels, float* scale_out,
+                                            float* neg_min_out) {
     float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
-    for (int i = 1; i < n; i++) {
+    QF_UNROLL_BY(Unroll)
+    for (int i = 1; i < N; i++) {
         if (x[i] < min) min = x[i];
         if (x[i] > max) max = x[i];
         sum_w += w[i];
@@ -17,26 +24,29 @@ __device__ void qf_make_qkx(const float* x, const float* w, int n, int nmax, flo
     }
     if (min > 0.0f) min = 0.0f;
     if (qkx3 ? max <= min : max == min) {
-        for (int i = 0; i < n; i++) levels[i] = 0;
+        QF_UNROLL_BY(Unroll)
+        for (int i = 0; i < N; i++) levels[i] = 0;
         *scale_out = 0.0f;
         *neg_min_out = -min;
         return;
     }
     float iscale = (float)nmax / (max - min);
     float scale = 1.0f / iscale, best_error = 0.0f;
-    for (int i = 0; i < n; i++) {
+    float best_iscale = iscale, best_rounding_min = min;
+    QF_UNROLL_BY(Unroll)
+    for (int i = 0; i < N; i++) {
         int l = qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
-        levels[i] = (qf_u8)l;
         float diff = scale * (float)l + min - x[i];
         best_error += w[i] * (use_mad ? fabsf(diff) : diff * diff);
     }
-    qf_u8 aux[32];
+    float aux[N];
     for (int is = 0; is <= nstep; is++) {
         iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
         float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
-        for (int i = 0; i < n; i++) {
-            aux[i] = (qf_u8)qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
-            float l = (float)aux[i];
+        QF_UNROLL_BY(Unroll)
+        for (int i = 0; i < N; i++) {
+            float l = (float)qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
+            aux[i] = l;
             sum_l += w[i] * l;
             sum_l2 += w[i] * l * l;
             sum_xl += w[i] * l * x[i];
@@ -50,17 +60,23 @@ __device__ void qf_make_qkx(const float* x, const float* w, int n, int nmax, flo
                 this_scale = sum_xl / sum_l2;
             }
             float error = 0.0f;
-            for (int i = 0; i < n; i++) {
-                float diff = this_scale * (float)aux[i] + this_min - x[i];
+            QF_UNROLL_BY(Unroll)
+            for (int i = 0; i < N; i++) {
+                float diff = this_scale * aux[i] + this_min - x[i];
                 error = error + w[i] * (use_mad ? fabsf(diff) : diff * diff);
             }
             if (error < best_error) {
-                for (int i = 0; i < n; i++) levels[i] = aux[i];
                 best_error = error;
                 scale = this_scale;
+                best_iscale = iscale;
+                best_rounding_min = min;
                 min = this_min;
             }
         }
+    }
+    QF_UNROLL_BY(Unroll)
+    for (int i = 0; i < N; i++) {
+        levels[i] = (qf_u8)qf_clamp(qf_nearest_int(best_iscale * (x[i] - best_rounding_min)), 0, nmax);
     }
     *scale_out = scale;
     *neg_min_out = -min;
@@ -75,31 +91,37 @@ __device__ __forceinline__ float qf_qx_iscale(int t, float max, int nmax) {
     return -((float)nmax + 0.1f * (float)is) / max;
 }
 
-// make_qx_quants with given weights on one group of n: symmetric levels in
-// [0, 2·nmax) (all 0 for a group of zeros); returns the scale.
-__device__ float qf_make_qx(const float* x, const float* w, int n, int nmax, signed char* levels) {
+// make_qx_quants with given weights on one group of N: symmetric levels in
+// [0, 2·nmax) (all 0 for a group of zeros), remade once from the best
+// trial's scale; returns the scale. Unroll as qf_make_qkx's.
+template <int N, int Unroll = N>
+__device__ __forceinline__ float qf_make_qx(const float* x, const float* w, int nmax, signed char* levels) {
     float amax;
-    float max = qf_signed_absmax(x, n, &amax);
+    float max = qf_signed_absmax(x, N, &amax);
     if (amax < 1e-15f) {
-        for (int i = 0; i < n; i++) levels[i] = 0;
+        QF_UNROLL_BY(Unroll)
+        for (int i = 0; i < N; i++) levels[i] = 0;
         return 0.0f;
     }
-    float scale = 0.0f, best = 0.0f;
+    float scale = 0.0f, best = 0.0f, best_iscale = 0.0f;
     for (int trial = 0; trial < QX_TRIALS; trial++) {
         float iscale = qf_qx_iscale(trial, max, nmax);
         float sumlx = 0.0f, suml2 = 0.0f;
-        for (int i = 0; i < n; i++) {
+        QF_UNROLL_BY(Unroll)
+        for (int i = 0; i < N; i++) {
             float l = (float)qf_clamp(qf_nearest_int(iscale * x[i]), -nmax, nmax - 1);
             sumlx += w[i] * x[i] * l;
             suml2 += w[i] * l * l;
         }
         bool better = trial == 0 || (suml2 > 0.0f && sumlx * sumlx > best * suml2);
         if (!better) continue;
-        for (int i = 0; i < n; i++) {
-            levels[i] = (signed char)(qf_clamp(qf_nearest_int(iscale * x[i]), -nmax, nmax - 1) + nmax);
-        }
+        best_iscale = iscale;
         scale = trial == 0 ? (suml2 != 0.0f ? sumlx / suml2 : 0.0f) : sumlx / suml2;
         best = scale * sumlx;
+    }
+    QF_UNROLL_BY(Unroll)
+    for (int i = 0; i < N; i++) {
+        levels[i] = (signed char)(qf_clamp(qf_nearest_int(best_iscale * x[i]), -nmax, nmax - 1) + nmax);
     }
     return scale;
 }
@@ -168,25 +190,56 @@ __device__ float qf_make_qp(int n, int nmax, const float* x, const float* w, qf_
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
-// A super-block's importance weights qw · sqrt(σ² + x²) (σ² the mean
-// square times `scale`: 2 for Q3_K…Q5_K, 1 for Q2_K) and each group's sum
-// of them (groups of `group`), for the block's 256 values in shared memory.
-__device__ void qf_super_block_weights(const float* x, const float* importance, qf_u64 first, qf_u64 n_per_row,
-                                       float scale, int group, float* w, float* group_weight) {
-    __shared__ float sigma2;
+// Encoders whose searches run a thread a group: a block covers the
+// super-blocks whose groups of N make one per thread
+// (searched_super_blocks in kernels.rs), so every thread searches.
+__device__ __forceinline__ constexpr int qf_searched_super_blocks(int n) { return QF_THREADS * n / QK_K; }
+
+// Stages the block's super-blocks in shared memory, each group of N values
+// N + 1 floats from the last, so threads reading their own groups side by
+// side hit different banks; zeros past the last of `n_blocks`.
+template <int N>
+__device__ void qf_stage_groups(const float* source, qf_u64 first_block, qf_u64 n_blocks, float* staged) {
+    for (int k = threadIdx.x; k < QF_THREADS * N; k += QF_THREADS) {
+        bool active = first_block + k / QK_K < n_blocks;
+        staged[(N + 1) * (k / N) + k % N] = active ? source[first_block * QK_K + k] : 0.0f;
+    }
+    __syncthreads();
+}
+
+// This thread's group, from the staged block into `x` (its registers).
+template <int N>
+__device__ __forceinline__ void qf_own_group(const float* staged, float* x) {
+    QF_UNROLL
+    for (int i = 0; i < N; i++) x[i] = staged[(N + 1) * threadIdx.x + i];
+}
+
+// Each staged super-block's σ², `scale` times its mean square, summed in
+// the scalar order by a thread a super-block.
+template <int N>
+__device__ void qf_staged_sigma2(const float* staged, float scale, float* sigma2) {
     int t = threadIdx.x;
-    if (t == 0) {
+    if (t < qf_searched_super_blocks(N)) {
         float s = 0.0f;
-        for (int i = 0; i < 256; i++) s = s + x[i] * x[i];
-        sigma2 = scale * s / 256.0f;
+        for (int i = 0; i < QK_K; i++) {
+            float v = staged[(N + 1) * (QK_K / N * t + i / N) + i % N];
+            s = s + v * v;
+        }
+        sigma2[t] = scale * s / 256.0f;
     }
     __syncthreads();
-    w[t] = importance[(first + t) % n_per_row] * sqrtf(sigma2 + x[t] * x[t]);
-    __syncthreads();
-    if (t < 256 / group) {
-        float s = 0.0f;
-        for (int i = 0; i < group; i++) s = s + w[group * t + i];
-        group_weight[t] = s;
+}
+
+// A group's importance weights qw · sqrt(σ² + x²), its first value the
+// row's element `first`; returns their sum, in order.
+template <int N>
+__device__ __forceinline__ float qf_group_weights(const float* x, const float* importance, qf_u64 first,
+                                                  qf_u64 n_per_row, float sigma2, float* w) {
+    float sum = 0.0f;
+    QF_UNROLL
+    for (int i = 0; i < N; i++) {
+        w[i] = importance[(first + i) % n_per_row] * sqrtf(sigma2 + x[i] * x[i]);
+        sum = sum + w[i];
     }
-    __syncthreads();
+    return sum;
 }
