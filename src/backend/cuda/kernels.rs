@@ -60,7 +60,7 @@ const GROUPS: u32 = THREADS / 32;
 const SUPER_BLOCK: u32 = 1;
 
 /// Super-blocks a block covers when each thread searches one group of
-/// `group` values (Q2_K … Q5_K's encoders; `qf_searched_super_blocks` in
+/// `group` values (the K-quant encoders; `qf_searched_super_blocks` in
 /// `search.cuh`).
 const fn searched_super_blocks(group: u32) -> u32 {
     THREADS * group / 256
@@ -99,7 +99,7 @@ pub static KERNELS: [Kernel; 43] = [
     weighted(kernel("qf_encode_q3_k", GgmlType::Q3_K, Direction::Encode, searched_super_blocks(16))),
     weighted(kernel("qf_encode_q4_k", GgmlType::Q4_K, Direction::Encode, searched_super_blocks(32))),
     weighted(kernel("qf_encode_q5_k", GgmlType::Q5_K, Direction::Encode, searched_super_blocks(32))),
-    weighted(kernel("qf_encode_q6_k", GgmlType::Q6_K, Direction::Encode, SUPER_BLOCK)),
+    weighted(kernel("qf_encode_q6_k", GgmlType::Q6_K, Direction::Encode, searched_super_blocks(16))),
     kernel("qf_decode_iq4_nl", GgmlType::IQ4_NL, Direction::Decode, GROUPS),
     kernel("qf_decode_iq4_xs", GgmlType::IQ4_XS, Direction::Decode, SUPER_BLOCK),
     kernel("qf_decode_mxfp4", GgmlType::MXFP4, Direction::Decode, GROUPS),
@@ -111,8 +111,8 @@ pub static KERNELS: [Kernel; 43] = [
     kernel("qf_decode_iq3_s", GgmlType::IQ3_S, Direction::Decode, SUPER_BLOCK),
     kernel("qf_decode_iq1_s", GgmlType::IQ1_S, Direction::Decode, SUPER_BLOCK),
     kernel("qf_decode_iq1_m", GgmlType::IQ1_M, Direction::Decode, SUPER_BLOCK),
-    weighted(kernel("qf_encode_iq4_nl", GgmlType::IQ4_NL, Direction::Encode, GROUPS)),
-    weighted(kernel("qf_encode_iq4_xs", GgmlType::IQ4_XS, Direction::Encode, SUPER_BLOCK)),
+    weighted(kernel("qf_encode_iq4_nl", GgmlType::IQ4_NL, Direction::Encode, THREADS)),
+    weighted(kernel("qf_encode_iq4_xs", GgmlType::IQ4_XS, Direction::Encode, searched_super_blocks(32))),
 ];
 
 /// The first non-finite value of an f32 buffer (`float.cu`).

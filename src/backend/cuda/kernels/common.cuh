@@ -91,6 +91,12 @@ __device__ __forceinline__ void qf_store_u16(qf_u8* p, qf_u16 v) {
     p[1] = (qf_u8)(v >> 8);
 }
 
+// Byte b (< 4) of two u16 values stored one after the other, little-endian.
+__device__ __forceinline__ qf_u8 qf_u16_pair_byte(qf_u16 first, qf_u16 second, int b) {
+    qf_u16 half = b < 2 ? first : second;
+    return (qf_u8)(b % 2 == 0 ? half & 0xffu : half >> 8);
+}
+
 // Which of two candidates a block-wide reduction keeps: the larger key, the
 // earlier index among equals (the sequential scan's first).
 __device__ __forceinline__ bool qf_wins(float key, int index, float other_key, int other_index) {

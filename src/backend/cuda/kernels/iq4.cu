@@ -1,11 +1,10 @@
-// IQ4_NL and IQ4_XS: decode, and encode without importance weights, as
-// src/codecs/iq4.rs defines them. A block of 256 threads owns 8 sub-blocks
-// of 32 values: eight IQ4_NL blocks, or one IQ4_XS super-block.
+// IQ4_NL and IQ4_XS: decode, and encode with and without importance
+// weights, as src/codecs/iq4.rs defines them.
 //
-// A sub-block's scale search tries the largest value's scale and 15 more;
-// the trials are independent, so a thread computes one (sub-block, trial)
-// pair's sums in the scalar order, and one thread a sub-block replays the
-// scalar selection over them.
+// A sub-block's scale search tries the largest value's scale and 15 more.
+// An encoder's thread searches one 32-value sub-block in its registers, so
+// a block covers 256 of them: 256 IQ4_NL blocks, or 32 IQ4_XS super-blocks.
+// Decoders run a thread a value.
 
 #define IQ4_TRIALS 16
 
@@ -35,131 +34,137 @@ __device__ float qf_iq4_trial_id(int trial, float max) {
     return (float)(trial - 8 + qf_kvalues[0]) / max;
 }
 
-// Each of the block's 8 sub-blocks' scales (sub_block_scale): x and w are
-// the block's 256 values and weights; scales gets 8.
-__device__ void qf_iq4_scales(const float* x, const float* w, float* scales) {
-    __shared__ float max[8], amax[8], sumqx[8][IQ4_TRIALS], sumq2[8][IQ4_TRIALS];
-    int t = threadIdx.x;
-    if (t < 8) max[t] = qf_signed_absmax(x + 32 * t, 32, &amax[t]);
-    __syncthreads();
-    if (t < 8 * IQ4_TRIALS) {
-        int sub = t / IQ4_TRIALS, trial = t % IQ4_TRIALS;
-        float id = qf_iq4_trial_id(trial, max[sub]);
+// A sub-block's scale (sub_block_scale) from its values and weights, the
+// trials in order.
+__device__ __forceinline__ float qf_iq4_scale(const float* x, const float* w) {
+    float amax;
+    float max = qf_signed_absmax(x, 32, &amax);
+    if (amax < 1e-15f) return 0.0f;
+    float d = 0.0f, best = 0.0f;
+    for (int trial = 0; trial < IQ4_TRIALS; trial++) {
+        float id = qf_iq4_trial_id(trial, max);
         float qx = 0.0f, q2 = 0.0f;
+        QF_UNROLL
         for (int i = 0; i < 32; i++) {
-            float v = x[32 * sub + i], wi = w[32 * sub + i];
-            float q = (float)qf_kvalues[qf_best_index(id * v)];
-            qx += wi * q * v;
-            q2 += wi * q * q;
+            float q = (float)qf_kvalues[qf_best_index(id * x[i])];
+            qx += w[i] * q * x[i];
+            q2 += w[i] * q * q;
         }
-        sumqx[sub][trial] = qx;
-        sumq2[sub][trial] = q2;
-    }
-    __syncthreads();
-    if (t < 8) {
-        if (amax[t] < 1e-15f) {
-            scales[t] = 0.0f;
-        } else {
-            float d = sumq2[t][0] > 0.0f ? sumqx[t][0] / sumq2[t][0] : 0.0f;
-            float best = d * sumqx[t][0];
-            for (int trial = 1; trial < IQ4_TRIALS; trial++) {
-                float qx = sumqx[t][trial], q2 = sumq2[t][trial];
-                if (q2 > 0.0f && qx * qx > best * q2) {
-                    d = qx / q2;
-                    best = d * qx;
-                }
-            }
-            scales[t] = d;
+        if (trial == 0) {
+            d = q2 > 0.0f ? qx / q2 : 0.0f;
+            best = d * qx;
+        } else if (q2 > 0.0f && qx * qx > best * q2) {
+            d = qx / q2;
+            best = d * qx;
         }
     }
-    __syncthreads();
+    return d;
 }
 
-// Each value's weight over a super-block of `len` (32 or 256) values: with
-// importance, qw · sqrt(σ² + x²), σ² twice the mean square; without, x².
-__device__ void qf_iq4_weights(const float* x, float* w, int len, const float* importance, qf_u64 first,
-                               qf_u64 n_per_row) {
-    __shared__ float sigma2[8];
-    int t = threadIdx.x;
-    if (importance && t % len == 0) {
-        float s = 0.0f;
-        for (int i = 0; i < len; i++) s += x[t + i] * x[t + i];
-        sigma2[t / len] = s * (2.0f / (float)len);
+// A sub-block's weights: with importance, qw · sqrt(σ² + x²) (σ² given);
+// without, x². `first` is its first value's element of the row.
+__device__ __forceinline__ void qf_iq4_weights(const float* x, const float* importance, qf_u64 first,
+                                               qf_u64 n_per_row, float sigma2, float* w) {
+    QF_UNROLL
+    for (int i = 0; i < 32; i++) {
+        w[i] = importance ? importance[(first + i) % n_per_row] * sqrtf(sigma2 + x[i] * x[i]) : x[i] * x[i];
     }
-    __syncthreads();
-    w[t] = importance ? importance[(first + t) % n_per_row] * sqrtf(sigma2[t / len] + x[t] * x[t]) : x[t] * x[t];
-    __syncthreads();
 }
 
-// Packs a sub-block's indices, low nibbles first (threads 0..127, a byte each).
-__device__ void qf_iq4_pack(const qf_u8* indices, qf_u8* qs, int t) {
-    if (t < 128) {
-        int sub = t / 16, j = t % 16;
-        qs[16 * sub + j] = (qf_u8)(indices[32 * sub + j] | (indices[32 * sub + j + 16] << 4));
-    }
+// A sub-block's indices into the table at inverse scale id, in shared memory.
+__device__ __forceinline__ void qf_iq4_indices(const float* x, float id, qf_u8* indices) {
+    QF_UNROLL
+    for (int i = 0; i < 32; i++) indices[i] = (qf_u8)qf_best_index(id * x[i]);
+}
+
+// Byte j (< 16) of a sub-block's packed indices: index j low, j + 16 high.
+__device__ __forceinline__ qf_u8 qf_iq4_byte(const qf_u8* indices, int j) {
+    return (qf_u8)(indices[j] | (indices[j + 16] << 4));
 }
 
 QF_KERNEL(qf_encode_iq4_nl)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
                             qf_u64 n_per_row) {
-    __shared__ float x[QF_THREADS], w[QF_THREADS], scales[8];
-    __shared__ qf_u8 indices[QF_THREADS];
+    __shared__ float staged[QF_THREADS * 33], scales[QF_THREADS];
+    __shared__ qf_u8 indices[QF_THREADS * 32];
     int t = threadIdx.x;
-    qf_u64 first = (qf_u64)blockIdx.x * 8;
-    bool active = first + t / 32 < n_blocks;
-    x[t] = active ? ((const float*)source)[first * 32 + t] : 0.0f;
+    qf_u64 first_block = (qf_u64)blockIdx.x * QF_THREADS, first = first_block * 32;
+    qf_stage_groups<32>((const float*)source, first, n_blocks * 32, staged);
+    float x[32], w[32];
+    qf_own_group<32>(staged, x);
+    float sigma2 = 0.0f;
+    if (importance) {
+        float s = 0.0f;
+        QF_UNROLL
+        for (int i = 0; i < 32; i++) s += x[i] * x[i];
+        sigma2 = s * (2.0f / 32.0f);
+    }
+    qf_iq4_weights(x, importance, first + 32 * t, n_per_row, sigma2, w);
+    float scale = qf_iq4_scale(x, w);
+    scales[t] = scale;
+    qf_iq4_indices(x, scale != 0.0f ? 1.0f / scale : 0.0f, indices + 32 * t);
     __syncthreads();
-    qf_iq4_weights(x, w, 32, importance, first * 32, n_per_row);
-    qf_iq4_scales(x, w, scales);
-    float scale = scales[t / 32];
-    float id = scale != 0.0f ? 1.0f / scale : 0.0f;
-    indices[t] = (qf_u8)qf_best_index(id * x[t]);
-    __syncthreads();
-    if (t < 128 && first + t / 16 < n_blocks) {
-        int sub = t / 16, j = t % 16;
-        qf_u8* out = (qf_u8*)destination + (first + sub) * 18;
-        if (j == 0) qf_store_u16(out, qf_f32_to_f16(scales[sub]));
-        out[2 + j] = (qf_u8)(indices[32 * sub + j] | (indices[32 * sub + j + 16] << 4));
+    qf_u8* out = (qf_u8*)destination + first_block * 18;
+    for (int k = t; k < QF_THREADS * 18; k += QF_THREADS) {
+        int block = k / 18, b = k % 18;
+        if (first_block + block >= n_blocks) break;
+        out[k] = b < 2 ? qf_u16_pair_byte(qf_f32_to_f16(scales[block]), 0, b) : qf_iq4_byte(indices + 32 * block, b - 2);
     }
 }
 
 QF_KERNEL(qf_encode_iq4_xs)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
                             qf_u64 n_per_row) {
-    __shared__ float x[QF_THREADS], w[QF_THREADS], scales[8];
-    __shared__ qf_u8 indices[QF_THREADS];
-    __shared__ int levels[8];
-    __shared__ float block_d;
+    const int super_blocks = QF_THREADS / 8;
+    __shared__ float staged[QF_THREADS * 33], scales[QF_THREADS], sigma2[super_blocks], block_d[super_blocks];
+    __shared__ int levels[QF_THREADS];
+    __shared__ qf_u8 indices[QF_THREADS * 32];
     int t = threadIdx.x;
-    qf_u64 block = blockIdx.x;
-    bool active = block < n_blocks;
-    x[t] = active ? ((const float*)source)[block * 256 + t] : 0.0f;
+    qf_u64 first_block = (qf_u64)blockIdx.x * super_blocks, first = first_block * QK_K;
+    qf_stage_groups<32>((const float*)source, first, n_blocks * QK_K, staged);
+    if (importance && t < super_blocks) {
+        float s = 0.0f;
+        for (int i = 0; i < QK_K; i++) {
+            float v = staged[33 * (8 * t + i / 32) + i % 32];
+            s += v * v;
+        }
+        sigma2[t] = s * (2.0f / 256.0f);
+    }
     __syncthreads();
-    qf_iq4_weights(x, w, 256, importance, block * 256, n_per_row);
-    qf_iq4_scales(x, w, scales);
-    if (t == 0) {
+    float x[32], w[32];
+    qf_own_group<32>(staged, x);
+    qf_iq4_weights(x, importance, first + 32 * t, n_per_row, importance ? sigma2[t / 8] : 0.0f, w);
+    scales[t] = qf_iq4_scale(x, w);
+    __syncthreads();
+    if (t < super_blocks) {
         float amax_scale;
-        float max_scale = qf_signed_absmax(scales, 8, &amax_scale);
+        float max_scale = qf_signed_absmax(scales + 8 * t, 8, &amax_scale);
         float d = -max_scale / 32.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
-        for (int ib = 0; ib < 8; ib++) levels[ib] = qf_clamp(qf_nearest_int(id * scales[ib]), -32, 31);
-        block_d = d;
+        for (int ib = 0; ib < 8; ib++) levels[8 * t + ib] = qf_clamp(qf_nearest_int(id * scales[8 * t + ib]), -32, 31);
+        block_d[t] = d;
     }
     __syncthreads();
-    float dl = block_d * (float)levels[t / 32];
-    float idl = dl != 0.0f ? 1.0f / dl : 0.0f;
-    indices[t] = (qf_u8)qf_best_index(idl * x[t]);
+    float dl = block_d[t / 8] * (float)levels[t];
+    qf_iq4_indices(x, dl != 0.0f ? 1.0f / dl : 0.0f, indices + 32 * t);
     __syncthreads();
-    if (!active) return;
-    qf_u8* out = (qf_u8*)destination + block * 136;
-    if (t == 0) {
-        qf_store_u16(out, qf_f32_to_f16(block_d));
-        qf_u16 high = 0;
-        for (int ib = 0; ib < 8; ib++) high |= (qf_u16)(((levels[ib] + 32) >> 4) << (2 * ib));
-        qf_store_u16(out + 2, high);
+    qf_u8* out = (qf_u8*)destination + first_block * 136;
+    for (int k = t; k < super_blocks * 136; k += QF_THREADS) {
+        int block = k / 136, b = k % 136;
+        if (first_block + block >= n_blocks) break;
+        const int* l = levels + 8 * block;
+        qf_u8 byte;
+        if (b < 4) {
+            qf_u16 high = 0;
+            for (int ib = 0; ib < 8; ib++) high |= (qf_u16)(((l[ib] + 32) >> 4) << (2 * ib));
+            byte = qf_u16_pair_byte(qf_f32_to_f16(block_d[block]), high, b);
+        } else if (b < 8) {
+            int q = b - 4;
+            byte = (qf_u8)(((l[2 * q] + 32) & 0xf) | (((l[2 * q + 1] + 32) & 0xf) << 4));
+        } else {
+            int q = b - 8;
+            byte = qf_iq4_byte(indices + 32 * (8 * block + q / 16), q % 16);
+        }
+        out[k] = byte;
     }
-    if (t < 4) {
-        out[4 + t] = (qf_u8)(((levels[2 * t] + 32) & 0xf) | (((levels[2 * t + 1] + 32) & 0xf) << 4));
-    }
-    qf_iq4_pack(indices, out + 8, t);
 }
 
 QF_KERNEL(qf_decode_iq4_nl)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {

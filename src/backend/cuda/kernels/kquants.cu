@@ -2,12 +2,10 @@
 // importance weights, as src/codecs/kquants.rs and search.rs define them.
 //
 // The searches try many scales per group, and each trial's sums must be the
-// scalar loop's, in its order. Where a group's trials depend on each other
-// (Q2_K … Q5_K), a thread searches one group, in its registers, and a block
-// covers as many super-blocks as it has threads for groups. Where they do
-// not (Q6_K), a block owns one super-block: a thread computes one (group,
-// trial) pair's sums, all pairs at once, and a thread a group then replays
-// the scalar selection over the stored sums. Decoders run a thread a value.
+// scalar loop's, in its order (and a make_qkx trial depends on the ones
+// before it), so a thread searches one group, in its registers, and an
+// encoder's block covers as many super-blocks as it has threads for
+// groups: every thread searches. Decoders run a thread a value.
 
 // Scale and minimum of group j of a Q4_K/Q5_K block (ggml's get_scale_min_k4).
 __device__ __forceinline__ void qf_scale_min_k4(int j, const qf_u8* q, int* scale, int* min) {
@@ -25,12 +23,6 @@ __device__ __forceinline__ void qf_scale_min_k4(int j, const qf_u8* q, int* scal
 __device__ __forceinline__ qf_u8 qf_2bit_byte(const qf_u8* levels, int b) {
     const qf_u8* at = levels + 128 * (b / 32) + b % 32;
     return (qf_u8)((at[0] & 3) | ((at[32] & 3) << 2) | ((at[64] & 3) << 4) | ((at[96] & 3) << 6));
-}
-
-// Byte b (< 4) of two f16 values, little-endian, one after the other.
-__device__ __forceinline__ qf_u8 qf_f16_pair_byte(qf_u16 first, qf_u16 second, int b) {
-    qf_u16 half = b < 2 ? first : second;
-    return (qf_u8)(b % 2 == 0 ? half & 0xffu : half >> 8);
 }
 
 QF_KERNEL(qf_decode_q2_k)(const void* source, void* destination, qf_u64 n_blocks, const float*, qf_u64) {
@@ -102,102 +94,72 @@ QF_KERNEL(qf_decode_q6_k)(const void* source, void* destination, qf_u64 n_blocks
 // ---------------------------------------------------------------- Q6_K
 
 // With importance weights, each value's weight is its importance as given
-// (ggml's quantize_row_q6_K_impl); without, its square.
+// (ggml's quantize_row_q6_K_impl); without, its square. A block covers 16
+// super-blocks, a thread a 16-value group, in the shape of Q4_K's.
 QF_KERNEL(qf_encode_q6_k)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
                           qf_u64 n_per_row) {
-    __shared__ float x[QK_K], w[QK_K];
-    __shared__ float group_max[16], group_amax[16], sumlx[16][QX_TRIALS], suml2[16][QX_TRIALS];
-    __shared__ float scales[16];
-    __shared__ int chosen[16];
-    __shared__ signed char packed_scales[16];
-    __shared__ qf_u8 levels[QK_K];
-    __shared__ float block_d;
-    __shared__ bool zero_block;
-    qf_u64 block = blockIdx.x;
-    bool active = block < n_blocks;
+    const int super_blocks = qf_searched_super_blocks(16);
+    __shared__ float staged[QF_THREADS * 17], scales[QF_THREADS], block_d[super_blocks];
+    __shared__ signed char packed_scales[super_blocks][16];
+    __shared__ qf_u8 levels[super_blocks * QK_K];
+    __shared__ bool zero_block[super_blocks];
     int t = threadIdx.x;
-    x[t] = active ? ((const float*)source)[block * QK_K + t] : 0.0f;
-    w[t] = importance ? importance[(block * QK_K + t) % n_per_row] : x[t] * x[t];
-    __syncthreads();
-    if (t < 16) group_max[t] = qf_signed_absmax(x + 16 * t, 16, &group_amax[t]);
-    __syncthreads();
-    for (int pair = t; pair < 16 * QX_TRIALS; pair += QF_THREADS) {
-        int g = pair / QX_TRIALS, trial = pair % QX_TRIALS;
-        float iscale = qf_qx_iscale(trial, group_max[g], 32);
-        float lx = 0.0f, l2 = 0.0f;
-        for (int i = 0; i < 16; i++) {
-            float v = x[16 * g + i], wi = w[16 * g + i];
-            float l = (float)qf_clamp(qf_nearest_int(iscale * v), -32, 31);
-            lx += wi * v * l;
-            l2 += wi * l * l;
-        }
-        sumlx[g][trial] = lx;
-        suml2[g][trial] = l2;
+    qf_u64 first_block = (qf_u64)blockIdx.x * super_blocks;
+    qf_stage_groups<16>((const float*)source, first_block * QK_K, n_blocks * QK_K, staged);
+    float x[16], w[16];
+    qf_own_group<16>(staged, x);
+    QF_UNROLL
+    for (int i = 0; i < 16; i++) {
+        w[i] = importance ? importance[(first_block * QK_K + 16 * t + i) % n_per_row] : x[i] * x[i];
     }
+    scales[t] = qf_make_qx<16>(x, w, 32, (signed char*)levels + 16 * t);
     __syncthreads();
-    if (t < 16) {
-        if (group_amax[t] < 1e-15f) {
-            scales[t] = 0.0f;
-            chosen[t] = -1;
-        } else {
-            float scale = suml2[t][0] != 0.0f ? sumlx[t][0] / suml2[t][0] : 0.0f;
-            float best = scale * sumlx[t][0];
-            int pick = 0;
-            for (int trial = 1; trial < QX_TRIALS; trial++) {
-                float lx = sumlx[t][trial], l2 = suml2[t][trial];
-                if (l2 > 0.0f && lx * lx > best * l2) {
-                    scale = lx / l2;
-                    best = scale * lx;
-                    pick = trial;
-                }
-            }
-            scales[t] = scale;
-            chosen[t] = pick;
-        }
-    }
-    __syncthreads();
-    if (t == 0) {
+    if (t < super_blocks) {
         float max_abs_scale;
-        float max_scale = qf_signed_absmax(scales, 16, &max_abs_scale);
-        zero_block = max_abs_scale < 1e-15f;
-        float iscale = zero_block ? 0.0f : -128.0f / max_scale;
-        block_d = zero_block ? 0.0f : 1.0f / iscale;
+        float max_scale = qf_signed_absmax(scales + 16 * t, 16, &max_abs_scale);
+        bool zero = max_abs_scale < 1e-15f;
+        float iscale = zero ? 0.0f : -128.0f / max_scale;
         for (int j = 0; j < 16; j++) {
-            int s = qf_nearest_int(iscale * scales[j]);
-            packed_scales[j] = (signed char)(s < 127 ? s : 127);
+            int s = qf_nearest_int(iscale * scales[16 * t + j]);
+            packed_scales[t][j] = (signed char)(s < 127 ? s : 127);
         }
+        zero_block[t] = zero;
+        block_d[t] = zero ? 0.0f : 1.0f / iscale;
     }
     __syncthreads();
     {
-        int g = t / 16;
-        float d = qf_f16_to_f32(qf_f32_to_f16(block_d)) * (float)packed_scales[g];
-        int level;
+        // A group whose scale rounds to zero keeps its search's levels.
+        int block = t / 16;
+        float d = qf_f16_to_f32(qf_f32_to_f16(block_d[block])) * (float)packed_scales[block][t % 16];
         if (d != 0.0f) {
-            level = qf_clamp(qf_nearest_int(x[t] / d), -32, 31) + 32;
-        } else if (chosen[g] < 0) {
-            level = 0;
-        } else {
-            level = qf_clamp(qf_nearest_int(qf_qx_iscale(chosen[g], group_max[g], 32) * x[t]), -32, 31) + 32;
+            QF_UNROLL
+            for (int i = 0; i < 16; i++) levels[16 * t + i] = (qf_u8)(qf_clamp(qf_nearest_int(x[i] / d), -32, 31) + 32);
         }
-        levels[t] = (qf_u8)level;
     }
     __syncthreads();
-    if (!active) return;
-    qf_u8* out = (qf_u8*)destination + block * 210;
-    if (zero_block) {
-        if (t < 210) out[t] = 0;
-        return;
+    qf_u8* out = (qf_u8*)destination + first_block * 210;
+    for (int k = t; k < super_blocks * 210; k += QF_THREADS) {
+        int block = k / 210, b = k % 210;
+        if (first_block + block >= n_blocks) break;
+        const qf_u8* l = levels + QK_K * block;
+        qf_u8 byte;
+        if (zero_block[block]) {
+            byte = 0;
+        } else if (b < 128) {
+            // Low nibbles: value i of a 64-value quarter with value i + 64.
+            int half = b / 64, at = 128 * half + 32 * ((b % 64) / 32) + b % 32;
+            byte = (qf_u8)((l[at] & 0xf) | ((l[at + 64] & 0xf) << 4));
+        } else if (b < 192) {
+            int q = b - 128, at = 128 * (q / 32) + q % 32;
+            byte = (qf_u8)((l[at] >> 4) | ((l[at + 32] >> 4) << 2) | ((l[at + 64] >> 4) << 4) | ((l[at + 96] >> 4) << 6));
+        } else if (b < 208) {
+            byte = (qf_u8)packed_scales[block][b - 192];
+        } else {
+            qf_u16 d = qf_f32_to_f16(block_d[block]);
+            byte = qf_u16_pair_byte(d, d, b - 208);
+        }
+        out[k] = byte;
     }
-    if (t < 64) {
-        int half = t / 32, l = t % 32;
-        const qf_u8* at = levels + 128 * half + l;
-        out[64 * half + l] = (qf_u8)((at[0] & 0xf) | ((at[64] & 0xf) << 4));
-        out[64 * half + l + 32] = (qf_u8)((at[32] & 0xf) | ((at[96] & 0xf) << 4));
-        out[128 + 32 * half + l] =
-            (qf_u8)((at[0] >> 4) | ((at[32] >> 4) << 2) | ((at[64] >> 4) << 4) | ((at[96] >> 4) << 6));
-    }
-    if (t < 16) out[192 + t] = (qf_u8)packed_scales[t];
-    if (t == 0) qf_store_u16(out + 208, qf_f32_to_f16(block_d));
 }
 
 // ---------------------------------------------------------------- Q4_K and Q5_K
@@ -251,7 +213,7 @@ __device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blo
     __shared__ qf_u16 d_bits[super_blocks], dmin_bits[super_blocks];
     int t = threadIdx.x;
     qf_u64 first_block = (qf_u64)blockIdx.x * super_blocks;
-    qf_stage_groups<32>((const float*)source, first_block, n_blocks, staged);
+    qf_stage_groups<32>((const float*)source, first_block * QK_K, n_blocks * QK_K, staged);
     float x[32], w[32];
     qf_own_group<32>(staged, x);
     if (importance) {
@@ -305,7 +267,7 @@ __device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blo
         const qf_u8* l = levels + QK_K * block;
         qf_u8 byte;
         if (b < 4) {
-            byte = qf_f16_pair_byte(d_bits[block], dmin_bits[block], b);
+            byte = qf_u16_pair_byte(d_bits[block], dmin_bits[block], b);
         } else if (b < 16) {
             byte = scales_packed[block][b - 4];
         } else if (nmax == 15) {
@@ -367,7 +329,7 @@ QF_KERNEL(qf_encode_q2_k)(const void* source, void* destination, qf_u64 n_blocks
     __shared__ float block_d[super_blocks], block_dmin[super_blocks];
     int t = threadIdx.x;
     qf_u64 first_block = (qf_u64)blockIdx.x * super_blocks;
-    qf_stage_groups<16>((const float*)source, first_block, n_blocks, staged);
+    qf_stage_groups<16>((const float*)source, first_block * QK_K, n_blocks * QK_K, staged);
     float x[16], w[16];
     qf_own_group<16>(staged, x);
     if (importance) {
@@ -414,7 +376,7 @@ QF_KERNEL(qf_encode_q2_k)(const void* source, void* destination, qf_u64 n_blocks
         } else if (b < 80) {
             byte = qf_2bit_byte(levels + QK_K * block, b - 16);
         } else {
-            byte = qf_f16_pair_byte(qf_f32_to_f16(block_d[block]), qf_f32_to_f16(block_dmin[block]), b - 80);
+            byte = qf_u16_pair_byte(qf_f32_to_f16(block_d[block]), qf_f32_to_f16(block_dmin[block]), b - 80);
         }
         out[k] = byte;
     }
@@ -515,7 +477,7 @@ QF_KERNEL(qf_encode_q3_k)(const void* source, void* destination, qf_u64 n_blocks
     __shared__ float block_d[super_blocks];
     int t = threadIdx.x;
     qf_u64 first_block = (qf_u64)blockIdx.x * super_blocks;
-    qf_stage_groups<16>((const float*)source, first_block, n_blocks, staged);
+    qf_stage_groups<16>((const float*)source, first_block * QK_K, n_blocks * QK_K, staged);
     float x[16];
     qf_own_group<16>(staged, x);
     if (importance) {
@@ -573,7 +535,7 @@ QF_KERNEL(qf_encode_q3_k)(const void* source, void* destination, qf_u64 n_blocks
             byte = packed[block][b - 96];
         } else {
             qf_u16 d = qf_f32_to_f16(block_d[block]);
-            byte = qf_f16_pair_byte(d, d, b - 108);
+            byte = qf_u16_pair_byte(d, d, b - 108);
         }
         out[k] = byte;
     }

@@ -195,14 +195,14 @@ __device__ float qf_make_qp(int n, int nmax, const float* x, const float* w, qf_
 // (searched_super_blocks in kernels.rs), so every thread searches.
 __device__ __forceinline__ constexpr int qf_searched_super_blocks(int n) { return QF_THREADS * n / QK_K; }
 
-// Stages the block's super-blocks in shared memory, each group of N values
-// N + 1 floats from the last, so threads reading their own groups side by
-// side hit different banks; zeros past the last of `n_blocks`.
+// Stages the block's groups in shared memory: values first … first +
+// QF_THREADS·N of the n, each group of N values N + 1 floats from the last,
+// so threads reading their own groups side by side hit different banks;
+// zeros past the end.
 template <int N>
-__device__ void qf_stage_groups(const float* source, qf_u64 first_block, qf_u64 n_blocks, float* staged) {
+__device__ void qf_stage_groups(const float* source, qf_u64 first, qf_u64 n, float* staged) {
     for (int k = threadIdx.x; k < QF_THREADS * N; k += QF_THREADS) {
-        bool active = first_block + k / QK_K < n_blocks;
-        staged[(N + 1) * (k / N) + k % N] = active ? source[first_block * QK_K + k] : 0.0f;
+        staged[(N + 1) * (k / N) + k % N] = first + k < n ? source[first + k] : 0.0f;
     }
     __syncthreads();
 }
