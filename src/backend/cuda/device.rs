@@ -161,8 +161,32 @@ struct GpuBuffers {
     source: CudaSlice<u8>,
     values: CudaSlice<f32>,
     encoded: CudaSlice<u8>,
-    weights: CudaSlice<f32>,
-    first: CudaSlice<u64>,
+    weights: CudaSlice<u8>,
+    /// The non-finite search's index: the value count going in, the first
+    /// NaN or infinity's index (or still the count) coming out.
+    first: CudaSlice<u8>,
+}
+
+// Where a job's bytes lie in a lane's pinned buffers, so that every copy is
+// from or to pinned memory and none makes the driver wait: going up, the
+// slab's bytes, then (8-aligned) the search's starting index, then the
+// importance row; coming down, the encoded bytes, then (8-aligned) the
+// index found — or the decoded values alone.
+
+fn index_up_at(sizes: &Sizes) -> usize {
+    sizes.source.next_multiple_of(8) as usize
+}
+
+fn up_len(sizes: &Sizes) -> usize {
+    index_up_at(sizes) + 8 + sizes.weights as usize
+}
+
+fn index_down_at(sizes: &Sizes) -> usize {
+    sizes.encoded.next_multiple_of(8) as usize
+}
+
+fn down_len(sizes: &Sizes) -> usize {
+    (index_down_at(sizes) + 8).max(sizes.values as usize)
 }
 
 impl GpuLane {
@@ -175,10 +199,7 @@ impl GpuLane {
         // Upload staging is write-combined (the CPU only writes it); the
         // download staging is not, as the CPU reads it.
         let (up, down) = unsafe {
-            (
-                self.context.alloc_pinned::<u8>(bytes(to.source))?,
-                self.context.alloc_pinned_with_flags::<u8>(bytes(to.encoded.max(to.values)), 0)?,
-            )
+            (self.context.alloc_pinned::<u8>(up_len(to))?, self.context.alloc_pinned_with_flags::<u8>(down_len(to), 0)?)
         };
         Ok(GpuBuffers {
             up,
@@ -186,8 +207,8 @@ impl GpuLane {
             source: stream.alloc_zeros::<u8>(bytes(to.source))?,
             values: stream.alloc_zeros::<f32>(bytes(to.values / 4))?,
             encoded: stream.alloc_zeros::<u8>(bytes(to.encoded))?,
-            weights: stream.alloc_zeros::<f32>(bytes(to.weights / 4))?,
-            first: stream.alloc_zeros::<u64>(1)?,
+            weights: stream.alloc_zeros::<u8>(bytes(to.weights))?,
+            first: stream.alloc_zeros::<u8>(8)?,
         })
     }
 }
@@ -270,7 +291,7 @@ impl GpuDevice {
         items: u64,
         source: &CudaSlice<S>,
         destination: &mut CudaSlice<D>,
-        importance: Option<(&CudaSlice<f32>, u64)>,
+        importance: Option<(&CudaSlice<u8>, u64)>,
     ) -> Result<(), DeviceError> {
         let function =
             self.functions.get(kernel.name).ok_or_else(|| DeviceError(format!("no kernel {}", kernel.name)))?;
@@ -296,6 +317,51 @@ impl GpuDevice {
     }
 }
 
+impl GpuDevice {
+    /// Queues `job` on `stream`: its bytes (then the search's index and the
+    /// importance row) staged in the lane's pinned memory and copied up,
+    /// the kernels, the results copied down into pinned memory.
+    fn queue(
+        &self,
+        stream: &Arc<CudaStream>,
+        b: &mut GpuBuffers,
+        job: &Job<'_>,
+        sizes: &Sizes,
+        out_len: usize,
+    ) -> Result<(), DeviceError> {
+        let (decode, n) = (job.decode, job.n);
+        let up = b.up.as_mut_slice()?;
+        let source_len = job.source.len();
+        up[..source_len].copy_from_slice(job.source);
+        stream.memcpy_htod(&up[..source_len], &mut b.source)?;
+        self.launch(stream, decode, decode.items(n), &b.source, &mut b.values, None)?;
+        let down = b.down.as_mut_slice()?;
+        let Some(encode) = job.encode else {
+            let values = bytemuck::cast_slice_mut::<u8, f32>(&mut down[..out_len]);
+            stream.memcpy_dtoh(&b.values.slice(..n as usize), values)?;
+            return Ok(());
+        };
+        let index = index_up_at(sizes);
+        up[index..index + 8].copy_from_slice(&n.to_ne_bytes());
+        stream.memcpy_htod(&up[index..index + 8], &mut b.first)?;
+        self.launch(stream, &FIND_NON_FINITE, n, &b.values, &mut b.first, None)?;
+        let weights = match job.importance {
+            Some(row) => {
+                let staged = &mut up[index + 8..][..4 * row.len()];
+                staged.copy_from_slice(bytemuck::cast_slice(row));
+                stream.memcpy_htod(&*staged, &mut b.weights)?;
+                Some((&b.weights, row.len() as u64))
+            }
+            None => None,
+        };
+        self.launch(stream, encode, encode.items(n), &b.values, &mut b.encoded, weights)?;
+        let (encoded, found) = down.split_at_mut(index_down_at(sizes));
+        stream.memcpy_dtoh(&b.encoded.slice(..out_len), &mut encoded[..out_len])?;
+        stream.memcpy_dtoh(&b.first, &mut found[..8])?;
+        Ok(())
+    }
+}
+
 impl Device for GpuDevice {
     fn name(&self) -> String {
         self.name.clone()
@@ -309,40 +375,25 @@ impl Device for GpuDevice {
     /// up, decoded, searched for a non-finite value, encoded, the results
     /// copied down — all queued on the lane's stream, one wait at the end.
     fn convert(&self, job: &Job<'_>, out: &mut [u8]) -> Result<Option<u64>, DeviceError> {
-        let (decode, n) = (job.decode, job.n);
-        let mut lane = self.lanes.take(&job.sizes(out.len()))?;
+        let sizes = job.sizes(out.len());
+        let mut lane = self.lanes.take(&sizes)?;
         let stream = lane.stream.clone();
-        let b = lane.buffers.as_mut().ok_or_else(|| DeviceError("a lane without buffers".into()))?;
-        let source_len = job.source.len();
-        let up = &mut b.up.as_mut_slice()?[..source_len];
-        up.copy_from_slice(job.source);
-        stream.memcpy_htod(&*up, &mut b.source)?;
-        self.launch(&stream, decode, decode.items(n), &b.source, &mut b.values, None)?;
-        let Some(encode) = job.encode else {
-            let down = &mut b.down.as_mut_slice()?[..out.len()];
-            stream.memcpy_dtoh(&b.values.slice(..n as usize), bytemuck::cast_slice_mut::<u8, f32>(down))?;
-            stream.synchronize()?;
-            out.copy_from_slice(down);
-            return Ok(None);
-        };
-        stream.memcpy_htod(&[n], &mut b.first)?;
-        self.launch(&stream, &FIND_NON_FINITE, n, &b.values, &mut b.first, None)?;
-        let weights = match job.importance {
-            Some(row) => {
-                stream.memcpy_htod(row, &mut b.weights)?;
-                Some((&b.weights, row.len() as u64))
+        let buffers = lane.buffers.as_mut().ok_or_else(|| DeviceError("a lane without buffers".into()))?;
+        let queued = self.queue(&stream, buffers, job, &sizes, out.len());
+        // Whatever was queued finishes before the lane's buffers are read
+        // or handed to the next slab, even when queueing failed midway.
+        let finished = stream.synchronize();
+        queued?;
+        finished?;
+        let down = buffers.down.as_slice()?;
+        if job.encode.is_some() {
+            let at = index_down_at(&sizes);
+            let first = u64::from_ne_bytes(down[at..at + 8].try_into().expect("eight bytes"));
+            if first < job.n {
+                return Ok(Some(first));
             }
-            None => None,
-        };
-        self.launch(&stream, encode, encode.items(n), &b.values, &mut b.encoded, weights)?;
-        let down = &mut b.down.as_mut_slice()?[..out.len()];
-        stream.memcpy_dtoh(&b.encoded.slice(..out.len()), &mut *down)?;
-        let first = stream.clone_dtoh(&b.first)?;
-        stream.synchronize()?;
-        if first[0] < n {
-            return Ok(Some(first[0]));
         }
-        out.copy_from_slice(down);
+        out.copy_from_slice(&down[..out.len()]);
         Ok(None)
     }
 
