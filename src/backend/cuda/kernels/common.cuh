@@ -36,6 +36,25 @@ __device__ __forceinline__ int qf_nearest_int(float x) {
 
 __device__ __forceinline__ int qf_clamp(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
+// nearest_int(x) as a float where that is round half to even, |x| < 2^22:
+// two additions and no conversion (a GPU converts between int and float at
+// an eighth of its float rate), for the searches' levels.
+__device__ __forceinline__ float qf_round_even(float x) { return (x + 12582912.0f) - 12582912.0f; }
+
+// Whether qf_round_even is nearest_int for every value between a and b
+// (false for NaN).
+__device__ __forceinline__ bool qf_rounds_exactly(float a, float b) {
+    return fabsf(a) < 4194304.0f && fabsf(b) < 4194304.0f;
+}
+
+// nearest_int(x) clamped to [lo, hi], as a float; Exact when qf_round_even
+// is nearest_int there.
+template <bool Exact>
+__device__ __forceinline__ float qf_level(float x, int lo, int hi) {
+    if (Exact) return fminf(fmaxf(qf_round_even(x), (float)lo), (float)hi);
+    return (float)qf_clamp(qf_nearest_int(x), lo, hi);
+}
+
 // (int)x as cvttss2si computes it: INT_MIN for NaN and out-of-range values
 // (a GPU cast saturates instead).
 __device__ __forceinline__ int qf_float_to_int(float x) {

@@ -1,13 +1,34 @@
 // The scale searches several kernels share (src/codecs/search.rs), each
 // run by one thread over one group, in the scalar order.
 
+// One make_qkx trial: the group's levels at iscale against min (into l)
+// and their weighted sums, rounding in floats when Exact.
+template <int N, int Unroll, bool Exact>
+__device__ __forceinline__ void qf_qkx_trial(const float* x, const float* w, float iscale, float min, int nmax,
+                                             float* l, float* sum_l, float* sum_l2, float* sum_xl) {
+    float sl = 0.0f, sl2 = 0.0f, sxl = 0.0f;
+    QF_UNROLL_BY(Unroll)
+    for (int i = 0; i < N; i++) {
+        l[i] = qf_level<Exact>(iscale * (x[i] - min), 0, nmax);
+        sl += w[i] * l[i];
+        sl2 += w[i] * l[i] * l[i];
+        sxl += w[i] * l[i] * x[i];
+    }
+    *sum_l = sl;
+    *sum_l2 = sl2;
+    *sum_xl = sxl;
+}
+
 // make_qkx2_quants (or, with qkx3, make_qkx3_quants, whose flat-group test
 // differs) on one group of N (16 or 32), as search.rs runs it. Its trials
 // are not independent — a better trial moves the minimum every later trial
 // rounds against — so one thread runs a group's search in order. Its loops
 // unroll, so a group a thread holds in arrays stays in its registers; with
 // Unroll 1 (a group in shared memory, searched by few of a block's
-// threads) they do not, and the kernel keeps its few registers. The best
+// threads) they do not, and the kernel keeps its few registers. A trial
+// rounds in floats when its products at the group's lowest and highest
+// value are below 2^22 (the rounding is monotonic, so all are); a moved
+// minimum can put them past it, and then it rounds as ggml does. The best
 // trial's levels are remade once, from the scale and minimum it rounded
 // with. Writes the group's levels; returns (scale, -min).
 template <int N, int Unroll = N>
@@ -22,6 +43,7 @@ __device__ __forceinline__ void qf_make_qkx(const float* x, const float* w, int 
         sum_w += w[i];
         sum_x += w[i] * x[i];
     }
+    float lowest = min;
     if (min > 0.0f) min = 0.0f;
     if (qkx3 ? max <= min : max == min) {
         QF_UNROLL_BY(Unroll)
@@ -35,21 +57,17 @@ __device__ __forceinline__ void qf_make_qkx(const float* x, const float* w, int 
     float best_iscale = iscale, best_rounding_min = min;
     QF_UNROLL_BY(Unroll)
     for (int i = 0; i < N; i++) {
-        int l = qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
-        float diff = scale * (float)l + min - x[i];
+        float diff = scale * qf_level<false>(iscale * (x[i] - min), 0, nmax) + min - x[i];
         best_error += w[i] * (use_mad ? fabsf(diff) : diff * diff);
     }
     float aux[N];
     for (int is = 0; is <= nstep; is++) {
         iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
-        float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
-        QF_UNROLL_BY(Unroll)
-        for (int i = 0; i < N; i++) {
-            float l = (float)qf_clamp(qf_nearest_int(iscale * (x[i] - min)), 0, nmax);
-            aux[i] = l;
-            sum_l += w[i] * l;
-            sum_l2 += w[i] * l * l;
-            sum_xl += w[i] * l * x[i];
+        float sum_l, sum_l2, sum_xl;
+        if (qf_rounds_exactly(iscale * (lowest - min), iscale * (max - min))) {
+            qf_qkx_trial<N, Unroll, true>(x, w, iscale, min, nmax, aux, &sum_l, &sum_l2, &sum_xl);
+        } else {
+            qf_qkx_trial<N, Unroll, false>(x, w, iscale, min, nmax, aux, &sum_l, &sum_l2, &sum_xl);
         }
         float det = sum_w * sum_l2 - sum_l * sum_l;
         if (det > 0.0f) {
@@ -76,7 +94,7 @@ __device__ __forceinline__ void qf_make_qkx(const float* x, const float* w, int 
     }
     QF_UNROLL_BY(Unroll)
     for (int i = 0; i < N; i++) {
-        levels[i] = (qf_u8)qf_clamp(qf_nearest_int(best_iscale * (x[i] - best_rounding_min)), 0, nmax);
+        levels[i] = (qf_u8)qf_level<false>(best_iscale * (x[i] - best_rounding_min), 0, nmax);
     }
     *scale_out = scale;
     *neg_min_out = -min;
@@ -93,7 +111,9 @@ __device__ __forceinline__ float qf_qx_iscale(int t, float max, int nmax) {
 
 // make_qx_quants with given weights on one group of N: symmetric levels in
 // [0, 2·nmax) (all 0 for a group of zeros), remade once from the best
-// trial's scale; returns the scale. Unroll as qf_make_qkx's.
+// trial's scale; returns the scale. Unroll as qf_make_qkx's. It always
+// rounds in floats: a trial's |iscale| is at most (nmax + 0.9) / amax, so
+// no |iscale · x| reaches nmax + 1, far below 2^22.
 template <int N, int Unroll = N>
 __device__ __forceinline__ float qf_make_qx(const float* x, const float* w, int nmax, signed char* levels) {
     float amax;
@@ -109,7 +129,7 @@ __device__ __forceinline__ float qf_make_qx(const float* x, const float* w, int 
         float sumlx = 0.0f, suml2 = 0.0f;
         QF_UNROLL_BY(Unroll)
         for (int i = 0; i < N; i++) {
-            float l = (float)qf_clamp(qf_nearest_int(iscale * x[i]), -nmax, nmax - 1);
+            float l = qf_level<true>(iscale * x[i], -nmax, nmax - 1);
             sumlx += w[i] * x[i] * l;
             suml2 += w[i] * l * l;
         }
@@ -121,7 +141,7 @@ __device__ __forceinline__ float qf_make_qx(const float* x, const float* w, int 
     }
     QF_UNROLL_BY(Unroll)
     for (int i = 0; i < N; i++) {
-        levels[i] = (signed char)(qf_clamp(qf_nearest_int(best_iscale * x[i]), -nmax, nmax - 1) + nmax);
+        levels[i] = (signed char)((int)qf_level<true>(best_iscale * x[i], -nmax, nmax - 1) + nmax);
     }
     return scale;
 }
