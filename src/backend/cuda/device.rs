@@ -315,9 +315,7 @@ impl GpuDevice {
         unsafe { launch.launch(config) }?;
         Ok(())
     }
-}
 
-impl GpuDevice {
     /// Queues `job` on `stream`: its bytes (then the search's index and the
     /// importance row) staged in the lane's pinned memory and copied up,
     /// the kernels, the results copied down into pinned memory.

@@ -60,7 +60,7 @@ const GROUPS: u32 = THREADS / 32;
 const SUPER_BLOCK: u32 = 1;
 
 /// Super-blocks a block covers when each thread searches one group of
-/// `group` values (the K-quant encoders; `qf_searched_super_blocks` in
+/// `group` values (the K-quant and IQ4_XS encoders; `qf_searched_super_blocks` in
 /// `search.cuh`).
 const fn searched_super_blocks(group: u32) -> u32 {
     THREADS * group / 256

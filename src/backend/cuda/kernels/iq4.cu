@@ -113,25 +113,18 @@ QF_KERNEL(qf_encode_iq4_nl)(const void* source, void* destination, qf_u64 n_bloc
 
 QF_KERNEL(qf_encode_iq4_xs)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
                             qf_u64 n_per_row) {
-    const int super_blocks = QF_THREADS / 8;
-    __shared__ float staged[QF_THREADS * 33], scales[QF_THREADS], sigma2[super_blocks], block_d[super_blocks];
+    const int super_blocks = qf_searched_super_blocks(32);
+    __shared__ float staged[QF_THREADS * 33], scales[QF_THREADS], squares[super_blocks], block_d[super_blocks];
     __shared__ int levels[QF_THREADS];
     __shared__ qf_u8 indices[QF_THREADS * 32];
     int t = threadIdx.x;
     qf_u64 first_block = (qf_u64)blockIdx.x * super_blocks, first = first_block * QK_K;
     qf_stage_groups<32>((const float*)source, first, n_blocks * QK_K, staged);
-    if (importance && t < super_blocks) {
-        float s = 0.0f;
-        for (int i = 0; i < QK_K; i++) {
-            float v = staged[33 * (8 * t + i / 32) + i % 32];
-            s += v * v;
-        }
-        sigma2[t] = s * (2.0f / 256.0f);
-    }
-    __syncthreads();
+    if (importance) qf_staged_sums_of_squares<32>(staged, squares);
     float x[32], w[32];
     qf_own_group<32>(staged, x);
-    qf_iq4_weights(x, importance, first + 32 * t, n_per_row, importance ? sigma2[t / 8] : 0.0f, w);
+    float sigma2 = importance ? squares[t / 8] * (2.0f / 256.0f) : 0.0f;
+    qf_iq4_weights(x, importance, first + 32 * t, n_per_row, sigma2, w);
     scales[t] = qf_iq4_scale(x, w);
     __syncthreads();
     if (t < super_blocks) {

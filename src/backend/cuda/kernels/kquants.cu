@@ -207,7 +207,7 @@ __device__ void qf_k4_block_scales(const float* scales, const float* neg_mins, q
 __device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blocks, int nmax,
                              const float* importance, qf_u64 n_per_row) {
     const int super_blocks = qf_searched_super_blocks(32);
-    __shared__ float staged[QF_THREADS * 33], sigma2[super_blocks];
+    __shared__ float staged[QF_THREADS * 33], squares[super_blocks];
     __shared__ float g_scale[QF_THREADS], g_neg_min[QF_THREADS], group_weight[QF_THREADS];
     __shared__ qf_u8 scales_packed[super_blocks][12], levels[super_blocks * QK_K];
     __shared__ qf_u16 d_bits[super_blocks], dmin_bits[super_blocks];
@@ -217,9 +217,9 @@ __device__ void qf_encode_k4(const void* source, void* destination, qf_u64 n_blo
     float x[32], w[32];
     qf_own_group<32>(staged, x);
     if (importance) {
-        qf_staged_sigma2<32>(staged, 2.0f, sigma2);
-        group_weight[t] =
-            qf_group_weights<32>(x, importance, first_block * QK_K + 32 * t, n_per_row, sigma2[t / 8], w);
+        qf_staged_sums_of_squares<32>(staged, squares);
+        float sigma2 = 2.0f * squares[t / 8] / 256.0f;
+        group_weight[t] = qf_group_weights<32>(x, importance, first_block * QK_K + 32 * t, n_per_row, sigma2, w);
         qf_make_qkx<32>(x, w, nmax, -0.9f, 0.05f, 36, false, true, levels + 32 * t, &g_scale[t], &g_neg_min[t]);
     } else {
         float sum_x2 = 0.0f;
@@ -323,7 +323,7 @@ __device__ void qf_q2_k_block_scales(const float* scales, const float* mins, qf_
 QF_KERNEL(qf_encode_q2_k)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
                           qf_u64 n_per_row) {
     const int super_blocks = qf_searched_super_blocks(16);
-    __shared__ float staged[QF_THREADS * 17], sigma2[super_blocks];
+    __shared__ float staged[QF_THREADS * 17], squares[super_blocks];
     __shared__ float scales[QF_THREADS], mins[QF_THREADS], group_weight[QF_THREADS];
     __shared__ qf_u8 packed[super_blocks][16], levels[super_blocks * QK_K];
     __shared__ float block_d[super_blocks], block_dmin[super_blocks];
@@ -333,9 +333,9 @@ QF_KERNEL(qf_encode_q2_k)(const void* source, void* destination, qf_u64 n_blocks
     float x[16], w[16];
     qf_own_group<16>(staged, x);
     if (importance) {
-        qf_staged_sigma2<16>(staged, 1.0f, sigma2);
-        group_weight[t] =
-            qf_group_weights<16>(x, importance, first_block * QK_K + 16 * t, n_per_row, sigma2[t / 16], w);
+        qf_staged_sums_of_squares<16>(staged, squares);
+        float sigma2 = squares[t / 16] / 256.0f;
+        group_weight[t] = qf_group_weights<16>(x, importance, first_block * QK_K + 16 * t, n_per_row, sigma2, w);
         qf_make_qkx<16>(x, w, 3, -0.9f, 0.05f, 36, false, true, levels + 16 * t, &scales[t], &mins[t]);
     } else {
         QF_UNROLL
@@ -470,7 +470,7 @@ __device__ void qf_q3_k_block_scales(const float* scales, qf_u8* packed, float* 
 QF_KERNEL(qf_encode_q3_k)(const void* source, void* destination, qf_u64 n_blocks, const float* importance,
                           qf_u64 n_per_row) {
     const int super_blocks = qf_searched_super_blocks(16);
-    __shared__ float staged[QF_THREADS * 17], sigma2[super_blocks];
+    __shared__ float staged[QF_THREADS * 17], squares[super_blocks];
     __shared__ float scales[QF_THREADS], group_weight[QF_THREADS];
     __shared__ signed char levels[super_blocks * QK_K];
     __shared__ qf_u8 packed[super_blocks][12];
@@ -482,9 +482,9 @@ QF_KERNEL(qf_encode_q3_k)(const void* source, void* destination, qf_u64 n_blocks
     qf_own_group<16>(staged, x);
     if (importance) {
         float w[16];
-        qf_staged_sigma2<16>(staged, 2.0f, sigma2);
-        group_weight[t] =
-            qf_group_weights<16>(x, importance, first_block * QK_K + 16 * t, n_per_row, sigma2[t / 16], w);
+        qf_staged_sums_of_squares<16>(staged, squares);
+        float sigma2 = 2.0f * squares[t / 16] / 256.0f;
+        group_weight[t] = qf_group_weights<16>(x, importance, first_block * QK_K + 16 * t, n_per_row, sigma2, w);
         scales[t] = qf_make_qx<16>(x, w, 4, levels + 16 * t);
     } else {
         scales[t] = qf_make_q3(x, levels + 16 * t);

@@ -234,10 +234,10 @@ __device__ __forceinline__ void qf_own_group(const float* staged, float* x) {
     for (int i = 0; i < N; i++) x[i] = staged[(N + 1) * threadIdx.x + i];
 }
 
-// Each staged super-block's σ², `scale` times its mean square, summed in
-// the scalar order by a thread a super-block.
+// Each staged super-block's sum of squares, in the scalar order, by a
+// thread a super-block (each codec makes its σ² of it its own way).
 template <int N>
-__device__ void qf_staged_sigma2(const float* staged, float scale, float* sigma2) {
+__device__ void qf_staged_sums_of_squares(const float* staged, float* sums) {
     int t = threadIdx.x;
     if (t < qf_searched_super_blocks(N)) {
         float s = 0.0f;
@@ -245,7 +245,7 @@ __device__ void qf_staged_sigma2(const float* staged, float scale, float* sigma2
             float v = staged[(N + 1) * (QK_K / N * t + i / N) + i % N];
             s = s + v * v;
         }
-        sigma2[t] = scale * s / 256.0f;
+        sums[t] = s;
     }
     __syncthreads();
 }
