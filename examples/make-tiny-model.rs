@@ -8,6 +8,7 @@
 
 use std::path::PathBuf;
 
+use quantforge::files::{Replaces, WriteGuard};
 use quantforge::formats::{AtomicOutput, gguf};
 use quantforge::model::Endian;
 use quantforge::synth::{self, LlamaConfig};
@@ -32,7 +33,7 @@ fn main() -> anyhow::Result<()> {
     }
     let mut model = synth::llama(&config);
     let (metadata, tensors) = (model.metadata.clone(), model.tensors.clone());
-    let mut out = AtomicOutput::create(&path)?;
+    let mut out = AtomicOutput::create(&WriteGuard::default().check(&path, Replaces::AnyFile)?)?;
     let layout = gguf::write_gguf(out.writer(), Endian::Little, &metadata, &tensors, &mut model)?;
     out.commit()?;
     eprintln!("wrote {} ({} bytes)", path.display(), layout.file_len);

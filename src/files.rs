@@ -4,7 +4,12 @@
 //! writer comes), a device (`/dev/zero` never ends) or a symlink into places
 //! it should not lead. Every file we read that someone else could have put
 //! there is opened here: without blocking, then checked with `fstat` on the
-//! descriptor itself, so what is checked is what is read.
+//! descriptor itself, so what is checked is what is read. Where the tool may
+//! write is [`guard`]'s.
+
+mod guard;
+
+pub use guard::{OutputPath, Replaces, WriteGuard, WriteRefused, resolve, same_file};
 
 use std::fs::File;
 use std::io;
@@ -112,6 +117,55 @@ pub fn sha256_file(path: &Path) -> io::Result<String> {
             n => hasher.update(&buf[..n]),
         }
     }
+}
+
+/// sha256 and blake3 (hex) of a file and its length, from one read.
+pub fn sha256_and_blake3_file(path: &Path) -> io::Result<(String, String, u64)> {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut file = open_regular(path, Symlinks::Follow)?;
+    let (mut sha256, mut blake3) = (sha2::Sha256::new(), blake3::Hasher::new());
+    let mut buf = vec![0u8; 1 << 20];
+    let mut len = 0u64;
+    loop {
+        match file.read(&mut buf)? {
+            0 => return Ok((hex(&sha256.finalize()), blake3.finalize().to_hex().to_string(), len)),
+            n => {
+                sha256.update(&buf[..n]);
+                blake3.update(&buf[..n]);
+                len += n as u64;
+            }
+        }
+    }
+}
+
+/// Whether process `pid` of this machine still runs.
+pub fn process_is_alive(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let exists = unsafe { libc::kill(pid, 0) } == 0;
+    exists || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// This process as `pPID@HOST`, for the names of temporary files in a
+/// directory several machines may share (a cache on NFS): only a process of
+/// this host can be found dead by its pid.
+pub fn process_tag() -> String {
+    format!("p{}@{}", std::process::id(), host_name())
+}
+
+/// The `pPID@HOST` of [`process_tag`] in `name`, when it is this host's.
+pub fn tagged_pid(name: &str) -> Option<libc::pid_t> {
+    let (before, _) = name.split_once(&format!("@{}-", host_name()))?;
+    before.rsplit_once("-p")?.1.parse().ok()
+}
+
+/// The host's name, in the characters a file name may always hold.
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let name = if ok { &buf[..buf.iter().position(|&b| b == 0).unwrap_or(buf.len())] } else { b"host" };
+    name.iter().map(|&b| if b.is_ascii_alphanumeric() || b == b'.' || b == b'_' { b as char } else { '_' }).collect()
 }
 
 /// sha256 of `bytes`, hex.

@@ -23,7 +23,44 @@ pub fn for_terminal(text: &str) -> Cow<'_, str> {
 }
 
 fn is_unsafe(c: char) -> bool {
-    c.is_control() && c != '\n' && c != '\t'
+    (c.is_control() && c != '\n' && c != '\t') || is_bidi_control(c)
+}
+
+/// Unicode's bidirectional controls, which reorder what a terminal shows
+/// (a name could read as another).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Characters of a name shown at most; a longer one keeps its start and end.
+pub const NAME_SHOWN: usize = 120;
+
+/// A name from a file (a tensor's, a metadata key) for one line of a
+/// terminal: every control character escaped, newlines and tabs too (a name
+/// cannot start a line of its own), and at most [`NAME_SHOWN`] characters.
+pub fn name(text: &str) -> Cow<'_, str> {
+    let shown = shorten(text, NAME_SHOWN);
+    if !shown.chars().any(|c| c.is_control() || is_bidi_control(c)) {
+        return shown;
+    }
+    let mut out = String::with_capacity(shown.len() + 8);
+    for c in shown.chars() {
+        if c.is_control() || is_bidi_control(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`name`] as a `Display`, for messages: `format!("tensor `{}`", Name(n))`.
+pub struct Name<'a>(pub &'a str);
+
+impl std::fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&name(self.0))
+    }
 }
 
 /// At most `max` characters of `text`, the middle replaced by `…` when it is
@@ -70,6 +107,19 @@ mod tests {
         assert_eq!(for_terminal("plain\tname\n"), "plain\tname\n");
         assert_eq!(for_terminal("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
         assert_eq!(for_terminal("bell\u{7}"), "bell\\u{7}");
+    }
+
+    #[test]
+    fn names_stay_on_one_line_and_in_bounds() {
+        assert_eq!(name("blk.0.attn_q.weight"), "blk.0.attn_q.weight");
+        assert_eq!(name("a\nb\tc\u{1b}[31m\u{7}"), "a\\nb\\tc\\u{1b}[31m\\u{7}");
+        assert_eq!(name("evil\u{202e}gguf.exe"), "evil\\u{202e}gguf.exe");
+        assert_eq!(for_terminal("x\u{2066}y"), "x\\u{2066}y");
+        let huge = "n".repeat(1 << 20);
+        let long = name(&huge);
+        assert_eq!(long.chars().count(), NAME_SHOWN);
+        assert!(long.contains('…'));
+        assert_eq!(Name("a\nb").to_string(), "a\\nb");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 
 use expect_test::expect;
+use quantforge::files::{Replaces, WriteGuard};
 use quantforge::formats::{AtomicOutput, ModelFile, OpenOptions, gguf};
 use quantforge::model::{Endian, Value};
 use quantforge::synth::{self, LlamaConfig};
@@ -33,7 +34,7 @@ fn tiny_model_is_reproducible() {
     let path = dir.path().join("tiny.gguf");
     let mut model = synth::llama(&LlamaConfig::tiny());
     let (metadata, tensors) = (model.metadata.clone(), model.tensors.clone());
-    let mut out = AtomicOutput::create(&path).unwrap();
+    let mut out = AtomicOutput::create(&WriteGuard::default().check(&path, Replaces::AnyFile).unwrap()).unwrap();
     gguf::write_gguf(out.writer(), Endian::Little, &metadata, &tensors, &mut model).unwrap();
     out.commit().unwrap();
     assert!(
@@ -197,7 +198,7 @@ fn edit_refusals() {
     std::fs::copy(common::tiny_model(), &copy).unwrap();
     let out = dir.path().join("out.gguf");
     let cases: [(&[&str], &str); 6] = [
-        (&[copy.to_str().unwrap()], "refusing to overwrite the input"),
+        (&[copy.to_str().unwrap()], "is an input of the run; refusing to overwrite it"),
         (&[out.to_str().unwrap(), "--delete", "no.such.key"], "no such metadata key"),
         (&[out.to_str().unwrap(), "--rename-tensor", "nope=x"], "cannot rename `nope`: no such tensor"),
         (
@@ -255,7 +256,10 @@ fn quantize_refusals() {
     assert!(output.status.success());
     quantize_fails(&[q4.as_os_str(), out.as_os_str(), "Q8_0".as_ref()], "requantizing from type Q6_K is disabled");
     quantize_fails(&[tiny.as_os_str(), out.as_os_str(), "Q2_K_S".as_ref()], "needs an importance matrix");
-    quantize_fails(&[tiny.as_os_str(), tiny.as_os_str(), "Q8_0".as_ref()], "refusing to overwrite the input");
+    quantize_fails(
+        &[tiny.as_os_str(), tiny.as_os_str(), "Q8_0".as_ref()],
+        "is an input of the run; refusing to overwrite it",
+    );
 
     // A weight that is NaN: llama-quantize refuses to write it, and so do we.
     let mut g = common::RawGguf::default();

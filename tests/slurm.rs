@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{encoded, files_in, repo, s3_env, unique_url};
+use quantforge::files::{Replaces, WriteGuard};
 use quantforge::formats::{AtomicOutput, gguf};
 use quantforge::model::Endian;
 use quantforge::synth::{self, LlamaConfig};
@@ -75,7 +76,10 @@ impl Project {
         let config = LlamaConfig { n_layer: 4, name: "quantforge slurm test".into(), ..LlamaConfig::tiny() };
         let mut model = synth::llama(&config);
         let (metadata, tensors) = (model.metadata.clone(), model.tensors.clone());
-        let mut out = AtomicOutput::create(&dir.path().join("model.gguf")).unwrap();
+        let mut out = AtomicOutput::create(
+            &WriteGuard::default().check(&dir.path().join("model.gguf"), Replaces::AnyFile).unwrap(),
+        )
+        .unwrap();
         gguf::write_gguf(out.writer(), Endian::Little, &metadata, &tensors, &mut model).unwrap();
         out.commit().unwrap();
         std::fs::write(dir.path().join("staged.toml"), STAGED).unwrap();

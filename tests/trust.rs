@@ -321,7 +321,7 @@ fn an_export_never_overwrites_the_cache_the_recipe_or_an_input() {
     assert!(run_recipe(ws.path(), &export_to(&["copy.gguf"])).status.success());
     fails_with(&run_recipe(ws.path(), &export_to(&["cache/CACHEDIR.TAG"])), "is inside the cache");
     fails_with(&run_recipe(ws.path(), &export_to(&["recipe.toml"])), "the recipe itself");
-    fails_with(&run_recipe(ws.path(), &export_to(&["tiny.gguf"])), "refusing to overwrite the input");
+    fails_with(&run_recipe(ws.path(), &export_to(&["tiny.gguf"])), "is an input of the run; refusing to overwrite it");
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::cache::CacheDir;
-use crate::exec::outputs::find_export;
+use crate::exec::outputs::{ATTESTATION, find_export};
 use crate::exec::report::Status;
 use crate::exec::{Engine, attest, dsse, lock};
 use crate::formats::AtomicOutput;
@@ -60,8 +60,9 @@ pub(super) fn run(args: AttestArgs) -> anyhow::Result<()> {
             node.why.join("; ")
         );
     }
-    let previous = lock::read(&recipe).unwrap_or_default();
-    let locked = lock::of_export(&engine, &recipe, &report, previous.as_ref(), index)?;
+    let outputs = engine.outputs(&recipe, &report)?;
+    let output = args.output.as_ref().map(|path| outputs.side_file(path, "attestation", ATTESTATION)).transpose()?;
+    let locked = lock::of_export(&engine, &recipe, &report, index)?;
     let statement = attest::to_json(&attest::statement(&recipe, &locked, &report, index)?);
     let bytes = match &args.key {
         Some(key) => {
@@ -72,7 +73,7 @@ pub(super) fn run(args: AttestArgs) -> anyhow::Result<()> {
         }
         None => statement,
     };
-    match &args.output {
+    match &output {
         Some(path) => {
             let mut out = AtomicOutput::create(path)?;
             out.writer().write_all(&bytes)?;
@@ -90,7 +91,7 @@ fn recorded_recipe(args: &AttestArgs) -> anyhow::Result<PathBuf> {
     let cache_dir = match &args.cache.cache_dir {
         Some(dir) => dir.clone(),
         None => {
-            let file = crate::exec::outputs::resolve(&args.file);
+            let file = crate::files::resolve(&args.file);
             let nearest = file.ancestors().skip(1).map(|dir| dir.join("cache")).find(|dir| LocalStore::exists_at(dir));
             nearest.ok_or_else(|| {
                 anyhow::anyhow!("no cache above {}: give --recipe (or --cache-dir)", args.file.display())

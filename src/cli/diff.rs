@@ -3,9 +3,10 @@
 use std::io::{self, Write};
 
 use crate::ops::diff::DiffReport;
+use crate::text::name;
 
 pub fn print_text(out: &mut dyn Write, r: &DiffReport) -> io::Result<()> {
-    let width = r.tensors.iter().map(|t| t.name.len()).max().unwrap_or(6).max(6);
+    let width = r.tensors.iter().map(|t| name(&t.name).chars().count()).max().unwrap_or(6).max(6);
     writeln!(
         out,
         "{:width$}  {:>7} {:>7}  {:>12} {:>12} {:>12} {:>10} {:>12}",
@@ -16,7 +17,14 @@ pub fn print_text(out: &mut dyn Write, r: &DiffReport) -> io::Result<()> {
         writeln!(
             out,
             "{:width$}  {:>7} {:>7}  {:>12.4e} {:>12.4e} {:>12.4e} {:>10.6} {:>12.4e}",
-            t.name, t.type_a, t.type_b, s.mae, s.rmse, s.max_abs_error, s.cosine, s.weighted_sq_error
+            name(&t.name),
+            t.type_a,
+            t.type_b,
+            s.mae,
+            s.rmse,
+            s.max_abs_error,
+            s.cosine,
+            s.weighted_sq_error
         )?;
     }
     let s = &r.total;
@@ -25,11 +33,11 @@ pub fn print_text(out: &mut dyn Write, r: &DiffReport) -> io::Result<()> {
         "{:width$}  {:>7} {:>7}  {:>12.4e} {:>12.4e} {:>12.4e} {:>10.6} {:>12.4e}",
         "total", "", "", s.mae, s.rmse, s.max_abs_error, s.cosine, s.weighted_sq_error
     )?;
-    for name in &r.only_in_a {
-        writeln!(out, "only in A: {name}")?;
+    for only in &r.only_in_a {
+        writeln!(out, "only in A: {}", name(only))?;
     }
-    for name in &r.only_in_b {
-        writeln!(out, "only in B: {name}")?;
+    for only in &r.only_in_b {
+        writeln!(out, "only in B: {}", name(only))?;
     }
     Ok(())
 }

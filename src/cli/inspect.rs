@@ -4,6 +4,12 @@ use std::io::{self, Write};
 
 use crate::formats::human_bytes;
 use crate::ops::inspect::{Identity, InspectReport};
+use crate::text::name;
+
+/// The columns a name from the file takes once escaped and bounded.
+fn shown_width(text: &str) -> usize {
+    name(text).chars().count()
+}
 
 fn print_hparams(out: &mut dyn Write, label: &str, identity: &Identity) -> io::Result<()> {
     if let Some(h) = &identity.hyperparameters {
@@ -82,7 +88,7 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
     }
 
     writeln!(out, "\nmetadata ({} keys)", r.metadata.len())?;
-    let key_width = r.metadata.iter().map(|m| m.key.len()).max().unwrap_or(0);
+    let key_width = r.metadata.iter().map(|m| shown_width(&m.key)).max().unwrap_or(0);
     for m in &r.metadata {
         let ty = match (m.element_type, m.len) {
             (Some(el), Some(len)) => format!("arr[{el}; {len}]"),
@@ -93,7 +99,7 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
             value.truncate(value.len() - 1);
             value.push_str(", ...]");
         }
-        writeln!(out, "  {:key_width$}  {ty:14}  {value}", m.key)?;
+        writeln!(out, "  {:key_width$}  {ty:14}  {value}", name(&m.key))?;
     }
 
     writeln!(out, "\ntypes")?;
@@ -109,14 +115,18 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
     }
 
     if let Some(tensors) = &r.tensors {
-        let name_width = tensors.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+        let name_width = tensors.iter().map(|t| shown_width(&t.name)).max().unwrap_or(4).max(4);
         writeln!(out, "\n  {:name_width$}  {:8}  {:24}  {:>12}  {:>12}", "name", "type", "shape", "offset", "bytes")?;
         for t in tensors {
             let shape = format!("{:?}", t.shape);
             writeln!(
                 out,
                 "  {:name_width$}  {:8}  {:24}  {:>12}  {:>12}",
-                t.name, t.ggml_type, shape, t.offset, t.bytes
+                name(&t.name),
+                t.ggml_type,
+                shape,
+                t.offset,
+                t.bytes
             )?;
         }
     }

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::files::{OutputPath, Replaces, WriteGuard};
 use crate::formats::pack::{self, Derivation, LadderFile, Manifest, Pack, PackWriter, Span};
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::quant::imatrix::KV_QUANTIZE_IMATRIX_FILE;
@@ -51,8 +52,17 @@ pub(super) fn pack(args: PackArgs, json: bool) -> anyhow::Result<()> {
         anyhow::ensure!(!names.contains(&name), "two files named {name}: a pack holds files by name");
         names.push(name);
     }
-    let scratch = tempfile::Builder::new().prefix(".quantforge-pack-").tempdir_in(parent_of(&args.output))?;
-    let mut writer = PackWriter::create(&args.output)?;
+    let mut guard = WriteGuard::default();
+    guard.protect(&args.base, "the base model");
+    if let Some(imatrix) = &args.imatrix {
+        guard.protect(imatrix, "the importance matrix");
+    }
+    for path in &args.ladder {
+        guard.protect(path, "a file of the ladder");
+    }
+    let output = guard.check(&args.output, Replaces::AnyFile)?;
+    let mut writer = PackWriter::create(&output)?;
+    let scratch = crate::formats::scratch_dir(parent_of(output.resolved()))?;
     let base = writer.add_file(&args.base, file_name(&args.base)?)?;
     let imatrix = match &args.imatrix {
         Some(path) => Some(writer.add_file(path, file_name(path)?)?),
@@ -262,18 +272,21 @@ pub(super) fn unpack(args: UnpackArgs, json: bool) -> anyhow::Result<()> {
         anyhow::bail!("{}: no file `{unknown}` in the pack; it holds {}", args.pack.display(), names.join(", "));
     }
     std::fs::create_dir_all(outdir)?;
-    let scratch = tempfile::Builder::new().prefix(".quantforge-unpack-").tempdir_in(outdir)?;
+    // Every file the pack names stays inside OUTDIR, and none is the pack.
+    let mut guard = WriteGuard::within(outdir, "the output directory");
+    guard.protect(&args.pack, "the pack being unpacked");
+    let scratch = crate::formats::scratch_dir(outdir)?;
     let started = std::time::Instant::now();
     // The base and the importance matrix go where asked, else to scratch.
     let place = |name: &str| match wanted.contains(&name) {
-        true => outdir.join(name),
-        false => scratch.path().join(name),
+        true => guard.check(&outdir.join(name), Replaces::AnyFile),
+        false => guard.check(&scratch.path().join(name), Replaces::AnyFile),
     };
-    let base = place(&manifest.base.name);
+    let base = place(&manifest.base.name)?;
     pack.extract(&manifest.base, &base)?;
     let imatrix = match &manifest.imatrix {
         Some(packed) => {
-            let path = place(&packed.name);
+            let path = place(&packed.name)?;
             pack.extract(packed, &path)?;
             Some(path)
         }
@@ -282,10 +295,11 @@ pub(super) fn unpack(args: UnpackArgs, json: bool) -> anyhow::Result<()> {
     for file in manifest.files.iter().filter(|f| wanted.contains(&f.name.as_str())) {
         let derived = scratch.path().join("derived.gguf");
         if let Some(derivation) = &file.derivation {
-            derive(derivation, &base, imatrix.as_deref(), &derived)
+            derive(derivation, base.resolved(), imatrix.as_ref().map(OutputPath::resolved), &derived)
                 .map_err(|e| anyhow::anyhow!("{}: {derivation}: {e:#}", file.name))?;
         }
-        pack.assemble(file, file.derivation.as_ref().map(|_| derived.as_path()), &outdir.join(&file.name))?;
+        let out = guard.check(&outdir.join(&file.name), Replaces::AnyFile)?;
+        pack.assemble(file, file.derivation.as_ref().map(|_| derived.as_path()), &out)?;
         let _ = std::fs::remove_file(&derived);
         eprintln!("{}: {} bytes, sha256 checked", file.name, file.size);
     }

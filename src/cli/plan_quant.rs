@@ -4,9 +4,12 @@
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
+
 use super::chart::{self, Bar, Scale};
+use crate::files::{Replaces, WriteGuard};
 use crate::formats::parse_size;
-use crate::formats::{ModelFile, OpenOptions, human_bytes};
+use crate::formats::{AtomicOutput, ModelFile, OpenOptions, human_bytes};
 use crate::quant::budget::{BudgetPlan, Model, Target, plan_budget, probe_preset};
 use crate::quant::plan::{QuantizeOptions, load_imatrix};
 
@@ -38,9 +41,19 @@ pub fn run(args: PlanQuantArgs, json: bool) -> anyhow::Result<()> {
         (None, Some(bpw)) => Target::BitsPerWeight(bpw),
         (None, None) => unreachable!("clap requires one of the targets"),
     };
+    // The chart replaces a chart, never the model it is drawn from.
+    let mut guard = WriteGuard::default();
+    guard.protect(&args.input, "the model being planned");
+    if let Some(imatrix) = &args.imatrix {
+        guard.protect(imatrix, "the importance matrix");
+    }
+    const CHART: Replaces = Replaces::FileStarting { prefix: b"<svg", what: "an SVG chart" };
+    let svg_path = args.svg.as_ref().map(|path| guard.check(path, CHART)).transpose().context("--svg")?;
     let plan = plan_for(&args.input, target, args.imatrix.as_deref(), !args.no_protect, base_options())?;
-    if let Some(path) = &args.svg {
-        std::fs::write(path, svg(&plan)).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    if let Some(path) = &svg_path {
+        let mut out = AtomicOutput::create(path)?;
+        out.writer().write_all(svg(&plan).as_bytes())?;
+        out.commit().map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.shown().display()))?;
     }
     if json {
         return super::json::print(&plan);

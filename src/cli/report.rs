@@ -17,7 +17,8 @@ use serde_json::Value;
 
 use super::chart::{self, Bar, Scale, escape};
 use crate::arch::registry::block_of;
-use crate::formats::{ModelFile, OpenOptions, human_bytes};
+use crate::files::{OutputPath, WriteGuard};
+use crate::formats::{AtomicOutput, ModelFile, OpenOptions, human_bytes};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct ReportArgs {
@@ -41,7 +42,13 @@ pub(super) fn run(args: ReportArgs) -> anyhow::Result<()> {
         let base = path.parent().map(Path::to_owned).unwrap_or_default();
         documents.push(Document { label: path.display().to_string(), value: document, base });
     }
-    write(&args.output, &page(&documents)?)?;
+    // The page may replace a page, never one of the documents it is drawn from.
+    let mut guard = WriteGuard::default();
+    for path in &args.documents {
+        guard.protect(path, "one of the documents the page is drawn from");
+    }
+    let output = guard.check(&args.output, crate::exec::outputs::REPORT_PAGE)?;
+    write(&output, &page(&documents)?)?;
     eprintln!("wrote {}", args.output.display());
     Ok(())
 }
@@ -54,23 +61,11 @@ pub(super) struct Document {
     pub base: PathBuf,
 }
 
-/// Writes the page whole or not at all, and never through a link or over a
-/// special file.
-pub(super) fn write(path: &Path, html: &str) -> anyhow::Result<()> {
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        anyhow::ensure!(
-            meta.file_type().is_file(),
-            "{}: is a {}; a report replaces only a regular file",
-            path.display(),
-            crate::files::describe(meta.file_type())
-        );
-    }
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    // Readable as any file the user writes, not private as a temporary file.
-    let readable = std::os::unix::fs::PermissionsExt::from_mode(0o644);
-    let mut temp = tempfile::Builder::new().prefix(".quantforge-report-").permissions(readable).tempfile_in(dir)?;
-    std::io::Write::write_all(&mut temp, html.as_bytes())?;
-    temp.persist(path).map_err(|e| anyhow::anyhow!("cannot write {}: {}", path.display(), e.error))?;
+/// Writes the page whole or not at all, where a guard let it through.
+pub(super) fn write(path: &OutputPath, html: &str) -> anyhow::Result<()> {
+    let mut out = AtomicOutput::create(path)?;
+    out.writer().write_all(html.as_bytes())?;
+    out.commit().map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.shown().display()))?;
     Ok(())
 }
 

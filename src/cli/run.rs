@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cache::CacheDir;
+use crate::exec::outputs::{self, RunOutputs};
 use crate::exec::report::{RunReport, Status};
 use crate::exec::units::{self, UnitPlan, UnitSize};
 use crate::exec::{Engine, attest, lock};
@@ -182,12 +183,16 @@ pub(super) fn run(args: RunArgs, json: bool, verbose: bool) -> anyhow::Result<()
     let engine = Engine::new(store, super::workers(args.jobs.or(recipe.jobs)))?
         .with_pins(args.pins.pins()?)
         .with_force(args.force);
+    if let Some(page) = &args.report {
+        check_page(&engine, &recipe, page)?;
+    }
     let locked = match args.locked {
         true => Some(check_locked_inputs(&engine, &recipe)?),
         false => None,
     };
     let progress = !json && super::show_progress();
     let report = engine.run_targets(&recipe, &args.targets, progress)?;
+    let outputs = engine.outputs(&recipe, &report)?;
     const SHOWN: usize = 5;
     for incident in report.cache_incidents.iter().take(SHOWN) {
         tracing::warn!("cache: {incident}");
@@ -203,7 +208,7 @@ pub(super) fn run(args: RunArgs, json: bool, verbose: bool) -> anyhow::Result<()
         out.flush()?;
     }
     if let Some(page) = &args.report {
-        write_page(page, &args.recipe, &report)?;
+        write_page(page, &args.recipe, &report, &outputs)?;
     }
     super::cache::report_transfers(report.remote.as_ref(), args.cache.remote.remote_required)?;
     if report.failed() {
@@ -211,7 +216,7 @@ pub(super) fn run(args: RunArgs, json: bool, verbose: bool) -> anyhow::Result<()
     }
     // A run of some targets says nothing about the others' files.
     if args.targets.is_empty() {
-        update_lock(&engine, &recipe, &report, locked.as_ref())?;
+        update_lock(&engine, &recipe, &report, locked.as_ref(), &outputs)?;
     }
     Ok(())
 }
@@ -222,7 +227,9 @@ fn check_locked_inputs(engine: &Engine, recipe: &Recipe) -> anyhow::Result<lock:
     let Some(locked) = lock::read(recipe)? else {
         anyhow::bail!("--locked: there is no lock file {}; run once without --locked to write it", path.display());
     };
-    let drift = lock::input_drift(&locked, recipe, &engine.input_reports(recipe)?);
+    let inputs = engine.input_reports(recipe)?;
+    let sha256 = lock::input_sha256s(engine, &inputs)?;
+    let drift = lock::input_drift(&locked, recipe, &inputs, &sha256);
     if !drift.is_empty() {
         anyhow::bail!("--locked: {} no longer matches:\n  {}", path.display(), drift.join("\n  "));
     }
@@ -237,19 +244,9 @@ fn update_lock(
     recipe: &Recipe,
     report: &RunReport,
     locked: Option<&lock::Lock>,
+    outputs: &RunOutputs,
 ) -> anyhow::Result<()> {
-    let read;
-    let previous = match locked {
-        Some(locked) => Some(locked),
-        None => {
-            read = lock::read(recipe).unwrap_or_else(|e| {
-                tracing::warn!("{e}; writing a new one");
-                None
-            });
-            read.as_ref()
-        }
-    };
-    let new = lock::of_run(engine, recipe, report, previous)?;
+    let new = lock::of_run(engine, recipe, report)?;
     match locked.map(|old| lock::first_difference(old, &new)) {
         Some(Some(difference)) => {
             anyhow::bail!("--locked: {difference}; {} is left as it was", lock::lock_path(recipe)?.display())
@@ -257,12 +254,15 @@ fn update_lock(
         Some(None) => {}
         // The outputs are written; a lock that cannot be is worth a warning, not a failure.
         None => {
-            if let Err(e) = lock::write(recipe, &new) {
-                tracing::warn!("{e}");
+            if let Err(e) = outputs.lock_file().map_err(anyhow::Error::from).and_then(|path| {
+                lock::write(recipe, &new, &path)?;
+                Ok(())
+            }) {
+                tracing::warn!("{e:#}");
             }
         }
     }
-    attest::write_for_run(recipe, &new, report)?;
+    attest::write_for_run(recipe, &new, report, outputs)?;
     Ok(())
 }
 
@@ -419,11 +419,14 @@ pub(super) fn plan(args: PlanArgs, json: bool) -> anyhow::Result<()> {
         let pending = !plan.units.is_empty() || !plan.exports.is_empty();
         return if args.exit_code && pending { Err(super::Pending.into()) } else { Ok(()) };
     }
+    if let Some(page) = &args.report {
+        check_page(&engine, &recipe, page)?;
+    }
     let report = engine.plan(&recipe)?;
-    let drift = lock_drift(&recipe, &report, keeps_results)?;
+    let drift = lock_drift(&engine, &recipe, &report, keeps_results)?;
     let pending = args.exit_code && engine.pending(&recipe)?;
     if let Some(page) = &args.report {
-        write_page(page, &args.recipe, &report)?;
+        write_page(page, &args.recipe, &report, &engine.outputs(&recipe, &report)?)?;
     }
     if json {
         super::json::print(&super::json::Plan { report, lock_drift: drift })?;
@@ -443,19 +446,40 @@ pub(super) fn plan(args: PlanArgs, json: bool) -> anyhow::Result<()> {
 
 /// How the recipe's inputs differ from its lock: `None` without a lock,
 /// or without a cache to hash the inputs against.
+/// `--report`'s page, checked before anything runs against the files the
+/// recipe names (and again, with every file the run read, before it is
+/// written): never an input, the recipe, its lock, an export's file or a
+/// file that is not a page.
+fn check_page(engine: &Engine, recipe: &Recipe, page: &Path) -> anyhow::Result<()> {
+    let declared: Vec<PathBuf> = recipe.inputs.iter().map(|i| i.path.clone()).collect();
+    RunOutputs::check(recipe, engine.store().directory(), declared.iter())?.side_file(
+        page,
+        "report",
+        outputs::REPORT_PAGE,
+    )?;
+    Ok(())
+}
+
 /// `--report`: the run's page, its relative paths the working directory's.
-fn write_page(page: &Path, recipe: &Path, report: &RunReport) -> anyhow::Result<()> {
+fn write_page(page: &Path, recipe: &Path, report: &RunReport, outputs: &RunOutputs) -> anyhow::Result<()> {
+    let path = outputs.side_file(page, "report", outputs::REPORT_PAGE)?;
     let document = super::report::Document {
         label: recipe.display().to_string(),
         value: serde_json::to_value(report)?,
         base: PathBuf::new(),
     };
-    super::report::write(page, &super::report::page(&[document])?)
+    super::report::write(&path, &super::report::page(&[document])?)
 }
 
-fn lock_drift(recipe: &Recipe, report: &RunReport, keeps_results: bool) -> anyhow::Result<Option<Vec<String>>> {
+fn lock_drift(
+    engine: &Engine,
+    recipe: &Recipe,
+    report: &RunReport,
+    keeps_results: bool,
+) -> anyhow::Result<Option<Vec<String>>> {
     let Some(locked) = lock::read(recipe)? else { return Ok(None) };
-    Ok(keeps_results.then(|| lock::input_drift(&locked, recipe, &report.inputs)))
+    let sha256 = lock::known_sha256s(engine.store(), &report.inputs);
+    Ok(keeps_results.then(|| lock::input_drift(&locked, recipe, &report.inputs, &sha256)))
 }
 
 fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<()> {

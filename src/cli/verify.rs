@@ -58,16 +58,23 @@ pub(super) fn run(args: VerifyArgs, json: bool) -> anyhow::Result<()> {
         !args.recompute || args.as_command.is_none(),
         "--recompute is for a recipe's export: --as always computes"
     );
-    let recipe = match &args.attestation {
-        Some(attestation) => Some(attested_recipe(&args, attestation)?),
+    let attested = args.attestation.as_ref().map(|attestation| attested_recipe(&args, attestation)).transpose()?;
+    let recipe = match &attested {
+        Some(attested) => Some(attested.recipe.clone()),
         None => args.recipe.clone(),
     };
     let scratch = match &recipe {
-        Some(recipe) => tempfile::Builder::new().prefix(".quantforge-verify-").tempdir_in(recipe_dir(recipe))?,
-        None => tempfile::Builder::new().prefix(".quantforge-verify-").tempdir()?,
+        Some(recipe) => crate::formats::scratch_dir(&recipe_dir(recipe))?,
+        None => crate::formats::scratch_dir(&std::env::temp_dir())?,
     };
     let pairs = match (&recipe, &args.as_command, &args.from) {
-        (Some(recipe), _, _) => derive_export(&args, recipe, scratch.path())?,
+        (Some(recipe), _, _) => {
+            let derivation = derive_export(&args, recipe, scratch.path())?;
+            if let Some(attested) = &attested {
+                check_attested_derivation(attested, &derivation)?;
+            }
+            derivation.pairs
+        }
         (None, Some(command), Some(base)) => vec![(claimed.clone(), derive_quantized(command, base, scratch.path())?)],
         _ => anyhow::bail!("give --recipe R, or --as COMMAND with --from BASE"),
     };
@@ -93,14 +100,25 @@ fn recipe_dir(recipe: &Path) -> PathBuf {
     recipe.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_owned()
 }
 
+/// An attestation whose signature, digests and versions were checked, and
+/// the recipe it names.
+struct Attested {
+    shown: String,
+    recipe: PathBuf,
+    statement: attest::Statement,
+}
+
 /// The recipe `attestation` names for `args.file`, once the attestation
-/// (and its signature, with `--pubkey`) is checked and the file, the recipe
-/// and every input it records have the digests it gives.
-fn attested_recipe(args: &VerifyArgs, attestation: &Path) -> anyhow::Result<PathBuf> {
+/// (and its signature, with `--pubkey`) is checked and every digest it
+/// states holds: the file's, the recipe's and every input file's, sha256
+/// and blake3 alike, each input's size, the builder and the codec and
+/// key-scheme versions. What only a derivation can show (that the export
+/// and its steps are the ones it names) is [`check_attested_derivation`]'s.
+fn attested_recipe(args: &VerifyArgs, attestation: &Path) -> anyhow::Result<Attested> {
     const MAX_ATTESTATION_BYTES: u64 = 64 << 20;
     let bytes = crate::files::read_regular(attestation, MAX_ATTESTATION_BYTES)
         .map_err(|e| anyhow::anyhow!("{}: {e}", attestation.display()))?;
-    let shown = attestation.display();
+    let shown = attestation.display().to_string();
     let json: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!("{shown}: not JSON: {e}"))?;
     let payload = match (json.get("payloadType").is_some(), &args.pubkey) {
@@ -126,20 +144,23 @@ fn attested_recipe(args: &VerifyArgs, attestation: &Path) -> anyhow::Result<Path
             types.1
         );
     }
+    let builder = &statement.predicate.run_details.builder;
+    if builder.id != attest::BUILDER_ID {
+        anyhow::bail!("{shown}: built by {}, not by quantforge ({})", builder.id, attest::BUILDER_ID);
+    }
+    let versions = &statement.predicate.build_definition.internal_parameters;
+    known_version("codec version", versions.codec_version, crate::codecs::CODEC_VERSION, &shown)?;
+    known_version("cache key scheme", versions.key_scheme, crate::store::KEY_SCHEME_VERSION, &shown)?;
 
     let file = &args.file;
     let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let Some(subject) = statement.subject.iter().find(|s| s.name == name) else {
-        anyhow::bail!("{shown} does not attest a file named {name}");
+        anyhow::bail!("{shown} does not attest a file named {}", crate::text::Name(&name));
     };
-    let sha256 = crate::files::sha256_file(file)?;
-    if sha256 != subject.digest.sha256 {
-        anyhow::bail!(
-            "{} is not the attested file: its sha256 is {sha256}, the attestation's {}",
-            file.display(),
-            subject.digest.sha256
-        );
+    if statement.subject.len() != 1 {
+        anyhow::bail!("{shown} attests {} files; a whole export writes one", statement.subject.len());
     }
+    check_digests(file, &subject.digest, &format!("{} is not the attested file", file.display()))?;
 
     let definition = &statement.predicate.build_definition;
     let recipe = match &args.recipe {
@@ -148,34 +169,153 @@ fn attested_recipe(args: &VerifyArgs, attestation: &Path) -> anyhow::Result<Path
     };
     let recipe_bytes = crate::files::read_regular(&recipe, 16 << 20)
         .map_err(|e| anyhow::anyhow!("the attested recipe {}: {e}; give --recipe", recipe.display()))?;
-    let recipe_sha256 = crate::files::sha256_hex(&recipe_bytes);
-    if recipe_sha256 != definition.external_parameters.recipe.digest.sha256 {
-        anyhow::bail!(
-            "the recipe {} is not the attested one: its sha256 is {recipe_sha256}, the attestation's {}",
-            recipe.display(),
-            definition.external_parameters.recipe.digest.sha256
-        );
+    let digest = &definition.external_parameters.recipe.digest;
+    let (sha256, blake3) = (crate::files::sha256_hex(&recipe_bytes), blake3::hash(&recipe_bytes).to_hex().to_string());
+    if let Some(difference) = digest_difference(digest, &sha256, &blake3) {
+        anyhow::bail!("the recipe {} is not the attested one: {difference}", recipe.display());
     }
     let dir = recipe_dir(&recipe);
     for dependency in &definition.resolved_dependencies {
         let path = dir.join(&dependency.name);
-        let input = dependency.annotations.as_ref().map_or("?", |a| a.input.as_str());
-        let sha256 = crate::files::sha256_file(&path)
-            .map_err(|e| anyhow::anyhow!("input `{input}` ({}): {e}", path.display()))?;
-        if sha256 != dependency.digest.sha256 {
-            anyhow::bail!(
-                "input `{input}` ({}) is not the attested one: its sha256 is {sha256}, the attestation's {}",
-                path.display(),
-                dependency.digest.sha256
-            );
+        let Some(annotations) = &dependency.annotations else {
+            anyhow::bail!("{shown}: dependency {} names no input", crate::text::Name(&dependency.name));
+        };
+        let input = &annotations.input;
+        let what = format!("input `{input}` ({}) is not the attested one", path.display());
+        let size = check_digests(&path, &dependency.digest, &what)?;
+        if size != annotations.size {
+            anyhow::bail!("{what}: it is {size} bytes, the attestation's {}", annotations.size);
         }
     }
-    Ok(recipe)
+    Ok(Attested { shown, recipe, statement })
+}
+
+/// A version an attestation states: this build's, or an earlier one this
+/// codebase has had; never one that does not exist.
+fn known_version(what: &str, stated: u32, ours: u32, shown: &str) -> anyhow::Result<()> {
+    match stated {
+        0 => anyhow::bail!("{shown}: {what} 0 does not exist (versions start at 1)"),
+        v if v > ours => anyhow::bail!("{shown}: {what} {v} does not exist (this quantforge has {ours}, the newest)"),
+        _ => Ok(()),
+    }
+}
+
+/// Hashes `path` once and compares both digests with `stated`; its length.
+fn check_digests(path: &Path, stated: &attest::Digests, what: &str) -> anyhow::Result<u64> {
+    let (sha256, blake3, len) =
+        crate::files::sha256_and_blake3_file(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    match digest_difference(stated, &sha256, &blake3) {
+        Some(difference) => anyhow::bail!("{what}: {difference}"),
+        None => Ok(len),
+    }
+}
+
+fn digest_difference(stated: &attest::Digests, sha256: &str, blake3: &str) -> Option<String> {
+    if sha256 != stated.sha256 {
+        return Some(format!("its sha256 is {sha256}, the attestation's {}", stated.sha256));
+    }
+    if blake3 != stated.blake3 {
+        return Some(format!("its blake3 is {blake3}, the attestation's {}", stated.blake3));
+    }
+    None
+}
+
+/// What the attestation states of the derivation, against the derivation
+/// made here: the export that writes the file is the one it names, its
+/// dependencies are exactly the files that export reads, and (when it was
+/// made by this build's codec and key scheme, which make the keys) every
+/// step with its parameters and cache key.
+fn check_attested_derivation(attested: &Attested, derivation: &Derivation) -> anyhow::Result<()> {
+    let shown = &attested.shown;
+    let definition = &attested.statement.predicate.build_definition;
+    let recipe = &derivation.recipe;
+    let export = &recipe.nodes[derivation.export].id;
+    if definition.external_parameters.export != *export {
+        anyhow::bail!(
+            "{shown} names export `{}`, but the file is written by export `{export}`",
+            crate::text::Name(&definition.external_parameters.export)
+        );
+    }
+    let (_, inputs) = recipe.upstream(derivation.export);
+    let names: Vec<&str> = inputs.iter().map(|&j| recipe.inputs[j].name.as_str()).collect();
+    let dir = crate::files::resolve(&recipe_dir(&attested.recipe));
+    // (file name as the attestation writes it, blake3, input) of each file.
+    let read: Vec<(String, String, String)> = derivation
+        .report
+        .inputs
+        .iter()
+        .filter(|input| names.contains(&input.name.as_str()))
+        .flat_map(|input| {
+            let relative = |path: &Path| crate::exec::lock::relative(&dir, path);
+            input.files.iter().map(move |f| (relative(&f.path), f.blake3.clone(), input.name.clone()))
+        })
+        .collect();
+    let stated: Vec<(String, String, String)> = definition
+        .resolved_dependencies
+        .iter()
+        .map(|d| {
+            let input = d.annotations.as_ref().map_or_else(String::new, |a| a.input.clone());
+            (d.name.clone(), d.digest.blake3.clone(), input)
+        })
+        .collect();
+    if read != stated {
+        let missing = read.iter().find(|r| !stated.contains(r)).map(|(name, _, input)| (name, input));
+        let extra = stated.iter().find(|s| !read.contains(s)).map(|(name, _, input)| (name, input));
+        let problem = match (missing, extra) {
+            (Some((name, input)), _) => {
+                format!("does not list {name} (input `{input}`), which export `{export}` reads")
+            }
+            (None, Some((name, input))) => {
+                format!("lists {} (input `{input}`), which export `{export}` does not read", crate::text::Name(name))
+            }
+            (None, None) => format!("lists export `{export}`'s inputs in another order"),
+        };
+        anyhow::bail!("{shown} {problem}");
+    }
+    let versions = &definition.internal_parameters;
+    if (versions.codec_version, versions.key_scheme) != (crate::codecs::CODEC_VERSION, crate::store::KEY_SCHEME_VERSION)
+    {
+        tracing::warn!(
+            "{shown} was made with codec version {} and key scheme {}; this quantforge's keys differ, so its steps' \
+             keys are not compared (the bytes are)",
+            versions.codec_version,
+            versions.key_scheme
+        );
+        return Ok(());
+    }
+    let expected = attest::steps(recipe, &derivation.report, derivation.export);
+    let stated = &definition.external_parameters.steps;
+    if let Some((i, step)) = expected.iter().enumerate().find(|(i, step)| stated.get(*i) != Some(step)) {
+        let problem = match stated.get(i) {
+            Some(other) if other.id != step.id => {
+                format!("step {} is `{}` where the recipe has `{}`", i + 1, crate::text::Name(&other.id), step.id)
+            }
+            Some(other) if other.key != step.key => {
+                format!("step `{}` has key {}, where the recipe makes it {}", step.id, other.key, step.key)
+            }
+            Some(_) => format!("step `{}` is stated with other parameters, op or inputs than the recipe's", step.id),
+            None => format!("does not list step `{}`", step.id),
+        };
+        anyhow::bail!("{shown}: {problem}");
+    }
+    if stated.len() != expected.len() {
+        anyhow::bail!("{shown} lists {} steps; export `{export}` is made by {}", stated.len(), expected.len());
+    }
+    Ok(())
+}
+
+/// The export made again: each claimed file paired with its derivation,
+/// and the run that made them.
+struct Derivation {
+    pairs: Vec<(PathBuf, PathBuf)>,
+    recipe: Recipe,
+    export: usize,
+    report: crate::exec::report::RunReport,
 }
 
 /// Makes the export that wrote `args.file` again, into `scratch`, and pairs
 /// each of its files with the claimed one.
-fn derive_export(args: &VerifyArgs, recipe_path: &Path, scratch: &Path) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
+fn derive_export(args: &VerifyArgs, recipe_path: &Path, scratch: &Path) -> anyhow::Result<Derivation> {
     let mut recipe = Recipe::load(recipe_path)?;
     let Some(index) = find_export(&recipe, &args.file) else {
         anyhow::bail!("{} is not an export of {}", args.file.display(), recipe_path.display());
@@ -199,7 +339,7 @@ fn derive_export(args: &VerifyArgs, recipe_path: &Path, scratch: &Path) -> anyho
         let errors: Vec<&str> = report.nodes.iter().filter_map(|n| n.error.as_deref()).collect();
         anyhow::bail!("the derivation failed: {}", errors.join("; "));
     }
-    Ok(vec![(claimed, derived)])
+    Ok(Derivation { pairs: vec![(claimed, derived)], recipe, export: index, report })
 }
 
 /// Runs the claimed quantize command on `base` into `scratch`; the file it wrote.

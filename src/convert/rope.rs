@@ -6,14 +6,15 @@ use serde_json::{Map, Value as Json};
 
 use super::checkpoint::Checkpoint;
 use super::config::shorten;
+use crate::text::Name;
 
 /// A rope setting the converter would fail on or write wrongly, naming the
 /// config key.
 #[derive(Debug, thiserror::Error)]
 pub enum RopeError {
-    #[error("config.json: `{key}` is missing; {needed_by} needs it")]
+    #[error("config.json: `{}` is missing; {needed_by} needs it", Name(.key))]
     Missing { key: String, needed_by: &'static str },
-    #[error("config.json: `{key}` ({value}) is not {expected}")]
+    #[error("config.json: `{}` ({value}) is not {expected}", Name(.key))]
     Invalid { key: String, value: String, expected: &'static str },
     #[error(
         "config.json: `{dict}.long_factor` has {long} entries and `{dict}.short_factor` {short}; LongRoPE needs half \

@@ -7,6 +7,7 @@ use crate::backend::{Backend, Slab};
 use crate::codecs::{CodecError, scalar};
 use crate::formats::ModelFile;
 use crate::model::TensorInfo;
+use crate::text::Name;
 use crate::types::GgmlType;
 
 use super::checkpoint::{Checkpoint, CheckpointError};
@@ -59,7 +60,7 @@ pub enum ConvertError {
     Unmodelled { family: String, key: String, value: String },
     #[error(transparent)]
     Rope(#[from] RopeError),
-    #[error("tensor `{tensor}`: {source}")]
+    #[error("tensor `{}`: {source}", Name(.tensor))]
     Codec { tensor: String, source: CodecError },
     #[error(transparent)]
     Format(#[from] crate::formats::FormatError),

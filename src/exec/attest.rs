@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::lock::{self, Lock, LockedFile};
+use super::outputs::RunOutputs;
 use super::report::{RunReport, Status};
 use crate::formats::AtomicOutput;
 use crate::ops::Op;
@@ -150,6 +151,8 @@ pub enum AttestError {
     Io { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Lock(#[from] lock::LockError),
+    #[error(transparent)]
+    Output(#[from] super::outputs::OutputError),
 }
 
 /// The statement for export node `export` of `recipe`, from the lock of a
@@ -164,30 +167,12 @@ pub fn statement(recipe: &Recipe, lock: &Lock, report: &RunReport, export: usize
     let text = std::fs::read(recipe_file).map_err(|source| AttestError::Io { path: recipe_file.to_owned(), source })?;
     let output_dir = options.path.parent().unwrap_or(Path::new("."));
     let recipe_reference = RecipeReference {
-        path: lock::relative(&crate::exec::outputs::resolve(output_dir), recipe_file),
+        path: lock::relative(&crate::files::resolve(output_dir), recipe_file),
         digest: Digests { sha256: crate::files::sha256_hex(&text), blake3: blake3::hash(&text).to_hex().to_string() },
     };
 
-    let (nodes, inputs) = recipe.upstream(export);
-    let source_name = |source: &Source| match *source {
-        Source::Input(j) => recipe.inputs[j].name.clone(),
-        Source::Node(j) => recipe.nodes[j].id.clone(),
-    };
-    let steps = nodes
-        .iter()
-        .map(|&i| {
-            let node = &recipe.nodes[i];
-            let mut from: Vec<String> = node.from.iter().map(source_name).collect();
-            from.extend(node.uses.iter().map(|&j| recipe.inputs[j].name.clone()));
-            Step {
-                id: node.id.clone(),
-                op: node.op.name().to_owned(),
-                params: node.op.key_params(),
-                from,
-                key: report.nodes[i].key.clone(),
-            }
-        })
-        .collect();
+    let steps = steps(recipe, report, export);
+    let (_, inputs) = recipe.upstream(export);
     let mut dependencies = Vec::new();
     for &j in &inputs {
         let name = &recipe.inputs[j].name;
@@ -221,6 +206,32 @@ pub fn statement(recipe: &Recipe, lock: &Lock, report: &RunReport, export: usize
     })
 }
 
+/// The steps on export node `export`'s path, in dependency order, with the
+/// keys `report`'s run gave them: what an attestation's
+/// `externalParameters.steps` states.
+pub fn steps(recipe: &Recipe, report: &RunReport, export: usize) -> Vec<Step> {
+    let (nodes, _) = recipe.upstream(export);
+    let source_name = |source: &Source| match *source {
+        Source::Input(j) => recipe.inputs[j].name.clone(),
+        Source::Node(j) => recipe.nodes[j].id.clone(),
+    };
+    nodes
+        .iter()
+        .map(|&i| {
+            let node = &recipe.nodes[i];
+            let mut from: Vec<String> = node.from.iter().map(source_name).collect();
+            from.extend(node.uses.iter().map(|&j| recipe.inputs[j].name.clone()));
+            Step {
+                id: node.id.clone(),
+                op: node.op.name().to_owned(),
+                params: node.op.key_params(),
+                from,
+                key: report.nodes[i].key.clone(),
+            }
+        })
+        .collect()
+}
+
 /// The statement as its file holds it: pretty JSON and a newline.
 pub fn to_json(statement: &Statement) -> Vec<u8> {
     let mut json = serde_json::to_vec_pretty(statement).expect("a statement is plain data");
@@ -231,7 +242,12 @@ pub fn to_json(statement: &Statement) -> Vec<u8> {
 /// Writes the attestation of every export of a complete run that asks for
 /// one (`attest = true`) beside it, unless the file already says the same;
 /// the paths written.
-pub fn write_for_run(recipe: &Recipe, lock: &Lock, report: &RunReport) -> Result<Vec<PathBuf>, AttestError> {
+pub fn write_for_run(
+    recipe: &Recipe,
+    lock: &Lock,
+    report: &RunReport,
+    outputs: &RunOutputs,
+) -> Result<Vec<PathBuf>, AttestError> {
     let mut written = Vec::new();
     for (i, node) in recipe.nodes.iter().enumerate() {
         let Op::Export(options) = &node.op else { continue };
@@ -240,11 +256,12 @@ pub fn write_for_run(recipe: &Recipe, lock: &Lock, report: &RunReport) -> Result
         }
         let json = to_json(&statement(recipe, lock, report, i)?);
         let path = attestation_path(options);
-        if std::fs::read(&path).is_ok_and(|old| old == json) {
+        let checked = outputs.export_file(&node.id, &path, super::outputs::ATTESTATION)?;
+        if std::fs::read(checked.resolved()).is_ok_and(|old| old == json) {
             continue;
         }
         let write_err = |source| AttestError::Io { path: path.clone(), source };
-        let mut out = AtomicOutput::create(&path).map_err(write_err)?;
+        let mut out = AtomicOutput::create(&checked).map_err(write_err)?;
         out.writer().write_all(&json).map_err(write_err)?;
         out.commit().map_err(write_err)?;
         written.push(path);

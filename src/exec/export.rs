@@ -14,7 +14,7 @@ use super::materialize::{MaterializeError, Materializer};
 use super::report::{self, NodeReport};
 use super::{Engine, NodeError, Shared};
 use crate::artifact::{Tensor, TensorSet};
-use crate::formats::{AtomicOutput, gguf, same_file};
+use crate::formats::{AtomicOutput, gguf};
 use crate::ops;
 use crate::ops::export::{ExportFormat, ExportOptions};
 use crate::store::fingerprint::{hash_file, stat_key};
@@ -138,7 +138,15 @@ fn write_file(
     out.preallocate(layout.file_len)?;
     m.prefetch(&layout.tensors);
     (layout.header)(out.writer())?;
-    place_all(m, &layout.tensors, &layout.offsets, layout.alignment, out.file()?, bar)?;
+    let file = out.file()?;
+    place_all(m, &layout.tensors, &layout.offsets, layout.alignment, file, bar)?;
+    // Every byte was placed by its layout; a file of another length holds
+    // bytes nothing checked, and is never committed.
+    let len = file.metadata()?.len();
+    if len != layout.file_len {
+        let problem = format!("the file is {len} bytes where its layout has {}", layout.file_len);
+        return Err(std::io::Error::other(problem).into());
+    }
     Ok(layout.file_len)
 }
 
@@ -227,14 +235,14 @@ impl Engine {
     /// The recipe files whose exports wrote `output` (their export path),
     /// as the store recorded them.
     pub fn recipes_that_exported(&self, output: &Path) -> Vec<PathBuf> {
-        let wanted = super::outputs::resolve(output);
+        let wanted = crate::files::resolve(output);
         let keys = self.store.list_actions(ActionKind::Export).unwrap_or_default();
         let mut recipes: Vec<PathBuf> = keys
             .iter()
             .filter_map(|(key, _)| {
                 serde_json::from_slice::<ExportEntry>(&self.store.get_action(ActionKind::Export, key)?).ok()
             })
-            .filter(|entry| super::outputs::resolve(&entry.path) == wanted)
+            .filter(|entry| crate::files::resolve(&entry.path) == wanted)
             .filter_map(|entry| entry.recipe_file)
             .collect();
         recipes.sort();
@@ -280,16 +288,12 @@ impl Engine {
 }
 
 impl Shared {
-    /// A new output file (its directory made), refusing to overwrite an input.
-    fn create_output(&self, path: &Path) -> Result<AtomicOutput, NodeError> {
-        if let Some(input) = self.bound.files.paths().find(|p| same_file(p, path)) {
-            return Err(NodeError::OutputIsInput { input: input.clone(), output: path.to_owned() });
-        }
-        let write_err = |source| NodeError::Write { path: path.to_owned(), source };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(write_err)?;
-        }
-        AtomicOutput::create(path).map_err(write_err)
+    /// A new output file of export node `i` (its directory made), checked
+    /// again by the run's guard as it is created.
+    fn create_output(&self, i: usize, path: &Path) -> Result<AtomicOutput, NodeError> {
+        let id = &self.bound.recipe.nodes[i].id;
+        let checked = self.bound.outputs.export_file(id, path, crate::files::Replaces::AnyFile)?;
+        AtomicOutput::create(&checked).map_err(|source| NodeError::Write { path: path.to_owned(), source })
     }
 
     /// Writes node `i`'s input as the export's file (or shards) and records
@@ -315,7 +319,7 @@ impl Shared {
         let mut written = Vec::with_capacity(files.len() + 1);
         for file in &files {
             let path = &file.path;
-            let mut out = self.create_output(path)?;
+            let mut out = self.create_output(i, path)?;
             let layout = match options.format {
                 ExportFormat::Gguf => gguf_layout(set, file),
                 ExportFormat::SafeTensors => safetensors_layout(set, file),
@@ -324,7 +328,7 @@ impl Shared {
             written.push((path.clone(), out, len, file.plan.tensors.len()));
         }
         if let Some(path) = ops::export::index_path(options) {
-            let mut out = self.create_output(&path)?;
+            let mut out = self.create_output(i, &path)?;
             let index = ops::export::safetensors_index(set, &files);
             out.writer().write_all(&index).map_err(|source| NodeError::Write { path: path.clone(), source })?;
             written.push((path, out, index.len() as u64, 0));
@@ -349,7 +353,7 @@ impl Shared {
             let entry = ExportEntry {
                 blobs: Vec::new(),
                 recipe: self.bound.recipe.name.clone(),
-                recipe_file: self.bound.recipe.source.as_deref().map(super::outputs::resolve),
+                recipe_file: self.bound.recipe.source.as_deref().map(crate::files::resolve),
                 id: self.bound.recipe.nodes[i].id.clone(),
                 path: options.path.clone(),
                 bytes: report.bytes_out,

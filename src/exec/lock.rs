@@ -6,25 +6,37 @@
 //! decide the bytes.
 //!
 //! A run rewrites the lock only when something in it changed, so an
-//! unchanged recipe leaves it byte for byte as it was. sha256 is computed
-//! only for a file whose blake3 (which the cache knows already) the old lock
-//! does not list, so a no-op rerun reads nothing to write it.
+//! unchanged recipe leaves it byte for byte as it was. A lock is what other
+//! people verify with, so no digest in it is taken from an earlier lock: a
+//! file's sha256 is computed here once per content (by blake3 and size, which
+//! the cache knows already) and remembered in the cache's `sha256` entries,
+//! so a no-op rerun reads nothing to write it, and an edited sha256 is
+//! corrected by the next run.
 //!
 //! `run --locked` refuses to start when an input no longer matches the lock
-//! and to finish when the run would change the lock; `plan` reports drift.
+//! (in size, blake3 or sha256) and to finish when the run would change the
+//! lock; `plan` reports drift.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::Engine;
 use super::report::{InputReport, RunReport};
+use crate::files::OutputPath;
 use crate::formats::AtomicOutput;
 use crate::ops::Op;
 use crate::recipe::Recipe;
-use crate::store::{KEY_SCHEME_VERSION, Key};
+use crate::store::{ActionKind, KEY_SCHEME_VERSION, Key, KeyBuilder, Store};
 
 /// The version of the lock file's own layout.
 const LOCK_VERSION: u32 = 1;
+
+/// How every lock file begins: what a run may replace (a file at the lock's
+/// path that does not begin so is not ours to overwrite).
+pub const LOCK_HEADER: &str = "# Written by `quantforge run`";
+
+/// A file's content as the cache knows it (blake3 hex, size) → its sha256.
+pub type Sha256s = HashMap<(String, u64), String>;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -102,8 +114,11 @@ pub fn read(recipe: &Recipe) -> Result<Option<Lock>, LockError> {
 }
 
 /// How the current inputs and tool differ from `lock`, one line each; empty
-/// when they match. Exports are not looked at: they are what a run makes.
-pub fn input_drift(lock: &Lock, recipe: &Recipe, inputs: &[InputReport]) -> Vec<String> {
+/// when they match. `sha256` holds what is known of the inputs' sha256s
+/// (all of them for `run --locked`, which computes what the cache does not
+/// know; `plan` compares those the cache knows). Exports are not looked at:
+/// they are what a run makes.
+pub fn input_drift(lock: &Lock, recipe: &Recipe, inputs: &[InputReport], sha256: &Sha256s) -> Vec<String> {
     let mut drift = version_drift(lock);
     let dir = recipe_dir(recipe);
     for input in inputs {
@@ -116,6 +131,17 @@ pub fn input_drift(lock: &Lock, recipe: &Recipe, inputs: &[InputReport]) -> Vec<
         let was: Vec<(String, u64, &str)> =
             locked.files.iter().map(|f| (f.path.clone(), f.size, f.blake3.as_str())).collect();
         if current == was {
+            let sha256_of = |f: &LockedFile| sha256.get(&(f.blake3.clone(), f.size));
+            let changed = locked.files.iter().find(|f| sha256_of(f).is_some_and(|known| *known != f.sha256));
+            if let Some(file) = changed {
+                drift.push(format!(
+                    "input `{}` ({}) has sha256 {}; the lock has sha256 {} (the same blake3: the lock was edited)",
+                    input.name,
+                    file.path,
+                    sha256_of(file).map_or("", String::as_str),
+                    file.sha256
+                ));
+            }
             continue;
         }
         let changed = current.iter().zip(&was).find(|(a, b)| a != b);
@@ -155,36 +181,23 @@ fn version_drift(lock: &Lock) -> Vec<String> {
     drift
 }
 
-/// The lock a complete, successful run of `recipe` stands for, reusing
-/// `previous`'s sha256 for every file whose blake3 it already lists.
-pub fn of_run(
-    engine: &Engine,
-    recipe: &Recipe,
-    report: &RunReport,
-    previous: Option<&Lock>,
-) -> Result<Lock, LockError> {
-    of_part(engine, recipe, report, previous, |_| true, |_| true)
+/// The lock a complete, successful run of `recipe` stands for.
+pub fn of_run(engine: &Engine, recipe: &Recipe, report: &RunReport) -> Result<Lock, LockError> {
+    of_part(engine, recipe, report, |_| true, |_| true)
 }
 
 /// The part of the lock export node `export` stands on: the inputs upstream
 /// of it, and its files.
-pub fn of_export(
-    engine: &Engine,
-    recipe: &Recipe,
-    report: &RunReport,
-    previous: Option<&Lock>,
-    export: usize,
-) -> Result<Lock, LockError> {
+pub fn of_export(engine: &Engine, recipe: &Recipe, report: &RunReport, export: usize) -> Result<Lock, LockError> {
     let (_, inputs) = recipe.upstream(export);
     let names: Vec<&str> = inputs.iter().map(|&j| recipe.inputs[j].name.as_str()).collect();
-    of_part(engine, recipe, report, previous, |name| names.contains(&name), |i| i == export)
+    of_part(engine, recipe, report, |name| names.contains(&name), |i| i == export)
 }
 
 fn of_part(
     engine: &Engine,
     recipe: &Recipe,
     report: &RunReport,
-    previous: Option<&Lock>,
     keep_input: impl Fn(&str) -> bool,
     keep_export: impl Fn(usize) -> bool,
 ) -> Result<Lock, LockError> {
@@ -210,7 +223,6 @@ fn of_part(
     }
     let sha256 = sha256_of(
         engine,
-        previous,
         input_files.iter().flat_map(|(_, files)| files).chain(export_files.iter().flat_map(|(_, _, files)| files)),
     )?;
     let locked = |files: Files| -> Vec<LockedFile> {
@@ -277,63 +289,119 @@ pub fn first_difference(old: &Lock, new: &Lock) -> Option<String> {
     (old != new).then(|| "the lock's inputs or exports differ from this run's".to_owned())
 }
 
-/// Writes `lock` beside `recipe` unless the file there already says the
-/// same; true when it wrote.
-pub fn write(recipe: &Recipe, lock: &Lock) -> Result<bool, LockError> {
-    let path = lock_path(recipe)?;
+/// Writes `lock` to `path` (the recipe's lock, as the run's outputs let it
+/// through) unless the file there already says the same; true when it wrote.
+pub fn write(recipe: &Recipe, lock: &Lock, path: &OutputPath) -> Result<bool, LockError> {
     let text = format!(
-        "# Written by `quantforge run`: what {} last read and wrote. Commit it beside the recipe.\n{}",
+        "{LOCK_HEADER}: what {} last read and wrote. Commit it beside the recipe.\n{}",
         recipe.source.as_deref().and_then(Path::file_name).map(|n| n.to_string_lossy()).unwrap_or_default(),
-        toml::to_string(lock).map_err(|e| LockError::Write { path: path.clone(), source: std::io::Error::other(e) })?
+        toml::to_string(lock)
+            .map_err(|e| LockError::Write { path: path.shown().to_owned(), source: std::io::Error::other(e) })?
     );
-    if std::fs::read(&path).is_ok_and(|old| old == text.as_bytes()) {
+    if std::fs::read(path.resolved()).is_ok_and(|old| old == text.as_bytes()) {
         return Ok(false);
     }
-    let write_err = |source| LockError::Write { path: path.clone(), source };
-    let mut out = AtomicOutput::create(&path).map_err(write_err)?;
+    let write_err = |source| LockError::Write { path: path.shown().to_owned(), source };
+    let mut out = AtomicOutput::create(path).map_err(write_err)?;
     out.writer().write_all(text.as_bytes()).map_err(write_err)?;
     out.commit().map_err(write_err)?;
     Ok(true)
 }
 
-/// The sha256 of each file, by (blake3, size): `previous`'s where it lists
-/// the same content, the others read, side by side on the engine's pool.
+/// The sha256 of each file, by (blake3, size): the cache's where it knows
+/// the content, the others read (side by side on the engine's pool) and
+/// remembered.
 fn sha256_of<'a>(
     engine: &Engine,
-    previous: Option<&Lock>,
     files: impl Iterator<Item = &'a (PathBuf, u64, String)>,
-) -> Result<HashMap<(String, u64), String>, LockError> {
+) -> Result<Sha256s, LockError> {
     use rayon::prelude::*;
-    let mut known: HashMap<(String, u64), String> = previous
-        .into_iter()
-        .flat_map(|lock| lock.inputs.iter().flat_map(|i| &i.files).chain(lock.exports.iter().flat_map(|e| &e.files)))
-        .map(|f| ((f.blake3.clone(), f.size), f.sha256.clone()))
-        .collect();
-    let unknown: Vec<&(PathBuf, u64, String)> =
-        files.filter(|(_, size, blake3)| !known.contains_key(&(blake3.clone(), *size))).collect();
+    let store = engine.store();
+    let mut known = Sha256s::new();
+    let mut unknown: Vec<&(PathBuf, u64, String)> = Vec::new();
+    for file in files {
+        let (_, size, blake3) = file;
+        let content = (blake3.clone(), *size);
+        if known.contains_key(&content) {
+            continue;
+        }
+        match remembered_sha256(store, blake3, *size) {
+            Some(sha256) => {
+                known.insert(content, sha256);
+            }
+            None => unknown.push(file),
+        }
+    }
+    unknown.sort_by_key(|(_, size, blake3)| (blake3.clone(), *size));
+    unknown.dedup_by_key(|(_, size, blake3)| (blake3.clone(), *size));
     let read: Vec<((String, u64), String)> = engine.pool().install(|| {
         unknown
             .par_iter()
-            .map(|(path, size, blake3)| Ok(((blake3.clone(), *size), sha256_file(path)?)))
+            .map(|(path, size, blake3)| {
+                let sha256 = sha256_file(path, blake3, *size)?;
+                remember_sha256(store, blake3, *size, &sha256);
+                Ok(((blake3.clone(), *size), sha256))
+            })
             .collect::<Result<_, LockError>>()
     })?;
     known.extend(read);
     Ok(known)
 }
 
-fn sha256_file(path: &Path) -> Result<String, LockError> {
-    crate::files::sha256_file(path).map_err(|source| LockError::Hash { path: path.to_owned(), source })
+/// The sha256 of every file of `inputs`, computing those the cache does not
+/// know (for `run --locked`).
+pub fn input_sha256s(engine: &Engine, inputs: &[InputReport]) -> Result<Sha256s, LockError> {
+    let files: Vec<(PathBuf, u64, String)> =
+        inputs.iter().flat_map(|i| &i.files).map(|f| (f.path.clone(), f.bytes, f.blake3.clone())).collect();
+    sha256_of(engine, files.iter())
+}
+
+/// The sha256s of `inputs`' files the cache knows, reading nothing (for `plan`).
+pub fn known_sha256s(store: &dyn Store, inputs: &[InputReport]) -> Sha256s {
+    let files = inputs.iter().flat_map(|i| &i.files);
+    files.filter_map(|f| Some(((f.blake3.clone(), f.bytes), remembered_sha256(store, &f.blake3, f.bytes)?))).collect()
+}
+
+fn sha256_key(blake3: &str, size: u64) -> Key {
+    KeyBuilder::new("sha256-of-content").str(blake3).u64(size).finish()
+}
+
+fn remembered_sha256(store: &dyn Store, blake3: &str, size: u64) -> Option<String> {
+    let bytes = store.get_action(ActionKind::Sha256, &sha256_key(blake3, size))?;
+    let text = String::from_utf8(bytes).ok()?;
+    Key::from_hex(&text).map(|_| text)
+}
+
+fn remember_sha256(store: &dyn Store, blake3: &str, size: u64, sha256: &str) {
+    // Best effort: without the entry the next lock reads the file again.
+    let _ = store.put_action(ActionKind::Sha256, &sha256_key(blake3, size), sha256.as_bytes());
+}
+
+/// The sha256 of the file at `path`, which must still be the content the
+/// run saw (size and blake3, hashed in the same pass): a file changed since
+/// is an error, never a digest of other bytes under the old name.
+fn sha256_file(path: &Path, blake3: &str, size: u64) -> Result<String, LockError> {
+    let hash_err = |source| LockError::Hash { path: path.to_owned(), source };
+    let (sha256, seen_blake3, seen_size) = crate::files::sha256_and_blake3_file(path).map_err(hash_err)?;
+    if seen_blake3 != blake3 || seen_size != size {
+        return Err(hash_err(std::io::Error::other(format!(
+            "changed since the run read it ({seen_size} bytes, blake3 {}; the run saw {size} bytes, blake3 {})",
+            short(&seen_blake3),
+            short(blake3)
+        ))));
+    }
+    Ok(sha256)
 }
 
 fn recipe_dir(recipe: &Recipe) -> PathBuf {
     let dir = recipe.source.as_deref().and_then(Path::parent).unwrap_or(Path::new("."));
-    crate::exec::outputs::resolve(if dir.as_os_str().is_empty() { Path::new(".") } else { dir })
+    crate::files::resolve(if dir.as_os_str().is_empty() { Path::new(".") } else { dir })
 }
 
 /// `path` relative to the recipe's directory `dir` (both resolved; `..`
 /// where it lies outside), so a lock reads the same on every machine.
-pub(super) fn relative(dir: &Path, path: &Path) -> String {
-    let resolved = crate::exec::outputs::resolve(path);
+pub fn relative(dir: &Path, path: &Path) -> String {
+    let resolved = crate::files::resolve(path);
     let shared = dir.components().zip(resolved.components()).take_while(|(a, b)| a == b).count();
     let up = dir.components().skip(shared).map(|_| std::path::Component::ParentDir);
     let down = resolved.components().skip(shared);

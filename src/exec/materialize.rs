@@ -25,6 +25,7 @@ use crate::quant::budget::{BudgetError, RowSource};
 use crate::quant::plan::importance_from_blob;
 use crate::store::fingerprint::stat_key;
 use crate::store::{ActionKind, BlobWriter, Key, Store, StoreError};
+use crate::text::Name;
 use crate::types::GgmlType;
 
 /// Rows converted per slab: bounds memory at about this many f32 values per
@@ -37,15 +38,15 @@ pub enum MaterializeError {
     Format(#[from] FormatError),
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("tensor `{tensor}`: {source}")]
+    #[error("tensor `{}`: {source}", Name(.tensor))]
     Codec { tensor: String, source: crate::codecs::CodecError },
-    #[error("tensor `{tensor}` row {row} holds {value}; llama.cpp refuses to quantize non-finite weights too")]
+    #[error("tensor `{}` row {row} holds {value}; llama.cpp refuses to quantize non-finite weights too", Name(.tensor))]
     NonFinite { tensor: String, row: usize, value: f32 },
-    #[error("tensor `{tensor}`: {source}")]
+    #[error("tensor `{}`: {source}", Name(.tensor))]
     Io { tensor: String, source: io::Error },
     #[error("no input file has content hash {0}")]
     UnknownInput(Key),
-    #[error("tensor `{tensor}`: {source}")]
+    #[error("tensor `{}`: {source}", Name(.tensor))]
     Checkpoint { tensor: String, source: Box<crate::convert::ConvertError> },
     #[error("input {} changed during the run; nothing computed from it was kept (run again)", .0.display())]
     InputChanged(PathBuf),
@@ -325,8 +326,8 @@ impl Materializer<'_> {
                 return Ok(true);
             }
         };
-        match self.store.copy_blob_into(&hash, out, offset) {
-            Ok(len) if len == tensor.n_bytes() => {
+        match self.store.copy_blob_into(&hash, tensor.n_bytes(), out, offset) {
+            Ok(()) => {
                 self.counters.reused.fetch_add(1, Ordering::Relaxed);
                 // Encoded this run for this node (with a sibling, or by another
                 // export): the report names the backend that computed it.
@@ -338,10 +339,6 @@ impl Materializer<'_> {
                 }
                 Ok(true)
             }
-            Ok(len) => Err(io_err(io::Error::other(format!(
-                "cached blob {hash} holds {len} bytes, the tensor {}",
-                tensor.n_bytes()
-            )))),
             Err(e) if recomputable && e.is_recoverable() => Ok(false),
             Err(e) => Err(e.into()),
         }

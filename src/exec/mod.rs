@@ -120,8 +120,8 @@ pub enum NodeError {
     Materialize(#[from] MaterializeError),
     #[error(transparent)]
     Manifest(#[from] crate::artifact::ManifestError),
-    #[error("refusing to overwrite the input: {} is {}", output.display(), input.display())]
-    OutputIsInput { input: PathBuf, output: PathBuf },
+    #[error(transparent)]
+    Output(#[from] outputs::OutputError),
     #[error("writing {}: {source}", path.display())]
     Write { path: PathBuf, source: std::io::Error },
     #[error("input `{0}` failed")]
@@ -168,6 +168,8 @@ struct Bound {
     keys: Vec<Key>,
     consumers: Vec<Vec<usize>>,
     files: InputFiles,
+    /// Where the run may write, checked when it was bound.
+    outputs: outputs::RunOutputs,
 }
 
 impl Engine {
@@ -366,8 +368,19 @@ impl Engine {
             }
             keys.push(key.finish());
         }
-        let bound = Bound { recipe: recipe.clone(), inputs, keys, consumers, files: InputFiles::new(paths, self.open) };
+        let files = InputFiles::new(paths, self.open);
+        let outputs = outputs::RunOutputs::check(recipe, self.store.directory(), files.paths())?;
+        let bound = Bound { recipe: recipe.clone(), inputs, keys, consumers, files, outputs };
         Ok((bound, reports))
+    }
+
+    /// Where a run of `recipe` may write besides its exports (its lock, a
+    /// report, attestations), for the run `report` describes: the same
+    /// guard its exports passed, with every input file the run read.
+    pub fn outputs(&self, recipe: &Recipe, report: &RunReport) -> Result<outputs::RunOutputs, RunError> {
+        let inputs: Vec<std::path::PathBuf> =
+            report.inputs.iter().flat_map(|i| &i.files).map(|f| f.path.clone()).collect();
+        Ok(outputs::RunOutputs::check(recipe, self.store.directory(), inputs.iter())?)
     }
 
     /// Runs `recipe`: everything not already done.
@@ -387,7 +400,6 @@ impl Engine {
         let started = Instant::now();
         let roots = select(recipe, targets)?;
         let (bound, mut input_reports) = self.bind(recipe)?;
-        outputs::check_exports(&bound.recipe, self.store.directory(), bound.files.paths())?;
         outputs::sweep(&bound.recipe);
         let n = bound.recipe.nodes.len();
         let is_export = |i: usize| matches!(bound.recipe.nodes[i].op, Op::Export(_));
@@ -541,7 +553,6 @@ impl Engine {
     pub fn plan(&self, recipe: &Recipe) -> Result<RunReport, RunError> {
         let started = Instant::now();
         let (bound, input_reports) = self.bind(recipe)?;
-        outputs::check_exports(&bound.recipe, self.store.directory(), bound.files.paths())?;
         let n = bound.recipe.nodes.len();
         let shared = self.shared(bound, vec![None; n], false)?;
         let mut sets: Vec<Option<Arc<TensorSet>>> = vec![None; n];

@@ -1,16 +1,18 @@
-//! Where exports may write, decided on resolved paths before anything runs.
+//! Where a run may write, decided on resolved paths before anything runs.
 //!
-//! A path's text says little: a symlinked directory inside the output tree
-//! can lead anywhere, two spellings can name one file, and a split's shard
-//! names can meet a plain export's. So every path an export claims is
-//! resolved (its deepest existing ancestor canonicalized, the rest appended)
-//! and must be inside the recipe's directory (for a recipe file; a one-shot
-//! command writes where its command line says), outside the store, not an
-//! input or the recipe itself, absent or a regular file, and claimed by no
-//! other export.
+//! Every export's files (a split's whole family of shard names, a
+//! SafeTensors index, an attestation beside it) are claimed up front: each
+//! must pass the run's [`WriteGuard`] — inside the recipe's directory (a
+//! one-shot command writes where its command line says), outside the
+//! store and every input's directory, not an input, the recipe or its
+//! lock under any name, absent or a regular file — and no two exports may
+//! claim one file. The files a run writes besides its exports (its lock,
+//! a `--report` page, an attestation) are checked against the same guard
+//! and every claim, so none of them lands on another.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
+use crate::files::{OutputPath, Replaces, WriteGuard, resolve};
 use crate::ops::Op;
 use crate::ops::export::{ExportFormat, ExportOptions};
 use crate::recipe::Recipe;
@@ -23,6 +25,137 @@ pub struct OutputError {
     pub problem: String,
 }
 
+/// A file a run writes besides its exports, refused.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} {}: {problem}", path.display())]
+pub struct SideFileError {
+    pub what: &'static str,
+    pub path: PathBuf,
+    pub problem: String,
+}
+
+/// What an existing lock file must be for a run to replace it.
+pub const LOCK_FILE: Replaces =
+    Replaces::FileStarting { prefix: crate::exec::lock::LOCK_HEADER.as_bytes(), what: "a quantforge lock file" };
+/// What an existing report must be for `--report` to replace it.
+pub const REPORT_PAGE: Replaces = Replaces::FileStarting { prefix: b"<!DOCTYPE html>", what: "an HTML page" };
+/// What an existing attestation must be for a new one to replace it.
+pub const ATTESTATION: Replaces = Replaces::FileStarting { prefix: b"{", what: "a JSON document" };
+
+/// Every path a run of one recipe may write, checked.
+#[derive(Debug, Clone)]
+pub struct RunOutputs {
+    guard: WriteGuard,
+    claims: Vec<(Claim, String)>,
+    lock: Option<PathBuf>,
+}
+
+impl RunOutputs {
+    /// Checks every export of `recipe` against the rules above. `store` is
+    /// the store's directory when it has one; `inputs` are the run's input
+    /// files.
+    pub fn check<'a>(
+        recipe: &Recipe,
+        store: Option<&Path>,
+        inputs: impl Iterator<Item = &'a PathBuf>,
+    ) -> Result<RunOutputs, OutputError> {
+        let mut guard = match &recipe.source {
+            Some(source) => WriteGuard::within(&directory_of(source), "the recipe's directory"),
+            None => WriteGuard::default(),
+        };
+        if let Some(store) = store {
+            guard.fence(store, "the cache");
+        }
+        for input in inputs {
+            guard.protect(input, "an input of the run");
+        }
+        for input in &recipe.inputs {
+            if input.path.is_dir() {
+                guard.fence(&input.path, format!("input `{}`'s directory", input.name));
+            }
+        }
+        let lock = recipe.source.as_deref().map(|source| source.with_extension("lock"));
+        if let Some(source) = &recipe.source {
+            guard.protect(source, "the recipe itself");
+        }
+        if let Some(lock) = &lock {
+            guard.protect(lock, "the recipe's lock file");
+        }
+        let mut claimed: Vec<(Claim, String)> = Vec::new();
+        for node in &recipe.nodes {
+            let Op::Export(options) = &node.op else { continue };
+            for (claim, shown) in claims(options) {
+                let fail = |problem: String| OutputError { id: node.id.clone(), path: shown.clone(), problem };
+                let checked = match &claim {
+                    Claim::File(_) => shown.clone(),
+                    // The family's directory stands for its shards: each is
+                    // checked again when it is written.
+                    Claim::Shards { prefix, .. } => prefix.with_file_name("shard.check"),
+                };
+                guard.check(&checked, Replaces::AnyFile).map_err(|e| fail(e.problem))?;
+                if let Some((_, other)) = claimed.iter().find(|(c, _)| overlaps(c, &claim)) {
+                    return Err(fail(format!("`{other}` writes there too; give each export its own path")));
+                }
+                claimed.push((claim, node.id.clone()));
+            }
+        }
+        Ok(RunOutputs { guard, claims: claimed, lock })
+    }
+
+    /// A file of export `id` (or the attestation beside it), checked again
+    /// as it is created: a file or link may have appeared there since the
+    /// run was planned.
+    pub fn export_file(&self, id: &str, path: &Path, replaces: Replaces) -> Result<OutputPath, OutputError> {
+        self.guard.check(path, replaces).map_err(|e| OutputError {
+            id: id.to_owned(),
+            path: path.to_owned(),
+            problem: e.problem,
+        })
+    }
+
+    /// The recipe's lock file, which only a file of its kind may be.
+    pub fn lock_file(&self) -> Result<OutputPath, SideFileError> {
+        let Some(lock) = &self.lock else {
+            return Err(SideFileError {
+                what: "lock",
+                path: PathBuf::new(),
+                problem: "the recipe has no file, so no lock beside it".into(),
+            });
+        };
+        let mut guard = self.guard.clone();
+        guard.unprotect(lock);
+        self.side_file_with(&guard, lock, "lock", LOCK_FILE)
+    }
+
+    /// A file the run writes besides its exports where its command line
+    /// says (`what`: "report"), which may be none of the files the guard
+    /// protects, no export's and not the lock; it replaces only a file of
+    /// its own kind.
+    pub fn side_file(&self, path: &Path, what: &'static str, replaces: Replaces) -> Result<OutputPath, SideFileError> {
+        self.side_file_with(&self.guard.anywhere(), path, what, replaces)
+    }
+
+    fn side_file_with(
+        &self,
+        guard: &WriteGuard,
+        path: &Path,
+        what: &'static str,
+        replaces: Replaces,
+    ) -> Result<OutputPath, SideFileError> {
+        let fail = |problem: String| SideFileError { what, path: path.to_owned(), problem };
+        let checked = guard.check(path, replaces).map_err(|e| fail(e.problem))?;
+        let file = Claim::File(checked.resolved().to_owned());
+        if let Some((_, id)) = self.claims.iter().find(|(claim, _)| overlaps(claim, &file)) {
+            return Err(fail(format!("is written by export `{id}`; give the {what} its own path")));
+        }
+        Ok(checked)
+    }
+}
+
+fn directory_of(file: &Path) -> PathBuf {
+    file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_owned()
+}
+
 /// What an export writes: one file, or a split's family of shards
 /// (`PREFIX-NNNNN-of-NNNNN.EXT`, however many there turn out to be).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,71 +164,10 @@ enum Claim {
     Shards { prefix: PathBuf, extension: &'static str },
 }
 
-/// Checks every export of `recipe` against the rules above. `store` is the
-/// store's directory when it has one; `inputs` are the run's input files.
-pub(super) fn check_exports<'a>(
-    recipe: &Recipe,
-    store: Option<&Path>,
-    inputs: impl Iterator<Item = &'a PathBuf>,
-) -> Result<(), OutputError> {
-    let root = match &recipe.source {
-        Some(source) => {
-            let dir = source.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-            Some(resolve(dir))
-        }
-        None => None,
-    };
-    let store = store.map(resolve);
-    let inputs: Vec<PathBuf> = inputs.map(|p| resolve(p)).collect();
-    let recipe_file = recipe.source.as_deref().map(resolve);
-    let mut claimed: Vec<(Claim, &str)> = Vec::new();
-    for node in &recipe.nodes {
-        let Op::Export(options) = &node.op else { continue };
-        for (claim, shown) in claims(options) {
-            let fail = |problem: String| OutputError { id: node.id.clone(), path: shown.clone(), problem };
-            let resolved = match &claim {
-                Claim::File(path) | Claim::Shards { prefix: path, .. } => path,
-            };
-            if let Some(root) = &root
-                && !resolved.starts_with(root)
-            {
-                return Err(fail(format!(
-                    "resolves to {}, outside the recipe's directory {} (a symbolic link on the way?)",
-                    resolved.display(),
-                    root.display()
-                )));
-            }
-            if let Some(store) = &store
-                && resolved.starts_with(store)
-            {
-                return Err(fail(format!("is inside the cache {}", store.display())));
-            }
-            if let Claim::File(path) = &claim {
-                if inputs.contains(path) {
-                    return Err(fail("is an input of the run; refusing to overwrite the input".into()));
-                }
-                if recipe_file.as_ref() == Some(path) {
-                    return Err(fail("is the recipe itself; refusing to overwrite it".into()));
-                }
-                if let Ok(meta) = std::fs::symlink_metadata(path)
-                    && !meta.is_file()
-                {
-                    let kind = crate::files::describe(meta.file_type());
-                    return Err(fail(format!("is {kind}; an export replaces only a regular file")));
-                }
-            }
-            if let Some((_, other)) = claimed.iter().find(|(c, _)| overlaps(c, &claim)) {
-                return Err(fail(format!("`{other}` writes there too; give each export its own path")));
-            }
-            claimed.push((claim, &node.id));
-        }
-    }
-    Ok(())
-}
-
-/// Removes what killed runs left beside this recipe's exports (each
-/// export's directory is swept when a file is written there too, but a run
-/// whose exports are all up to date writes none).
+/// Removes what killed runs left beside this recipe's exports and in its
+/// directory (a `verify`'s scratch): each export's directory is swept when
+/// a file is written there too, but a run whose exports are all up to date
+/// writes none.
 pub(super) fn sweep(recipe: &Recipe) {
     let mut dirs: Vec<&Path> = recipe
         .nodes
@@ -104,6 +176,7 @@ pub(super) fn sweep(recipe: &Recipe) {
             Op::Export(options) => options.path.parent(),
             _ => None,
         })
+        .chain(recipe.source.as_deref().and_then(Path::parent))
         .map(|dir| if dir.as_os_str().is_empty() { Path::new(".") } else { dir })
         .collect();
     dirs.sort();
@@ -116,7 +189,10 @@ fn claims(options: &ExportOptions) -> Vec<(Claim, PathBuf)> {
     let path = &options.path;
     if let Some(count) = crate::ops::export::known_file_count(options) {
         let paths = crate::ops::export::all_paths(options, count);
-        return paths.into_iter().map(|path| (Claim::File(resolve(&path)), path)).collect();
+        let mut out: Vec<(Claim, PathBuf)> =
+            paths.into_iter().map(|path| (Claim::File(resolve(&path)), path)).collect();
+        out.extend(attestation(options));
+        return out;
     }
     let extension = match options.format {
         ExportFormat::Gguf => "gguf",
@@ -127,7 +203,16 @@ fn claims(options: &ExportOptions) -> Vec<(Claim, PathBuf)> {
     let prefix = PathBuf::from(text.strip_suffix(suffix.as_str()).unwrap_or(&text));
     let mut out = vec![(Claim::Shards { prefix: resolve(&prefix), extension }, path.clone())];
     out.extend(crate::ops::export::index_path(options).map(|index| (Claim::File(resolve(&index)), index.clone())));
+    out.extend(attestation(options));
     out
+}
+
+/// The attestation an export writes beside its file, when it asks for one.
+fn attestation(options: &ExportOptions) -> Option<(Claim, PathBuf)> {
+    options.attest.then(|| {
+        let path = crate::exec::attest::attestation_path(options);
+        (Claim::File(resolve(&path)), path)
+    })
 }
 
 fn overlaps(a: &Claim, b: &Claim) -> bool {
@@ -157,40 +242,6 @@ fn is_shard_of(file: &Path, prefix: &Path, extension: &str) -> bool {
         && b[10..].iter().all(u8::is_ascii_digit)
 }
 
-/// `path` made absolute with every symbolic link resolved, for a path that
-/// may not exist yet: the deepest existing ancestor is canonicalized and the
-/// rest (which holds no link, since it does not exist) appended.
-pub fn resolve(path: &Path) -> PathBuf {
-    let absolute = match path.is_absolute() {
-        true => path.to_owned(),
-        false => std::env::current_dir().unwrap_or_default().join(path),
-    };
-    let mut existing = absolute.as_path();
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(real) = existing.canonicalize() {
-            let mut out = real;
-            for part in rest.iter().rev() {
-                match part {
-                    Component::ParentDir => {
-                        out.pop();
-                    }
-                    Component::CurDir => {}
-                    other => out.push(other),
-                }
-            }
-            return out;
-        }
-        match (existing.parent(), existing.components().next_back()) {
-            (Some(parent), Some(last)) => {
-                rest.push(last);
-                existing = parent;
-            }
-            _ => return absolute,
-        }
-    }
-}
-
 /// The export node of `recipe` that writes `file`: its path, or one of its
 /// split's shards.
 pub fn find_export(recipe: &Recipe, file: &Path) -> Option<usize> {
@@ -218,16 +269,5 @@ mod tests {
         assert!(!is_shard_of(Path::new("/o/model.gguf"), prefix, "gguf"));
         assert!(!is_shard_of(Path::new("/p/model-00001-of-00003.gguf"), prefix, "gguf"));
         assert!(!is_shard_of(Path::new("/o/model-0001-of-00003.gguf"), prefix, "gguf"));
-    }
-
-    #[test]
-    fn resolve_follows_links_in_existing_parents_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let real = dir.path().canonicalize().unwrap();
-        std::fs::create_dir(real.join("inside")).unwrap();
-        std::os::unix::fs::symlink("/tmp", real.join("link")).unwrap();
-        assert_eq!(resolve(&real.join("inside/new/file.gguf")), real.join("inside/new/file.gguf"));
-        assert_eq!(resolve(&real.join("link/x.gguf")), Path::new("/tmp").canonicalize().unwrap().join("x.gguf"));
-        assert_eq!(resolve(&real.join("inside/../y.gguf")), real.join("y.gguf"));
     }
 }

@@ -3,6 +3,7 @@
 //! Every length or count a header claims is checked against the bytes left in
 //! the file before anything is allocated for it.
 
+use crate::text::Name;
 use std::fmt;
 use std::io::{self, Read};
 use std::path::Path;
@@ -22,8 +23,8 @@ impl fmt::Display for Field<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Field::Static(s) => f.write_str(s),
-            Field::Value(key) => write!(f, "the value of `{key}`"),
-            Field::Tensor(name) => write!(f, "the info of tensor `{name}`"),
+            Field::Value(key) => write!(f, "the value of `{}`", Name(key)),
+            Field::Tensor(name) => write!(f, "the info of tensor `{}`", Name(name)),
         }
     }
 }

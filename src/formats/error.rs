@@ -7,6 +7,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::text::Name;
 use crate::types::GgmlType;
 
 /// An error while reading or writing a model file.
@@ -57,29 +58,29 @@ pub enum ErrorKind {
     UnknownValueType { id: u32, what: String },
     #[error("invalid bool value {value} for {what} (expected 0 or 1)")]
     InvalidBool { value: u8, what: String },
-    #[error("duplicate metadata key `{key}`")]
+    #[error("duplicate metadata key `{}`", Name(.key))]
     DuplicateKey { key: String },
-    #[error("metadata key `{key}` has type {found}, expected {expected}")]
+    #[error("metadata key `{}` has type {found}, expected {expected}", Name(.key))]
     WrongValueType { key: String, expected: &'static str, found: String },
     #[error("general.alignment is {alignment}; it must be a non-zero power of two")]
     BadAlignment { alignment: u64 },
-    #[error("tensor `{tensor}` has unknown type id {id}")]
+    #[error("tensor `{}` has unknown type id {id}", Name(.tensor))]
     UnknownTensorType { tensor: String, id: u32 },
-    #[error("tensor `{tensor}` has type {name} (id {id}), which ggml has removed")]
+    #[error("tensor `{}` has type {name} (id {id}), which ggml has removed", Name(.tensor))]
     RemovedTensorType { tensor: String, id: u32, name: &'static str },
-    #[error("tensor `{tensor}` has {n_dims} dimensions (expected 1 to {max})")]
+    #[error("tensor `{}` has {n_dims} dimensions (expected 1 to {max})", Name(.tensor))]
     BadDimensionCount { tensor: String, n_dims: u64, max: u64 },
-    #[error("tensor `{tensor}` shape {shape:?} has more elements than fit in 63 bits")]
+    #[error("tensor `{}` shape {shape:?} has more elements than fit in 63 bits", Name(.tensor))]
     ElementCountOverflow { tensor: String, shape: Vec<u64> },
-    #[error("tensor `{tensor}` rows of {row} elements are not a multiple of the {ty} block size {block}")]
+    #[error("tensor `{}` rows of {row} elements are not a multiple of the {ty} block size {block}", Name(.tensor))]
     RowNotBlockMultiple { tensor: String, row: u64, ty: GgmlType, block: u64 },
-    #[error("duplicate tensor name `{tensor}`")]
+    #[error("duplicate tensor name `{}`", Name(.tensor))]
     DuplicateTensor { tensor: String },
-    #[error("tensor `{tensor}` data offset {offset} is not a multiple of the alignment {alignment}")]
+    #[error("tensor `{}` data offset {offset} is not a multiple of the alignment {alignment}", Name(.tensor))]
     MisalignedTensor { tensor: String, offset: u64, alignment: u64 },
-    #[error("tensor `{tensor}` data [{start}, {end}) lies outside the file ({file_len} bytes)")]
+    #[error("tensor `{}` data [{start}, {end}) lies outside the file ({file_len} bytes)", Name(.tensor))]
     TensorOutOfBounds { tensor: String, start: u64, end: u64, file_len: u64 },
-    #[error("tensor `{tensor}` data overlaps tensor `{other}`")]
+    #[error("tensor `{}` data overlaps tensor `{}`", Name(.tensor), Name(.other))]
     TensorOverlap { tensor: String, other: String },
     #[error("{0}")]
     Invalid(String),

@@ -12,15 +12,7 @@ use std::path::{Path, PathBuf};
 
 use tempfile::NamedTempFile;
 
-/// True when both paths name one existing file (same device and inode), so
-/// writing the second would destroy the first.
-pub fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        _ => false,
-    }
-}
+use crate::files::OutputPath;
 
 pub struct AtomicOutput {
     destination: PathBuf,
@@ -28,11 +20,15 @@ pub struct AtomicOutput {
 }
 
 impl AtomicOutput {
-    pub fn create(destination: &Path) -> io::Result<AtomicOutput> {
+    /// Starts the file that will appear at `destination` (its directories
+    /// made first), which [`crate::files::WriteGuard`] let through.
+    pub fn create(destination: &OutputPath) -> io::Result<AtomicOutput> {
+        let destination = destination.resolved();
         let dir = match destination.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
+        std::fs::create_dir_all(dir)?;
         remove_dead_temporaries(dir);
         let prefix = format!("{TEMP_PREFIX}{}-", std::process::id());
         let temp = tempfile::Builder::new().prefix(&prefix).suffix(".tmp").tempfile_in(dir)?;
@@ -89,24 +85,39 @@ impl AtomicOutput {
 
 const TEMP_PREFIX: &str = ".quantforge-";
 
-/// Removes the temporary outputs that killed runs left in `dir` (best
-/// effort: what cannot be read or removed stays for the next time).
+/// A scratch directory in `parent` for the files a command makes on its way
+/// to its outputs (a derivation to compare or to diff against), removed when
+/// dropped; named as temporary outputs are, so one a killed process left
+/// is swept like them.
+pub fn scratch_dir(parent: &Path) -> io::Result<tempfile::TempDir> {
+    remove_dead_temporaries(parent);
+    let prefix = format!("{TEMP_PREFIX}{}-", std::process::id());
+    tempfile::Builder::new().prefix(&prefix).suffix(".tmp").tempdir_in(parent)
+}
+
+/// Removes the temporary outputs and scratch directories that killed runs
+/// left in `dir` (best effort: what cannot be read or removed stays for the
+/// next time).
 pub fn remove_dead_temporaries(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(TEMP_PREFIX)) else { continue };
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<libc::pid_t>().ok()) else { continue };
-        if rest.ends_with(".tmp") && !process_is_alive(pid) {
-            let _ = std::fs::remove_file(entry.path());
+        if !rest.ends_with(".tmp") || crate::files::process_is_alive(pid) {
+            continue;
+        }
+        // Never through a link: only what a run of ours made here.
+        match entry.file_type() {
+            Ok(kind) if kind.is_dir() => {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+            Ok(kind) if kind.is_file() => {
+                let _ = std::fs::remove_file(entry.path());
+            }
+            _ => {}
         }
     }
-}
-
-fn process_is_alive(pid: libc::pid_t) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    let exists = unsafe { libc::kill(pid, 0) } == 0;
-    exists || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Passes writes through and counts the bytes, so a writer of a container

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::{AtomicOutput, ModelFile, OpenOptions};
-use crate::files::hex;
+use crate::files::{OutputPath, hex};
 
 pub const MAGIC: &[u8; 8] = b"QFPACK\x00\x01";
 /// The manifest's layout version.
@@ -244,10 +244,11 @@ pub struct PackWriter {
 }
 
 impl PackWriter {
-    pub fn create(path: &Path) -> Result<PackWriter, PackError> {
-        let mut out = AtomicOutput::create(path).map_err(io_at(path))?;
-        out.writer().write_all(MAGIC).map_err(io_at(path))?;
-        Ok(PackWriter { path: path.to_owned(), out, offset: MAGIC.len() as u64 })
+    pub fn create(path: &OutputPath) -> Result<PackWriter, PackError> {
+        let shown = path.shown();
+        let mut out = AtomicOutput::create(path).map_err(io_at(shown))?;
+        out.writer().write_all(MAGIC).map_err(io_at(shown))?;
+        Ok(PackWriter { path: shown.to_owned(), out, offset: MAGIC.len() as u64 })
     }
 
     /// Appends `source` whole and raw; the file as the manifest lists it.
@@ -326,7 +327,7 @@ impl Pack {
     }
 
     /// Writes the base (or the importance matrix) to `out`, checked.
-    pub fn extract(&self, packed: &PackedFile, out: &Path) -> Result<(), PackError> {
+    pub fn extract(&self, packed: &PackedFile, out: &OutputPath) -> Result<(), PackError> {
         let mut writer = CheckedOutput::create(out, &packed.name)?;
         self.copy_blob(&packed.blob, packed.size, &mut writer)?;
         writer.commit(packed.size, &packed.sha256)
@@ -334,7 +335,7 @@ impl Pack {
 
     /// Makes `file` at `out` from its pieces, `derived` being its
     /// derivation's output (when it has one), and checks its sha256.
-    pub fn assemble(&self, file: &LadderFile, derived: Option<&Path>, out: &Path) -> Result<(), PackError> {
+    pub fn assemble(&self, file: &LadderFile, derived: Option<&Path>, out: &OutputPath) -> Result<(), PackError> {
         let mut writer = CheckedOutput::create(out, &file.name)?;
         let derived = derived.map(|path| Ok::<_, PackError>((path, open(path)?))).transpose()?;
         let copy_derived = |writer: &mut CheckedOutput, offset: u64, length: u64| {
@@ -495,9 +496,10 @@ struct CheckedOutput {
 }
 
 impl CheckedOutput {
-    fn create(path: &Path, name: &str) -> Result<CheckedOutput, PackError> {
-        let out = AtomicOutput::create(path).map_err(io_at(path))?;
-        Ok(CheckedOutput { path: path.to_owned(), name: name.to_owned(), out, hasher: Sha256::new(), size: 0 })
+    fn create(path: &OutputPath, name: &str) -> Result<CheckedOutput, PackError> {
+        let shown = path.shown();
+        let out = AtomicOutput::create(path).map_err(io_at(shown))?;
+        Ok(CheckedOutput { path: shown.to_owned(), name: name.to_owned(), out, hasher: Sha256::new(), size: 0 })
     }
 
     fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {

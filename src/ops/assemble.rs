@@ -25,9 +25,6 @@ const TYPE_KEY: &str = "general.type";
 const VERSION_KEY: &str = "bundle.version";
 const PARTS_KEY: &str = "bundle.parts";
 const FORMAT_VERSION: u32 = 1;
-/// ggml's `GGML_MAX_NAME` (64) less the terminating NUL: llama.cpp refuses
-/// a GGUF file with a longer tensor name.
-const MAX_TENSOR_NAME_BYTES: usize = 63;
 
 /// `unbundle`: which part to take out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +83,8 @@ pub enum AssembleError {
     WidthMismatch { encoder: Encoder, projector: ProjectorWidth, language: InputWidth },
     #[error(
         "{role} tensor `{tensor}` would be named `{role}.{tensor}`, {bytes} bytes: \
-         a GGUF tensor name is at most {MAX_TENSOR_NAME_BYTES} bytes"
+         a GGUF tensor name is at most {} bytes",
+        crate::formats::gguf::MAX_TENSOR_NAME_BYTES
     )]
     NameTooLong { role: PartRole, tensor: String, bytes: usize },
     #[error("not a bundle: {TYPE_KEY} is {found}, not `{BUNDLE}`")]
@@ -143,7 +141,7 @@ pub fn assemble(parts: &[&TensorSet]) -> Result<TensorSet, AssembleError> {
         metadata.append_prefixed(&prefix, &part.set.metadata);
         for tensor in &part.set.tensors {
             let name = format!("{prefix}{}", tensor.name);
-            if name.len() > MAX_TENSOR_NAME_BYTES {
+            if name.len() > crate::formats::gguf::MAX_TENSOR_NAME_BYTES {
                 return Err(AssembleError::NameTooLong {
                     role: part.role,
                     tensor: tensor.name.clone(),
@@ -443,9 +441,9 @@ mod tests {
     fn tensor_names_stay_within_ggufs_limit() {
         let lm = language(32);
         let mut v = vision(32);
-        v.tensors[0].name = "x".repeat(MAX_TENSOR_NAME_BYTES - "vision.".len());
+        v.tensors[0].name = "x".repeat(crate::formats::gguf::MAX_TENSOR_NAME_BYTES - "vision.".len());
         let bundle = assemble(&[&lm, &v]).unwrap();
-        assert_eq!(bundle.tensors[2].name.len(), MAX_TENSOR_NAME_BYTES);
+        assert_eq!(bundle.tensors[2].name.len(), crate::formats::gguf::MAX_TENSOR_NAME_BYTES);
         v.tensors[0].name.push('x');
         let err = assemble(&[&lm, &v]).unwrap_err();
         assert!(matches!(err, AssembleError::NameTooLong { role: PartRole::Vision, bytes: 64, .. }), "{err}");

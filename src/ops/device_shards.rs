@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 
 use crate::arch::split::{Axis, DevicePlan, SegmentSplit, SplitError};
 use crate::artifact::{Tensor, TensorSet};
+use crate::files::{Replaces, WriteGuard};
 use crate::formats::gguf::{self, TensorDataSource};
-use crate::formats::{AtomicOutput, FormatError, ModelFile, same_file};
+use crate::formats::{AtomicOutput, FormatError, ModelFile};
 use crate::model::{Array, AxisCut, Metadata, TensorInfo, Value};
 use crate::ops::split::ShardPlan;
 
@@ -150,12 +151,15 @@ pub fn device_files(set: &TensorSet, plan: &DevicePlan) -> Result<(TensorSet, Ve
 /// Writes one shard per device of `plan` for `model`; returns their paths.
 pub fn write_shards(model: &ModelFile, plan: &DevicePlan, prefix: &Path) -> Result<Vec<PathBuf>, DeviceShardError> {
     let count = plan.devices.count;
+    let mut guard = WriteGuard::default();
+    guard.protect(model.path(), "the model being sharded");
+    let paths: Vec<PathBuf> = (0..count).map(|device| shard_path(prefix, device, count)).collect();
+    let checked = paths
+        .iter()
+        .map(|path| guard.check(path, Replaces::AnyFile).map_err(|e| bad(path, e.problem)))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut written = Vec::with_capacity(count);
-    for device in 0..count {
-        let path = shard_path(prefix, device, count);
-        if same_file(model.path(), &path) {
-            return Err(bad(&path, "is the model being sharded"));
-        }
+    for (device, (path, checked)) in paths.into_iter().zip(&checked).enumerate() {
         let shard = device_shard(&model.metadata, &model.tensors, plan, device);
         let mut tensors = Vec::with_capacity(shard.tensors.len());
         let mut cuts = Vec::with_capacity(shard.tensors.len());
@@ -172,7 +176,7 @@ pub fn write_shards(model: &ModelFile, plan: &DevicePlan, prefix: &Path) -> Resu
         }
         let mut source = Slices { model, cuts: &cuts };
         let io = |source: io::Error| DeviceShardError::Io { source, path: path.clone() };
-        let mut out = AtomicOutput::create(&path).map_err(io)?;
+        let mut out = AtomicOutput::create(checked).map_err(io)?;
         gguf::write_gguf(out.writer(), model.endian, &shard.metadata, &tensors, &mut source).map_err(io)?;
         out.commit().map_err(io)?;
         written.push(path);
@@ -203,9 +207,11 @@ pub fn merge_shards(any: &Path, out: &Path) -> Result<(), DeviceShardError> {
     let shards = (0..count)
         .map(|j| ModelFile::open(&shard_path(&prefix, j, count), Default::default()))
         .collect::<Result<Vec<_>, _>>()?;
-    if shards.iter().any(|s| same_file(s.path(), out)) {
-        return Err(bad(out, "is one of the shards being merged"));
+    let mut guard = WriteGuard::default();
+    for shard in &shards {
+        guard.protect(shard.path(), "one of the shards being merged");
     }
+    let checked = guard.check(out, Replaces::AnyFile).map_err(|e| bad(out, e.problem))?;
     let mut placed = Vec::with_capacity(count);
     for (j, shard) in shards.iter().enumerate() {
         placed.push(Placed::read(shard, j, count)?);
@@ -248,7 +254,7 @@ pub fn merge_shards(any: &Path, out: &Path) -> Result<(), DeviceShardError> {
     }
     let mut data = Gathered { shards: &shards, whole: &tensors, sources: &sources };
     let io = |source: io::Error| DeviceShardError::Io { source, path: out.to_owned() };
-    let mut file = AtomicOutput::create(out).map_err(io)?;
+    let mut file = AtomicOutput::create(&checked).map_err(io)?;
     gguf::write_gguf(file.writer(), shards[0].endian, &metadata, &tensors, &mut data).map_err(io)?;
     file.commit().map_err(io)?;
     Ok(())

@@ -16,15 +16,16 @@ use crate::formats::{FormatError, ModelFile, OpenOptions};
 use crate::model::TensorInfo;
 use crate::quant::budget::ErrorWeights;
 use crate::quant::imatrix::{ImatrixError, ImportanceMatrix};
+use crate::text::Name;
 use crate::types::GgmlType;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiffError {
     #[error(transparent)]
     Format(#[from] FormatError),
-    #[error("tensor `{tensor}`: shapes differ ({a:?} vs {b:?})")]
+    #[error("tensor `{}`: shapes differ ({a:?} vs {b:?})", Name(.tensor))]
     ShapeMismatch { tensor: String, a: Vec<u64>, b: Vec<u64> },
-    #[error("tensor `{tensor}`: {source}")]
+    #[error("tensor `{}`: {source}", Name(.tensor))]
     Codec { tensor: String, source: CodecError },
     #[error(transparent)]
     Backend(#[from] BackendError),

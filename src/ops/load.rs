@@ -10,6 +10,7 @@ use crate::formats::safetensors::CheckpointIndex;
 use crate::ops::split::{SplitError, check_shards, merged_metadata};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::store::Key;
+use crate::text::Name;
 
 pub const SPEC: OpSpec = OpSpec::new("load", 1, &[]).reading_an_input();
 
@@ -95,11 +96,11 @@ pub fn read(input: &LoadInput<'_>, merge: Option<MergeOptions>) -> Result<Tensor
 /// Why the shards of a SafeTensors checkpoint do not match their index.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShardError {
-    #[error("{}: tensor `{tensor}` is in {}, but the index says {expected}", index.display(), found.display())]
+    #[error("{}: tensor `{}` is in {}, but the index says {expected}", index.display(), Name(tensor), found.display())]
     WrongShard { index: std::path::PathBuf, tensor: String, found: std::path::PathBuf, expected: String },
-    #[error("{}: tensor `{tensor}` of {} is not in the index", index.display(), shard.display())]
+    #[error("{}: tensor `{}` of {} is not in the index", index.display(), Name(tensor), shard.display())]
     NotIndexed { index: std::path::PathBuf, tensor: String, shard: std::path::PathBuf },
-    #[error("{}: the index lists `{tensor}`, which no shard holds", index.display())]
+    #[error("{}: the index lists `{}`, which no shard holds", index.display(), Name(tensor))]
     Missing { index: std::path::PathBuf, tensor: String },
 }
 

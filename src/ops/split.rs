@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use crate::formats::{FormatError, ModelFile, gguf};
 use crate::model::{Metadata, TensorInfo, Value};
+use crate::text::Name;
 
 /// `split.no`: the shard's 0-based index (u16).
 pub const SPLIT_NO: &str = "split.no";
@@ -72,9 +73,9 @@ pub enum SplitError {
     Write { path: PathBuf, source: io::Error },
     #[error("{}: shard {shard} of {count} is missing", path.display())]
     MissingShard { path: PathBuf, shard: usize, count: usize },
-    #[error("{}: not a shard: metadata key `{key}` is missing", path.display())]
+    #[error("{}: not a shard: metadata key `{}` is missing", path.display(), Name(key))]
     MissingKey { path: PathBuf, key: &'static str },
-    #[error("{}: `{key}` should be {expected}, found {found}", path.display())]
+    #[error("{}: `{}` should be {expected}, found {found}", path.display(), Name(key))]
     BadKey { path: PathBuf, key: &'static str, expected: String, found: String },
     #[error("{}: tensor `{name}` is also in {}: a duplicated or foreign shard", path.display(), first.display())]
     DuplicateTensor { path: PathBuf, name: String, first: PathBuf },

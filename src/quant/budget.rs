@@ -24,6 +24,7 @@ use crate::formats::gguf::{DEFAULT_ALIGNMENT, align_up};
 use crate::formats::{FormatError, ModelFile};
 use crate::model::{Metadata, TensorInfo};
 use crate::quant::plan::{self as quantize, QuantizeError, QuantizeOptions};
+use crate::text::Name;
 use crate::types::{FileType, GgmlType};
 
 /// The ladder for rows that are whole K-quant super-blocks.
@@ -50,9 +51,9 @@ pub enum BudgetError {
     Quantize(#[from] QuantizeError),
     #[error(transparent)]
     Imatrix(#[from] ImatrixError),
-    #[error("tensor `{tensor}`: {source}")]
+    #[error("tensor `{}`: {source}", Name(.tensor))]
     Codec { tensor: String, source: CodecError },
-    #[error("tensor `{tensor}`: {source}")]
+    #[error("tensor `{}`: {source}", Name(.tensor))]
     Rows { tensor: String, source: Box<dyn std::error::Error + Send + Sync> },
     #[error(
         "a budget of {budget} bytes is below the smallest plan, {smallest} bytes (every tensor at its smallest type)"

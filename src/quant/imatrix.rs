@@ -44,6 +44,7 @@ use std::path::{Path, PathBuf};
 
 use crate::formats::{ErrorKind, FormatError, ModelFile, OpenOptions, Source, detect_bytes};
 use crate::model::{Array, Endian, GgufString, Metadata, TensorInfo, Value};
+use crate::text::Name;
 use crate::types::GgmlType;
 
 /// Key of the imatrix file name in a quantized model.
@@ -112,15 +113,15 @@ pub enum ImatrixErrorKind {
     NotAnImatrix { format: &'static str },
     #[error("entry `{entry}` has a `{present}` tensor but no `{missing}` tensor")]
     MissingPair { entry: String, present: String, missing: String },
-    #[error("tensor `{tensor}` has type {found}; imatrix sums and counts must be F32")]
+    #[error("tensor `{}` has type {found}; imatrix sums and counts must be F32", Name(.tensor))]
     WrongTensorType { tensor: String, found: GgmlType },
-    #[error("tensor `{tensor}` has no elements; an entry needs at least one count")]
+    #[error("tensor `{}` has no elements; an entry needs at least one count", Name(.tensor))]
     NoCounts { tensor: String },
     #[error(
         "entry `{entry}` has {sums} sums for {counts} counts; the sums must be a whole number of rows per count (expected a multiple of {counts})"
     )]
     SumsNotRows { entry: String, sums: u64, counts: u64 },
-    #[error("metadata key `{key}` has type {found}, expected u32")]
+    #[error("metadata key `{}` has type {found}, expected u32", Name(.key))]
     WrongValueType { key: &'static str, found: &'static str },
     #[error("missing imatrix metadata (no {missing}): this GGUF file is not an importance matrix from llama-imatrix")]
     MissingMetadata { missing: String },

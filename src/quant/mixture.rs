@@ -27,6 +27,7 @@ use regex::Regex;
 
 use crate::arch::quant_rules;
 use crate::model::{Array, Metadata, TensorInfo, Value};
+use crate::text::Name;
 use crate::types::{FileType, GgmlType};
 
 /// What llama-quantize is asked to do, as far as it changes the types chosen.
@@ -139,7 +140,7 @@ pub enum MixtureError {
     NoDefaultType(FileType),
     #[error("metadata key `{0}` is missing")]
     MissingKey(String),
-    #[error("metadata key `{key}` {problem}")]
+    #[error("metadata key `{}` {problem}", Name(.key))]
     BadKey { key: String, problem: String },
     #[error("tensor `{0}` appears twice")]
     DuplicateTensor(String),

@@ -13,6 +13,7 @@ use crate::quant::imatrix::{ImatrixError, ImportanceMatrix};
 use crate::quant::mixture::{self, MixtureError, MixtureOptions};
 use crate::quant::prune;
 use crate::store::StoreError;
+use crate::text::Name;
 use crate::types::{FileType, GgmlType};
 
 /// ggml's `GGML_QNT_VERSION`, written to `general.quantization_version`.
@@ -159,9 +160,9 @@ pub enum QuantizeError {
         "tensor `{tensor}`: requantizing from type {from} is disabled (set allow_requantize / pass --allow-requantize)"
     )]
     Requantize { tensor: String, from: GgmlType },
-    #[error("tensor `{tensor}`: {ty} needs an importance matrix (set imatrix / pass --imatrix)")]
+    #[error("tensor `{}`: {ty} needs an importance matrix (set imatrix / pass --imatrix)", Name(.tensor))]
     NeedsImatrix { tensor: String, ty: GgmlType },
-    #[error("tensor `{tensor}`: {source}")]
+    #[error("tensor `{}`: {source}", Name(.tensor))]
     Codec { tensor: String, source: CodecError },
     #[error("input tensors are big-endian; quantizing them is not supported yet")]
     BigEndian,

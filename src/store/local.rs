@@ -3,7 +3,7 @@
 //! ```text
 //! blobs/ab/abcd…           bytes whose blake3 is the file name
 //! actions/KIND/ab/abcd…    a sealed entry for a derived key (KIND: tensors,
-//!                          nodes, exports, stat, recent)
+//!                          nodes, exports, stat, recent, kernels, sha256)
 //! quarantine/              blobs and entries found corrupt (gc empties it)
 //! tmp/                     files being written; renamed into place when complete
 //! lock                     shared by runs, exclusive for gc
@@ -64,10 +64,13 @@ fn at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
 }
 
 impl LocalStore {
-    /// Opens (creating if needed) the store at `root` for a run.
+    /// Opens (creating if needed) the store at `root` for a run, removing
+    /// the temporary files that killed processes of this host left.
     pub fn open(root: &Path) -> Result<LocalStore> {
         LocalStore::prepare(root)?;
-        LocalStore::lock(root, false)
+        let store = LocalStore::lock(root, false)?;
+        sweep_dead_temporaries(&store.tmp_dir());
+        Ok(store)
     }
 
     /// Opens an existing store for reading (`cache ls`, `verify`, `plan`):
@@ -274,19 +277,26 @@ impl BlobStore for LocalStore {
         Ok(buf)
     }
 
-    fn copy_blob_into(&self, hash: &Key, out: &File, offset: u64) -> Result<u64> {
+    fn copy_blob_into(&self, hash: &Key, len: u64, out: &File, offset: u64) -> Result<()> {
         let (file, meta) = self.open_blob(hash)?;
         let path = self.blob_path(hash);
+        if meta.len() != len {
+            // Appended to, cut short, or another tensor's: which, its hash says.
+            self.check_whole(hash, &file, &meta)?;
+            return Err(StoreError::Misfit { hash: *hash, len: meta.len(), expected: len });
+        }
         if lock(&self.checked).get(hash) == Some(&FileIdentity::of(&meta)) {
             // Checked whole in this process and unchanged since: a kernel copy.
-            crate::formats::copy_file_at(&file, 0, out, offset, meta.len()).map_err(StoreError::Output)?;
-            return Ok(meta.len());
+            crate::formats::copy_file_at(&file, 0, out, offset, len).map_err(StoreError::Output)?;
+            return Ok(());
         }
         let mut hasher = blake3::Hasher::new();
-        let mut buf = vec![0u8; (meta.len() as usize).clamp(1, COPY_CHUNK)];
+        let mut buf = vec![0u8; (len as usize).clamp(1, COPY_CHUNK)];
         let mut done = 0u64;
-        loop {
-            let n = match file.read_at(&mut buf, done) {
+        while done < len {
+            let want = buf.len().min(usize::try_from(len - done).unwrap_or(usize::MAX));
+            let n = match file.read_at(&mut buf[..want], done) {
+                // Cut short since it was opened: the hash below fails.
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -296,10 +306,10 @@ impl BlobStore for LocalStore {
             out.write_all_at(&buf[..n], offset + done).map_err(StoreError::Output)?;
             done += n as u64;
         }
-        if Key(*hasher.finalize().as_bytes()) != *hash {
+        if done != len || Key(*hasher.finalize().as_bytes()) != *hash {
             return Err(self.corrupt(hash, &path, "its bytes do not match its hash".into()));
         }
-        Ok(done)
+        Ok(())
     }
 
     fn put_blob(&self, bytes: &[u8]) -> Result<Key> {
@@ -442,13 +452,29 @@ fn create_parent(path: &Path) -> Result<()> {
 }
 
 /// A temporary file in `tmp` with the umask's permissions (tempfile's
-/// default of 0600 would lock the rest of a group out of a shared cache).
+/// default of 0600 would lock the rest of a group out of a shared cache),
+/// named `PREFIXpPID@HOST-…` so that a later run on this host can tell its
+/// writer is gone.
 fn temp_file(prefix: &str, tmp: &Path) -> Result<NamedTempFile> {
     tempfile::Builder::new()
-        .prefix(prefix)
+        .prefix(&format!("{prefix}{}-", crate::files::process_tag()))
         .permissions(fs::Permissions::from_mode(0o666))
         .tempfile_in(tmp)
         .map_err(at(tmp))
+}
+
+/// Removes the files in `tmp` whose writer was a process of this host that
+/// no longer runs (best effort; `cache gc` removes the rest).
+fn sweep_dead_temporaries(tmp: &Path) {
+    let Ok(entries) = fs::read_dir(tmp) else { return };
+    for entry in entries.flatten() {
+        let dead = entry.file_name().to_str().and_then(crate::files::tagged_pid).is_some_and(|pid| {
+            !crate::files::process_is_alive(pid) && entry.file_type().is_ok_and(|kind| kind.is_file())
+        });
+        if dead {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Writes `bytes` to a temporary file in `tmp` and renames it to `path`.

@@ -279,7 +279,9 @@ impl LocalStore {
                 report.entries_checked += 1;
                 let payload = read_entry(kind, &key, &file);
                 let sound = payload.is_some_and(|b| match kind {
-                    ActionKind::Stat => std::str::from_utf8(&b).ok().and_then(Key::from_hex).is_some(),
+                    ActionKind::Stat | ActionKind::Sha256 => {
+                        std::str::from_utf8(&b).ok().and_then(Key::from_hex).is_some()
+                    }
                     _ => serde_json::from_slice::<Envelope>(&b)
                         .is_ok_and(|e| e.blobs.iter().all(|b| present.contains(b))),
                 });

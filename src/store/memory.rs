@@ -83,10 +83,12 @@ impl BlobStore for MemoryStore {
         }
     }
 
-    fn copy_blob_into(&self, hash: &Key, out: &File, offset: u64) -> Result<u64> {
+    fn copy_blob_into(&self, hash: &Key, len: u64, out: &File, offset: u64) -> Result<()> {
         let bytes = self.checked(hash)?;
-        out.write_all_at(&bytes, offset).map_err(StoreError::Output)?;
-        Ok(bytes.len() as u64)
+        if bytes.len() as u64 != len {
+            return Err(StoreError::Misfit { hash: *hash, len: bytes.len() as u64, expected: len });
+        }
+        out.write_all_at(&bytes, offset).map_err(StoreError::Output)
     }
 
     fn put_blob(&self, bytes: &[u8]) -> Result<Key> {
@@ -195,8 +197,8 @@ impl BlobStore for Ephemeral {
         self.blobs.read_blob_range(hash, offset, len)
     }
 
-    fn copy_blob_into(&self, hash: &Key, out: &File, offset: u64) -> Result<u64> {
-        self.blobs.copy_blob_into(hash, out, offset)
+    fn copy_blob_into(&self, hash: &Key, len: u64, out: &File, offset: u64) -> Result<()> {
+        self.blobs.copy_blob_into(hash, len, out, offset)
     }
 
     fn put_blob(&self, bytes: &[u8]) -> Result<Key> {

@@ -72,16 +72,20 @@ pub enum ActionKind {
     /// Compiled GPU kernels → the blob holding their PTX (this machine's
     /// compute capability and NVRTC: never shared with a remote).
     Kernel,
+    /// A file content's blake3 and size → its sha256, computed here (what
+    /// lock files and attestations state).
+    Sha256,
 }
 
 impl ActionKind {
-    pub const ALL: [ActionKind; 6] = [
+    pub const ALL: [ActionKind; 7] = [
         ActionKind::Tensor,
         ActionKind::Node,
         ActionKind::Export,
         ActionKind::Stat,
         ActionKind::Recent,
         ActionKind::Kernel,
+        ActionKind::Sha256,
     ];
 
     /// The kinds whose entries name blobs (the rest are hints).
@@ -95,6 +99,7 @@ impl ActionKind {
             ActionKind::Stat => "stat",
             ActionKind::Recent => "recent",
             ActionKind::Kernel => "kernels",
+            ActionKind::Sha256 => "sha256",
         }
     }
 }
@@ -109,6 +114,11 @@ pub enum StoreError {
     Corrupt { hash: Key, problem: String },
     #[error("cache blob {0} is missing")]
     Missing(Key),
+    /// A sound blob of another length than the bytes it was asked for (an
+    /// entry naming the wrong blob): nothing was written; the caller
+    /// recomputes what it needed.
+    #[error("cache blob {hash} holds {len} bytes where {expected} were expected")]
+    Misfit { hash: Key, len: u64, expected: u64 },
     /// Writing a blob's bytes into the output failed (a full disk, say).
     #[error("writing the output: {0}")]
     Output(io::Error),
@@ -122,7 +132,7 @@ impl StoreError {
     /// Whether the blob is unusable as stored, so the caller should compute
     /// its bytes again rather than fail.
     pub fn is_recoverable(&self) -> bool {
-        matches!(self, StoreError::Corrupt { .. } | StoreError::Missing(_))
+        matches!(self, StoreError::Corrupt { .. } | StoreError::Missing(_) | StoreError::Misfit { .. })
     }
 }
 
@@ -146,10 +156,12 @@ pub trait BlobStore: Send + Sync {
     /// in this process.
     fn read_blob_range(&self, hash: &Key, offset: u64, len: u64) -> Result<Vec<u8>>;
 
-    /// Copies the whole blob into `out` at `offset`, checking it as it goes;
-    /// returns its length. On [`StoreError::Corrupt`] the bytes already
-    /// written there are garbage: the caller writes the range again.
-    fn copy_blob_into(&self, hash: &Key, out: &File, offset: u64) -> Result<u64>;
+    /// Copies the whole blob, which must be `len` bytes long, into `out` at
+    /// `offset`, checking it as it goes. A blob of any other length is
+    /// refused before a byte is written (so nothing lands past the range);
+    /// on [`StoreError::Corrupt`] the `len` bytes already written there are
+    /// garbage: the caller writes the range again.
+    fn copy_blob_into(&self, hash: &Key, len: u64, out: &File, offset: u64) -> Result<()>;
 
     /// Stores `bytes` (kept for at least the run) and returns their hash.
     fn put_blob(&self, bytes: &[u8]) -> Result<Key>;

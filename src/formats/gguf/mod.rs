@@ -22,6 +22,11 @@ pub const ALIGNMENT_KEY: &str = "general.alignment";
 /// ggml's `GGML_MAX_DIMS`.
 pub const MAX_DIMS: u64 = 4;
 
+/// The longest tensor name llama.cpp reads: ggml's `GGML_MAX_NAME` (64)
+/// less the terminating NUL. A longer one is never written (reading stays
+/// tolerant: a long name in a file we are given is read and shown bounded).
+pub const MAX_TENSOR_NAME_BYTES: usize = 63;
+
 /// The version this crate writes.
 pub const WRITE_VERSION: u32 = 3;
 

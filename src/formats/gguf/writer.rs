@@ -9,7 +9,8 @@ use crate::formats::output::CountingWriter;
 
 use crate::model::{Array, Endian, Metadata, TensorInfo, Value};
 
-use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, WRITE_VERSION, align_up};
+use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_TENSOR_NAME_BYTES, WRITE_VERSION, align_up};
+use crate::text::Name;
 
 /// Where every byte of the output goes, known before any tensor is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +61,18 @@ pub fn write_gguf(
 /// [`write_header`], each tensor at its offset followed by
 /// [`write_padding`]'s zeros); everyone else uses [`write_gguf`].
 pub fn layout(metadata: &Metadata, tensors: &[TensorInfo]) -> io::Result<GgufLayout> {
+    if let Some(tensor) = tensors.iter().find(|t| t.name.len() > MAX_TENSOR_NAME_BYTES) {
+        let start: String = tensor.name.chars().take(40).collect();
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "tensor `{}…` has a name of {} bytes; a GGUF tensor name is at most {MAX_TENSOR_NAME_BYTES} \
+                 bytes (llama.cpp's GGML_MAX_NAME less its NUL)",
+                Name(&start),
+                tensor.name.len(),
+            ),
+        ));
+    }
     let alignment = alignment_of(metadata)?;
     let mut tensor_offsets = Vec::with_capacity(tensors.len());
     let mut next = 0u64;

@@ -11,6 +11,7 @@ use super::dtype::Dtype;
 use super::json::{ParseError, Parsed, Parser};
 use super::{LENGTH_BYTES, MAX_HEADER_LEN, METADATA_KEY, METADATA_PREFIX};
 use crate::model::{GgufString, Metadata, StoredLayout, TensorInfo, Value, element_count};
+use crate::text::Name;
 use crate::types::GgmlType;
 
 /// A parsed SafeTensors file, in the crate's terms.
@@ -113,7 +114,7 @@ fn parse_entry(p: &mut Parser<'_>, name: String, at: usize) -> Parsed<Entry> {
     let mut dtype = None;
     let mut shape = None;
     let mut offsets = None;
-    p.object(&format_args!("tensor `{name}`"), |p, field, field_at| {
+    p.object(&format_args!("tensor `{}`", Name(&name)), |p, field, field_at| {
         let seen = match &*field {
             "dtype" => dtype.is_some(),
             "shape" => shape.is_some(),
@@ -121,49 +122,54 @@ fn parse_entry(p: &mut Parser<'_>, name: String, at: usize) -> Parsed<Entry> {
             _ => return p.skip(),
         };
         if seen {
-            return Err(invalid(field_at, format!("tensor `{name}` has `{field}` twice")));
+            return Err(invalid(field_at, format!("tensor `{}` has `{field}` twice", Name(&name))));
         }
         let value_at = p.offset();
         match &*field {
             "dtype" => {
-                let text = p.string(&format_args!("the dtype of tensor `{name}`"))?;
+                let text = p.string(&format_args!("the dtype of tensor `{}`", Name(&name)))?;
                 let found = Dtype::from_name(&text)
-                    .ok_or_else(|| invalid(value_at, format!("tensor `{name}` has unknown dtype `{text}`")))?;
+                    .ok_or_else(|| invalid(value_at, format!("tensor `{}` has unknown dtype `{text}`", Name(&name))))?;
                 dtype = Some((found, value_at));
             }
             "shape" => {
                 let mut dims = Vec::new();
-                p.array(&format_args!("the shape of tensor `{name}`"), |p, i| {
+                p.array(&format_args!("the shape of tensor `{}`", Name(&name)), |p, i| {
                     if i as u64 == MAX_DIMS {
                         return Err(invalid(
                             p.offset(),
-                            format!("tensor `{name}` has more than {MAX_DIMS} dimensions, the most ggml allows"),
+                            format!(
+                                "tensor `{}` has more than {MAX_DIMS} dimensions, the most ggml allows",
+                                Name(&name)
+                            ),
                         ));
                     }
-                    dims.push(p.u64(&format_args!("dimension {i} of tensor `{name}`"))?);
+                    dims.push(p.u64(&format_args!("dimension {i} of tensor `{}`", Name(&name)))?);
                     Ok(())
                 })?;
                 shape = Some((dims, value_at));
             }
             _ => {
                 let mut pair = Vec::with_capacity(2);
-                p.array(&format_args!("the data_offsets of tensor `{name}`"), |p, i| {
+                p.array(&format_args!("the data_offsets of tensor `{}`", Name(&name)), |p, i| {
                     if i == 2 {
                         return Err(invalid(
                             p.offset(),
                             format!(
-                                "the data_offsets of tensor `{name}` must be [begin, end], found more than 2 numbers"
+                                "the data_offsets of tensor `{}` must be [begin, end], found more than 2 numbers",
+                                Name(&name)
                             ),
                         ));
                     }
-                    pair.push(p.u64(&format_args!("data_offsets[{i}] of tensor `{name}`"))?);
+                    pair.push(p.u64(&format_args!("data_offsets[{i}] of tensor `{}`", Name(&name)))?);
                     Ok(())
                 })?;
                 let [begin, end] = pair[..] else {
                     return Err(invalid(
                         value_at,
                         format!(
-                            "the data_offsets of tensor `{name}` must be [begin, end], found {} number{}",
+                            "the data_offsets of tensor `{}` must be [begin, end], found {} number{}",
+                            Name(&name),
                             pair.len(),
                             if pair.len() == 1 { "" } else { "s" }
                         ),
@@ -174,7 +180,7 @@ fn parse_entry(p: &mut Parser<'_>, name: String, at: usize) -> Parsed<Entry> {
         }
         Ok(())
     })?;
-    let missing = |field: &str| invalid(at, format!("tensor `{name}` has no `{field}`"));
+    let missing = |field: &str| invalid(at, format!("tensor `{}` has no `{field}`", Name(&name)));
     let (dtype, dtype_at) = dtype.ok_or_else(|| missing("dtype"))?;
     let (shape, shape_at) = shape.ok_or_else(|| missing("shape"))?;
     let (begin, end, offsets_at) = offsets.ok_or_else(|| missing("data_offsets"))?;
@@ -182,7 +188,11 @@ fn parse_entry(p: &mut Parser<'_>, name: String, at: usize) -> Parsed<Entry> {
     let Some((ggml_type, layout)) = dtype.read_as() else {
         return Err(invalid(
             dtype_at,
-            format!("tensor `{name}` has dtype {dtype}, which no ggml type holds (readable: {})", readable_dtypes()),
+            format!(
+                "tensor `{}` has dtype {dtype}, which no ggml type holds (readable: {})",
+                Name(&name),
+                readable_dtypes()
+            ),
         ));
     };
     let Some(count) = element_count(&shape) else {
@@ -192,20 +202,21 @@ fn parse_entry(p: &mut Parser<'_>, name: String, at: usize) -> Parsed<Entry> {
     let Some(n_bytes) = count.checked_mul(dtype.bits() / 8) else {
         return Err(invalid(
             shape_at,
-            format!("tensor `{name}` of dtype {dtype} and shape {shape:?} needs 2^64 bytes or more"),
+            format!("tensor `{}` of dtype {dtype} and shape {shape:?} needs 2^64 bytes or more", Name(&name)),
         ));
     };
     if end < begin {
         return Err(invalid(
             offsets_at,
-            format!("tensor `{name}` has data_offsets [{begin}, {end}], which end before they begin"),
+            format!("tensor `{}` has data_offsets [{begin}, {end}], which end before they begin", Name(&name)),
         ));
     }
     if end - begin != n_bytes {
         return Err(invalid(
             offsets_at,
             format!(
-                "tensor `{name}` has data_offsets [{begin}, {end}] ({} bytes), but dtype {dtype} and shape {shape:?} need {n_bytes}",
+                "tensor `{}` has data_offsets [{begin}, {end}] ({} bytes), but dtype {dtype} and shape {shape:?} need {n_bytes}",
+                Name(&name),
                 end - begin
             ),
         ));

@@ -21,6 +21,7 @@ use std::collections::HashSet;
 use std::io::{self, Write};
 
 use crate::formats::output::CountingWriter;
+use crate::text::Name;
 
 use super::super::gguf::TensorDataSource;
 use super::dtype::Dtype;
@@ -78,7 +79,7 @@ pub enum WriteError {
         "tensor `{tensor}` has type {ty}, which SafeTensors cannot hold (it holds F64, F32, F16, BF16, I64, I32, I16 and I8)"
     )]
     UnsupportedType { tensor: String, ty: GgmlType },
-    #[error("tensor `{tensor}` of dtype {dtype} and shape {shape:?} has no size in whole bytes below 2^64")]
+    #[error("tensor `{}` of dtype {dtype} and shape {shape:?} has no size in whole bytes below 2^64", Name(.tensor))]
     BadSize { tensor: String, dtype: Dtype, shape: Vec<u64> },
     #[error("duplicate tensor name `{0}`")]
     DuplicateTensor(String),
@@ -90,7 +91,7 @@ pub enum WriteError {
     NonStringMetadata(String),
     #[error("the header would be {len} bytes; SafeTensors readers refuse headers over {MAX_HEADER_LEN}")]
     HeaderTooLarge { len: u64 },
-    #[error("tensor `{tensor}`: wrote {written} bytes, expected {expected}")]
+    #[error("tensor `{}`: wrote {written} bytes, expected {expected}", Name(.tensor))]
     WrongLength { tensor: String, written: u64, expected: u64 },
     #[error(transparent)]
     Io(#[from] io::Error),

@@ -415,9 +415,9 @@ impl BlobStore for Layered {
         self.local.read_blob_range(hash, offset, len)
     }
 
-    fn copy_blob_into(&self, hash: &Key, out: &File, offset: u64) -> Result<u64> {
+    fn copy_blob_into(&self, hash: &Key, len: u64, out: &File, offset: u64) -> Result<()> {
         self.fetch(hash)?;
-        self.local.copy_blob_into(hash, out, offset)
+        self.local.copy_blob_into(hash, len, out, offset)
     }
 
     fn put_blob(&self, bytes: &[u8]) -> Result<Key> {
