@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
@@ -25,25 +24,6 @@ fn built_quickstart() -> (tempfile::TempDir, PathBuf, PathBuf) {
     ok(quantforge(&[&"run", &recipe, &"-q"]));
     let output = dir.path().join("recipes/out/tiny-llama-Q4_K_M.gguf");
     (dir, recipe, output)
-}
-
-/// An ed25519 key pair as OpenSSL writes it: (private PKCS#8, public SPKI).
-fn key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let (private, public) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.pub")));
-    let run = |args: &[&OsStr]| {
-        let out = std::process::Command::new("openssl").args(args).output().expect("openssl runs");
-        assert!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    run(&["genpkey".as_ref(), "-algorithm".as_ref(), "ed25519".as_ref(), "-out".as_ref(), private.as_os_str()]);
-    run(&[
-        "pkey".as_ref(),
-        "-in".as_ref(),
-        private.as_os_str(),
-        "-pubout".as_ref(),
-        "-out".as_ref(),
-        public.as_os_str(),
-    ]);
-    (private, public)
 }
 
 /// What the in-toto bindings (and `cryptography`, for an envelope) say.
@@ -106,8 +86,8 @@ fn a_statement_names_the_recipe_its_steps_and_inputs_and_validates() {
 #[test]
 fn a_signed_envelope_verifies_and_a_flipped_byte_does_not() {
     let (dir, _recipe, output) = built_quickstart();
-    let (private, public) = key_pair(dir.path(), "release");
-    let (_, other_public) = key_pair(dir.path(), "other");
+    let (private, public) = common::key_pair(dir.path(), "release");
+    let (_, other_public) = common::key_pair(dir.path(), "other");
     let signed = dir.path().join("signed.json");
     ok(quantforge(&[&"attest", &output, &"--key", &private, &"-o", &signed]));
     if let Some(result) = validate(&signed, Some(&public)) {

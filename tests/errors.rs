@@ -59,7 +59,8 @@ const CASES: &[(&str, &str)] = &[
     ),
     (
         "assemble tiny.gguf nope.gguf -o b.gguf",
-        "error: cannot assemble the bundle: nope.gguf: no such file or directory\n",
+        "error: cannot assemble tiny.gguf, nope.gguf (parts 1 to 2, in that order): nope.gguf: no such file or \
+         directory\n",
     ),
     (
         "unbundle tiny.gguf vision out.gguf",

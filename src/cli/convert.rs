@@ -36,7 +36,7 @@ pub struct ConvertArgs {
     #[arg(long, value_name = "NAME")]
     model_name: Option<String>,
     /// Worker threads (default: all cores).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::parse_workers)]
     threads: Option<usize>,
     #[command(flatten)]
     cache: CacheArgs,

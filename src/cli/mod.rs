@@ -172,7 +172,7 @@ enum Command {
         output: PathBuf,
         #[arg(long = "type", default_value = "f16", value_parser = crate::ops::dequantize::FLOAT_TYPES)]
         ty: String,
-        #[arg(long)]
+        #[arg(long, value_parser = parse_workers)]
         threads: Option<usize>,
         #[command(flatten)]
         cache: CacheArgs,
@@ -331,7 +331,8 @@ struct QuantizeArgs {
     /// the plan of `plan-quant`.
     #[arg(long, value_name = "SIZE", value_parser = crate::formats::parse_size)]
     target_size: Option<u64>,
-    /// Worker threads (default: all cores); the positional NTHREADS also sets it.
+    /// Worker threads (default, and 0 as llama-quantize takes it: all cores); the positional
+    /// NTHREADS also sets it.
     #[arg(long)]
     threads: Option<usize>,
     input: PathBuf,
@@ -404,6 +405,17 @@ fn user_cache_dir() -> anyhow::Result<PathBuf> {
         (Some(xdg), _) => Ok(xdg.join("quantforge")),
         (None, Some(home)) => Ok(home.join(".cache/quantforge")),
         (None, None) => anyhow::bail!("--user-cache: neither XDG_CACHE_HOME nor HOME is an absolute path"),
+    }
+}
+
+/// A count of workers (`--jobs`, `--threads`): at least one, as a recipe's
+/// `jobs` must be (only `quantize`'s NTHREADS takes 0 for all cores, as
+/// llama-quantize does).
+fn parse_workers(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1 (leave it out for one worker per core)".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{text}` is not a whole number of workers")),
     }
 }
 
@@ -633,7 +645,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Assemble { parts, output, cache } => {
             let parts: Vec<&std::path::Path> = parts.iter().map(PathBuf::as_path).collect();
             let report = oneshot::assemble_files(&parts, &output, &cache.settings(Some(1), OpenOptions::default())?)
-                .context("cannot assemble the bundle")?;
+                .with_context(|| {
+                    let names: Vec<String> = parts.iter().map(|p| p.display().to_string()).collect();
+                    format!("cannot assemble {} (parts 1 to {}, in that order)", names.join(", "), names.len())
+                })?;
             wrote("assemble", &report, json)?;
         }
         Command::Unbundle { bundle, part, output, cache } => {

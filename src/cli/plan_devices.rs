@@ -50,7 +50,8 @@ fn planned(model: &Path, args: &DeviceArgs) -> anyhow::Result<(ModelFile, Device
         ),
         None => None,
     };
-    let devices = Devices::new(args.devices, weights)?;
+    let flags = if args.split.is_some() { "--devices, --split" } else { "--devices" };
+    let devices = Devices::new(args.devices, weights).with_context(|| flags.to_owned())?;
     let file = ModelFile::open(model, args.load.options())?;
     let plan = split::plan(&file.metadata, &file.tensors, &devices)
         .with_context(|| format!("cannot plan {} across {} devices", model.display(), devices.count))?;

@@ -20,8 +20,8 @@ pub struct PlanQuantArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size, conflicts_with = "target_bpw",
           required_unless_present = "target_bpw")]
     target_size: Option<u64>,
-    /// Bits per weight over every tensor element (the header on top).
-    #[arg(long, value_name = "BITS")]
+    /// Bits per weight over every tensor element (the header on top), above 0 and at most 32.
+    #[arg(long, value_name = "BITS", value_parser = parse_bits_per_weight)]
     target_bpw: Option<f64>,
     /// Importance matrix: weighs the errors and steers the quantizers, as in `quantize`.
     #[arg(long, value_name = "FILE")]
@@ -33,6 +33,16 @@ pub struct PlanQuantArgs {
     /// Also write the plan as an SVG chart, one group of bars per layer.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
+}
+
+/// A bits-per-weight target: finite, above 0, and at most F32's 32 (no
+/// type a plan chooses from holds more).
+fn parse_bits_per_weight(text: &str) -> Result<f64, String> {
+    let bits: f64 = text.parse().map_err(|_| format!("`{text}` is not a number of bits per weight"))?;
+    match bits.is_finite() && bits > 0.0 && bits <= 32.0 {
+        true => Ok(bits),
+        false => Err(format!("{text} bits per weight: a target lies above 0 and at most 32 (F32)")),
+    }
 }
 
 pub fn run(args: PlanQuantArgs, json: bool) -> anyhow::Result<()> {
@@ -49,7 +59,8 @@ pub fn run(args: PlanQuantArgs, json: bool) -> anyhow::Result<()> {
     }
     const CHART: Replaces = Replaces::FileStarting { prefix: b"<svg", what: "an SVG chart" };
     let svg_path = args.svg.as_ref().map(|path| guard.check(path, CHART)).transpose().context("--svg")?;
-    let plan = plan_for(&args.input, target, args.imatrix.as_deref(), !args.no_protect, base_options())?;
+    let plan = plan_for(&args.input, target, args.imatrix.as_deref(), !args.no_protect, base_options())
+        .with_context(|| format!("cannot plan {}", args.input.display()))?;
     if let Some(path) = &svg_path {
         let mut out = AtomicOutput::create(path)?;
         out.writer().write_all(svg(&plan).as_bytes())?;

@@ -71,8 +71,8 @@ fn name_output_after_type(args: &mut QuantizeArgs) -> anyhow::Result<()> {
 
 /// `--tensor-type-file`: whitespace-separated `PATTERN=TYPE` entries.
 fn tensor_types_from(path: &Path) -> anyhow::Result<Vec<TensorTypeOverride>> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {}: {}", path.display(), IoText(&e)))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("--tensor-type-file {}: {}", path.display(), IoText(&e)))?;
     text.split_whitespace()
         .map(|entry| TensorTypeOverride::parse(entry).with_context(|| format!("in {}", path.display())))
         .collect()
@@ -165,7 +165,8 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
     if args.keep_split {
         job.split = SplitMode::LikeInput;
     }
-    let jobs = workers(args.threads.or(args.nthreads));
+    // 0 threads is llama-quantize's "all cores".
+    let jobs = workers(args.threads.or(args.nthreads).filter(|&n| n > 0));
     let settings = args.cache.settings(Some(jobs), OpenOptions::default())?;
     let report = oneshot::run(job, &settings).with_context(|| format!("cannot quantize {}", args.input.display()))?;
     super::cache::report_transfers(report.remote.as_ref(), false)?;

@@ -34,7 +34,7 @@ pub(super) struct RunArgs {
     dry_run: bool,
     /// Workers: nodes at once and codec threads share this budget (default: the recipe's
     /// `jobs`, else all cores).
-    #[arg(long, short = 'j')]
+    #[arg(long, short = 'j', value_parser = super::parse_workers)]
     jobs: Option<usize>,
     /// Also write the run as one self-contained HTML page: the DAG, and each export's types by layer.
     #[arg(long, value_name = "FILE.html")]
@@ -117,7 +117,7 @@ pub(super) struct WorkArgs {
     /// The unit size the units were planned with.
     #[arg(long, value_parser = UnitSize::parse, default_value = "5m")]
     unit_size: UnitSize,
-    #[arg(long, short = 'j')]
+    #[arg(long, short = 'j', value_parser = super::parse_workers)]
     jobs: Option<usize>,
     #[command(flatten)]
     cache: CacheDir,

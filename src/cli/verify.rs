@@ -117,7 +117,7 @@ struct Attested {
 fn attested_recipe(args: &VerifyArgs, attestation: &Path) -> anyhow::Result<Attested> {
     const MAX_ATTESTATION_BYTES: u64 = 64 << 20;
     let bytes = crate::files::read_regular(attestation, MAX_ATTESTATION_BYTES)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", attestation.display()))?;
+        .map_err(|e| anyhow::anyhow!("{}: {}", attestation.display(), crate::files::IoText(&e)))?;
     let shown = attestation.display().to_string();
     let json: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!("{shown}: not JSON: {e}"))?;
@@ -202,8 +202,8 @@ fn known_version(what: &str, stated: u32, ours: u32, shown: &str) -> anyhow::Res
 
 /// Hashes `path` once and compares both digests with `stated`; its length.
 fn check_digests(path: &Path, stated: &attest::Digests, what: &str) -> anyhow::Result<u64> {
-    let (sha256, blake3, len) =
-        crate::files::sha256_and_blake3_file(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let (sha256, blake3, len) = crate::files::sha256_and_blake3_file(path)
+        .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), crate::files::IoText(&e)))?;
     match digest_difference(stated, &sha256, &blake3) {
         Some(difference) => anyhow::bail!("{what}: {difference}"),
         None => Ok(len),
@@ -368,6 +368,7 @@ fn derive_quantized(command: &str, base: &Path, scratch: &Path) -> anyhow::Resul
     }
     anyhow::ensure!(!positional.is_empty(), "--as names no type: \"quantize [FLAGS] TYPE\"");
     let derived = scratch.join("derived.gguf");
-    super::quantize::quantize_quietly(&flags, base, &derived, &positional).map_err(|e| anyhow::anyhow!("--as: {e}"))?;
+    super::quantize::quantize_quietly(&flags, base, &derived, &positional)
+        .map_err(|e| anyhow::anyhow!("--as: {e:#}"))?;
     Ok(derived)
 }

@@ -147,7 +147,7 @@ pub enum AttestError {
     NotExported(String),
     #[error("input `{0}` is not in the run's lock")]
     InputNotLocked(String),
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {}", path.display(), crate::files::IoText(source))]
     Io { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Lock(#[from] lock::LockError),

@@ -117,7 +117,8 @@ fn verifying_key(path: &Path) -> Result<VerifyingKey, DsseError> {
 fn read_pem(path: &Path) -> Result<String, DsseError> {
     const MAX_KEY_BYTES: u64 = 64 << 10;
     let problem = |problem: String| DsseError::Key { path: path.to_owned(), problem };
-    let bytes = crate::files::read_regular(path, MAX_KEY_BYTES).map_err(|e| problem(e.to_string()))?;
+    let bytes =
+        crate::files::read_regular(path, MAX_KEY_BYTES).map_err(|e| problem(crate::files::IoText(&e).to_string()))?;
     String::from_utf8(bytes).map_err(|_| problem("not a PEM file (not text)".into()))
 }
 

@@ -83,9 +83,9 @@ pub struct LockedFile {
 pub enum LockError {
     #[error("lock {}: {problem}", path.display())]
     Read { path: PathBuf, problem: String },
-    #[error("lock {}: {source}", path.display())]
+    #[error("lock {}: {}", path.display(), crate::files::IoText(source))]
     Write { path: PathBuf, source: std::io::Error },
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {}", path.display(), crate::files::IoText(source))]
     Hash { path: PathBuf, source: std::io::Error },
     #[error("the recipe has no file, so no lock beside it")]
     NoRecipeFile,

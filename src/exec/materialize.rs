@@ -42,7 +42,7 @@ pub enum MaterializeError {
     Codec { tensor: String, source: crate::codecs::CodecError },
     #[error("tensor `{}` row {row} holds {value}; llama.cpp refuses to quantize non-finite weights too", Name(.tensor))]
     NonFinite { tensor: String, row: usize, value: f32 },
-    #[error("tensor `{}`: {source}", Name(.tensor))]
+    #[error("tensor `{}`: {}", Name(.tensor), crate::files::IoText(.source))]
     Io { tensor: String, source: io::Error },
     #[error("no input file has content hash {0}")]
     UnknownInput(Key),

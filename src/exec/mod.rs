@@ -122,7 +122,7 @@ pub enum NodeError {
     Manifest(#[from] crate::artifact::ManifestError),
     #[error(transparent)]
     Output(#[from] outputs::OutputError),
-    #[error("writing {}: {source}", path.display())]
+    #[error("writing {}: {}", path.display(), crate::files::IoText(source))]
     Write { path: PathBuf, source: std::io::Error },
     #[error("input `{0}` failed")]
     Upstream(String),

@@ -69,9 +69,11 @@ impl RunOutputs {
         for input in inputs {
             guard.protect(input, "an input of the run");
         }
-        for input in &recipe.inputs {
-            if input.path.is_dir() {
-                guard.fence(&input.path, format!("input `{}`'s directory", input.name));
+        // A checkpoint directory: its config and tokenizer files are read
+        // too (an output may go beside them, as the converter's does).
+        for input in recipe.inputs.iter().filter(|input| input.path.is_dir()) {
+            for entry in std::fs::read_dir(&input.path).into_iter().flatten().flatten() {
+                guard.protect(&entry.path(), format!("a file of input `{}`", input.name));
             }
         }
         let lock = recipe.source.as_deref().map(|source| source.with_extension("lock"));
@@ -143,12 +145,11 @@ impl RunOutputs {
         replaces: Replaces,
     ) -> Result<OutputPath, SideFileError> {
         let fail = |problem: String| SideFileError { what, path: path.to_owned(), problem };
-        let checked = guard.check(path, replaces).map_err(|e| fail(e.problem))?;
-        let file = Claim::File(checked.resolved().to_owned());
+        let file = Claim::File(resolve(path));
         if let Some((_, id)) = self.claims.iter().find(|(claim, _)| overlaps(claim, &file)) {
             return Err(fail(format!("is written by export `{id}`; give the {what} its own path")));
         }
-        Ok(checked)
+        guard.check(path, replaces).map_err(|e| fail(e.problem))
     }
 }
 

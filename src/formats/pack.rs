@@ -118,7 +118,7 @@ impl Piece {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PackError {
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {}", path.display(), crate::files::IoText(source))]
     Io { path: PathBuf, source: io::Error },
     #[error("{}: not a quantforge pack: {problem}", path.display())]
     Malformed { path: PathBuf, problem: String },

@@ -69,7 +69,7 @@ pub enum SplitError {
     TooManyTensors { count: usize },
     #[error("refusing to overwrite the input: {} is {}", output.display(), input.display())]
     OutputIsInput { input: PathBuf, output: PathBuf },
-    #[error("writing {}: {source}", path.display())]
+    #[error("writing {}: {}", path.display(), crate::files::IoText(source))]
     Write { path: PathBuf, source: io::Error },
     #[error("{}: shard {shard} of {count} is missing", path.display())]
     MissingShard { path: PathBuf, shard: usize, count: usize },

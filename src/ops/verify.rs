@@ -10,7 +10,7 @@ use crate::formats::{FormatError, ModelFile, OpenOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {}", path.display(), crate::files::IoText(source))]
     Io { path: std::path::PathBuf, source: std::io::Error },
     #[error(transparent)]
     Format(#[from] FormatError),

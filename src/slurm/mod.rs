@@ -76,13 +76,13 @@ pub struct Submission {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SlurmError {
-    #[error("cannot run `{command}` ({source}); is Slurm installed and this a submit host?")]
+    #[error("cannot run `{command}` ({}); is Slurm installed and this a submit host?", crate::files::IoText(source))]
     Spawn { command: String, source: std::io::Error },
     #[error("`{command}` failed ({status}): {stderr}")]
     Command { command: String, status: String, stderr: String },
     #[error("`{command}` printed `{output}`, not a job id")]
     JobId { command: String, output: String },
-    #[error("writing {}: {source}", path.display())]
+    #[error("writing {}: {}", path.display(), crate::files::IoText(source))]
     Write { path: PathBuf, source: std::io::Error },
     #[error("{}", failures_text(.0))]
     Failed(Vec<Failure>),

@@ -170,7 +170,7 @@ impl LocalStore {
         if fs::rename(path, self.quarantine_dir().join(name)).is_err() {
             // Best effort: on a read-only cache the bad file stays, and every
             // run reports and skips it again.
-            let _ = fs::remove_file(path);
+            let _ = remove_any(path);
         }
         self.incidents.record(what, problem);
     }
@@ -255,7 +255,18 @@ pub(super) enum Imported<E> {
 
 impl BlobStore for LocalStore {
     fn has_blob(&self, hash: &Key) -> bool {
-        self.blob_path(hash).is_file()
+        let path = self.blob_path(hash);
+        match fs::symlink_metadata(&path) {
+            Ok(meta) if meta.is_file() => true,
+            // A directory, link or FIFO where a blob belongs was never
+            // written by us: out of the way, so the blob can be stored again.
+            Ok(meta) => {
+                let problem = format!("is {}, not a regular file", crate::files::describe(meta.file_type()));
+                self.quarantine(&path, format!("blob {hash}"), &problem);
+                false
+            }
+            Err(_) => false,
+        }
     }
 
     fn read_blob(&self, hash: &Key) -> Result<Vec<u8>> {
@@ -461,6 +472,15 @@ fn temp_file(prefix: &str, tmp: &Path) -> Result<NamedTempFile> {
         .permissions(fs::Permissions::from_mode(0o666))
         .tempfile_in(tmp)
         .map_err(at(tmp))
+}
+
+/// Removes what is at `path`, never following a link: a file, a link, or a
+/// directory with everything in it.
+pub(super) fn remove_any(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path)?.is_dir() {
+        true => fs::remove_dir_all(path),
+        false => fs::remove_file(path),
+    }
 }
 
 /// Removes the files in `tmp` whose writer was a process of this host that

@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::local::LocalStore;
+use super::local::{LocalStore, remove_any};
 use super::{ActionCache, ActionKind, Key, Result, Store, StoreError, fingerprint::hash_file, seal};
 
 fn at(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -181,12 +181,12 @@ impl LocalStore {
     pub fn gc(&self, options: GcOptions) -> Result<GcReport> {
         let mut report = GcReport::default();
         for file in self.temp_files()? {
-            if fs::remove_file(&file.path).is_ok() {
+            if remove_any(&file.path).is_ok() {
                 report.temp_files_removed += 1;
             }
         }
         for file in flat_files(&self.quarantine_dir())? {
-            if fs::remove_file(&file.path).is_ok() {
+            if remove_any(&file.path).is_ok() {
                 report.quarantined_removed += 1;
             }
         }
@@ -240,7 +240,7 @@ impl LocalStore {
         }
         let live: HashSet<Key> = kept.iter().flat_map(|(_, blobs)| blobs.iter().copied()).collect();
         for (key, file) in blobs {
-            if !live.contains(&key) && fs::remove_file(&file.path).is_ok() {
+            if !live.contains(&key) && remove_any(&file.path).is_ok() {
                 report.blobs_removed += 1;
                 report.bytes_freed += file.len;
             }

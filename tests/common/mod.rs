@@ -5,6 +5,7 @@
 
 pub mod rows;
 
+use std::ffi::OsStr;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -443,4 +444,23 @@ pub fn quickstart_project() -> (tempfile::TempDir, PathBuf) {
     std::fs::copy(tiny_model(), dir.path().join("tests/data/tiny-llama.gguf")).unwrap();
     let recipe = dir.path().join("recipes/quickstart.toml");
     (dir, recipe)
+}
+
+/// An ed25519 key pair as OpenSSL writes it: (private PKCS#8, public SPKI).
+pub fn key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let (private, public) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.pub")));
+    let run = |args: &[&OsStr]| {
+        let out = std::process::Command::new("openssl").args(args).output().expect("openssl runs");
+        assert!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    run(&["genpkey".as_ref(), "-algorithm".as_ref(), "ed25519".as_ref(), "-out".as_ref(), private.as_os_str()]);
+    run(&[
+        "pkey".as_ref(),
+        "-in".as_ref(),
+        private.as_os_str(),
+        "-pubout".as_ref(),
+        "-out".as_ref(),
+        public.as_os_str(),
+    ]);
+    (private, public)
 }

@@ -52,7 +52,7 @@ const CONCURRENCY: usize = 16;
 pub enum RemoteError {
     #[error("{location}: {source}")]
     Object { location: String, source: object_store::Error },
-    #[error("{location}: {source}")]
+    #[error("{location}: {}", crate::files::IoText(source))]
     Local { location: String, source: std::io::Error },
     /// Bytes that do not hash to the blob's name (on the remote, or in the
     /// local file being uploaded).
