@@ -11,7 +11,7 @@ mod common;
 
 use std::process::Command;
 
-use quantforge::convert::{Checkpoint, OutType, architecture_keys, family_of};
+use quantforge::convert::{Checkpoint, OutType, architecture_keys, conversion_of};
 use quantforge::model::Value;
 use serde_json::{Value as Json, json};
 
@@ -132,8 +132,8 @@ fn scalar(key: &str, value: &Value) -> (String, String, Json) {
 #[test]
 fn architecture_keys_equal_convert_hf_to_gguf() {
     for (stem, checkpoint, outtype, golden) in references() {
-        let (family, arch) = family_of(&checkpoint).unwrap();
-        let ours: Vec<_> = architecture_keys(&checkpoint, family.id, arch, outtype)
+        let (conversion, arch) = conversion_of(&checkpoint).unwrap();
+        let ours: Vec<_> = architecture_keys(&checkpoint, conversion, arch, outtype)
             .unwrap()
             .iter()
             .map(|(k, v)| scalar(k, v))

@@ -37,9 +37,6 @@ pub struct Family {
     pub has_experts: bool,
     /// Tensor names only this family uses (the scan's evidence).
     pub signatures: &'static [&'static str],
-    /// Hugging Face `architectures` classes converted as this family, with
-    /// the `general.architecture` the converter gives them.
-    pub hf_architectures: &'static [(&'static str, &'static str)],
     pub layout: Layout,
 }
 
@@ -264,7 +261,6 @@ const fn family(
         name_hints: &[],
         has_experts: false,
         signatures: &[],
-        hf_architectures: &[],
         layout,
     }
 }
@@ -287,16 +283,7 @@ pub static FAMILIES: &[Family] = &[
         name_hints: &["mistral", "ministral", "codestral", "devstral", "magistral", "mathstral"],
         ..family("mistral", "Mistral", &["mistral3"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON })
     },
-    Family {
-        // Mistral's HF checkpoints convert as LLaMA (no sliding window is kept).
-        hf_architectures: &[
-            ("LlamaForCausalLM", "llama"),
-            ("LLaMAForCausalLM", "llama"),
-            ("LlamaModel", "llama"),
-            ("MistralForCausalLM", "llama"),
-        ],
-        ..family("llama", "LLaMA 1/2/3", &["llama"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON })
-    },
+    family("llama", "LLaMA 1/2/3", &["llama"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
     family(
         "llama4",
         "LLaMA 4",
@@ -319,23 +306,19 @@ pub static FAMILIES: &[Family] = &[
             ..COMMON
         },
     ),
-    Family {
-        hf_architectures: &[("Gemma3ForCausalLM", "gemma3")],
-        ..family(
-            "gemma3",
-            "Gemma 3",
-            &["gemma3"],
-            Layout {
-                rope: Rope::Neox,
-                hf_names: &[DECODER_NAMES, SANDWICH_NORMS, QK_NORMS],
-                layers: LayerKinds::SlidingWindow { period: 6, dense_first: false, when: WindowRule::Positive },
-                ..COMMON
-            },
-        )
-    },
+    family(
+        "gemma3",
+        "Gemma 3",
+        &["gemma3"],
+        Layout {
+            rope: Rope::Neox,
+            hf_names: &[DECODER_NAMES, SANDWICH_NORMS, QK_NORMS],
+            layers: LayerKinds::SlidingWindow { period: 6, dense_first: false, when: WindowRule::Positive },
+            ..COMMON
+        },
+    ),
     Family {
         signatures: &["rope_factors_long.weight"],
-        hf_architectures: &[("Phi3ForCausalLM", "phi3")],
         ..family(
             "phi3",
             "Phi-3",
@@ -407,24 +390,18 @@ pub static FAMILIES: &[Family] = &[
         &["openelm"],
         Layout { rope: Rope::Neox, fused: &[QKV], output: Output::AlwaysTied, hf_names: &[OPENELM_NAMES], ..COMMON },
     ),
-    Family {
-        hf_architectures: &[("Qwen2ForCausalLM", "qwen2"), ("Qwen2Model", "qwen2")],
-        ..family(
-            "qwen2",
-            "Qwen2",
-            &["qwen2"],
-            Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON },
-        )
-    },
-    Family {
-        hf_architectures: &[("Qwen3ForCausalLM", "qwen3"), ("Qwen3Model", "qwen3")],
-        ..family(
-            "qwen3",
-            "Qwen3",
-            &["qwen3"],
-            Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM, QK_NORMS], ..COMMON },
-        )
-    },
+    family(
+        "qwen2",
+        "Qwen2",
+        &["qwen2"],
+        Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON },
+    ),
+    family(
+        "qwen3",
+        "Qwen3",
+        &["qwen3"],
+        Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM, QK_NORMS], ..COMMON },
+    ),
     family(
         "qwen3next",
         "Qwen3-Next",

@@ -13,7 +13,8 @@
 use serde_json::{Value as Json, json};
 
 use super::checkpoint::Checkpoint;
-use super::tensors::ConvertError;
+use super::error::ConvertError;
+use super::family::Conversion;
 
 /// Keys that never change what the file must say: bookkeeping, training
 /// settings, token ids the tokenizer files give anyway.
@@ -55,30 +56,29 @@ const COMMON: &[&str] = &[
 
 /// Per family: the keys its conversion also reads, and keys it ignores with
 /// the values at which ignoring them is right.
-struct Modelled {
-    family: &'static str,
-    reads: &'static [&'static str],
-    defaults: fn() -> Vec<(&'static str, Json)>,
+pub struct Modelled {
+    pub reads: &'static [&'static str],
+    pub defaults: fn() -> Vec<(&'static str, Json)>,
     /// Sliding-window settings the conversion does not write: ignored while
     /// the window is off, refused when it is on.
-    window: &'static [&'static str],
+    pub window: &'static [&'static str],
     /// The `rope_scaling` kinds the conversion writes (besides none).
-    rope_scalings: &'static [RopeScaling],
+    pub rope_scalings: &'static [RopeScaling],
 }
 
 /// A `rope_scaling` kind: the values of its type key, the keys of the dict
 /// the conversion reads (any value), and keys only one side reads, allowed
 /// at the value at which the file and the Hugging Face model agree.
-struct RopeScaling {
+pub struct RopeScaling {
     kinds: &'static [&'static str],
     reads: &'static [&'static str],
     defaults: fn() -> Vec<(&'static str, Json)>,
 }
 
-const LINEAR: RopeScaling =
+pub const LINEAR: RopeScaling =
     RopeScaling { kinds: &["linear"], reads: &["rope_type", "type", "factor"], defaults: Vec::new };
 
-const LLAMA3: RopeScaling = RopeScaling {
+pub const LLAMA3: RopeScaling = RopeScaling {
     kinds: &["llama3"],
     reads: &["rope_type", "type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"],
     defaults: Vec::new,
@@ -87,7 +87,7 @@ const LLAMA3: RopeScaling = RopeScaling {
 /// Transformers also reads `mscale`, `mscale_all_dim` and `truncate`, which
 /// the file cannot carry; the converter also writes `extrapolation_factor`
 /// and `attn_factor`, which transformers ignores.
-const YARN: RopeScaling = RopeScaling {
+pub const YARN: RopeScaling = RopeScaling {
     kinds: &["yarn"],
     reads: &[
         "rope_type",
@@ -112,78 +112,18 @@ const YARN: RopeScaling = RopeScaling {
 /// Phi-3's LongRoPE in the one shape `Phi3Config` accepts: exactly `type`
 /// (`su` and `yarn` are old names it rewrites to `longrope`), `long_factor`
 /// and `short_factor`.
-const LONGROPE: RopeScaling = RopeScaling {
+pub const LONGROPE: RopeScaling = RopeScaling {
     kinds: &["su", "yarn", "longrope"],
     reads: &["type", "long_factor", "short_factor"],
     defaults: Vec::new,
 };
 
-const QWEN_WINDOW: &[&str] = &["use_sliding_window", "sliding_window", "max_window_layers", "layer_types"];
+/// Qwen's sliding-window settings, off unless `use_sliding_window`.
+pub const QWEN_WINDOW: &[&str] = &["use_sliding_window", "sliding_window", "max_window_layers", "layer_types"];
 
-const FAMILIES: &[Modelled] = &[
-    Modelled {
-        family: "llama",
-        reads: &[],
-        defaults: || {
-            vec![
-                ("hidden_act", json!("silu")),
-                ("mlp_bias", json!(false)),
-                ("attention_bias", json!(false)),
-                ("pretraining_tp", json!(1)),
-            ]
-        },
-        window: &["sliding_window"],
-        rope_scalings: &[LLAMA3, LINEAR, YARN],
-    },
-    Modelled {
-        family: "qwen2",
-        reads: &[],
-        defaults: || vec![("hidden_act", json!("silu"))],
-        window: QWEN_WINDOW,
-        rope_scalings: &[LINEAR, YARN],
-    },
-    Modelled {
-        family: "qwen3",
-        reads: &[],
-        defaults: || vec![("hidden_act", json!("silu")), ("attention_bias", json!(false))],
-        window: QWEN_WINDOW,
-        rope_scalings: &[LINEAR, YARN],
-    },
-    Modelled {
-        family: "phi3",
-        reads: &["original_max_position_embeddings", "partial_rotary_factor", "sliding_window"],
-        defaults: || vec![("hidden_act", json!("silu"))],
-        window: &[],
-        rope_scalings: &[LONGROPE],
-    },
-    Modelled {
-        family: "gemma3",
-        reads: &[
-            "sliding_window",
-            "_sliding_window_pattern",
-            "sliding_window_pattern",
-            "layer_types",
-            "rope_local_base_freq",
-            "final_logit_softcapping",
-            "query_pre_attn_scalar",
-        ],
-        defaults: || {
-            vec![
-                ("hidden_activation", json!("gelu_pytorch_tanh")),
-                ("attention_bias", json!(false)),
-                ("attn_logit_softcapping", Json::Null),
-                ("use_bidirectional_attention", json!(false)),
-            ]
-        },
-        window: &[],
-        rope_scalings: &[LINEAR],
-    },
-];
-
-/// Refuses a checkpoint whose config sets what `family`'s conversion does
-/// not model.
-pub fn check_modelled(ckpt: &Checkpoint, family: &str) -> Result<(), ConvertError> {
-    let Some(modelled) = FAMILIES.iter().find(|m| m.family == family) else { return Ok(()) };
+/// Refuses a checkpoint whose config sets what `conversion` does not model.
+pub fn check_modelled(ckpt: &Checkpoint, conversion: &Conversion) -> Result<(), ConvertError> {
+    let (modelled, family) = (&conversion.config, conversion.family);
     let Some(config) = ckpt.config.as_object() else { return Ok(()) };
     let defaults = (modelled.defaults)();
     // A window the family's conversion does not write: name the key that
@@ -207,15 +147,14 @@ pub fn check_modelled(ckpt: &Checkpoint, family: &str) -> Result<(), ConvertErro
         return Err(unmodelled(family, key, value));
     }
     match config.get("rope_scaling").filter(|v| !v.is_null()) {
-        Some(scaling) => check_rope_scaling(modelled, scaling),
+        Some(scaling) => check_rope_scaling(family, modelled, scaling),
         None => Ok(()),
     }
 }
 
 /// Refuses a `rope_scaling` of a kind the family's conversion does not
 /// write, or with a key it does not model.
-fn check_rope_scaling(modelled: &Modelled, scaling: &Json) -> Result<(), ConvertError> {
-    let family = modelled.family;
+fn check_rope_scaling(family: &str, modelled: &Modelled, scaling: &Json) -> Result<(), ConvertError> {
     let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(Json::as_str).unwrap_or("?");
     let Some(rope) = modelled.rope_scalings.iter().find(|r| r.kinds.contains(&kind)) else {
         return Err(unmodelled(family, &format!("rope_scaling.rope_type = \"{kind}\""), scaling));
@@ -269,8 +208,8 @@ mod tests {
     #[test]
     fn rope_scaling_is_checked_key_by_key() {
         let refused = |family: &str, scaling: &Json| {
-            let modelled = FAMILIES.iter().find(|m| m.family == family).unwrap();
-            check_rope_scaling(modelled, scaling).err().map(|e| e.to_string()).unwrap_or_default()
+            let conversion = super::super::family::CONVERSIONS.iter().find(|c| c.family == family).unwrap();
+            check_rope_scaling(family, &conversion.config, scaling).err().map(|e| e.to_string()).unwrap_or_default()
         };
         let yarn =
             json!({"rope_type": "yarn", "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192});

@@ -10,6 +10,8 @@
 
 mod checkpoint;
 mod config;
+mod error;
+pub mod family;
 mod hparams;
 mod naming;
 mod rope;
@@ -17,11 +19,11 @@ mod tensors;
 mod vocab;
 
 pub use checkpoint::{Checkpoint, CheckpointError};
+pub use error::ConvertError;
 pub use hparams::architecture_keys;
 pub use rope::RopeError;
 pub use tensors::{
-    ConvertError, ConvertedTensor, OutType, Values, checkpoint_rows, checkpoint_rows_as_stored, convert_tensors,
-    family_of,
+    ConvertedTensor, OutType, Values, checkpoint_rows, checkpoint_rows_as_stored, conversion_of, convert_tensors,
 };
 pub use vocab::tokenizer_keys;
 
@@ -36,8 +38,8 @@ pub fn convert(
     outtype: OutType,
     pre: Option<&str>,
 ) -> Result<(Metadata, Vec<ConvertedTensor>), ConvertError> {
-    let (family, arch) = family_of(ckpt)?;
-    config::check_modelled(ckpt, family.id)?;
+    let (conversion, arch) = conversion_of(ckpt)?;
+    config::check_modelled(ckpt, conversion)?;
     let tensors = convert_tensors(ckpt, outtype)?;
     let total_params = tensors.iter().map(|t| t.info.n_elements()).sum();
     // Keys in the converter's order: writing one again keeps its first
@@ -45,10 +47,10 @@ pub fn convert(
     let mut metadata = Metadata::new();
     metadata.set("general.architecture", Value::string(arch));
     // The converter writes these while it makes the tensors, before anything else.
-    metadata.append_prefixed("", &hparams::generated_tensor_keys(ckpt, family.id, arch)?);
+    metadata.append_prefixed("", &hparams::generated_tensor_keys(ckpt, conversion, arch)?);
     naming::general_keys(ckpt, total_params, &mut metadata);
-    metadata.append_prefixed("", &architecture_keys(ckpt, family.id, arch, outtype)?);
-    tokenizer_keys(ckpt, family.id, pre, &mut metadata)?;
+    metadata.append_prefixed("", &architecture_keys(ckpt, conversion, arch, outtype)?);
+    tokenizer_keys(ckpt, conversion.vocab, pre, &mut metadata)?;
     Ok((metadata, tensors))
 }
 

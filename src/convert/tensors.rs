@@ -1,17 +1,18 @@
 //! The tensors of a converted checkpoint: names, order, family transforms
 //! and output types, as `convert_hf_to_gguf.py` makes them.
 
-use crate::arch::registry::{FAMILIES, Family, gguf_name};
+use crate::arch::registry::{FAMILIES, gguf_name};
 use crate::artifact::RowTransform;
 use crate::backend::{Backend, Slab};
-use crate::codecs::{CodecError, scalar};
+use crate::codecs::scalar;
 use crate::formats::ModelFile;
 use crate::model::TensorInfo;
-use crate::text::Name;
 use crate::types::GgmlType;
 
-use super::checkpoint::{Checkpoint, CheckpointError};
-use super::rope::{RopeError, RopeParameters, phi3_long_rope};
+use super::checkpoint::Checkpoint;
+use super::error::ConvertError;
+use super::family::{self, Conversion, Generated, Transform};
+use super::rope::{RopeParameters, phi3_long_rope};
 
 /// `--outtype`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,31 +42,6 @@ impl OutType {
             OutType::Q8_0 => GgmlType::Q8_0,
         }
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ConvertError {
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
-    #[error("config.json: {0}")]
-    Config(String),
-    #[error("`{architecture}` checkpoints are not supported (known: {known})")]
-    Architecture { architecture: String, known: String },
-    #[error("tensor `{0}` has no GGUF name in this family")]
-    Unmapped(String),
-    #[error(
-        "config.json sets `{key}` ({value}), which the {family} conversion does not model; refusing to write a \
-         model that would silently lose it"
-    )]
-    Unmodelled { family: String, key: String, value: String },
-    #[error(transparent)]
-    Rope(#[from] RopeError),
-    #[error("tensor `{}`: {source}", Name(.tensor))]
-    Codec { tensor: String, source: CodecError },
-    #[error(transparent)]
-    Format(#[from] crate::formats::FormatError),
-    #[error(transparent)]
-    Quantize(#[from] crate::quant::plan::QuantizeError),
 }
 
 /// One tensor of a converted file: its descriptor, and how its bytes are
@@ -238,34 +214,36 @@ fn permuted_source_row(to: usize, hd: usize) -> usize {
     head * hd + (k % 2) * (hd / 2) + k / 2
 }
 
-/// The family and GGUF architecture of the checkpoint's first `architectures` entry.
-pub fn family_of(ckpt: &Checkpoint) -> Result<(&'static Family, &'static str), ConvertError> {
-    let architecture = ckpt.config["architectures"][0]
+/// The conversion and GGUF architecture of the checkpoint's first
+/// `architectures` entry.
+pub fn conversion_of(ckpt: &Checkpoint) -> Result<(&'static Conversion, &'static str), ConvertError> {
+    let class = ckpt.config["architectures"][0]
         .as_str()
         .ok_or_else(|| ConvertError::Config("no `architectures` list".into()))?;
-    FAMILIES
-        .iter()
-        .find_map(|f| f.hf_architectures.iter().find(|(class, _)| *class == architecture).map(|&(_, arch)| (f, arch)))
-        .ok_or_else(|| {
-            let known: Vec<&str> = FAMILIES.iter().flat_map(|f| f.hf_architectures.iter().map(|(c, _)| *c)).collect();
-            ConvertError::Architecture { architecture: architecture.to_owned(), known: known.join(", ") }
-        })
+    family::of_class(class).ok_or_else(|| ConvertError::Architecture {
+        architecture: class.to_owned(),
+        nearest: family::nearest_classes(class),
+    })
 }
 
 /// Every tensor of the converted file, in file order.
 pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<ConvertedTensor>, ConvertError> {
-    let (family, _) = family_of(ckpt)?;
+    let (conversion, _) = conversion_of(ckpt)?;
+    let names = FAMILIES
+        .iter()
+        .find(|f| f.id == conversion.family)
+        .ok_or_else(|| ConvertError::Config(format!("no registry family `{}`", conversion.family)))?;
     let number = |keys: &[&str]| ckpt.hparam(keys).and_then(serde_json::Value::as_u64);
     let n_head = number(&["n_heads", "num_attention_heads"]);
     let n_head_kv = number(&["n_kv_heads", "num_key_value_heads"]);
     // The converter's generated tensors come first (`generate_extra_tensors`).
     let mut out = Vec::new();
-    if family.id == "llama"
+    if conversion.generates(Generated::Llama3RopeFreqs)
         && let Some(freqs) = llama3_rope_freqs(ckpt)
     {
         out.push(generated("rope_freqs.weight", freqs));
     }
-    if family.id == "phi3"
+    if conversion.generates(Generated::LongRopeFactors)
         && let Some(long_rope) = phi3_long_rope(ckpt)?
     {
         out.push(generated("rope_factors_long.weight", long_rope.long));
@@ -277,10 +255,11 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
         if [".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq"].iter().any(|s| hf.ends_with(s)) {
             continue;
         }
-        let name = gguf_name(family, hf).ok_or_else(|| ConvertError::Unmapped(hf.to_owned()))?;
+        let name = gguf_name(names, hf)
+            .ok_or_else(|| ConvertError::Unmapped { tensor: hf.to_owned(), family: conversion.family })?;
         let mut dims = source.dims.clone();
         let mut transform = RowTransform::default();
-        if family.id == "llama" {
+        if conversion.has(Transform::PermuteQk) {
             // K rows group by KV head, Q rows by head.
             let heads = if hf.ends_with("q_proj.weight") || hf.ends_with("q_proj.bias") {
                 n_head
@@ -291,16 +270,17 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
             };
             transform.permute_heads = heads.map(|h| h as usize);
         }
-        if family.id == "gemma3" {
+        if conversion.has(Transform::NormPlusOne) {
             transform.plus_one = hf.ends_with("norm.weight");
-            if hf == "model.embed_tokens.weight"
-                && let Some(vocab) = number(&["vocab_size"])
-                && dims.len() == 2
-                && dims[1] > vocab
-            {
-                transform.keep_elements = Some((dims[0] * vocab) as usize);
-                dims[1] = vocab;
-            }
+        }
+        if conversion.has(Transform::CutEmbeddingToVocab)
+            && hf == "model.embed_tokens.weight"
+            && let Some(vocab) = number(&["vocab_size"])
+            && dims.len() == 2
+            && dims[1] > vocab
+        {
+            transform.keep_elements = Some((dims[0] * vocab) as usize);
+            dims[1] = vocab;
         }
         let ty = output_type(&name, &dims, outtype);
         let values = Values::Checkpoint { shard: s, tensor: t, transform };

@@ -10,7 +10,8 @@ use std::path::Path;
 use serde_json::Value as Json;
 
 use super::checkpoint::{Checkpoint, read_optional_json};
-use super::tensors::ConvertError;
+use super::error::ConvertError;
+use super::family::{SpacePrefix, Vocab};
 use crate::formats::sentencepiece::{PieceType, SentencePieceModel};
 use crate::model::{Array, Metadata, Value};
 
@@ -25,45 +26,42 @@ const BYTE: i32 = 6;
 /// `SpecialVocab`'s token kinds, in its order.
 const SPECIAL_TYPES: [&str; 7] = ["bos", "eos", "unk", "sep", "pad", "cls", "mask"];
 
-/// Writes the tokenizer keys of `family`'s checkpoint; `pre` names the BPE
-/// pre-tokenizer (the converter tells it by hashing a tokenization, which
-/// needs the Hugging Face tokenizer itself), by default the family's usual one.
+/// Writes the tokenizer keys of a checkpoint whose family reads its
+/// tokenizer as `vocab` says; `pre` names the BPE pre-tokenizer (the
+/// converter tells it by hashing a tokenization, which needs the Hugging
+/// Face tokenizer itself), by default the family's usual one.
 pub fn tokenizer_keys(
     ckpt: &Checkpoint,
-    family: &str,
+    vocab: Vocab,
     pre: Option<&str>,
     keys: &mut Metadata,
 ) -> Result<(), ConvertError> {
-    let pre = match (pre, family) {
-        (Some(pre), _) => pre,
-        (None, "qwen2" | "qwen3") => "qwen2",
-        (None, "llama") => "llama-bpe",
-        (None, _) => "default",
-    };
     let files = TokenizerFiles::read(&ckpt.dir)?;
-    match family {
-        "phi3" => {
+    match vocab {
+        Vocab::Phi3 => {
             let class = files.config.as_ref().and_then(|c| c.get("tokenizer_class")).and_then(Json::as_str);
             if class == Some("GPT2Tokenizer") {
-                return gpt2(ckpt, &files, pre, keys);
+                return gpt2(ckpt, &files, pre.unwrap_or("default"), keys);
             }
             let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, true)?;
             sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)
         }
-        "llama" | "gemma3" | "qwen2" | "qwen3" if ckpt.dir.join("tokenizer.model").is_file() => {
-            if family == "llama"
+        Vocab::SentencePieceOrBpe { space_prefix, .. } if ckpt.dir.join("tokenizer.model").is_file() => {
+            if space_prefix == SpacePrefix::FromTokenizerConfig
                 && let Some(Json::Bool(add)) = files.config.as_ref().and_then(|c| c.get("add_prefix_space"))
             {
                 keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(*add));
             }
             let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, false)?;
             sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)?;
-            if family == "gemma3" {
+            if space_prefix == SpacePrefix::Never {
                 keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(false));
             }
             Ok(())
         }
-        _ => gpt2(ckpt, &files, pre, keys),
+        Vocab::SentencePieceOrBpe { default_pre, .. } | Vocab::Bpe { default_pre } => {
+            gpt2(ckpt, &files, pre.unwrap_or(default_pre), keys)
+        }
     }
 }
 

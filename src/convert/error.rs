@@ -1,0 +1,43 @@
+//! Why a conversion failed: the one error type of `convert`, naming the
+//! config key, tensor or file at fault.
+
+use crate::codecs::CodecError;
+use crate::text::Name;
+
+use super::checkpoint::CheckpointError;
+use super::rope::RopeError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("config.json: {0}")]
+    Config(String),
+    #[error("`{architecture}` checkpoints are not supported{}", nearest_hint(.nearest))]
+    Architecture { architecture: String, nearest: Vec<&'static str> },
+    #[error("tensor `{}` has no GGUF name in the {family} conversion", Name(.tensor))]
+    Unmapped { tensor: String, family: &'static str },
+    #[error(
+        "config.json sets `{key}` ({value}), which the {family} conversion does not model; refusing to write a \
+         model that would silently lose it"
+    )]
+    Unmodelled { family: String, key: String, value: String },
+    #[error(transparent)]
+    Rope(#[from] RopeError),
+    #[error("tensor `{}`: {source}", Name(.tensor))]
+    Codec { tensor: String, source: CodecError },
+    #[error(transparent)]
+    Format(#[from] crate::formats::FormatError),
+    #[error(transparent)]
+    Quantize(#[from] crate::quant::plan::QuantizeError),
+}
+
+fn nearest_hint(nearest: &[&str]) -> String {
+    match nearest {
+        [] => " (`quantforge convert --print-supported-models` lists those that are)".to_owned(),
+        names => format!(
+            "; the nearest supported: {} (`quantforge convert --print-supported-models` lists all)",
+            names.join(", ")
+        ),
+    }
+}

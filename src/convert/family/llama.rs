@@ -1,0 +1,53 @@
+//! LLaMA 1/2/3 (and Mistral's checkpoints, which the converter writes as
+//! LLaMA): `LlamaModel` in the converter. Q/K rows permuted to ggml's
+//! interleaved rope, LLaMA 3's `rope_freqs` generated under "llama3" rope
+//! scaling.
+
+use serde_json::json;
+
+use super::{Conversion, Generated, SpacePrefix, Transform, Vocab};
+use crate::convert::config::{LINEAR, LLAMA3, Modelled, YARN};
+use crate::convert::error::ConvertError;
+use crate::convert::hparams::{Hparams, count_of, text_model_keys};
+use crate::model::Metadata;
+
+pub const CONVERSION: Conversion = Conversion {
+    family: "llama",
+    classes: &[
+        ("LlamaForCausalLM", "llama"),
+        ("LLaMAForCausalLM", "llama"),
+        ("LlamaModel", "llama"),
+        // Mistral's checkpoints convert as LLaMA (no sliding window is kept).
+        ("MistralForCausalLM", "llama"),
+    ],
+    config: Modelled {
+        reads: &[],
+        defaults: || {
+            vec![
+                ("hidden_act", json!("silu")),
+                ("mlp_bias", json!(false)),
+                ("attention_bias", json!(false)),
+                ("pretraining_tp", json!(1)),
+            ]
+        },
+        window: &["sliding_window"],
+        rope_scalings: &[LLAMA3, LINEAR, YARN],
+    },
+    transforms: &[Transform::PermuteQk],
+    generated: &[Generated::Llama3RopeFreqs],
+    keys,
+    vocab: Vocab::SentencePieceOrBpe { space_prefix: SpacePrefix::FromTokenizerConfig, default_pre: "llama-bpe" },
+};
+
+fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
+    // LlamaConfig always fills head_dim in; MistralConfig does not.
+    let head_dim = hp.u64(&["head_dim"]).or_else(|| match hp.class() {
+        "MistralForCausalLM" => None,
+        _ => hp.per_head(),
+    });
+    text_model_keys(hp, keys, head_dim)?;
+    hp.put(keys, "vocab_size", hp.count(&["vocab_size"])?);
+    let rotary = head_dim.or_else(|| hp.per_head());
+    hp.put(keys, "rope.dimension_count", rotary.map(|d| count_of("head_dim", &json!(d))).transpose()?);
+    Ok(())
+}
