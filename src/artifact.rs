@@ -62,6 +62,10 @@ pub enum TensorData {
     /// hash), with a Hugging Face family's row transforms applied: what
     /// `convert_hf_to_gguf.py` computes before it casts a tensor.
     Checkpoint { file: Key, index: usize, transform: RowTransform },
+    /// The rows of each part in turn, every part of this tensor's row
+    /// length and type: per-expert tensors stacked into one 3-D tensor
+    /// (`*_exps`), expert after expert, computed a slab at a time.
+    Stacked { parts: Vec<Tensor> },
     /// One device's slice of `from` (a per-device export): cut from
     /// `from`'s bytes, which are cached by `from`'s key when derived.
     Slice { from: Box<Tensor>, cut: AxisCut },
@@ -107,6 +111,18 @@ impl Tensor {
             key: key.finish(),
             data: TensorData::Checkpoint { file, index, transform },
         }
+    }
+
+    /// `parts` (each of the row length `dims[0]` and the same type) one after
+    /// another, named `name`, of shape `dims`.
+    pub fn stacked(name: &str, dims: Vec<u64>, parts: Vec<Tensor>) -> Tensor {
+        let mut key = KeyBuilder::new("tensor.stacked");
+        key.u64(parts.len() as u64);
+        for part in &parts {
+            key.key(&part.key);
+        }
+        let ggml_type = parts.first().map_or(GgmlType::F32, |p| p.ggml_type);
+        Tensor { name: name.to_owned(), dims, ggml_type, key: key.finish(), data: TensorData::Stacked { parts } }
     }
 
     /// `from` converted to `to`, keeping its name and shape.
@@ -165,6 +181,7 @@ impl Tensor {
                 from.collect_refs(blobs, files);
             }
             TensorData::Slice { from, .. } => from.collect_refs(blobs, files),
+            TensorData::Stacked { parts } => parts.iter().for_each(|p| p.collect_refs(blobs, files)),
         }
     }
 }

@@ -1,6 +1,8 @@
-//! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on nine
-//! tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3, and the
-//! rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; made by
+//! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
+//! nineteen tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
+//! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE; Gemma, Gemma 2,
+//! StarCoder 2, OLMo 2, Granite, SmolLM3; made by
 //! `tests/convert/make_checkpoints.py`, references by
 //! `tests/convert/make_references.sh`, summarised in `tests/data/convert/*.json`):
 //! every tensor's name, type, shape, place and bytes (sha256), in order, and
@@ -62,7 +64,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 36);
+    assert_eq!(all.len(), 76);
     all
 }
 
@@ -249,12 +251,35 @@ fn the_recipe_op_writes_what_the_command_writes() {
 /// A setting the conversion does not model refuses the checkpoint, naming
 /// it, instead of writing a model that loads and computes something else;
 /// so does a rope setting the converter itself would fail on.
+/// docs/ARCHITECTURES.md's table lists exactly the classes the converter
+/// takes, with the architecture each is written as, in the registry's order.
+#[test]
+fn the_architectures_page_lists_every_supported_class() {
+    let page = std::fs::read_to_string(common::repo().join("docs/ARCHITECTURES.md")).unwrap();
+    let listed: Vec<(String, String)> = page
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let code = |cell: &str| cell.strip_prefix('`')?.strip_suffix('`').map(str::to_owned);
+            Some((code(cells.get(1)?)?, code(cells.get(2)?)?))
+        })
+        .collect();
+    let supported: Vec<(String, String)> = quantforge::convert::family::supported_classes()
+        .map(|(class, arch)| (class.to_owned(), arch.to_owned()))
+        .collect();
+    assert_eq!(listed, supported, "docs/ARCHITECTURES.md and src/convert/family/ disagree");
+    let printed = common::stdout_of_success(common::quantforge_with(&[&"convert", &"--print-supported-models"]));
+    for (class, arch) in &supported {
+        assert!(printed.contains(&format!("  - {class} ({arch})\n")), "{class} not printed:\n{printed}");
+    }
+}
+
 #[test]
 fn unmodelled_settings_are_refused_by_name() {
     let checkpoints = common::repo().join("tests/data/convert/checkpoints");
     let unmodelled = "does not model";
     let not_a_count = "not a whole number below 2^32";
-    let cases: [(&str, &str, Json, &str, &str); 11] = [
+    let cases: [(&str, &str, Json, &str, &str); 21] = [
         (
             "tiny-llama-3-chat",
             "rope_scaling",
@@ -302,6 +327,31 @@ fn unmodelled_settings_are_refused_by_name() {
         ("Qwen2.5-Tiny-Instruct", "use_sliding_window", json!(true), "`use_sliding_window` (true)", unmodelled),
         ("Qwen2.5-Tiny-Instruct", "hidden_size", json!(64.5), "`hidden_size` (64.5)", not_a_count),
         ("tiny-llama-3-chat", "max_position_embeddings", json!(1u64 << 33), "`max_position_embeddings`", not_a_count),
+        // What llama.cpp's MoE graphs assume of the routing.
+        ("Qwen3-MoE-Tiny", "norm_topk_prob", json!(false), "`norm_topk_prob` (false)", unmodelled),
+        ("Qwen1.5-MoE-Tiny", "norm_topk_prob", json!(true), "`norm_topk_prob` (true)", unmodelled),
+        ("Qwen1.5-MoE-Tiny", "decoder_sparse_step", json!(2), "`decoder_sparse_step` (2)", unmodelled),
+        ("OLMoE-Tiny-0924", "rms_norm_eps", json!(1e-6), "`rms_norm_eps` (1e-6)", unmodelled),
+        ("OLMoE-Tiny-0924", "clip_qkv", json!(8.0), "`clip_qkv` (8.0)", unmodelled),
+        // Layer patterns llama.cpp assumes and the file cannot say.
+        (
+            "gemma-2-tiny-it",
+            "layer_types",
+            json!(["full_attention", "sliding_attention"]),
+            "`layer_types` ([\"full_attention\",\"sliding_attention\"])",
+            unmodelled,
+        ),
+        ("gemma-2-tiny-it", "query_pre_attn_scalar", json!(16), "`query_pre_attn_scalar` (16)", unmodelled),
+        ("SmolLM3-Tiny", "no_rope_layers", json!([1, 0]), "`no_rope_layers` ([1,0])", unmodelled),
+        // Experts the config promises and the checkpoint lacks; a class misspelled.
+        ("Mixtral-Tiny-4x8", "num_local_experts", json!(5), "block 0 has 12 expert tensors", "not all of its experts"),
+        (
+            "Mixtral-Tiny-4x8",
+            "architectures",
+            json!(["MixtralForCausaLM"]),
+            "`MixtralForCausaLM` checkpoints are not supported",
+            "the nearest supported: MixtralForCausalLM",
+        ),
     ];
     for (model, key, value, named, why) in cases {
         let dir = tempfile::tempdir().unwrap();

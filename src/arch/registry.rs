@@ -181,6 +181,18 @@ const MIXTRAL_EXPERTS: &[(&str, &str)] = &[
     ("blk.{N}.ffn_gate_inp", "model.layers.{N}.block_sparse_moe.gate"),
     ("blk.{N}.ffn_norm", "model.layers.{N}.post_attention_layernorm"),
 ];
+/// Qwen-style mixture of experts: the router, a shared expert and its gate
+/// (the per-expert tensors stack into `*_exps`: `convert::family`).
+const QWEN_MOE_NAMES: &[(&str, &str)] = &[
+    ("blk.{N}.ffn_gate_inp", "model.layers.{N}.mlp.gate"),
+    ("blk.{N}.ffn_gate_shexp", "model.layers.{N}.mlp.shared_expert.gate_proj"),
+    ("blk.{N}.ffn_up_shexp", "model.layers.{N}.mlp.shared_expert.up_proj"),
+    ("blk.{N}.ffn_down_shexp", "model.layers.{N}.mlp.shared_expert.down_proj"),
+    ("blk.{N}.ffn_gate_inp_shexp", "model.layers.{N}.mlp.shared_expert_gate"),
+];
+/// StarCoder 2's GELU MLP.
+const STARCODER2_NAMES: &[(&str, &str)] =
+    &[("blk.{N}.ffn_up", "model.layers.{N}.mlp.c_fc"), ("blk.{N}.ffn_down", "model.layers.{N}.mlp.c_proj")];
 const PHI3_NAMES: &[(&str, &str)] = &[
     ("blk.{N}.attn_qkv", "model.layers.{N}.self_attn.qkv_proj"),
     ("blk.{N}.ffn_up", "model.layers.{N}.mlp.gate_up_proj"),
@@ -396,6 +408,42 @@ pub static FAMILIES: &[Family] = &[
         &["qwen2"],
         Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON },
     ),
+    family(
+        "qwen2moe",
+        "Qwen2-MoE",
+        &["qwen2moe"],
+        Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM, QWEN_MOE_NAMES], ..COMMON },
+    ),
+    family(
+        "qwen3moe",
+        "Qwen3-MoE",
+        &["qwen3moe"],
+        Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM, QK_NORMS, QWEN_MOE_NAMES], ..COMMON },
+    ),
+    family(
+        "olmoe",
+        "OLMoE",
+        &["olmoe"],
+        Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM, QK_NORMS, QWEN_MOE_NAMES], ..COMMON },
+    ),
+    family(
+        "gemma",
+        "Gemma",
+        &["gemma"],
+        Layout { rope: Rope::Neox, output: Output::AlwaysTied, hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON },
+    ),
+    family(
+        "starcoder2",
+        "StarCoder 2",
+        &["starcoder2"],
+        Layout {
+            norm_epsilon: NormEpsilon::Layer,
+            rope: Rope::Neox,
+            hf_names: &[DECODER_NAMES, PRE_FFN_NORM, STARCODER2_NAMES],
+            ..COMMON
+        },
+    ),
+    family("smollm3", "SmolLM3", &["smollm3"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
     family(
         "qwen3",
         "Qwen3",

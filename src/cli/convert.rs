@@ -22,8 +22,14 @@ use crate::recipe::OneShot;
 pub struct ConvertArgs {
     /// A Hugging Face checkpoint directory (config.json, SafeTensors, tokenizer files): a
     /// repository's clone, or a Hub cache's models--ORG--NAME (its refs/main) or one of its snapshots.
-    input: PathBuf,
-    output: PathBuf,
+    #[arg(required_unless_present = "print_supported_models")]
+    input: Option<PathBuf>,
+    #[arg(required_unless_present = "print_supported_models")]
+    output: Option<PathBuf>,
+    /// List the Hugging Face `architectures` classes this converter takes, each with the
+    /// `general.architecture` it writes (docs/ARCHITECTURES.md has the same table), and exit.
+    #[arg(long, conflicts_with_all = ["input", "output"])]
+    print_supported_models: bool,
     /// f32, f16, bf16 or q8_0 (as convert_hf_to_gguf.py), or a quantization preset.
     #[arg(long, default_value = "f16")]
     outtype: String,
@@ -43,6 +49,13 @@ pub struct ConvertArgs {
 }
 
 pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
+    if args.print_supported_models {
+        anyhow::ensure!(!json, "--json: --print-supported-models prints a list");
+        return print_supported_models();
+    }
+    let (Some(input), Some(output)) = (&args.input, &args.output) else {
+        anyhow::bail!("give the checkpoint directory and the output file");
+    };
     let started = std::time::Instant::now();
     let target = match OutType::from_name(&args.outtype) {
         Some(outtype) => Target::Float(outtype),
@@ -51,15 +64,15 @@ pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
     let options = ConvertOptions { target, pre: args.pre, model_name: args.model_name };
     let job = OneShot {
         name: "convert",
-        input: &args.input,
+        input,
         extra_inputs: &[],
         read: Op::Convert(Box::new(options)),
         ops: Vec::new(),
-        output: &args.output,
+        output,
         split: SplitMode::Whole,
     };
     let settings = args.cache.settings(Some(workers(args.threads)), OpenOptions::default())?;
-    let report = oneshot::run(job, &settings).with_context(|| format!("cannot convert {}", args.input.display()))?;
+    let report = oneshot::run(job, &settings).with_context(|| format!("cannot convert {}", input.display()))?;
     super::cache::report_transfers(report.remote.as_ref(), false)?;
     if json {
         return super::json::print(&super::json::Written::of("convert", &report));
@@ -67,10 +80,25 @@ pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
     let tensors: usize = report.files().map(|f| f.tensors).sum();
     eprintln!(
         "wrote {}: {} tensors, {}, in {:.2} s",
-        args.output.display(),
+        output.display(),
         tensors,
         human_bytes(report.output_bytes() as f64),
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// Every class, sorted as the converter's `--print-supported-models` sorts
+/// them, with the architecture it is written as.
+fn print_supported_models() -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut classes: Vec<(&str, &str)> = crate::convert::family::supported_classes().collect();
+    classes.sort_unstable();
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "TEXT models:")?;
+    for (class, arch) in classes {
+        writeln!(out, "  - {class} ({arch})")?;
+    }
+    out.flush()?;
     Ok(())
 }

@@ -35,6 +35,12 @@ const BOOKKEEPING: &[&str] = &[
     "pad_token_id",
     "unk_token_id",
     "tie_word_embeddings",
+    // Training only: dropout, router losses.
+    "embedding_dropout",
+    "residual_dropout",
+    "output_router_logits",
+    "router_aux_loss_coef",
+    "router_jitter_noise",
 ];
 
 /// Keys every family's conversion reads.
@@ -64,7 +70,13 @@ pub struct Modelled {
     pub window: &'static [&'static str],
     /// The `rope_scaling` kinds the conversion writes (besides none).
     pub rope_scalings: &'static [RopeScaling],
+    /// A check of what one key alone cannot say (a layer pattern llama.cpp
+    /// assumes): the key and value it refuses, if any.
+    pub pattern: Option<PatternCheck>,
 }
+
+/// A family's check of a whole config: the key and value it refuses.
+pub type PatternCheck = fn(&serde_json::Map<String, Json>) -> Option<(&'static str, Json)>;
 
 /// A `rope_scaling` kind: the values of its type key, the keys of the dict
 /// the conversion reads (any value), and keys only one side reads, allowed
@@ -131,6 +143,9 @@ pub fn check_modelled(ckpt: &Checkpoint, conversion: &Conversion) -> Result<(), 
     if window_is_on(config) && !modelled.window.is_empty() {
         let key = if config.contains_key("use_sliding_window") { "use_sliding_window" } else { "sliding_window" };
         return Err(unmodelled(family, key, &config[key]));
+    }
+    if let Some((key, value)) = modelled.pattern.and_then(|check| check(config)) {
+        return Err(unmodelled(family, key, &value));
     }
     for (key, value) in config {
         let known = BOOKKEEPING.contains(&key.as_str())

@@ -24,6 +24,18 @@ pub const FEED_FORWARD: &[&str] = &["intermediate_size", "n_inner", "hidden_dim"
 pub const HEADS: &[&str] = &["num_attention_heads", "n_head", "n_heads"];
 pub const KV_HEADS: &[&str] = &["num_key_value_heads", "n_kv_heads"];
 pub const BLOCKS: &[&str] = &["n_layers", "num_hidden_layers", "n_layer", "num_layers"];
+pub const RMS_EPSILON: &[&str] = &["rms_norm_eps", "norm_eps"];
+pub const LAYER_EPSILON: &[&str] = &["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"];
+pub const EXPERTS: &[&str] = &["num_local_experts", "num_experts", "n_routed_experts"];
+pub const EXPERTS_USED: &[&str] = &["num_experts_per_tok", "num_experts_per_token", "top_k_experts"];
+const GATING: &[&str] = &[
+    "score_function",
+    "scoring_func",
+    "score_func",
+    "moe_router_activation",
+    "moe_router_activation_func",
+    "expert_selection_fn",
+];
 
 /// A checkpoint's hyperparameters as the converter reads them, for one
 /// conversion to `arch` at `outtype`.
@@ -142,12 +154,32 @@ pub fn text_model_keys(hp: &Hparams<'_>, keys: &mut Metadata, head_dim: Option<u
     hp.put(keys, "feed_forward_length", hp.count(FEED_FORWARD)?);
     hp.put(keys, "attention.head_count", hp.count(HEADS)?);
     hp.put(keys, "attention.head_count_kv", hp.count(KV_HEADS)?);
+    if hp.ckpt.config.get("is_causal") == Some(&Json::Bool(false)) {
+        hp.put(keys, "attention.causal", Some(Value::Bool(false)));
+    }
     for (name, value) in rope_scaling_keys(&hp.rope)? {
         keys.set(&hp.key(name), value);
     }
     hp.put(keys, "rope.freq_base", hp.rope.get("rope_theta").and_then(f32_of));
     hp.put(keys, "rope.freq_base_swa", hp.f32(&["rope_local_base_freq"]));
-    hp.put(keys, "attention.layer_norm_rms_epsilon", hp.f32(&["rms_norm_eps", "norm_eps"]));
+    hp.put(keys, "attention.layer_norm_rms_epsilon", hp.f32(RMS_EPSILON));
+    hp.put(keys, "attention.layer_norm_epsilon", hp.f32(LAYER_EPSILON));
+    hp.put(keys, "expert_count", hp.count(EXPERTS)?);
+    hp.put(keys, "expert_used_count", hp.count(EXPERTS_USED)?);
+    hp.put(keys, "expert_group_count", hp.count(&["n_group"])?);
+    hp.put(keys, "expert_group_used_count", hp.count(&["topk_group"])?);
+    if let Some(gating) = hp.value(GATING) {
+        let id = match gating.as_str() {
+            Some("softmax") => 1,
+            Some("sigmoid") => 2,
+            Some("sqrtsoftplus") => 4,
+            _ => {
+                let shown = super::config::shorten(gating);
+                return Err(ConvertError::Config(format!("unknown expert gating function {shown}")));
+            }
+        };
+        hp.put(keys, "expert_gating_func", Some(Value::U32(id)));
+    }
     let head_dim = head_dim.map(|d| count_of("head_dim", &Json::from(d))).transpose()?;
     hp.put(keys, "attention.key_length", head_dim.clone());
     hp.put(keys, "attention.value_length", head_dim);

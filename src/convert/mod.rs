@@ -41,14 +41,14 @@ pub fn convert(
     let (conversion, arch) = conversion_of(ckpt)?;
     config::check_modelled(ckpt, conversion)?;
     let tensors = convert_tensors(ckpt, outtype)?;
-    let total_params = tensors.iter().map(|t| t.info.n_elements()).sum();
+    let counts = naming::ParameterCounts::of(tensors.iter().map(|t| &t.info));
     // Keys in the converter's order: writing one again keeps its first
     // place and takes the new value, as its dict does (and `Metadata::set`).
     let mut metadata = Metadata::new();
     metadata.set("general.architecture", Value::string(arch));
     // The converter writes these while it makes the tensors, before anything else.
     metadata.append_prefixed("", &hparams::generated_tensor_keys(ckpt, conversion, arch)?);
-    naming::general_keys(ckpt, total_params, &mut metadata);
+    naming::general_keys(ckpt, &counts, &mut metadata);
     metadata.append_prefixed("", &architecture_keys(ckpt, conversion, arch, outtype)?);
     tokenizer_keys(ckpt, conversion.vocab, pre, &mut metadata)?;
     Ok((metadata, tensors))

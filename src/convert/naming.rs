@@ -266,8 +266,51 @@ fn strings(v: &Json) -> Vec<String> {
     }
 }
 
+/// A conversion's parameters as gguf-py's `get_total_parameter_count`
+/// counts them: all, those outside the experts, one expert's, and the
+/// experts a stack holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ParameterCounts {
+    pub total: u64,
+    pub shared: u64,
+    pub per_expert: u64,
+    pub experts: u64,
+}
+
+impl ParameterCounts {
+    pub fn of<'a>(tensors: impl Iterator<Item = &'a crate::model::TensorInfo>) -> ParameterCounts {
+        let mut counts = ParameterCounts::default();
+        let (mut expert_sum, mut stacks) = (0, 0);
+        for tensor in tensors {
+            let size = tensor.n_elements();
+            counts.total += size;
+            // A stack's expert count is its outermost dimension (a bias's second).
+            let outer = if tensor.name.contains(".bias") { 1 } else { 2 };
+            match tensor.dims.get(outer).filter(|_| tensor.name.contains("_exps.") && tensor.dims.len() >= 3) {
+                Some(&n) if n > 0 => {
+                    counts.per_expert += size / n;
+                    expert_sum += n;
+                    stacks += 1;
+                }
+                _ => counts.shared += size,
+            }
+        }
+        counts.experts = expert_sum.checked_div(stacks).unwrap_or(0);
+        counts
+    }
+
+    /// `size_label`: `8x7.2B` for experts (one expert and the rest), else the total.
+    fn size_label(&self) -> String {
+        match self.experts {
+            0 => rounded_count(self.total),
+            n => format!("{n}x{}", rounded_count(self.shared + self.per_expert)),
+        }
+    }
+}
+
 /// `general.type`, the sampling keys and the naming keys, in the converter's order.
-pub fn general_keys(ckpt: &Checkpoint, total_params: u64, keys: &mut Metadata) {
+pub fn general_keys(ckpt: &Checkpoint, counts: &ParameterCounts, keys: &mut Metadata) {
+    let total_params = counts.total;
     let mut m = Naming::default();
     let card = model_card(&ckpt.dir);
     let from_card = |field: &mut Option<String>, names: &[&str]| {
@@ -345,7 +388,7 @@ pub fn general_keys(ckpt: &Checkpoint, total_params: u64, keys: &mut Metadata) {
         m.name = Some(dir_name);
     }
     if m.size_label.is_none() && total_params > 0 {
-        m.size_label = Some(rounded_count(total_params));
+        m.size_label = Some(counts.size_label());
     }
     if let Some(name) = &ckpt.model_name {
         m.name = Some(name.clone());

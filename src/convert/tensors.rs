@@ -11,7 +11,7 @@ use crate::types::GgmlType;
 
 use super::checkpoint::Checkpoint;
 use super::error::ConvertError;
-use super::family::{self, Conversion, Generated, Transform};
+use super::family::{self, Conversion, Experts, Generated, Transform};
 use super::rope::{RopeParameters, phi3_long_rope};
 
 /// `--outtype`.
@@ -61,6 +61,9 @@ pub enum Values {
     Generated(Vec<f32>),
     /// Tensor `tensor` of shard `shard`, through the family's transforms.
     Checkpoint { shard: usize, tensor: usize, transform: RowTransform },
+    /// These checkpoint tensors (shard, tensor) one after another: one
+    /// projection of every expert of a block, stacked expert-major.
+    Stacked(Vec<(usize, usize)>),
 }
 
 impl ConvertedTensor {
@@ -249,10 +252,22 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
         out.push(generated("rope_factors_long.weight", long_rope.long));
         out.push(generated("rope_factors_short.weight", long_rope.short));
     }
+    let mut experts = ExpertBuffer::default();
     for (s, t) in ckpt.tensor_order() {
         let source = &ckpt.shards[s].tensors[t];
         let hf = source.name.strip_prefix("language_model.").unwrap_or(&source.name);
-        if [".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq"].iter().any(|s| hf.ends_with(s)) {
+        if [".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq"].iter().any(|s| hf.ends_with(s))
+            || conversion.dropped.contains(&hf)
+        {
+            continue;
+        }
+        if let Some(stack) = conversion.experts()
+            && let Some(part) = stack.part(hf)
+        {
+            let count = number(stack.count).ok_or_else(|| {
+                ConvertError::Config(format!("no expert count (`{}`) for `{hf}`", stack.count.join("`, `")))
+            })?;
+            out.extend(experts.add(stack, count as usize, part, (s, t), &source.dims, outtype)?);
             continue;
         }
         let name = gguf_name(names, hf)
@@ -286,7 +301,90 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
         let values = Values::Checkpoint { shard: s, tensor: t, transform };
         out.push(ConvertedTensor { info: TensorInfo::new(&name, dims, ty), values });
     }
+    experts.finish()?;
     Ok(out)
+}
+
+/// One expert's tensor of one projection of a block, as [`Experts::part`] reads its name.
+pub(super) struct ExpertPart<'a> {
+    pub block: u64,
+    pub expert: u64,
+    pub projection: &'a str,
+}
+
+/// The per-expert tensors read so far, by block: a block's stacks are
+/// written when its last expert tensor has been read, as the converter
+/// writes them (at that tensor's place, the projections in the family's
+/// order).
+#[derive(Default)]
+struct ExpertBuffer {
+    blocks: std::collections::BTreeMap<u64, Vec<ReadExpert>>,
+}
+
+/// One expert tensor read: which expert and projection, where (shard,
+/// tensor) and its shape.
+struct ReadExpert {
+    expert: u64,
+    projection: String,
+    at: (usize, usize),
+    dims: Vec<u64>,
+}
+
+impl ExpertBuffer {
+    fn add(
+        &mut self,
+        stack: &Experts,
+        count: usize,
+        part: ExpertPart<'_>,
+        at: (usize, usize),
+        dims: &[u64],
+        outtype: OutType,
+    ) -> Result<Vec<ConvertedTensor>, ConvertError> {
+        let block = self.blocks.entry(part.block).or_default();
+        block.push(ReadExpert { expert: part.expert, projection: part.projection.to_owned(), at, dims: dims.to_vec() });
+        if block.len() < count * stack.projections.len() {
+            return Ok(Vec::new());
+        }
+        let parts = self.blocks.remove(&part.block).unwrap_or_default();
+        let mut stacked = Vec::with_capacity(stack.projections.len());
+        for &(projection, gguf) in stack.projections {
+            let mut sources = Vec::with_capacity(count);
+            let mut shape = None;
+            for expert in 0..count as u64 {
+                let found = parts.iter().find(|p| p.expert == expert && p.projection == projection);
+                let Some(ReadExpert { at, dims, .. }) = found else {
+                    return Err(ConvertError::Config(format!(
+                        "block {}: expert {expert} has no `{projection}` tensor ({count} experts expected)",
+                        part.block
+                    )));
+                };
+                if shape.get_or_insert(dims) != &dims {
+                    return Err(ConvertError::Config(format!(
+                        "block {}: the experts' `{projection}` tensors differ in shape",
+                        part.block
+                    )));
+                }
+                sources.push(*at);
+            }
+            let mut dims = shape.cloned().unwrap_or_default();
+            dims.push(count as u64);
+            let name = format!("{}.weight", gguf.replace("{N}", &part.block.to_string()));
+            let ty = output_type(&name, &dims, outtype);
+            stacked.push(ConvertedTensor { info: TensorInfo::new(&name, dims, ty), values: Values::Stacked(sources) });
+        }
+        Ok(stacked)
+    }
+
+    /// Refuses expert tensors left over: a block whose experts are not all there.
+    fn finish(self) -> Result<(), ConvertError> {
+        match self.blocks.into_iter().next() {
+            Some((block, parts)) => Err(ConvertError::Config(format!(
+                "block {block} has {} expert tensors, not all of its experts' projections",
+                parts.len()
+            ))),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A 1-D F32 tensor of values computed from the config (F32 for every
@@ -296,10 +394,55 @@ fn generated(name: &str, values: Vec<f32>) -> ConvertedTensor {
     ConvertedTensor { info, values: Values::Generated(values) }
 }
 
-/// The converter's type for a tensor: 1-D tensors, norms and anything not
-/// a `.weight` stay F32; Q8_0 rows that are not whole blocks fall back to F16.
+/// Tensors the converter always writes as F32, whatever the outtype
+/// (`{N}` the block): routers, position and token-type embeddings,
+/// convolutions and RWKV's mixing weights, as llama-quantize keeps them.
+const KEPT_F32: &[&str] = &[
+    "blk.{N}.ffn_gate_inp",
+    "blk.{N}.ffn_gate_inp_shexp",
+    "position_embd",
+    "token_types",
+    "blk.{N}.ssm_conv1d",
+    "blk.{N}.shortconv.conv",
+    "blk.{N}.time_mix_first",
+    "blk.{N}.time_mix_w1",
+    "blk.{N}.time_mix_w2",
+    "blk.{N}.time_mix_decay_w1",
+    "blk.{N}.time_mix_decay_w2",
+    "blk.{N}.time_mix_lerp_fused",
+    "posnet.{N}.norm1",
+    "posnet.{N}.norm2",
+    "v.position_embd",
+    "a.position_embd",
+    "blk.{N}.altup_correct_coef",
+    "blk.{N}.altup_predict_coef",
+    "blk.{N}.ssm_conv1d_q",
+    "blk.{N}.ssm_conv1d_k",
+    "blk.{N}.ssm_conv1d_v",
+    "blk.{N}.indexer.proj",
+];
+
+/// Whether `name` is `pattern` (with `{N}` a block number) plus `.weight`.
+fn is_named(name: &str, pattern: &str) -> bool {
+    let Some(stem) = name.strip_suffix(".weight") else { return false };
+    match pattern.split_once("{N}") {
+        None => stem == pattern,
+        Some((before, after)) => stem
+            .strip_prefix(before)
+            .and_then(|rest| rest.strip_suffix(after))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())),
+    }
+}
+
+/// The converter's type for a tensor: 1-D tensors, norms, the
+/// [`KEPT_F32`] tensors and anything not a `.weight` stay F32; Q8_0 rows
+/// that are not whole blocks fall back to F16.
 fn output_type(name: &str, dims: &[u64], outtype: OutType) -> GgmlType {
-    if dims.len() <= 1 || name.ends_with("_norm.weight") || !name.ends_with(".weight") {
+    if dims.len() <= 1
+        || name.ends_with("_norm.weight")
+        || !name.ends_with(".weight")
+        || KEPT_F32.iter().any(|pattern| is_named(name, pattern))
+    {
         return GgmlType::F32;
     }
     let ty = outtype.ggml();
@@ -367,6 +510,14 @@ mod tests {
         // Two heads of four one-element rows: [a0 a1 b0 b1] → [a0 b0 a1 b1].
         let values = [0.0, 1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 13.0];
         assert_eq!(permute_rows(&values, &[8], 2), vec![0.0, 2.0, 1.0, 3.0, 10.0, 12.0, 11.0, 13.0]);
+    }
+
+    #[test]
+    fn routers_stay_f32() {
+        assert_eq!(output_type("blk.3.ffn_gate_inp.weight", &[64, 4], OutType::Q8_0), GgmlType::F32);
+        assert_eq!(output_type("blk.0.ffn_gate_inp_shexp.weight", &[64, 1], OutType::F16), GgmlType::F32);
+        assert_eq!(output_type("blk.0.ffn_gate_exps.weight", &[64, 32, 4], OutType::F16), GgmlType::F16);
+        assert!(!is_named("blk.x.ffn_gate_inp.weight", "blk.{N}.ffn_gate_inp"));
     }
 
     #[test]

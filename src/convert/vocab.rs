@@ -11,7 +11,7 @@ use serde_json::Value as Json;
 
 use super::checkpoint::{Checkpoint, read_optional_json};
 use super::error::ConvertError;
-use super::family::{SpacePrefix, Vocab};
+use super::family::Vocab;
 use crate::formats::sentencepiece::{PieceType, SentencePieceModel};
 use crate::model::{Array, Metadata, Value};
 
@@ -37,6 +37,7 @@ pub fn tokenizer_keys(
     keys: &mut Metadata,
 ) -> Result<(), ConvertError> {
     let files = TokenizerFiles::read(&ckpt.dir)?;
+    let sentencepiece = ckpt.dir.join("tokenizer.model").is_file();
     match vocab {
         Vocab::Phi3 => {
             let class = files.config.as_ref().and_then(|c| c.get("tokenizer_class")).and_then(Json::as_str);
@@ -46,20 +47,41 @@ pub fn tokenizer_keys(
             let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, true)?;
             sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)
         }
-        Vocab::SentencePieceOrBpe { space_prefix, .. } if ckpt.dir.join("tokenizer.model").is_file() => {
-            if space_prefix == SpacePrefix::FromTokenizerConfig
-                && let Some(Json::Bool(add)) = files.config.as_ref().and_then(|c| c.get("add_prefix_space"))
-            {
+        Vocab::Llama { default_pre } => {
+            if let Some(Json::Bool(add)) = files.config.as_ref().and_then(|c| c.get("add_prefix_space")) {
                 keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(*add));
             }
-            let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, false)?;
-            sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)?;
-            if space_prefix == SpacePrefix::Never {
-                keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(false));
+            match sentencepiece {
+                true => {
+                    let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, false)?;
+                    sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)?;
+                }
+                false => gpt2(ckpt, &files, pre.unwrap_or(default_pre), keys)?,
+            }
+            match ckpt.config.get("vocab_size").and_then(Json::as_u64) {
+                // CodeLlama's infill tokens: of them only the end of turn has a key.
+                Some(32016) => keys.set("tokenizer.ggml.eot_token_id", Value::U32(32010)),
+                Some(49152) => keys.set("tokenizer.ggml.add_bos_token", Value::Bool(false)),
+                _ => {}
             }
             Ok(())
         }
-        Vocab::SentencePieceOrBpe { default_pre, .. } | Vocab::Bpe { default_pre } => {
+        Vocab::Gemma { end_of_turn } if sentencepiece => {
+            let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, false)?;
+            sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)?;
+            if let Some(default) = end_of_turn {
+                let id = ckpt.config.get("eot_token_id").and_then(Json::as_u64).unwrap_or(default);
+                keys.set("tokenizer.ggml.eot_token_id", Value::U32(id as u32));
+            }
+            keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(false));
+            Ok(())
+        }
+        Vocab::SentencePieceOrBpe { .. } if sentencepiece => {
+            let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, false)?;
+            sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)
+        }
+        Vocab::Gemma { .. } => gpt2(ckpt, &files, pre.unwrap_or("default"), keys),
+        Vocab::SentencePieceOrBpe { default_pre } | Vocab::Bpe { default_pre } => {
             gpt2(ckpt, &files, pre.unwrap_or(default_pre), keys)
         }
     }

@@ -316,7 +316,7 @@ impl Materializer<'_> {
                 return Ok(true);
             }
             TensorData::Blob { hash } => (*hash, false),
-            TensorData::Checkpoint { .. } => return Ok(false),
+            TensorData::Checkpoint { .. } | TensorData::Stacked { .. } => return Ok(false),
             TensorData::Convert { .. } => match self.cached(tensor) {
                 Some(hash) => (hash, true),
                 None => return Ok(false),
@@ -421,6 +421,21 @@ impl Materializer<'_> {
             true => self.in_flight.claim(tensor.key),
             false => Claim::Alone,
         }
+    }
+
+    /// Rows `first..first + n` of a stacked tensor: each part's rows in turn.
+    fn stacked_rows(
+        &self,
+        tensor: &Tensor,
+        parts: &[Tensor],
+        first: usize,
+        n: usize,
+    ) -> Result<Vec<u8>, MaterializeError> {
+        let mut out = Vec::with_capacity(n * row_bytes(tensor));
+        for (part, from, rows) in part_rows(parts, first, n) {
+            out.extend_from_slice(&self.rows(part, from, rows)?);
+        }
+        Ok(out)
     }
 
     /// Writes a slice cut from `from`'s bytes a slab at a time. A
@@ -839,6 +854,7 @@ impl Materializer<'_> {
                 self.convert_rows(tensor, from.ggml_type, producer.as_ref(), &source, first, weights.as_deref())
             }
             TensorData::Slice { from, cut } => self.slice_rows(tensor, from, cut, first, n),
+            TensorData::Stacked { parts } => self.stacked_rows(tensor, parts, first, n),
         }
     }
 
@@ -878,27 +894,27 @@ impl Materializer<'_> {
 
     /// Lets the kernel drop input pages a slab has consumed.
     fn release(&self, tensor: &Tensor, first: usize, n: usize) {
-        self.with_input_rows(tensor, first, n, |model, info, offset, len| {
+        self.with_input_rows(tensor, first, n, &|model, info, offset, len| {
             model.release_tensor_range(info, offset, len)
         });
     }
 
     /// Reads the input of a slab to come ahead (see [`ModelFile::read_ahead_tensor_range`]).
     fn read_ahead(&self, tensor: &Tensor, first: usize, n: usize) {
-        self.with_input_rows(tensor, first, n, |model, info, offset, len| {
+        self.with_input_rows(tensor, first, n, &|model, info, offset, len| {
             model.read_ahead_tensor_range(info, offset, len)
         });
     }
 
     /// Calls `with` on the input file, tensor and byte range that rows
     /// `first..first + n` of `tensor` are computed from, when one input
-    /// tensor's rows are.
+    /// tensor's rows are (or each part's, of a stacked tensor).
     fn with_input_rows(
         &self,
         tensor: &Tensor,
         first: usize,
         n: usize,
-        with: impl FnOnce(&ModelFile, &TensorInfo, u64, u64),
+        with: &dyn Fn(&ModelFile, &TensorInfo, u64, u64),
     ) {
         match &tensor.data {
             TensorData::Convert { from, .. } => self.with_input_rows(from, first, n, with),
@@ -916,6 +932,11 @@ impl Materializer<'_> {
                 {
                     let row = info.ggml_type.row_size(info.dims[0]).unwrap_or(0);
                     with(&model, info, first as u64 * row, n as u64 * row);
+                }
+            }
+            TensorData::Stacked { parts } => {
+                for (part, from, n) in part_rows(parts, first, n) {
+                    self.with_input_rows(part, from, n, with);
                 }
             }
             // A slice's rows are its source's, released as they are cut; a blob is the store's.
@@ -958,6 +979,19 @@ impl RowSource for SetRows<'_> {
 }
 
 /// (elements per row, rows).
+/// The parts of a stacked tensor that rows `first..first + n` fall in:
+/// each part with its first row and the number of its rows taken.
+fn part_rows(parts: &[Tensor], first: usize, n: usize) -> impl Iterator<Item = (&Tensor, usize, usize)> {
+    let mut start = 0;
+    parts.iter().filter_map(move |part| {
+        let rows = rows_of(part).1;
+        let (part_start, part_end) = (start, start + rows);
+        start = part_end;
+        let (from, to) = (first.max(part_start), (first + n).min(part_end));
+        (from < to).then(|| (part, from - part_start, to - from))
+    })
+}
+
 fn rows_of(tensor: &Tensor) -> (usize, usize) {
     let n_per_row = tensor.dims.first().copied().unwrap_or(1) as usize;
     let n_elements = tensor.info().n_elements() as usize;

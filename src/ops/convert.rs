@@ -124,6 +124,7 @@ pub fn apply(
         Target::Float(outtype) => convert(&checkpoint, outtype, pre)?,
         Target::Preset(ftype) => convert_quantized(&checkpoint, ftype, pre)?,
     };
+    let pinned = |path: &Path| file_key(path).ok_or_else(|| ConvertOpError::UnpinnedFile(path.to_owned()));
     let tensors = converted
         .into_iter()
         .map(|t| {
@@ -137,12 +138,29 @@ pub fn apply(
                 }
                 Values::Checkpoint { shard, tensor, transform } => {
                     let model = &checkpoint.shards[*shard];
-                    let path = model.path();
-                    let file = file_key(path).ok_or_else(|| ConvertOpError::UnpinnedFile(path.to_owned()))?;
+                    let file = pinned(model.path())?;
                     if written_as_stored(model, *tensor, transform, info)? {
                         return Ok(Tensor::from_input(file, *tensor, info));
                     }
                     Tensor::from_checkpoint(&info.name, info.dims.clone(), file, *tensor, *transform)
+                }
+                Values::Stacked(parts) => {
+                    let parts = parts
+                        .iter()
+                        .map(|&(shard, tensor)| {
+                            let model = &checkpoint.shards[shard];
+                            let source = &model.tensors[tensor];
+                            let file = pinned(model.path())?;
+                            Ok(Tensor::from_checkpoint(
+                                &source.name,
+                                source.dims.clone(),
+                                file,
+                                tensor,
+                                Default::default(),
+                            ))
+                        })
+                        .collect::<Result<Vec<_>, ConvertOpError>>()?;
+                    Tensor::stacked(&info.name, info.dims.clone(), parts)
                 }
             };
             Ok(Tensor::convert(values, info.ggml_type, None))

@@ -19,6 +19,16 @@ next to a tokenizer trained here on generated text (no hub downloads).
     Phi-3-mini-128k-instruct  Phi3ForCausalLM     bf16   1       as Phi-3-mini-4k-instruct
     Llama-Tiny-YaRN           LlamaForCausalLM    bf16   1       as tiny-llama-3-chat
     Qwen3-Tiny-YaRN           Qwen3ForCausalLM    f16    3+      as qwen3
+    Mixtral-Tiny-4x8          MixtralForCausalLM  bf16   5       SentencePiece BPE + tokenizer.json
+    Qwen1.5-MoE-Tiny          Qwen2MoeForCausalLM bf16   4       byte-level BPE (Qwen2's)
+    Qwen3-MoE-Tiny            Qwen3MoeForCausalLM f16    4       byte-level BPE (Qwen2's)
+    OLMoE-Tiny-0924           OlmoeForCausalLM    bf16   1       byte-level BPE (GPT-2 regex)
+    gemma-tiny                GemmaForCausalLM    bf16   1       SentencePiece BPE (Gemma ids)
+    gemma-2-tiny-it           Gemma2ForCausalLM   f16    1       SentencePiece BPE (Gemma ids)
+    starcoder2-tiny           Starcoder2ForCausalLM f32  1       byte-level BPE (GPT-2 regex)
+    OLMo-2-Tiny-Instruct      Olmo2ForCausalLM    bf16   1       byte-level BPE (GPT-2 regex)
+    granite-3.1-tiny-instruct GraniteForCausalLM  bf16   1       byte-level BPE (GPT-2 regex)
+    SmolLM3-Tiny              SmolLM3ForCausalLM  bf16   1       byte-level BPE (GPT-2 regex)
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -43,6 +53,13 @@ Deliberate edge cases (see docs/notes/convert-hf-reference.md):
     cannot hold and f64 values exactly half-way between two f32s.
   * llama-yarn: YaRN with every optional key, in the legacy `type` spelling.
   * qwen3-yarn: YaRN as Qwen3's model card recommends (factor, original length).
+  * mixtral, qwen2moe, qwen3moe, olmoe: four experts a layer, two used, spread over
+    shards (the stacks are written where a block's last expert tensor is read);
+    Qwen2-MoE's shared expert and its [1, n_embd] gate; Qwen3-MoE renormalizes
+    the top-k weights (norm_topk_prob, as llama.cpp's qwen3moe computes).
+  * gemma, gemma2: norm offsets, no lm_head; Gemma 2's soft-caps, window, layer_types.
+  * starcoder2: every LayerNorm and projection with a bias, f32 source.
+  * granite: the four multipliers; smollm3: its default no-rope pattern.
 """
 from __future__ import annotations
 
@@ -67,6 +84,16 @@ FAMILIES = {
     "phi3-longrope": "Phi-3-mini-128k-instruct",
     "llama-yarn": "Llama-Tiny-YaRN",
     "qwen3-yarn": "Qwen3-Tiny-YaRN",
+    "mixtral": "Mixtral-Tiny-4x8",
+    "qwen2moe": "Qwen1.5-MoE-Tiny",
+    "qwen3moe": "Qwen3-MoE-Tiny",
+    "olmoe": "OLMoE-Tiny-0924",
+    "gemma": "gemma-tiny",
+    "gemma2": "gemma-2-tiny-it",
+    "starcoder2": "starcoder2-tiny",
+    "olmo2": "OLMo-2-Tiny-Instruct",
+    "granite": "granite-3.1-tiny-instruct",
+    "smollm3": "SmolLM3-Tiny",
 }
 
 # --------------------------------------------------------------------------
@@ -450,6 +477,209 @@ def make_phi3(out: Path, context: dict = PHI3_SHORT, *, seed: int = SEED + 6) ->
     tok.save_pretrained(out)
 
 
+def train_byte_bpe(vocab_size: int, specials: list[str]):
+    """A byte-level BPE tokenizer.json (GPT-2 style: ByteLevel pre-tokenizer with its regex), wrapped as a
+    PreTrainedTokenizerFast; returns (tokenizer, ids of `specials`)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
+    bpe.train_from_iterator(corpus(), trainer=trainer)
+    bpe.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    with tempfile.TemporaryDirectory() as tmp:
+        bpe.save(os.path.join(tmp, "tokenizer.json"))
+        tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(tmp, "tokenizer.json"),
+                                      bos_token=specials[0], eos_token=specials[-1], pad_token=specials[0],
+                                      unk_token=None, chat_template=CHATML_TEMPLATE, model_max_length=4096)
+    return tok, [tok.convert_tokens_to_ids(t) for t in specials]
+
+
+def sentencepiece_llama(out: Path, vocab: int):
+    from transformers import LlamaTokenizerFast
+
+    sp = out / "tokenizer.model"
+    train_sentencepiece(sp, vocab)
+    return LlamaTokenizerFast(vocab_file=str(sp), legacy=False, add_bos_token=True, add_eos_token=False,
+                              chat_template=LLAMA2_TEMPLATE, from_slow=True)
+
+
+def sentencepiece_gemma(out: Path, vocab: int):
+    from transformers import GemmaTokenizerFast
+
+    sp = out / "tokenizer.model"
+    train_sentencepiece(sp, vocab, gemma_ids=True, add_dummy_prefix=False,
+                        user_defined=["<mask>", "<start_of_turn>", "<end_of_turn>", "<unused0>"])
+    return GemmaTokenizerFast(vocab_file=str(sp), add_bos_token=True, add_eos_token=False,
+                              additional_special_tokens=["<start_of_turn>", "<end_of_turn>"],
+                              chat_template=GEMMA_TEMPLATE, from_slow=True)
+
+
+# A layer's shape shared by the new families: small, but every row length a multiple of 32.
+TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+
+
+def make_mixtral(out: Path) -> None:
+    """Four experts a layer, two used: per-expert w1/w2/w3 stacked into *_exps, the router kept F32."""
+    import torch
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    tok = sentencepiece_llama(out, 384)
+    config = MixtralConfig(vocab_size=len(tok), intermediate_size=96, num_local_experts=4, num_experts_per_tok=2,
+                           max_position_embeddings=32768, rms_norm_eps=1e-5, rope_theta=1000000.0,
+                           sliding_window=None, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                           torch_dtype="bfloat16", **TINY)
+    torch.manual_seed(SEED)
+    model = MixtralForCausalLM(config)
+    randomize(model, SEED + 10)
+    save_model(model, out, torch.bfloat16, max_shard_size="100KB")
+    tok.save_pretrained(out)
+
+
+def make_qwen_moe(out: Path, which: str) -> None:
+    """Qwen MoE: per-expert down/gate/up stacked (in that order), a shared expert and its gate (Qwen2-MoE),
+    Q/K norms (Qwen3-MoE)."""
+    import torch
+    from transformers import Qwen2TokenizerFast
+
+    bpe = train_qwen_bpe(400, [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True)])
+    with tempfile.TemporaryDirectory() as tmp:
+        bpe.save(os.path.join(tmp, "tokenizer.json"))
+        tok = Qwen2TokenizerFast(tokenizer_file=os.path.join(tmp, "tokenizer.json"), unk_token=None,
+                                 bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                 add_prefix_space=False, chat_template=CHATML_TEMPLATE, model_max_length=32768)
+    eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
+    common = dict(vocab_size=len(tok), intermediate_size=128, moe_intermediate_size=32, num_experts=4,
+                  num_experts_per_tok=2, max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                  tie_word_embeddings=False, bos_token_id=pad, eos_token_id=eos, **TINY)
+    if which == "qwen2moe":
+        from transformers import Qwen2MoeConfig as Config, Qwen2MoeForCausalLM as Model
+        config = Config(shared_expert_intermediate_size=64, use_sliding_window=False, torch_dtype="bfloat16",
+                        **common)
+        dtype, seed = torch.bfloat16, SEED + 11
+    else:
+        from transformers import Qwen3MoeConfig as Config, Qwen3MoeForCausalLM as Model
+        # llama.cpp's qwen3moe always renormalizes the chosen experts' weights, as Qwen3's MoE releases do.
+        config = Config(head_dim=32, norm_topk_prob=True, use_sliding_window=False, torch_dtype="float16", **common)
+        dtype, seed = torch.float16, SEED + 12
+    torch.manual_seed(SEED)
+    model = Model(config)
+    randomize(model, seed)
+    save_model(model, out, dtype, max_shard_size="100KB")
+    tok.save_pretrained(out)
+
+
+def make_olmoe(out: Path) -> None:
+    import torch
+    from transformers import OlmoeConfig, OlmoeForCausalLM
+
+    tok, (pad, eos) = train_byte_bpe(400, ["<|padding|>", "<|endoftext|>"])
+    config = OlmoeConfig(vocab_size=len(tok), intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                         max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0, clip_qkv=None,
+                         tie_word_embeddings=False, pad_token_id=pad, bos_token_id=None, eos_token_id=eos,
+                         torch_dtype="bfloat16", **TINY)
+    torch.manual_seed(SEED)
+    model = OlmoeForCausalLM(config)
+    randomize(model, SEED + 13)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
+def make_gemma(out: Path, which: str) -> None:
+    """Gemma and Gemma 2: norm offsets, tied embeddings (no lm_head); Gemma 2's soft-caps and window."""
+    import torch
+
+    tok = sentencepiece_gemma(out, 400)
+    end_of_turn = tok.convert_tokens_to_ids("<end_of_turn>")
+    common = dict(vocab_size=len(tok), intermediate_size=128, head_dim=32, max_position_embeddings=8192,
+                  rms_norm_eps=1e-6, rope_theta=10000.0, pad_token_id=0, bos_token_id=2, **TINY)
+    if which == "gemma":
+        from transformers import GemmaConfig as Config, GemmaForCausalLM as Model
+        config = Config(eos_token_id=1, hidden_activation="gelu_pytorch_tanh", torch_dtype="bfloat16", **common)
+        dtype, seed = torch.bfloat16, SEED + 14
+    else:
+        from transformers import Gemma2Config as Config, Gemma2ForCausalLM as Model
+        config = Config(eos_token_id=[1, end_of_turn], sliding_window=512, query_pre_attn_scalar=32,
+                        attn_logit_softcapping=50.0, final_logit_softcapping=30.0, torch_dtype="float16", **common)
+        dtype, seed = torch.float16, SEED + 15
+    torch.manual_seed(SEED)
+    model = Model(config)
+    randomize(model, seed, norm_offset=0.0)
+    save_model(model, out, dtype)
+    tok.save_pretrained(out)
+
+
+def make_starcoder2(out: Path) -> None:
+    """LayerNorm with biases, biased projections, a GELU MLP (c_fc/c_proj), tied embeddings."""
+    import torch
+    from transformers import Starcoder2Config, Starcoder2ForCausalLM
+
+    tok, (bos, eos) = train_byte_bpe(400, ["<fim_prefix>", "<|endoftext|>"])
+    config = Starcoder2Config(vocab_size=len(tok), intermediate_size=256, max_position_embeddings=16384,
+                              norm_epsilon=1e-5, rope_theta=100000.0, sliding_window=None, use_bias=True,
+                              tie_word_embeddings=True, bos_token_id=eos, eos_token_id=eos, torch_dtype="float32",
+                              **TINY)
+    torch.manual_seed(SEED)
+    model = Starcoder2ForCausalLM(config)
+    randomize(model, SEED + 16)
+    save_model(model, out, torch.float32)
+    tok.save_pretrained(out)
+
+
+def make_olmo2(out: Path) -> None:
+    """Post-norms around both halves, full-width Q/K norms, no pre-norms."""
+    import torch
+    from transformers import Olmo2Config, Olmo2ForCausalLM
+
+    tok, (pad, eos) = train_byte_bpe(400, ["<|pad|>", "<|endoftext|>"])
+    config = Olmo2Config(vocab_size=len(tok), intermediate_size=128, max_position_embeddings=4096,
+                         rms_norm_eps=1e-6, rope_theta=500000.0, tie_word_embeddings=False, pad_token_id=pad,
+                         bos_token_id=eos, eos_token_id=eos, torch_dtype="bfloat16", **TINY)
+    torch.manual_seed(SEED)
+    model = Olmo2ForCausalLM(config)
+    randomize(model, SEED + 17)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
+def make_granite(out: Path) -> None:
+    """LLaMA's layout with Granite's four multipliers (head_dim dropped by the converter)."""
+    import torch
+    from transformers import GraniteConfig, GraniteForCausalLM
+
+    tok, (pad, eos) = train_byte_bpe(400, ["<|start_of_role|>", "<|end_of_text|>"])
+    config = GraniteConfig(vocab_size=len(tok), intermediate_size=128, max_position_embeddings=131072,
+                           rms_norm_eps=1e-5, rope_theta=10000000.0, attention_multiplier=0.015625,
+                           embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=8.0,
+                           tie_word_embeddings=True, pad_token_id=eos, bos_token_id=eos, eos_token_id=eos,
+                           torch_dtype="bfloat16", **TINY)
+    torch.manual_seed(SEED)
+    model = GraniteForCausalLM(config)
+    randomize(model, SEED + 18)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
+def make_smollm3(out: Path) -> None:
+    """LLaMA's layout under its own architecture (no-rope layers are not written)."""
+    import torch
+    from transformers import SmolLM3Config, SmolLM3ForCausalLM
+
+    tok, (bos, eos) = train_byte_bpe(400, ["<|begin_of_text|>", "<|im_end|>"])
+    config = SmolLM3Config(vocab_size=len(tok), intermediate_size=128, max_position_embeddings=65536,
+                           rms_norm_eps=1e-6, rope_theta=5000000.0, tie_word_embeddings=True,
+                           pad_token_id=eos, bos_token_id=bos, eos_token_id=eos, torch_dtype="bfloat16", **TINY)
+    torch.manual_seed(SEED)
+    model = SmolLM3ForCausalLM(config)
+    randomize(model, SEED + 19)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
 MAKERS = {
     "llama": make_llama,
     "mistral": make_mistral,
@@ -460,6 +690,16 @@ MAKERS = {
     "phi3-longrope": lambda out: make_phi3(out, PHI3_LONGROPE, seed=SEED + 7),
     "llama-yarn": lambda out: make_llama(out, LLAMA_YARN_ROPE, seed=SEED + 8, bf16=True),
     "qwen3-yarn": lambda out: make_qwen(out, "qwen3", QWEN3_YARN_ROPE, seed=SEED + 9),
+    "mixtral": make_mixtral,
+    "qwen2moe": lambda out: make_qwen_moe(out, "qwen2moe"),
+    "qwen3moe": lambda out: make_qwen_moe(out, "qwen3moe"),
+    "olmoe": make_olmoe,
+    "gemma": lambda out: make_gemma(out, "gemma"),
+    "gemma2": lambda out: make_gemma(out, "gemma2"),
+    "starcoder2": make_starcoder2,
+    "olmo2": make_olmo2,
+    "granite": make_granite,
+    "smollm3": make_smollm3,
 }
 
 

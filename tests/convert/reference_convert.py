@@ -43,6 +43,13 @@ PRE_BY_ARCH = {
     "Qwen3ForCausalLM": "qwen2",
     "LlamaForCausalLM": "llama-bpe",      # Llama 3 style BPE (not used by the fixtures)
     "MistralForCausalLM": "tekken",       # Mistral Nemo style BPE (not used by the fixtures)
+    "Qwen2MoeForCausalLM": "qwen2",
+    "Qwen3MoeForCausalLM": "qwen2",
+    "OlmoeForCausalLM": "olmo",           # OLMoE-1B-7B's GPT-NeoX-style vocabulary
+    "Olmo2ForCausalLM": "dbrx",           # OLMo 2's cl100k-style vocabulary
+    "Starcoder2ForCausalLM": "starcoder",
+    "GraniteForCausalLM": "refact",       # Granite 3's StarCoder-style vocabulary
+    "SmolLM3ForCausalLM": "llama-bpe",    # SmolLM3's Llama 3 vocabulary
 }
 
 

@@ -4,7 +4,7 @@
 
 use serde_json::{Value as Json, json};
 
-use super::{Conversion, SpacePrefix, Transform, Vocab};
+use super::{Conversion, Transform, Vocab};
 use crate::convert::config::{LINEAR, Modelled};
 use crate::convert::error::ConvertError;
 use crate::convert::hparams::{Hparams, text_model_keys};
@@ -32,12 +32,14 @@ pub const CONVERSION: Conversion = Conversion {
             ]
         },
         window: &[],
+        pattern: None,
         rope_scalings: &[LINEAR],
     },
+    dropped: &[],
     transforms: &[Transform::NormPlusOne, Transform::CutEmbeddingToVocab],
     generated: &[],
     keys,
-    vocab: Vocab::SentencePieceOrBpe { space_prefix: SpacePrefix::Never, default_pre: "default" },
+    vocab: Vocab::Gemma { end_of_turn: None },
 };
 
 fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {

@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use super::{Conversion, Generated, SpacePrefix, Transform, Vocab};
+use super::{Conversion, Generated, Transform, Vocab};
 use crate::convert::config::{LINEAR, LLAMA3, Modelled, YARN};
 use crate::convert::error::ConvertError;
 use crate::convert::hparams::{Hparams, count_of, text_model_keys};
@@ -31,12 +31,14 @@ pub const CONVERSION: Conversion = Conversion {
             ]
         },
         window: &["sliding_window"],
+        pattern: None,
         rope_scalings: &[LLAMA3, LINEAR, YARN],
     },
+    dropped: &[],
     transforms: &[Transform::PermuteQk],
     generated: &[Generated::Llama3RopeFreqs],
     keys,
-    vocab: Vocab::SentencePieceOrBpe { space_prefix: SpacePrefix::FromTokenizerConfig, default_pre: "llama-bpe" },
+    vocab: Vocab::Llama { default_pre: "llama-bpe" },
 };
 
 fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
@@ -45,6 +47,14 @@ fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
         "MistralForCausalLM" => None,
         _ => hp.per_head(),
     });
+    llama_keys(hp, keys, head_dim)
+}
+
+/// `LlamaModel.set_gguf_parameters`, which the families built on it share:
+/// the text-model keys (key and value lengths from `head_dim`), then
+/// `vocab_size` and the rotary dimensions (`head_dim`, else the width of
+/// a head).
+pub(super) fn llama_keys(hp: &Hparams<'_>, keys: &mut Metadata, head_dim: Option<u64>) -> Result<(), ConvertError> {
     text_model_keys(hp, keys, head_dim)?;
     hp.put(keys, "vocab_size", hp.count(&["vocab_size"])?);
     let rotary = head_dim.or_else(|| hp.per_head());

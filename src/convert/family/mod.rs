@@ -6,17 +6,26 @@
 //! LLaMA only in names and hyperparameters is one file here (its tensor
 //! names live with the rest of its layout in `arch::registry`).
 
+mod gemma;
 mod gemma3;
+mod granite;
 mod llama;
+mod mixtral;
+mod olmo2;
+mod olmoe;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod qwen_moe;
+mod smollm3;
+mod starcoder2;
 
 use crate::model::Metadata;
 
 use super::config::Modelled;
 use super::error::ConvertError;
 use super::hparams::Hparams;
+use super::tensors::ExpertPart;
 
 /// How one family converts.
 pub struct Conversion {
@@ -29,6 +38,8 @@ pub struct Conversion {
     pub config: Modelled,
     /// What its checkpoint tensors go through on their way to the file.
     pub transforms: &'static [Transform],
+    /// Checkpoint tensors the converter leaves out (`filter_tensors`).
+    pub dropped: &'static [&'static str],
     /// Tensors computed from the configuration, written before the
     /// checkpoint's (`generate_extra_tensors`).
     pub generated: &'static [Generated],
@@ -51,6 +62,51 @@ pub enum Transform {
     /// The token embedding cut to the config's `vocab_size` rows (Gemma's
     /// checkpoints pad it).
     CutEmbeddingToVocab,
+    /// Per-expert tensors stacked into one 3-D tensor a projection.
+    StackExperts(&'static Experts),
+}
+
+/// How a family stores its experts: one 2-D tensor an expert and
+/// projection, which the converter stacks into one `[experts, rows, cols]`
+/// tensor a projection (`*_exps`), streamed a slab at a time.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Experts {
+    /// A per-expert tensor's name: `{N}` the block, `{E}` the expert, `{W}`
+    /// the projection.
+    pub pattern: &'static str,
+    /// Each projection (`{W}`) with its stack's GGUF name (`{N}` the block),
+    /// in the order the converter writes the stacks.
+    pub projections: &'static [(&'static str, &'static str)],
+    /// The config keys of the number of experts, first found first.
+    pub count: &'static [&'static str],
+}
+
+impl Experts {
+    /// Where `name` belongs if it is one expert's tensor.
+    pub(in crate::convert) fn part<'n>(&self, name: &'n str) -> Option<ExpertPart<'n>> {
+        let (mut block, mut expert, mut projection) = (None, None, None);
+        let mut rest = name;
+        let mut pattern = self.pattern;
+        while let Some(open) = pattern.find('{') {
+            rest = rest.strip_prefix(&pattern[..open])?;
+            let close = open + pattern[open..].find('}')?;
+            let field = &pattern[open + 1..close];
+            pattern = &pattern[close + 1..];
+            let end = match pattern.find('{') {
+                Some(next) => rest.find(&pattern[..next])?,
+                None => rest.len().checked_sub(pattern.len())?,
+            };
+            let value = &rest[..end];
+            rest = &rest[end..];
+            match field {
+                "N" => block = Some(value.parse().ok()?),
+                "E" => expert = Some(value.parse().ok()?),
+                _ => projection = self.projections.iter().any(|(w, _)| *w == value).then_some(value),
+            }
+        }
+        (rest == pattern).then_some(())?;
+        Some(ExpertPart { block: block?, expert: expert?, projection: projection? })
+    }
 }
 
 /// Tensors a family computes from its configuration.
@@ -63,34 +119,46 @@ pub enum Generated {
     LongRopeFactors,
 }
 
-/// How a family's tokenizer becomes `tokenizer.*` keys.
+/// How a family's tokenizer becomes `tokenizer.*` keys (`set_vocab`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Vocab {
-    /// SentencePiece from `tokenizer.model` when the checkpoint has one,
-    /// else GPT-2 BPE from `tokenizer.json` (pre-tokenizer `default_pre`
-    /// unless one is given).
-    SentencePieceOrBpe { space_prefix: SpacePrefix, default_pre: &'static str },
+    /// `LlamaModel`'s: `tokenizer_config.json`'s `add_prefix_space` first,
+    /// then SentencePiece from `tokenizer.model` or GPT-2 BPE from
+    /// `tokenizer.json` (pre-tokenizer `default_pre` unless one is given);
+    /// CodeLlama's end-of-turn id for a vocabulary of 32016, no BOS for one
+    /// of 49152.
+    Llama { default_pre: &'static str },
+    /// SentencePiece when the checkpoint has `tokenizer.model`, else GPT-2 BPE.
+    SentencePieceOrBpe { default_pre: &'static str },
+    /// Gemma's: SentencePiece, then the fill-in-the-middle end-of-turn id
+    /// when `end_of_turn` (this one, unless `config.json` gives
+    /// `eot_token_id`), then `add_space_prefix` false.
+    Gemma { end_of_turn: Option<u64> },
     /// Phi-3's own SentencePiece reading (every added token by its
     /// `special` flag), or GPT-2 BPE for a `GPT2Tokenizer`.
     Phi3,
-    /// GPT-2 BPE from `tokenizer.json` only.
+    /// GPT-2 BPE from `tokenizer.json` only (`TextModel`'s default).
     Bpe { default_pre: &'static str },
 }
 
-/// Where a SentencePiece vocabulary's `tokenizer.ggml.add_space_prefix` comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpacePrefix {
-    /// Not written.
-    Unset,
-    /// `tokenizer_config.json`'s `add_prefix_space`, when it says.
-    FromTokenizerConfig,
-    /// Always false, written after the special vocabulary.
-    Never,
-}
-
 /// Every family, in the order `--print-supported-models` lists them.
-pub static CONVERSIONS: &[&Conversion] =
-    &[&llama::CONVERSION, &qwen2::CONVERSION, &qwen3::CONVERSION, &gemma3::CONVERSION, &phi3::CONVERSION];
+pub static CONVERSIONS: &[&Conversion] = &[
+    &llama::CONVERSION,
+    &mixtral::CONVERSION,
+    &qwen2::CONVERSION,
+    &qwen_moe::QWEN2_MOE,
+    &qwen3::CONVERSION,
+    &qwen_moe::QWEN3_MOE,
+    &gemma::GEMMA,
+    &gemma::GEMMA2,
+    &gemma3::CONVERSION,
+    &phi3::CONVERSION,
+    &starcoder2::CONVERSION,
+    &olmo2::CONVERSION,
+    &olmoe::CONVERSION,
+    &granite::CONVERSION,
+    &smollm3::CONVERSION,
+];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
 pub fn of_class(class: &str) -> Option<(&'static Conversion, &'static str)> {
@@ -118,5 +186,47 @@ impl Conversion {
 
     pub fn generates(&self, generated: Generated) -> bool {
         self.generated.contains(&generated)
+    }
+
+    /// How its experts are stored, if it has any.
+    pub fn experts(&self) -> Option<&'static Experts> {
+        self.transforms.iter().find_map(|t| match t {
+            Transform::StackExperts(experts) => Some(*experts),
+            _ => None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIXTRAL: Experts = Experts {
+        pattern: "model.layers.{N}.block_sparse_moe.experts.{E}.{W}.weight",
+        projections: &[("w1", "blk.{N}.ffn_gate_exps"), ("w2", "blk.{N}.ffn_down_exps")],
+        count: &["num_local_experts"],
+    };
+
+    #[test]
+    fn expert_names_are_read_by_pattern() {
+        let part = MIXTRAL.part("model.layers.12.block_sparse_moe.experts.3.w2.weight").unwrap();
+        assert_eq!((part.block, part.expert, part.projection), (12, 3, "w2"));
+        for other in [
+            "model.layers.12.block_sparse_moe.experts.3.w9.weight",
+            "model.layers.x.block_sparse_moe.experts.3.w1.weight",
+            "model.layers.1.block_sparse_moe.experts.3.w1.bias",
+            "model.layers.1.block_sparse_moe.gate.weight",
+        ] {
+            assert!(MIXTRAL.part(other).is_none(), "{other}");
+        }
+    }
+
+    #[test]
+    fn every_class_has_one_conversion() {
+        let mut classes: Vec<&str> = supported_classes().map(|(class, _)| class).collect();
+        let n = classes.len();
+        classes.sort_unstable();
+        classes.dedup();
+        assert_eq!(classes.len(), n, "a class is claimed twice");
     }
 }

@@ -7,7 +7,9 @@ use serde_json::json;
 use super::{Conversion, Generated, Vocab};
 use crate::convert::config::{LONGROPE, Modelled};
 use crate::convert::error::ConvertError;
-use crate::convert::hparams::{BLOCKS, EMBEDDING, FEED_FORWARD, HEADS, Hparams, KV_HEADS, count_of, f32_of, file_type};
+use crate::convert::hparams::{
+    BLOCKS, EMBEDDING, FEED_FORWARD, HEADS, Hparams, KV_HEADS, RMS_EPSILON, count_of, f32_of, file_type,
+};
 use crate::convert::rope::phi3_rope_dims;
 use crate::model::{Metadata, Value};
 
@@ -18,8 +20,10 @@ pub const CONVERSION: Conversion = Conversion {
         reads: &["original_max_position_embeddings", "partial_rotary_factor", "sliding_window"],
         defaults: || vec![("hidden_act", json!("silu"))],
         window: &[],
+        pattern: None,
         rope_scalings: &[LONGROPE],
     },
+    dropped: &[],
     transforms: &[],
     generated: &[Generated::LongRopeFactors],
     keys,
@@ -36,7 +40,7 @@ fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
     hp.put(keys, "block_count", hp.count(BLOCKS)?);
     hp.put(keys, "attention.head_count", hp.count(HEADS)?);
     hp.put(keys, "attention.head_count_kv", hp.count(KV_HEADS)?);
-    hp.put(keys, "attention.layer_norm_rms_epsilon", hp.f32(&["rms_norm_eps", "norm_eps"]));
+    hp.put(keys, "attention.layer_norm_rms_epsilon", hp.f32(RMS_EPSILON));
     let rotary = phi3_rope_dims(hp.ckpt, &hp.rope)?;
     hp.put(keys, "rope.dimension_count", Some(count_of("rope dimensions", &json!(rotary))?));
     hp.put(keys, "rope.freq_base", hp.rope.get("rope_theta").and_then(f32_of));

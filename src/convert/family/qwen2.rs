@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::{Conversion, SpacePrefix, Vocab};
+use super::{Conversion, Vocab};
 use crate::convert::config::{LINEAR, Modelled, QWEN_WINDOW, YARN};
 use crate::convert::error::ConvertError;
 use crate::convert::hparams::{Hparams, text_model_keys};
@@ -16,12 +16,14 @@ pub const CONVERSION: Conversion = Conversion {
         reads: &[],
         defaults: || vec![("hidden_act", json!("silu"))],
         window: QWEN_WINDOW,
+        pattern: None,
         rope_scalings: &[LINEAR, YARN],
     },
+    dropped: &[],
     transforms: &[],
     generated: &[],
     keys,
-    vocab: Vocab::SentencePieceOrBpe { space_prefix: SpacePrefix::Unset, default_pre: "qwen2" },
+    vocab: Vocab::SentencePieceOrBpe { default_pre: "qwen2" },
 };
 
 fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
