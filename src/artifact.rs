@@ -82,6 +82,32 @@ pub struct RowTransform {
     pub plus_one: bool,
     /// Gemma's vocabulary cut: the elements of the rows kept.
     pub keep_elements: Option<usize>,
+    /// One run of rows out of every group of the source's rows (a
+    /// projection out of a fused tensor), taken before the permutation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<RowRange>,
+}
+
+/// Rows `start..start + len` of every group of `group` rows, group after
+/// group: Q, K or V out of a fused QKV tensor laid out by head or KV group,
+/// gate or up out of a fused gate-up tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RowRange {
+    pub group: usize,
+    pub start: usize,
+    pub len: usize,
+}
+
+impl RowRange {
+    /// The source row of row `row` of the selection.
+    pub fn source_row(&self, row: usize) -> usize {
+        (row / self.len) * self.group + self.start + row % self.len
+    }
+
+    /// The rows the selection takes from a source of `rows` rows.
+    pub fn rows_of(&self, rows: usize) -> usize {
+        rows / self.group.max(1) * self.len
+    }
 }
 
 impl Tensor {
@@ -104,6 +130,10 @@ impl Tensor {
         key.key(&file).u64(index as u64);
         key.u64(transform.permute_heads.map_or(0, |h| h as u64 + 1)).u64(u64::from(transform.plus_one));
         key.u64(transform.keep_elements.map_or(0, |n| n as u64 + 1));
+        // Appended only when set: the keys of tensors without one stay as they were.
+        if let Some(RowRange { group, start, len }) = transform.rows {
+            key.str("rows").u64(group as u64).u64(start as u64).u64(len as u64);
+        }
         Tensor {
             name: name.to_owned(),
             dims,

@@ -190,6 +190,30 @@ const QWEN_MOE_NAMES: &[(&str, &str)] = &[
     ("blk.{N}.ffn_down_shexp", "model.layers.{N}.mlp.shared_expert.down_proj"),
     ("blk.{N}.ffn_gate_inp_shexp", "model.layers.{N}.mlp.shared_expert_gate"),
 ];
+/// GPT-NeoX (Pythia): its own names throughout, Q/K/V fused by head.
+const GPTNEOX_NAMES: &[(&str, &str)] = &[
+    ("token_embd", "gpt_neox.embed_in"),
+    ("output", "embed_out"),
+    ("output_norm", "gpt_neox.final_layer_norm"),
+    ("blk.{N}.attn_norm", "gpt_neox.layers.{N}.input_layernorm"),
+    ("blk.{N}.ffn_norm", "gpt_neox.layers.{N}.post_attention_layernorm"),
+    ("blk.{N}.attn_qkv", "gpt_neox.layers.{N}.attention.query_key_value"),
+    ("blk.{N}.attn_output", "gpt_neox.layers.{N}.attention.dense"),
+    ("blk.{N}.ffn_up", "gpt_neox.layers.{N}.mlp.dense_h_to_4h"),
+    ("blk.{N}.ffn_down", "gpt_neox.layers.{N}.mlp.dense_4h_to_h"),
+];
+/// Phi-2: a parallel block around one LayerNorm, a GELU MLP.
+const PHI2_NAMES: &[(&str, &str)] = &[
+    ("output_norm", "model.final_layernorm"),
+    ("blk.{N}.attn_output", "model.layers.{N}.self_attn.dense"),
+    ("blk.{N}.ffn_up", "model.layers.{N}.mlp.fc1"),
+    ("blk.{N}.ffn_down", "model.layers.{N}.mlp.fc2"),
+];
+/// Granite MoE's experts: a router, and the down projections already stacked.
+const GRANITE_MOE_NAMES: &[(&str, &str)] = &[
+    ("blk.{N}.ffn_gate_inp", "model.layers.{N}.block_sparse_moe.router.layer"),
+    ("blk.{N}.ffn_down_exps", "model.layers.{N}.block_sparse_moe.output_linear"),
+];
 /// StarCoder 2's GELU MLP.
 const STARCODER2_NAMES: &[(&str, &str)] =
     &[("blk.{N}.ffn_up", "model.layers.{N}.mlp.c_fc"), ("blk.{N}.ffn_down", "model.layers.{N}.mlp.c_proj")];
@@ -444,6 +468,59 @@ pub static FAMILIES: &[Family] = &[
         },
     ),
     family("smollm3", "SmolLM3", &["smollm3"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
+    family(
+        "gptneox",
+        "GPT-NeoX",
+        &["gptneox"],
+        Layout {
+            norm_epsilon: NormEpsilon::Layer,
+            rope: Rope::Neox,
+            fused: &[QKV],
+            hf_names: &[GPTNEOX_NAMES],
+            ..COMMON
+        },
+    ),
+    family(
+        "phi2",
+        "Phi-2",
+        &["phi2"],
+        Layout { norm_epsilon: NormEpsilon::Layer, rope: Rope::Neox, hf_names: &[DECODER_NAMES, PHI2_NAMES], ..COMMON },
+    ),
+    family(
+        "stablelm",
+        "StableLM",
+        &["stablelm"],
+        Layout {
+            norm_epsilon: NormEpsilon::Layer,
+            rope: Rope::Neox,
+            hf_names: &[DECODER_NAMES, PRE_FFN_NORM, QK_NORMS],
+            ..COMMON
+        },
+    ),
+    family(
+        "command-r",
+        "Command-R",
+        &["command-r"],
+        Layout {
+            norm_epsilon: NormEpsilon::Layer,
+            output: Output::AlwaysTied,
+            hf_names: &[DECODER_NAMES, QK_NORMS],
+            ..COMMON
+        },
+    ),
+    family(
+        "cohere2",
+        "Cohere 2",
+        &["cohere2"],
+        Layout { norm_epsilon: NormEpsilon::Layer, output: Output::AlwaysTied, hf_names: &[DECODER_NAMES], ..COMMON },
+    ),
+    family(
+        "granitemoe",
+        "Granite MoE",
+        &["granitemoe"],
+        Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM, GRANITE_MOE_NAMES], ..COMMON },
+    ),
+    family("ernie4_5", "ERNIE 4.5", &["ernie4_5"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
     family(
         "qwen3",
         "Qwen3",

@@ -24,6 +24,7 @@ pub use hparams::architecture_keys;
 pub use rope::RopeError;
 pub use tensors::{
     ConvertedTensor, OutType, Values, checkpoint_rows, checkpoint_rows_as_stored, conversion_of, convert_tensors,
+    selected_dims,
 };
 pub use vocab::tokenizer_keys;
 

@@ -11,7 +11,7 @@ use crate::types::GgmlType;
 
 use super::checkpoint::Checkpoint;
 use super::error::ConvertError;
-use super::family::{self, Conversion, Experts, Generated, Transform};
+use super::family::{self, Conversion, Experts, Fused, Generated, Transform};
 use super::rope::{RopeParameters, phi3_long_rope};
 
 /// `--outtype`.
@@ -61,9 +61,10 @@ pub enum Values {
     Generated(Vec<f32>),
     /// Tensor `tensor` of shard `shard`, through the family's transforms.
     Checkpoint { shard: usize, tensor: usize, transform: RowTransform },
-    /// These checkpoint tensors (shard, tensor) one after another: one
-    /// projection of every expert of a block, stacked expert-major.
-    Stacked(Vec<(usize, usize)>),
+    /// These checkpoint tensors (shard, tensor, transform) one after
+    /// another: one projection of every expert of a block, stacked
+    /// expert-major, or the runs of a fused tensor's rows in a new order.
+    Stacked(Vec<(usize, usize, RowTransform)>),
 }
 
 impl ConvertedTensor {
@@ -89,8 +90,8 @@ fn whole_tensor_values(
     decode(backend, source, source.n_elements() as usize, 0, &shard.tensor_data(source)?, &mut values)?;
     // Read once: its mapped pages need not stay resident.
     shard.release_tensor_range(source, 0, source.n_bytes());
-    if let Some(heads) = transform.permute_heads {
-        values = permute_rows(&values, &source.dims, heads);
+    if let Some(map) = row_map(source, transform) {
+        values = reordered_rows(&values, row_len_of(source), written_rows(source, transform), &map);
     }
     plus_one(&mut values, source, transform);
     if let Some(n) = transform.keep_elements {
@@ -155,15 +156,14 @@ pub fn checkpoint_rows(
     let row_len = source.dims[0] as usize;
     let row_bytes = source.ggml_type.row_size(row_len as u64).unwrap_or(0);
     let n_rows = out.len() / row_len.max(1);
-    match transform.permute_heads {
+    match row_map(source, transform) {
         None => {
             let range = shard.tensor_data_range(source, first as u64 * row_bytes, n_rows as u64 * row_bytes)?;
             decode(backend, source, row_len, first, &range, out)?;
         }
-        Some(n_head) => {
-            let hd = rows_per_head(source, n_head);
+        Some(map) => {
             for (r, row) in out.chunks_exact_mut(row_len).enumerate() {
-                let from = permuted_source_row(first + r, hd);
+                let from = map(first + r);
                 let bytes = shard.tensor_data_range(source, from as u64 * row_bytes, row_bytes)?;
                 decode(backend, source, row_len, from, &bytes, row)?;
             }
@@ -190,13 +190,12 @@ pub fn checkpoint_rows_as_stored<'a>(
         return Ok(None);
     }
     let row_bytes = source.ggml_type.row_size(source.dims[0]).unwrap_or(0);
-    Ok(Some(match transform.permute_heads {
+    Ok(Some(match row_map(source, transform) {
         None => shard.tensor_data_range(source, first as u64 * row_bytes, n as u64 * row_bytes)?,
-        Some(n_head) => {
-            let hd = rows_per_head(source, n_head);
+        Some(map) => {
             let mut bytes = Vec::with_capacity(n * row_bytes as usize);
             for to in first..first + n {
-                let from = permuted_source_row(to, hd) as u64;
+                let from = map(to) as u64;
                 bytes.extend_from_slice(&shard.tensor_data_range(source, from * row_bytes, row_bytes)?);
             }
             bytes.into()
@@ -204,10 +203,28 @@ pub fn checkpoint_rows_as_stored<'a>(
     }))
 }
 
-/// The rows of one head of a tensor whose rows [`permuted_source_row`] reorders.
-fn rows_per_head(source: &TensorInfo, n_head: usize) -> usize {
-    let row_len = source.dims.first().copied().unwrap_or(1).max(1);
-    (source.n_elements() / row_len) as usize / n_head.max(1)
+/// A row's length: a 1-D tensor's rows are its elements.
+fn row_len_of(source: &TensorInfo) -> usize {
+    match source.dims.len() {
+        0 | 1 => 1,
+        _ => source.dims[0] as usize,
+    }
+}
+
+/// The source row of each row written, when `transform` moves rows: the
+/// permutation over the rows the range selects (or all of them), then the
+/// range; `None` when rows stay in place.
+fn row_map(source: &TensorInfo, transform: &RowTransform) -> Option<Box<dyn Fn(usize) -> usize>> {
+    if transform.permute_heads.is_none() && transform.rows.is_none() {
+        return None;
+    }
+    let range = transform.rows;
+    let rows = written_rows(source, transform);
+    let head_rows = transform.permute_heads.map(|heads| rows / heads.max(1));
+    Some(Box::new(move |to| {
+        let selected = head_rows.map_or(to, |hd| permuted_source_row(to, hd));
+        range.map_or(selected, |r| r.source_row(selected))
+    }))
 }
 
 /// The source row of row `to` of LLaMA's Q/K permutation over heads of
@@ -270,6 +287,21 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
             out.extend(experts.add(stack, count as usize, part, (s, t), &source.dims, outtype)?);
             continue;
         }
+        if let Some((fused, block, suffix)) = fused_of(conversion, hf) {
+            for (gguf, runs) in (fused.pieces)(&ckpt.config)? {
+                let mut dims = source.dims.clone();
+                let rows_dim = usize::from(dims.len() >= 2);
+                dims[rows_dim] = runs.iter().map(|t| selected_dims(&source.dims, t)[rows_dim]).sum();
+                let name = format!("{}.{suffix}", gguf.replace("{N}", &block));
+                let ty = output_type(&name, &dims, outtype);
+                let values = match runs.as_slice() {
+                    [transform] => Values::Checkpoint { shard: s, tensor: t, transform: *transform },
+                    _ => Values::Stacked(runs.iter().map(|transform| (s, t, *transform)).collect()),
+                };
+                out.push(ConvertedTensor { info: TensorInfo::new(&name, dims, ty), values });
+            }
+            continue;
+        }
         let name = gguf_name(names, hf)
             .ok_or_else(|| ConvertError::Unmapped { tensor: hf.to_owned(), family: conversion.family })?;
         let mut dims = source.dims.clone();
@@ -303,6 +335,29 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
     }
     experts.finish()?;
     Ok(out)
+}
+
+/// The shape of what `transform` takes of a tensor of shape `dims`: its
+/// range shrinks the rows of each expert (`dims[1]`; a 1-D tensor's
+/// elements), whose every group of rows it cuts to a run.
+pub fn selected_dims(dims: &[u64], transform: &RowTransform) -> Vec<u64> {
+    let mut dims = dims.to_vec();
+    if let Some(range) = transform.rows {
+        let rows_dim = usize::from(dims.len() >= 2);
+        if let Some(rows) = dims.get_mut(rows_dim) {
+            *rows = *rows / range.group.max(1) as u64 * range.len as u64;
+        }
+    }
+    dims
+}
+
+/// The fused tensor `hf` is, its block and its suffix (`weight`, `bias`).
+fn fused_of<'n>(conversion: &Conversion, hf: &'n str) -> Option<(&'static Fused, String, &'n str)> {
+    let (stem, suffix) = hf.rsplit_once('.')?;
+    let rest = stem.strip_prefix("model.layers.").or_else(|| stem.strip_prefix("gpt_neox.layers."))?;
+    let (block, name) = rest.split_once('.')?;
+    let fused = conversion.fused().iter().find(|f| f.hf == name)?;
+    block.bytes().all(|b| b.is_ascii_digit()).then(|| (fused, block.to_owned(), suffix))
 }
 
 /// One expert's tensor of one projection of a block, as [`Experts::part`] reads its name.
@@ -364,7 +419,7 @@ impl ExpertBuffer {
                         part.block
                     )));
                 }
-                sources.push(*at);
+                sources.push((at.0, at.1, RowTransform::default()));
             }
             let mut dims = shape.cloned().unwrap_or_default();
             dims.push(count as u64);
@@ -449,17 +504,16 @@ fn output_type(name: &str, dims: &[u64], outtype: OutType) -> GgmlType {
     if !dims[0].is_multiple_of(ty.block_size()) { GgmlType::F16 } else { ty }
 }
 
-/// LLaMA's Q/K permutation from Hugging Face's rotate-half layout to
-/// ggml's interleaved one over `n_head` heads ([`permuted_source_row`]):
-/// whole rows move.
-fn permute_rows(values: &[f32], dims: &[u64], n_head: usize) -> Vec<f32> {
-    let row_len = if dims.len() >= 2 { dims[0] as usize } else { 1 };
-    let hd = values.len() / row_len / n_head.max(1);
-    let mut out = vec![0f32; values.len()];
-    for (to, row) in out.chunks_exact_mut(row_len).enumerate() {
-        row.copy_from_slice(&values[permuted_source_row(to, hd) * row_len..][..row_len]);
-    }
-    out
+/// The first `rows` rows `map` gives, in order, of `values` in rows of `row_len`.
+fn reordered_rows(values: &[f32], row_len: usize, rows: usize, map: &dyn Fn(usize) -> usize) -> Vec<f32> {
+    let row_len = row_len.max(1);
+    (0..rows).flat_map(|to| &values[map(to) * row_len..][..row_len]).copied().collect()
+}
+
+/// The rows a transform writes of `source`: those its range selects, or all.
+fn written_rows(source: &TensorInfo, transform: &RowTransform) -> usize {
+    let source_rows = (source.n_elements() / row_len_of(source).max(1) as u64) as usize;
+    transform.rows.map_or(source_rows, |r| r.rows_of(source_rows))
 }
 
 /// LLaMA 3's `rope_freqs`: the per-frequency scaling factors of its
@@ -509,7 +563,23 @@ mod tests {
     fn permutation_interleaves_halves_per_head() {
         // Two heads of four one-element rows: [a0 a1 b0 b1] → [a0 b0 a1 b1].
         let values = [0.0, 1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 13.0];
-        assert_eq!(permute_rows(&values, &[8], 2), vec![0.0, 2.0, 1.0, 3.0, 10.0, 12.0, 11.0, 13.0]);
+        let source = TensorInfo::new("q", vec![8], GgmlType::F32);
+        let permute = RowTransform { permute_heads: Some(2), ..RowTransform::default() };
+        let map = row_map(&source, &permute).unwrap();
+        assert_eq!(reordered_rows(&values, 1, 8, &map), vec![0.0, 2.0, 1.0, 3.0, 10.0, 12.0, 11.0, 13.0]);
+    }
+
+    #[test]
+    fn a_range_selects_then_the_permutation_reorders() {
+        // Two groups of [q0 q1 k0 k1]: K is rows 2..4 of each group.
+        let values = [0.0, 1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 13.0];
+        let source = TensorInfo::new("qk", vec![8], GgmlType::F32);
+        let k = crate::artifact::RowRange { group: 4, start: 2, len: 2 };
+        let select = RowTransform { rows: Some(k), ..RowTransform::default() };
+        assert_eq!(written_rows(&source, &select), 4);
+        assert_eq!(reordered_rows(&values, 1, 4, &row_map(&source, &select).unwrap()), vec![2.0, 3.0, 12.0, 13.0]);
+        let both = RowTransform { permute_heads: Some(1), ..select };
+        assert_eq!(reordered_rows(&values, 1, 4, &row_map(&source, &both).unwrap()), vec![2.0, 12.0, 3.0, 13.0]);
     }
 
     #[test]

@@ -76,6 +76,14 @@ pub fn tokenizer_keys(
             keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(false));
             Ok(())
         }
+        Vocab::SentencePieceThenSpacePrefix => {
+            let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, false)?;
+            sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)?;
+            if let Some(Json::Bool(add)) = files.config.as_ref().and_then(|c| c.get("add_prefix_space")) {
+                keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(*add));
+            }
+            Ok(())
+        }
         Vocab::SentencePieceOrBpe { .. } if sentencepiece => {
             let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, false)?;
             sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)

@@ -432,6 +432,13 @@ impl Materializer<'_> {
         n: usize,
     ) -> Result<Vec<u8>, MaterializeError> {
         let mut out = Vec::with_capacity(n * row_bytes(tensor));
+        // A 1-D tensor is one row: its parts' elements one after another.
+        if tensor.dims.len() < 2 {
+            for part in parts {
+                out.extend_from_slice(&self.rows(part, 0, 1)?);
+            }
+            return Ok(out);
+        }
         for (part, from, rows) in part_rows(parts, first, n) {
             out.extend_from_slice(&self.rows(part, from, rows)?);
         }
@@ -926,6 +933,8 @@ impl Materializer<'_> {
                     with(&model, info, first as u64 * row, n as u64 * row);
                 }
             }
+            // A range of a fused tensor reads rows spread over it: no one range to name.
+            TensorData::Checkpoint { transform, .. } if transform.rows.is_some() => {}
             TensorData::Checkpoint { file, index, .. } => {
                 if let Ok(model) = self.files.model(file)
                     && let Some(info) = model.tensors.get(*index)
@@ -933,6 +942,9 @@ impl Materializer<'_> {
                     let row = info.ggml_type.row_size(info.dims[0]).unwrap_or(0);
                     with(&model, info, first as u64 * row, n as u64 * row);
                 }
+            }
+            TensorData::Stacked { parts } if tensor.dims.len() < 2 => {
+                parts.iter().for_each(|part| self.with_input_rows(part, 0, 1, with));
             }
             TensorData::Stacked { parts } => {
                 for (part, from, n) in part_rows(parts, first, n) {

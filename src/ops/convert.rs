@@ -147,17 +147,12 @@ pub fn apply(
                 Values::Stacked(parts) => {
                     let parts = parts
                         .iter()
-                        .map(|&(shard, tensor)| {
+                        .map(|&(shard, tensor, transform)| {
                             let model = &checkpoint.shards[shard];
                             let source = &model.tensors[tensor];
                             let file = pinned(model.path())?;
-                            Ok(Tensor::from_checkpoint(
-                                &source.name,
-                                source.dims.clone(),
-                                file,
-                                tensor,
-                                Default::default(),
-                            ))
+                            let dims = crate::convert::selected_dims(&source.dims, &transform);
+                            Ok(Tensor::from_checkpoint(&source.name, dims, file, tensor, transform))
                         })
                         .collect::<Result<Vec<_>, ConvertOpError>>()?;
                     Tensor::stacked(&info.name, info.dims.clone(), parts)

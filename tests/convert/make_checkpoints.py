@@ -29,6 +29,14 @@ next to a tokenizer trained here on generated text (no hub downloads).
     OLMo-2-Tiny-Instruct      Olmo2ForCausalLM    bf16   1       byte-level BPE (GPT-2 regex)
     granite-3.1-tiny-instruct GraniteForCausalLM  bf16   1       byte-level BPE (GPT-2 regex)
     SmolLM3-Tiny              SmolLM3ForCausalLM  bf16   1       byte-level BPE (GPT-2 regex)
+    pythia-tiny-deduped       GPTNeoXForCausalLM  f16    1       byte-level BPE (GPT-2 regex)
+    granite-3.0-tiny-a400m    GraniteMoeForCausalLM bf16 1       byte-level BPE (GPT-2 regex)
+    OLMo-Tiny-hf              OlmoForCausalLM     f32    1       byte-level BPE (GPT-2 regex)
+    c4ai-command-r-tiny       CohereForCausalLM   f16    1       byte-level BPE (GPT-2 regex)
+    c4ai-command-r7b-tiny     Cohere2ForCausalLM  bf16   1       byte-level BPE (GPT-2 regex), 4 layers
+    phi-2-tiny                PhiForCausalLM      f16    1       byte-level BPE (GPT-2 regex)
+    stablelm-2-tiny           StableLmForCausalLM bf16   1       byte-level BPE (GPT-2 regex)
+    ERNIE-4.5-Tiny-PT         Ernie4_5ForCausalLM bf16   1       SentencePiece BPE, add_prefix_space false
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -60,6 +68,10 @@ Deliberate edge cases (see docs/notes/convert-hf-reference.md):
   * gemma, gemma2: norm offsets, no lm_head; Gemma 2's soft-caps, window, layer_types.
   * starcoder2: every LayerNorm and projection with a bias, f32 source.
   * granite: the four multipliers; smollm3: its default no-rope pattern.
+  * gptneox: Q/K/V fused head by head (weights and biases reordered); granitemoe: experts
+    stored stacked, gate and up side by side (split); olmo: no norm tensors, clip_qkv;
+    cohere: model_max_length over max_position_embeddings, Q/K norms; cohere2: 4 layers
+    (three sliding, one full) and rotary_pct; phi2, stablelm: biases, partial rotary.
 """
 from __future__ import annotations
 
@@ -94,6 +106,14 @@ FAMILIES = {
     "olmo2": "OLMo-2-Tiny-Instruct",
     "granite": "granite-3.1-tiny-instruct",
     "smollm3": "SmolLM3-Tiny",
+    "gptneox": "pythia-tiny-deduped",
+    "granitemoe": "granite-3.0-tiny-a400m",
+    "olmo": "OLMo-Tiny-hf",
+    "cohere": "c4ai-command-r-tiny",
+    "cohere2": "c4ai-command-r7b-tiny",
+    "phi2": "phi-2-tiny",
+    "stablelm": "stablelm-2-tiny",
+    "ernie": "ERNIE-4.5-Tiny-PT",
 }
 
 # --------------------------------------------------------------------------
@@ -680,6 +700,138 @@ def make_smollm3(out: Path) -> None:
     tok.save_pretrained(out)
 
 
+def make_gptneox(out: Path) -> None:
+    """Q/K/V fused head by head (reordered by the converter), partial rotary, parallel residual."""
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    tok, (bos, eos) = train_byte_bpe(400, ["<|padding|>", "<|endoftext|>"])
+    config = GPTNeoXConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=256, max_position_embeddings=2048, rotary_pct=0.25, rotary_emb_base=10000,
+                           layer_norm_eps=1e-5, use_parallel_residual=True, tie_word_embeddings=False,
+                           bos_token_id=eos, eos_token_id=eos, torch_dtype="float16")
+    torch.manual_seed(SEED)
+    model = GPTNeoXForCausalLM(config)
+    randomize(model, SEED + 20)
+    save_model(model, out, torch.float16)
+    tok.save_pretrained(out)
+
+
+def make_granitemoe(out: Path) -> None:
+    """Experts stored stacked: input_linear (gate and up per expert) split by the converter."""
+    import torch
+    from transformers import GraniteMoeConfig, GraniteMoeForCausalLM
+
+    tok, (pad, eos) = train_byte_bpe(400, ["<|start_of_role|>", "<|end_of_text|>"])
+    config = GraniteMoeConfig(vocab_size=len(tok), intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
+                              max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=10000.0,
+                              attention_multiplier=0.0078125, embedding_multiplier=12.0, residual_multiplier=0.22,
+                              logits_scaling=6.0, tie_word_embeddings=True, pad_token_id=eos, bos_token_id=eos,
+                              eos_token_id=eos, torch_dtype="bfloat16", **TINY)
+    torch.manual_seed(SEED)
+    model = GraniteMoeForCausalLM(config)
+    randomize(model, SEED + 21)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
+def make_olmo(out: Path) -> None:
+    """Non-parametric LayerNorms (no norm tensors), Q/K clipping."""
+    import torch
+    from transformers import OlmoConfig, OlmoForCausalLM
+
+    tok, (pad, eos) = train_byte_bpe(400, ["<|padding|>", "<|endoftext|>"])
+    config = OlmoConfig(vocab_size=len(tok), intermediate_size=128, max_position_embeddings=2048, rope_theta=10000.0,
+                        clip_qkv=8.0, tie_word_embeddings=False, pad_token_id=pad, eos_token_id=eos,
+                        torch_dtype="float32", **TINY)
+    torch.manual_seed(SEED)
+    model = OlmoForCausalLM(config)
+    randomize(model, SEED + 22)
+    save_model(model, out, torch.float32)
+    tok.save_pretrained(out)
+
+
+def make_cohere(out: Path, which: str) -> None:
+    """Command-R: one LayerNorm a block, Q/K norms, the logit scale; Command R7B: its window and rotary_pct."""
+    import torch
+
+    tok, (bos, eos) = train_byte_bpe(400, ["<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"])
+    common = dict(vocab_size=len(tok), intermediate_size=128, max_position_embeddings=8192, layer_norm_eps=1e-5,
+                  logit_scale=0.125, rope_theta=10000.0, bos_token_id=bos, eos_token_id=eos, pad_token_id=bos, **TINY)
+    if which == "cohere":
+        from transformers import CohereConfig as Config, CohereForCausalLM as Model
+        config = Config(use_qk_norm=True, torch_dtype="float16", **common)
+        config.model_max_length = 131072
+        dtype, seed = torch.float16, SEED + 23
+    else:
+        from transformers import Cohere2Config as Config, Cohere2ForCausalLM as Model
+        config = Config(sliding_window=512, head_dim=16, layer_types=["sliding_attention"] * 3 + ["full_attention"],
+                        torch_dtype="bfloat16", **dict(common, num_hidden_layers=4))
+        config.rotary_pct = 0.5
+        dtype, seed = torch.bfloat16, SEED + 24
+    torch.manual_seed(SEED)
+    model = Model(config)
+    randomize(model, seed)
+    save_model(model, out, dtype)
+    tok.save_pretrained(out)
+
+
+def make_phi2(out: Path) -> None:
+    """A parallel block around one LayerNorm, biases everywhere, partial rotary."""
+    import torch
+    from transformers import PhiConfig, PhiForCausalLM
+
+    tok, (bos, eos) = train_byte_bpe(400, ["<|padding|>", "<|endoftext|>"])
+    config = PhiConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=256, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048,
+                       partial_rotary_factor=0.5, layer_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                       bos_token_id=eos, eos_token_id=eos, torch_dtype="float16")
+    torch.manual_seed(SEED)
+    model = PhiForCausalLM(config)
+    randomize(model, SEED + 25)
+    save_model(model, out, torch.float16)
+    tok.save_pretrained(out)
+
+
+def make_stablelm(out: Path) -> None:
+    """LayerNorms with biases, Q/K/V biases, a quarter of each head rotated."""
+    import torch
+    from transformers import StableLmConfig, StableLmForCausalLM
+
+    tok, (bos, eos) = train_byte_bpe(400, ["<|endoftext|>", "<|im_end|>"])
+    config = StableLmConfig(vocab_size=len(tok), intermediate_size=128, max_position_embeddings=4096,
+                            partial_rotary_factor=0.25, layer_norm_eps=1e-5, rope_theta=10000.0, use_qkv_bias=True,
+                            tie_word_embeddings=False, bos_token_id=bos, eos_token_id=eos, torch_dtype="bfloat16",
+                            **TINY)
+    torch.manual_seed(SEED)
+    model = StableLmForCausalLM(config)
+    randomize(model, SEED + 26)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
+def make_ernie(out: Path) -> None:
+    """A SentencePiece vocabulary whose tokenizer config says add_prefix_space; tied embeddings."""
+    import torch
+    from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
+
+    tok = sentencepiece_llama(out, 400)
+    tok.add_prefix_space = False
+    config = Ernie4_5Config(vocab_size=len(tok), intermediate_size=128, head_dim=16, max_position_embeddings=131072,
+                            rms_norm_eps=1e-5, rope_theta=500000.0, use_bias=False, tie_word_embeddings=True,
+                            bos_token_id=1, eos_token_id=2, pad_token_id=0, torch_dtype="bfloat16", **TINY)
+    torch.manual_seed(SEED)
+    model = Ernie4_5ForCausalLM(config)
+    randomize(model, SEED + 27)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+    # ERNIE's tokenizer config carries the flag; LlamaTokenizerFast does not write it.
+    path = out / "tokenizer_config.json"
+    config_json = json.loads(path.read_text(encoding="utf-8"))
+    config_json["add_prefix_space"] = False
+    path.write_text(json.dumps(config_json, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 MAKERS = {
     "llama": make_llama,
     "mistral": make_mistral,
@@ -700,6 +852,14 @@ MAKERS = {
     "olmo2": make_olmo2,
     "granite": make_granite,
     "smollm3": make_smollm3,
+    "gptneox": make_gptneox,
+    "granitemoe": make_granitemoe,
+    "olmo": make_olmo,
+    "cohere": lambda out: make_cohere(out, "cohere"),
+    "cohere2": lambda out: make_cohere(out, "cohere2"),
+    "phi2": make_phi2,
+    "stablelm": make_stablelm,
+    "ernie": make_ernie,
 }
 
 

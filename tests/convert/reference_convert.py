@@ -50,6 +50,13 @@ PRE_BY_ARCH = {
     "Starcoder2ForCausalLM": "starcoder",
     "GraniteForCausalLM": "refact",       # Granite 3's StarCoder-style vocabulary
     "SmolLM3ForCausalLM": "llama-bpe",    # SmolLM3's Llama 3 vocabulary
+    "GPTNeoXForCausalLM": "gpt-2",
+    "GraniteMoeForCausalLM": "refact",
+    "OlmoForCausalLM": "olmo",
+    "CohereForCausalLM": "command-r",
+    "Cohere2ForCausalLM": "command-r",
+    "PhiForCausalLM": "phi-2",
+    "StableLmForCausalLM": "stablelm2",
 }
 
 

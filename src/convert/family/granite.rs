@@ -29,6 +29,12 @@ pub const CONVERSION: Conversion = Conversion {
 };
 
 fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
+    granite_keys(hp, keys)
+}
+
+/// `GraniteModel.set_gguf_parameters`, which Granite MoE extends: LLaMA's
+/// keys without `head_dim`, then each multiplier that is set.
+pub(super) fn granite_keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
     llama_keys(hp, keys, None)?;
     // Each only when set and not zero, as the converter's `if x := …` tests.
     let multipliers = [

@@ -6,18 +6,25 @@
 //! LLaMA only in names and hyperparameters is one file here (its tensor
 //! names live with the rest of its layout in `arch::registry`).
 
+mod cohere;
+mod ernie;
 mod gemma;
 mod gemma3;
+mod gptneox;
 mod granite;
+mod granite_moe;
 mod llama;
 mod mixtral;
+mod olmo;
 mod olmo2;
 mod olmoe;
+mod phi2;
 mod phi3;
 mod qwen2;
 mod qwen3;
 mod qwen_moe;
 mod smollm3;
+mod stablelm;
 mod starcoder2;
 
 use crate::model::Metadata;
@@ -50,7 +57,7 @@ pub struct Conversion {
 }
 
 /// The transforms families share, each named once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum Transform {
     /// LLaMA's Q/K row permutation from Hugging Face's rotate-half layout
     /// to ggml's interleaved one: Q rows over the heads, K rows over the KV
@@ -64,7 +71,25 @@ pub enum Transform {
     CutEmbeddingToVocab,
     /// Per-expert tensors stacked into one 3-D tensor a projection.
     StackExperts(&'static Experts),
+    /// Fused tensors split into their projections, or their rows reordered
+    /// into the layout llama.cpp reads.
+    Fused(&'static [Fused]),
 }
+
+/// A fused checkpoint tensor and what the converter makes of it.
+#[derive(Debug)]
+pub struct Fused {
+    /// Its name after `model.layers.{N}.` (`attention.query_key_value`), weight or bias alike.
+    pub hf: &'static str,
+    /// For this config: each tensor written (its GGUF name, `{N}` the
+    /// block) with the runs of the fused tensor's rows it holds, stacked in
+    /// order (one run: a projection split off; several: rows reordered).
+    pub pieces: fn(&serde_json::Value) -> Result<Vec<Piece>, ConvertError>,
+}
+
+/// One tensor written from a fused one: its GGUF name (`{N}` the block)
+/// and the runs of the fused tensor's rows it holds, in order.
+pub type Piece = (&'static str, Vec<crate::artifact::RowTransform>);
 
 /// How a family stores its experts: one 2-D tensor an expert and
 /// projection, which the converter stacks into one `[experts, rows, cols]`
@@ -139,6 +164,9 @@ pub enum Vocab {
     Phi3,
     /// GPT-2 BPE from `tokenizer.json` only (`TextModel`'s default).
     Bpe { default_pre: &'static str },
+    /// SentencePiece, then `tokenizer_config.json`'s `add_prefix_space`
+    /// (when it has one) as `add_space_prefix` (ERNIE's).
+    SentencePieceThenSpacePrefix,
 }
 
 /// Every family, in the order `--print-supported-models` lists them.
@@ -157,7 +185,15 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &olmo2::CONVERSION,
     &olmoe::CONVERSION,
     &granite::CONVERSION,
+    &granite_moe::CONVERSION,
     &smollm3::CONVERSION,
+    &olmo::CONVERSION,
+    &cohere::COMMAND_R,
+    &cohere::COHERE2,
+    &phi2::CONVERSION,
+    &stablelm::CONVERSION,
+    &gptneox::CONVERSION,
+    &ernie::CONVERSION,
 ];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
@@ -181,11 +217,23 @@ pub fn nearest_classes(class: &str) -> Vec<&'static str> {
 
 impl Conversion {
     pub fn has(&self, transform: Transform) -> bool {
-        self.transforms.contains(&transform)
+        let same = |t: &Transform| std::mem::discriminant(t) == std::mem::discriminant(&transform);
+        self.transforms.iter().any(same)
     }
 
     pub fn generates(&self, generated: Generated) -> bool {
         self.generated.contains(&generated)
+    }
+
+    /// The fused tensors it splits or reorders.
+    pub fn fused(&self) -> &'static [Fused] {
+        self.transforms
+            .iter()
+            .find_map(|t| match t {
+                Transform::Fused(fused) => Some(*fused),
+                _ => None,
+            })
+            .unwrap_or(&[])
     }
 
     /// How its experts are stored, if it has any.

@@ -32,6 +32,7 @@ pub use crate::model::ElementConversion;
 pub use dtype::Dtype;
 pub use index::{CheckpointIndex, read_index};
 pub(crate) use reader::read_header;
+pub use reader::{SafeTensorsHeader, read_header_bytes};
 pub use writer::{
     SafeTensorsEntry, SafeTensorsLayout, WriteError, header_bytes, safetensors_metadata, write_safetensors,
 };

@@ -15,7 +15,7 @@ use crate::text::Name;
 use crate::types::GgmlType;
 
 /// A parsed SafeTensors file, in the crate's terms.
-pub(crate) struct SafeTensorsHeader {
+pub struct SafeTensorsHeader {
     /// `__metadata__`, each entry a string under [`METADATA_PREFIX`], in file order.
     pub metadata: Metadata,
     /// In the order of their data, as the reference iterates them.
@@ -35,6 +35,12 @@ struct Entry {
     shape: Vec<u64>,
     begin: u64,
     end: u64,
+}
+
+/// Parses a whole SafeTensors file held in memory, as [`crate::formats::ModelFile`]
+/// parses one it maps (errors name `path`).
+pub fn read_header_bytes(bytes: &[u8], path: &std::path::Path) -> Result<SafeTensorsHeader> {
+    read_header(&mut ByteReader::over_bytes(bytes, path))
 }
 
 pub(crate) fn read_header(r: &mut ByteReader<'_>) -> Result<SafeTensorsHeader> {
