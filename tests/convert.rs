@@ -254,6 +254,25 @@ fn the_recipe_op_writes_what_the_command_writes() {
 /// A setting the conversion does not model refuses the checkpoint, naming
 /// it, instead of writing a model that loads and computes something else;
 /// so does a rope setting the converter itself would fail on.
+/// With no `--outtype`, as the converter's default `auto`: bf16 for a bf16
+/// checkpoint, f16 for an f16 or f32 one (checked against the converter
+/// run without `--outtype` when these goldens were made).
+#[test]
+fn the_default_outtype_is_the_converters_auto() {
+    let data = common::repo().join("tests/data/convert");
+    let dir = tempfile::tempdir().unwrap();
+    for (model, as_type) in [("Mixtral-Tiny-4x8", "bf16"), ("gemma-2-tiny-it", "f16"), ("starcoder2-tiny", "f16")] {
+        let out = dir.path().join(format!("{model}.gguf"));
+        let input = data.join("checkpoints").join(model);
+        run_quantforge(&[std::ffi::OsStr::new("convert"), input.as_os_str(), out.as_os_str()]);
+        let golden: Json =
+            serde_json::from_str(&std::fs::read_to_string(data.join(format!("{model}-{as_type}.json"))).unwrap())
+                .unwrap();
+        let sha256 = common::sha256_hex(&std::fs::read(&out).unwrap());
+        assert_eq!(sha256, golden["file"]["sha256"].as_str().unwrap(), "{model}: auto is not {as_type}");
+    }
+}
+
 /// docs/ARCHITECTURES.md's table lists exactly the classes the converter
 /// takes, with the architecture each is written as, in the registry's order.
 #[test]

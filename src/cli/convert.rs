@@ -9,13 +9,11 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use super::{CacheArgs, workers};
-use crate::convert::OutType;
 use crate::exec::oneshot;
 use crate::formats::{OpenOptions, human_bytes};
 use crate::ops::Op;
 use crate::ops::convert::{ConvertOptions, Target};
 use crate::ops::export::SplitMode;
-use crate::quant::plan::parse_preset;
 use crate::recipe::OneShot;
 
 #[derive(Debug, clap::Args)]
@@ -30,8 +28,9 @@ pub struct ConvertArgs {
     /// `general.architecture` it writes (docs/ARCHITECTURES.md has the same table), and exit.
     #[arg(long, conflicts_with_all = ["input", "output"])]
     print_supported_models: bool,
-    /// f32, f16, bf16 or q8_0 (as convert_hf_to_gguf.py), or a quantization preset.
-    #[arg(long, default_value = "f16")]
+    /// auto (bf16 or f16, as the checkpoint stores its weights), f32, f16, bf16 or q8_0, as
+    /// convert_hf_to_gguf.py takes them, or a quantization preset.
+    #[arg(long, default_value = "auto")]
     outtype: String,
     /// The pre-tokenizer of a BPE vocabulary (convert_hf_to_gguf.py recognises it by
     /// hashing a tokenization; default: the family's usual one).
@@ -57,10 +56,7 @@ pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
         anyhow::bail!("give the checkpoint directory and the output file");
     };
     let started = std::time::Instant::now();
-    let target = match OutType::from_name(&args.outtype) {
-        Some(outtype) => Target::Float(outtype),
-        None => Target::Preset(parse_preset(&args.outtype).map_err(|e| anyhow::anyhow!("--outtype: {e}"))?),
-    };
+    let target = Target::parse(&args.outtype).map_err(|e| anyhow::anyhow!("--outtype: {e}"))?;
     let options = ConvertOptions { target, pre: args.pre, model_name: args.model_name };
     let job = OneShot {
         name: "convert",

@@ -34,6 +34,21 @@ impl OutType {
         })
     }
 
+    /// `--outtype auto`: the first 2-D checkpoint tensor stored as bf16 or
+    /// f16 (in the converter's tensor order, f32 ones passed over) decides;
+    /// f16 when there is none.
+    pub fn auto(ckpt: &Checkpoint) -> OutType {
+        let decisive = ckpt
+            .tensor_order()
+            .into_iter()
+            .map(|(s, t)| &ckpt.shards[s].tensors[t])
+            .find(|tensor| tensor.dims.len() >= 2 && matches!(tensor.ggml_type, GgmlType::BF16 | GgmlType::F16));
+        match decisive.map(|tensor| tensor.ggml_type) {
+            Some(GgmlType::BF16) => OutType::BF16,
+            _ => OutType::F16,
+        }
+    }
+
     fn ggml(self) -> GgmlType {
         match self {
             OutType::F32 => GgmlType::F32,

@@ -28,10 +28,26 @@ pub const SPEC: OpSpec = OpSpec::new(
 /// What the checkpoint becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
+    /// `convert_hf_to_gguf.py --outtype auto` (its default): bf16 or f16,
+    /// as the checkpoint stores its weights.
+    Auto,
     /// `convert_hf_to_gguf.py --outtype`.
     Float(OutType),
     /// A quantization preset, from the checkpoint's own values.
     Preset(FileType),
+}
+
+impl Target {
+    /// `auto`, a float outtype (`f32`, `f16`, `bf16`, `q8_0`) or a preset.
+    pub fn parse(name: &str) -> Result<Target, String> {
+        if name.eq_ignore_ascii_case("auto") {
+            return Ok(Target::Auto);
+        }
+        match OutType::from_name(name) {
+            Some(outtype) => Ok(Target::Float(outtype)),
+            None => parse_preset(name).map(Target::Preset).map_err(|e| e.to_string()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,11 +97,8 @@ fn written_as_stored(
 impl ConvertOptions {
     pub fn from_params(p: &Params) -> Result<ConvertOptions, Vec<Diagnostic>> {
         let target = match p.str("outtype") {
-            None => Target::Float(OutType::F16),
-            Some((name, _)) => match OutType::from_name(name) {
-                Some(outtype) => Target::Float(outtype),
-                None => Target::Preset(parse_preset(name).map_err(|e| vec![p.error("outtype", e)])?),
-            },
+            None => Target::Auto,
+            Some((name, _)) => Target::parse(name).map_err(|e| vec![p.error("outtype", e)])?,
         };
         let text = |name: &str| p.str(name).map(|(s, _)| s.to_owned());
         Ok(ConvertOptions { target, pre: text("pre"), model_name: text("model_name") })
@@ -93,6 +106,7 @@ impl ConvertOptions {
 
     pub fn key_params(&self) -> serde_json::Value {
         let outtype = match self.target {
+            Target::Auto => "Auto".to_owned(),
             Target::Float(t) => format!("{t:?}"),
             Target::Preset(f) => f.name().to_owned(),
         };
@@ -121,6 +135,7 @@ pub fn apply(
     checkpoint.model_name = options.model_name.clone();
     let pre = options.pre.as_deref();
     let (metadata, converted) = match options.target {
+        Target::Auto => convert(&checkpoint, OutType::auto(&checkpoint), pre)?,
         Target::Float(outtype) => convert(&checkpoint, outtype, pre)?,
         Target::Preset(ftype) => convert_quantized(&checkpoint, ftype, pre)?,
     };
