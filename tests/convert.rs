@@ -200,7 +200,7 @@ fn the_command_writes_the_reference_and_quantizes_without_an_f16_file() {
     let checkpoint = data.join("checkpoints/Qwen2.5-Tiny-Instruct");
     let os = std::ffi::OsStr::new;
     let f16 = dir.path().join("f16.gguf");
-    run_quantforge(&[os("convert"), checkpoint.as_os_str(), f16.as_os_str()]);
+    run_quantforge(&[os("convert"), checkpoint.as_os_str(), f16.as_os_str(), os("--outtype"), os("f16")]);
     let golden: Json =
         serde_json::from_str(&std::fs::read_to_string(data.join("Qwen2.5-Tiny-Instruct-f16.json")).unwrap()).unwrap();
     let script = common::repo().join("tests/convert/summarize.py");
