@@ -39,19 +39,19 @@ pub const NAME_SHOWN: usize = 120;
 /// terminal: every control character escaped, newlines and tabs too (a name
 /// cannot start a line of its own), and at most [`NAME_SHOWN`] characters.
 pub fn name(text: &str) -> Cow<'_, str> {
-    let shown = shorten(text, NAME_SHOWN);
-    if !shown.chars().any(|c| c.is_control() || is_bidi_control(c)) {
-        return shown;
+    let unsafe_char = |c: char| c.is_control() || is_bidi_control(c);
+    if !text.chars().any(unsafe_char) {
+        return shorten(text, NAME_SHOWN);
     }
-    let mut out = String::with_capacity(shown.len() + 8);
-    for c in shown.chars() {
-        if c.is_control() || is_bidi_control(c) {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match unsafe_char(c) {
+            true => escaped.extend(c.escape_default()),
+            false => escaped.push(c),
         }
     }
-    Cow::Owned(out)
+    // Bounded as shown: an escape counts as the characters it takes.
+    Cow::Owned(shorten(&escaped, NAME_SHOWN).into_owned())
 }
 
 /// [`name`] as a `Display`, for messages: `format!("tensor `{}`", Name(n))`.
@@ -120,6 +120,8 @@ mod tests {
         assert_eq!(long.chars().count(), NAME_SHOWN);
         assert!(long.contains('…'));
         assert_eq!(Name("a\nb").to_string(), "a\\nb");
+        // Escapes count as shown (found by the gguf_header fuzz target).
+        assert!(name(&"\u{1b}".repeat(200)).chars().count() <= NAME_SHOWN);
     }
 
     #[test]
