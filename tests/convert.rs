@@ -1,9 +1,9 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! twenty-seven tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! twenty-eight tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE;
 //! Gemma, Gemma 2, StarCoder 2, OLMo, OLMo 2, Granite, SmolLM3, GPT-NeoX,
-//! Command-R, Cohere 2, Phi-2, StableLM, ERNIE 4.5; made by
+//! Command-R, Cohere 2, Phi-2, StableLM, ERNIE 4.5, Falcon; made by
 //! `tests/convert/make_checkpoints.py`, references by
 //! `tests/convert/make_references.sh`, summarised in `tests/data/convert/*.json`):
 //! every tensor's name, type, shape, place and bytes (sha256), in order, and
@@ -65,7 +65,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 108);
+    assert_eq!(all.len(), 112);
     all
 }
 

@@ -202,6 +202,19 @@ const GPTNEOX_NAMES: &[(&str, &str)] = &[
     ("blk.{N}.ffn_up", "gpt_neox.layers.{N}.mlp.dense_h_to_4h"),
     ("blk.{N}.ffn_down", "gpt_neox.layers.{N}.mlp.dense_4h_to_h"),
 ];
+/// Falcon: its own names; Falcon-40B's two norms a block.
+const FALCON_NAMES: &[(&str, &str)] = &[
+    ("token_embd", "transformer.word_embeddings"),
+    ("output", "lm_head"),
+    ("output_norm", "transformer.ln_f"),
+    ("blk.{N}.attn_norm", "transformer.h.{N}.input_layernorm"),
+    ("blk.{N}.attn_norm_2", "transformer.h.{N}.ln_attn"),
+    ("blk.{N}.attn_norm", "transformer.h.{N}.ln_mlp"),
+    ("blk.{N}.attn_qkv", "transformer.h.{N}.self_attention.query_key_value"),
+    ("blk.{N}.attn_output", "transformer.h.{N}.self_attention.dense"),
+    ("blk.{N}.ffn_up", "transformer.h.{N}.mlp.dense_h_to_4h"),
+    ("blk.{N}.ffn_down", "transformer.h.{N}.mlp.dense_4h_to_h"),
+];
 /// Phi-2: a parallel block around one LayerNorm, a GELU MLP.
 const PHI2_NAMES: &[(&str, &str)] = &[
     ("output_norm", "model.final_layernorm"),
@@ -521,6 +534,18 @@ pub static FAMILIES: &[Family] = &[
         Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM, GRANITE_MOE_NAMES], ..COMMON },
     ),
     family("ernie4_5", "ERNIE 4.5", &["ernie4_5"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
+    family(
+        "falcon",
+        "Falcon",
+        &["falcon"],
+        Layout {
+            norm_epsilon: NormEpsilon::Layer,
+            rope: Rope::Neox,
+            fused: &[QKV],
+            hf_names: &[FALCON_NAMES],
+            ..COMMON
+        },
+    ),
     family(
         "qwen3",
         "Qwen3",

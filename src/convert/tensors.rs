@@ -369,10 +369,13 @@ pub fn selected_dims(dims: &[u64], transform: &RowTransform) -> Vec<u64> {
 /// The fused tensor `hf` is, its block and its suffix (`weight`, `bias`).
 fn fused_of<'n>(conversion: &Conversion, hf: &'n str) -> Option<(&'static Fused, String, &'n str)> {
     let (stem, suffix) = hf.rsplit_once('.')?;
-    let rest = stem.strip_prefix("model.layers.").or_else(|| stem.strip_prefix("gpt_neox.layers."))?;
-    let (block, name) = rest.split_once('.')?;
+    // `…layers.{N}.NAME` or `…h.{N}.NAME`: the name after the first block number.
+    let mut parts = stem.split('.');
+    parts.by_ref().find(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))?;
+    let block = stem.split('.').find(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))?;
+    let name = parts.collect::<Vec<_>>().join(".");
     let fused = conversion.fused().iter().find(|f| f.hf == name)?;
-    block.bytes().all(|b| b.is_ascii_digit()).then(|| (fused, block.to_owned(), suffix))
+    Some((fused, block.to_owned(), suffix))
 }
 
 /// One expert's tensor of one projection of a block, as [`Experts::part`] reads its name.

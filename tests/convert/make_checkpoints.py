@@ -37,6 +37,7 @@ next to a tokenizer trained here on generated text (no hub downloads).
     phi-2-tiny                PhiForCausalLM      f16    1       byte-level BPE (GPT-2 regex)
     stablelm-2-tiny           StableLmForCausalLM bf16   1       byte-level BPE (GPT-2 regex)
     ERNIE-4.5-Tiny-PT         Ernie4_5ForCausalLM bf16   1       SentencePiece BPE, add_prefix_space false
+    falcon-tiny               FalconForCausalLM   bf16   1       byte-level BPE (GPT-2 regex)
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -114,6 +115,7 @@ FAMILIES = {
     "phi2": "phi-2-tiny",
     "stablelm": "stablelm-2-tiny",
     "ernie": "ERNIE-4.5-Tiny-PT",
+    "falcon": "falcon-tiny",
 }
 
 # --------------------------------------------------------------------------
@@ -832,6 +834,24 @@ def make_ernie(out: Path) -> None:
     path.write_text(json.dumps(config_json, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def make_falcon(out: Path) -> None:
+    """Falcon-7B's layout: one KV head (multi-query), Q/K/V fused by KV group, a parallel block."""
+    import torch
+    from transformers import FalconConfig, FalconForCausalLM
+
+    tok, (bos, eos) = train_byte_bpe(400, [">>ABSTRACT<<", "<|endoftext|>"])
+    config = FalconConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                          num_kv_heads=1, multi_query=True, new_decoder_architecture=False, parallel_attn=True,
+                          bias=False, alibi=False, layer_norm_epsilon=1e-5, ffn_hidden_size=256,
+                          max_position_embeddings=2048, rope_theta=10000.0, tie_word_embeddings=True,
+                          bos_token_id=eos, eos_token_id=eos, torch_dtype="bfloat16")
+    torch.manual_seed(SEED)
+    model = FalconForCausalLM(config)
+    randomize(model, SEED + 28)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
 MAKERS = {
     "llama": make_llama,
     "mistral": make_mistral,
@@ -860,6 +880,7 @@ MAKERS = {
     "phi2": make_phi2,
     "stablelm": make_stablelm,
     "ernie": make_ernie,
+    "falcon": make_falcon,
 }
 
 

@@ -57,6 +57,7 @@ PRE_BY_ARCH = {
     "Cohere2ForCausalLM": "command-r",
     "PhiForCausalLM": "phi-2",
     "StableLmForCausalLM": "stablelm2",
+    "FalconForCausalLM": "falcon",
 }
 
 

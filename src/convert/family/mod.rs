@@ -8,6 +8,7 @@
 
 mod cohere;
 mod ernie;
+mod falcon;
 mod gemma;
 mod gemma3;
 mod gptneox;
@@ -194,6 +195,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &stablelm::CONVERSION,
     &gptneox::CONVERSION,
     &ernie::CONVERSION,
+    &falcon::CONVERSION,
 ];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
