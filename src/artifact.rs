@@ -72,8 +72,9 @@ pub enum TensorData {
 }
 
 /// A converter's transforms of one checkpoint tensor, in the order applied.
-/// Each acts on whole rows (or, in a 1-D tensor, on elements), so a slab of
-/// rows can be computed without the rest of the tensor.
+/// Each but the transpose acts on whole rows (or, in a 1-D tensor, on
+/// elements), so a slab of rows can be computed without the rest of the
+/// tensor; a transposed slab reads a run of columns of its source rows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RowTransform {
     /// LLaMA's Q/K row permutation, over this many heads.
@@ -86,6 +87,13 @@ pub struct RowTransform {
     /// projection out of a fused tensor), taken before the permutation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rows: Option<RowRange>,
+    /// The rows (after the range and the permutation) transposed a run of
+    /// this many at a time: `b` rows of `c` elements become `c` rows of `b`
+    /// elements (GPT-2's Conv1D weights whole, DeepSeek's MLA key
+    /// projection a head at a time). Rows of the result need every row of
+    /// their run, a column each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transpose: Option<usize>,
 }
 
 /// Rows `start..start + len` of every group of `group` rows, group after
@@ -133,6 +141,9 @@ impl Tensor {
         // Appended only when set: the keys of tensors without one stay as they were.
         if let Some(RowRange { group, start, len }) = transform.rows {
             key.str("rows").u64(group as u64).u64(start as u64).u64(len as u64);
+        }
+        if let Some(run) = transform.transpose {
+            key.str("transpose").u64(run as u64);
         }
         Tensor {
             name: name.to_owned(),

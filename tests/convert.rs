@@ -1,9 +1,10 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! twenty-eight tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! thirty-one tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE;
 //! Gemma, Gemma 2, StarCoder 2, OLMo, OLMo 2, Granite, SmolLM3, GPT-NeoX,
-//! Command-R, Cohere 2, Phi-2, StableLM, ERNIE 4.5, Falcon; made by
+//! Command-R, Cohere 2, Phi-2, StableLM, ERNIE 4.5, Falcon, GPT-2, and the
+//! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3; made by
 //! `tests/convert/make_checkpoints.py`, references by
 //! `tests/convert/make_references.sh`, summarised in `tests/data/convert/*.json`):
 //! every tensor's name, type, shape, place and bytes (sha256), in order, and
@@ -65,7 +66,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 112);
+    assert_eq!(all.len(), 124);
     all
 }
 
@@ -301,7 +302,7 @@ fn unmodelled_settings_are_refused_by_name() {
     let checkpoints = common::repo().join("tests/data/convert/checkpoints");
     let unmodelled = "does not model";
     let not_a_count = "not a whole number below 2^32";
-    let cases: [(&str, &str, Json, &str, &str); 21] = [
+    let cases: [(&str, &str, Json, &str, &str); 27] = [
         (
             "tiny-llama-3-chat",
             "rope_scaling",
@@ -365,6 +366,20 @@ fn unmodelled_settings_are_refused_by_name() {
         ),
         ("gemma-2-tiny-it", "query_pre_attn_scalar", json!(16), "`query_pre_attn_scalar` (16)", unmodelled),
         ("SmolLM3-Tiny", "no_rope_layers", json!([1, 0]), "`no_rope_layers` ([1,0])", unmodelled),
+        // DeepSeek routing llama.cpp's deepseek2 graph does not compute, YaRN's two scales apart.
+        ("DeepSeek-V3-Tiny", "scoring_func", json!("softmax"), "`scoring_func` (\"softmax\")", unmodelled),
+        ("DeepSeek-V3-Tiny", "topk_method", json!("greedy"), "`topk_method` (\"greedy\")", unmodelled),
+        ("DeepSeek-V2-Lite-Tiny", "n_group", json!(2), "`n_group` (2)", unmodelled),
+        ("DeepSeek-V2-Lite-Tiny", "norm_topk_prob", json!(true), "`norm_topk_prob` (true)", unmodelled),
+        (
+            "DeepSeek-V2-Lite-Tiny",
+            "rope_scaling",
+            json!({"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "mscale": 1.0, "mscale_all_dim": 0.707}),
+            "`rope_scaling.mscale` (1.0)",
+            unmodelled,
+        ),
+        // GPT-2's file always says four times the width.
+        ("gpt2-tiny", "n_inner", json!(100), "`n_inner` (100)", unmodelled),
         // Experts the config promises and the checkpoint lacks; a class misspelled.
         ("Mixtral-Tiny-4x8", "num_local_experts", json!(5), "block 0 has 12 expert tensors", "not all of its experts"),
         (

@@ -215,6 +215,44 @@ const FALCON_NAMES: &[(&str, &str)] = &[
     ("blk.{N}.ffn_up", "transformer.h.{N}.mlp.dense_h_to_4h"),
     ("blk.{N}.ffn_down", "transformer.h.{N}.mlp.dense_4h_to_h"),
 ];
+/// DeepSeek-V2/V3: latent attention (queries through a low-rank pair or
+/// not, keys and values through one compressed projection), a router with
+/// V3's score bias, shared experts beside the stacked ones.
+const DEEPSEEK2_NAMES: &[(&str, &str)] = &[
+    ("blk.{N}.attn_q_a", "model.layers.{N}.self_attn.q_a_proj"),
+    ("blk.{N}.attn_q_a_norm", "model.layers.{N}.self_attn.q_a_layernorm"),
+    ("blk.{N}.attn_q_b", "model.layers.{N}.self_attn.q_b_proj"),
+    ("blk.{N}.attn_kv_a_mqa", "model.layers.{N}.self_attn.kv_a_proj_with_mqa"),
+    ("blk.{N}.attn_kv_a_norm", "model.layers.{N}.self_attn.kv_a_layernorm"),
+    ("blk.{N}.ffn_gate_inp", "model.layers.{N}.mlp.gate"),
+    ("blk.{N}.exp_probs_b.bias", "model.layers.{N}.mlp.gate.e_score_correction_bias"),
+    ("blk.{N}.ffn_gate_shexp", "model.layers.{N}.mlp.shared_experts.gate_proj"),
+    ("blk.{N}.ffn_up_shexp", "model.layers.{N}.mlp.shared_experts.up_proj"),
+    ("blk.{N}.ffn_down_shexp", "model.layers.{N}.mlp.shared_experts.down_proj"),
+];
+/// GPT-2: learned positions, Q/K/V fused, every name its own (with and
+/// without the `transformer.` of `GPT2LMHeadModel`).
+const GPT2_NAMES: &[(&str, &str)] = &[
+    ("token_embd", "transformer.wte"),
+    ("position_embd", "transformer.wpe"),
+    ("output_norm", "transformer.ln_f"),
+    ("output", "lm_head"),
+    ("blk.{N}.attn_norm", "transformer.h.{N}.ln_1"),
+    ("blk.{N}.attn_qkv", "transformer.h.{N}.attn.c_attn"),
+    ("blk.{N}.attn_output", "transformer.h.{N}.attn.c_proj"),
+    ("blk.{N}.ffn_norm", "transformer.h.{N}.ln_2"),
+    ("blk.{N}.ffn_up", "transformer.h.{N}.mlp.c_fc"),
+    ("blk.{N}.ffn_down", "transformer.h.{N}.mlp.c_proj"),
+    ("token_embd", "wte"),
+    ("position_embd", "wpe"),
+    ("output_norm", "ln_f"),
+    ("blk.{N}.attn_norm", "h.{N}.ln_1"),
+    ("blk.{N}.attn_qkv", "h.{N}.attn.c_attn"),
+    ("blk.{N}.attn_output", "h.{N}.attn.c_proj"),
+    ("blk.{N}.ffn_norm", "h.{N}.ln_2"),
+    ("blk.{N}.ffn_up", "h.{N}.mlp.c_fc"),
+    ("blk.{N}.ffn_down", "h.{N}.mlp.c_proj"),
+];
 /// Phi-2: a parallel block around one LayerNorm, a GELU MLP.
 const PHI2_NAMES: &[(&str, &str)] = &[
     ("output_norm", "model.final_layernorm"),
@@ -492,6 +530,18 @@ pub static FAMILIES: &[Family] = &[
             hf_names: &[GPTNEOX_NAMES],
             ..COMMON
         },
+    ),
+    family(
+        "deepseek2",
+        "DeepSeek-V2/V3",
+        &["deepseek2"],
+        Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM, DEEPSEEK2_NAMES], ..COMMON },
+    ),
+    family(
+        "gpt2",
+        "GPT-2",
+        &["gpt2"],
+        Layout { norm_epsilon: NormEpsilon::Layer, rope: Rope::None, fused: &[QKV], hf_names: &[GPT2_NAMES], ..COMMON },
     ),
     family(
         "phi2",

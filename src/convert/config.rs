@@ -28,6 +28,7 @@ const BOOKKEEPING: &[&str] = &[
     "use_cache",
     "initializer_range",
     "attention_dropout",
+    "attn_pdrop",
     "embd_pdrop",
     "resid_pdrop",
     "bos_token_id",
@@ -41,6 +42,10 @@ const BOOKKEEPING: &[&str] = &[
     "output_router_logits",
     "router_aux_loss_coef",
     "router_jitter_noise",
+    "aux_loss_alpha",
+    "seq_aux",
+    // Parallelism only: how many devices share the experts.
+    "ep_size",
 ];
 
 /// Keys every family's conversion reads.
@@ -117,6 +122,31 @@ pub const YARN: RopeScaling = RopeScaling {
             ("truncate", json!(true)),
             ("extrapolation_factor", json!(1.0)),
             ("attn_factor", Json::Null),
+        ]
+    },
+};
+
+/// DeepSeek's YaRN: the attention scale of `mscale_all_dim` (written as
+/// the log multiplier), which llama.cpp reproduces only while it equals
+/// `mscale` (the rotation then unscaled, as transformers computes it).
+pub const DEEPSEEK_YARN: RopeScaling = RopeScaling {
+    kinds: &["yarn"],
+    reads: &[
+        "rope_type",
+        "type",
+        "factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+    ],
+    defaults: || {
+        vec![
+            ("truncate", json!(true)),
+            ("extrapolation_factor", json!(1.0)),
+            ("attn_factor", Json::Null),
+            ("attention_factor", Json::Null),
         ]
     },
 };

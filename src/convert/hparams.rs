@@ -20,7 +20,8 @@ use crate::quant::plan::QUANTIZATION_VERSION;
 /// The config keys the converter reads each hyperparameter from, first found first.
 pub const CONTEXT: &[&str] = &["max_position_embeddings", "n_ctx", "n_positions", "max_length", "max_sequence_length"];
 pub const EMBEDDING: &[&str] = &["hidden_size", "n_embd", "dim"];
-pub const FEED_FORWARD: &[&str] = &["intermediate_size", "n_inner", "hidden_dim"];
+pub const FEED_FORWARD: &[&str] =
+    &["prefix_dense_intermediate_size", "dense_intermediate_size", "intermediate_size", "n_inner", "hidden_dim"];
 pub const HEADS: &[&str] = &["num_attention_heads", "n_head", "n_heads"];
 pub const KV_HEADS: &[&str] = &["num_key_value_heads", "n_kv_heads"];
 pub const BLOCKS: &[&str] = &["n_layers", "num_hidden_layers", "n_layer", "num_layers"];
@@ -44,12 +45,29 @@ pub struct Hparams<'a> {
     pub(super) arch: &'a str,
     pub(super) outtype: OutType,
     pub(super) rope: RopeParameters,
+    /// Values a family sets before the converter reads the config
+    /// (DeepSeek's single KV head), read in place of the config's.
+    pub(super) overrides: Vec<(&'static str, Json)>,
 }
 
-impl Hparams<'_> {
+impl<'a> Hparams<'a> {
+    /// The same hyperparameters with `key` read as `value`.
+    pub fn with(&self, key: &'static str, value: Json) -> Hparams<'a> {
+        let mut overrides = self.overrides.clone();
+        overrides.retain(|(k, _)| *k != key);
+        overrides.push((key, value));
+        Hparams { rope: RopeParameters::resolve(self.ckpt), overrides, ..*self }
+    }
+
+    /// The config's `key`, or what the family set it to.
+    fn config(&self, key: &str) -> Option<&Json> {
+        let set = self.overrides.iter().find(|(k, _)| *k == key).map(|(_, v)| v);
+        set.or_else(|| self.ckpt.config.get(key))
+    }
+
     /// The first of `names` the config has, unless it is null.
     pub fn value(&self, names: &[&str]) -> Option<&Json> {
-        self.ckpt.hparam(names).filter(|v| !v.is_null())
+        names.iter().find_map(|k| self.config(k)).filter(|v| !v.is_null())
     }
 
     pub fn u64(&self, names: &[&str]) -> Option<u64> {
@@ -59,7 +77,7 @@ impl Hparams<'_> {
     /// A count as the converter's `struct.pack('<I', …)` writes it: a u32,
     /// anything else in the config refused by name, never truncated.
     pub fn count(&self, names: &[&str]) -> Result<Option<Value>, ConvertError> {
-        let found = names.iter().find_map(|k| self.ckpt.config.get(*k).map(|v| (*k, v)));
+        let found = names.iter().find_map(|k| self.config(k).map(|v| (*k, v)));
         found.filter(|(_, v)| !v.is_null()).map(|(k, v)| count_of(k, v)).transpose()
     }
 
@@ -138,7 +156,7 @@ pub fn architecture_keys(
     outtype: OutType,
 ) -> Result<Metadata, ConvertError> {
     let mut keys = generated_tensor_keys(ckpt, conversion, arch)?;
-    let hp = Hparams { ckpt, arch, outtype, rope: RopeParameters::resolve(ckpt) };
+    let hp = Hparams { ckpt, arch, outtype, rope: RopeParameters::resolve(ckpt), overrides: Vec::new() };
     (conversion.keys)(&hp, &mut keys)?;
     keys.set("general.quantization_version", Value::U32(QUANTIZATION_VERSION));
     Ok(keys)

@@ -11,7 +11,8 @@ use crate::types::GgmlType;
 
 use super::checkpoint::Checkpoint;
 use super::error::ConvertError;
-use super::family::{self, Conversion, Experts, Fused, Generated, Transform};
+use super::family::{self, Conversion, Experts, Fused, Generated, Piece, Transform};
+use super::hparams::BLOCKS;
 use super::rope::{RopeParameters, phi3_long_rope};
 
 /// `--outtype`.
@@ -106,7 +107,10 @@ fn whole_tensor_values(
     // Read once: its mapped pages need not stay resident.
     shard.release_tensor_range(source, 0, source.n_bytes());
     if let Some(map) = row_map(source, transform) {
-        values = reordered_rows(&values, row_len_of(source), written_rows(source, transform), &map);
+        values = reordered_rows(&values, row_len_of(source), selected_rows(source, transform), &map);
+    }
+    if let Some(run) = transform.transpose {
+        values = transposed(&values, row_len_of(source), run);
     }
     plus_one(&mut values, source, transform);
     if let Some(n) = transform.keep_elements {
@@ -168,6 +172,11 @@ pub fn checkpoint_rows(
         out.copy_from_slice(&values[..out.len()]);
         return Ok(());
     }
+    if let Some(run) = transform.transpose {
+        transposed_rows(shard, source, transform, run, first, backend, out)?;
+        plus_one(out, source, transform);
+        return Ok(());
+    }
     let row_len = source.dims[0] as usize;
     let row_bytes = source.ggml_type.row_size(row_len as u64).unwrap_or(0);
     let n_rows = out.len() / row_len.max(1);
@@ -188,6 +197,63 @@ pub fn checkpoint_rows(
     Ok(())
 }
 
+/// Rows `first..first + out.len() / run` of the transpose, a run of `run`
+/// selected rows at a time, of checkpoint tensor `source`: each written row
+/// is one column of a run, so a slab reads the slab's columns of each of the
+/// run's rows (the whole tensor once, for a type whose elements cannot be
+/// addressed one by one).
+fn transposed_rows(
+    shard: &ModelFile,
+    source: &TensorInfo,
+    transform: &RowTransform,
+    run: usize,
+    first: usize,
+    backend: &dyn Backend,
+    out: &mut [f32],
+) -> Result<(), ConvertError> {
+    let (cols, run) = (source.dims[0] as usize, run.max(1));
+    if source.ggml_type.block_size() != 1 {
+        let values = whole_tensor_values(shard, source, transform, backend)?;
+        out.copy_from_slice(&values[first * run..][..out.len()]);
+        return Ok(());
+    }
+    let map = row_map(source, transform);
+    let element = source.ggml_type.type_size();
+    let row_bytes = source.ggml_type.row_size(cols as u64).unwrap_or(0);
+    let n_rows = out.len() / run;
+    let mut column_run = vec![0f32; cols.min(n_rows)];
+    let mut done = 0;
+    while done < n_rows {
+        let (block, col) = ((first + done) / cols, (first + done) % cols);
+        let width = (cols - col).min(n_rows - done);
+        let piece = &mut column_run[..width];
+        for i in 0..run {
+            let selected = block * run + i;
+            let from = map.as_ref().map_or(selected, |map| map(selected));
+            let offset = from as u64 * row_bytes + col as u64 * element;
+            let bytes = shard.tensor_data_range(source, offset, width as u64 * element)?;
+            decode(backend, source, width, from, &bytes, piece)?;
+            for (k, &value) in piece.iter().enumerate() {
+                out[(done + k) * run + i] = value;
+            }
+        }
+        done += width;
+    }
+    Ok(())
+}
+
+/// `values`, rows of `cols`, transposed a run of `run` rows at a time.
+fn transposed(values: &[f32], cols: usize, run: usize) -> Vec<f32> {
+    let (cols, run) = (cols.max(1), run.max(1));
+    let mut out = Vec::with_capacity(values.len());
+    for block in values.chunks_exact(cols * run) {
+        for col in 0..cols {
+            out.extend((0..run).map(|i| block[i * cols + col]));
+        }
+    }
+    out
+}
+
 /// Rows `first..first + n` of checkpoint tensor `source` in the order the
 /// converter writes them, as stored (mapped where they lie in order), when
 /// the transform only reorders rows; `None` when it changes values, and the
@@ -200,7 +266,7 @@ pub fn checkpoint_rows_as_stored<'a>(
     first: usize,
     n: usize,
 ) -> Result<Option<std::borrow::Cow<'a, [u8]>>, ConvertError> {
-    let reordered_only = !transform.plus_one && transform.keep_elements.is_none();
+    let reordered_only = !transform.plus_one && transform.keep_elements.is_none() && transform.transpose.is_none();
     if !reordered_only || source.dims.len() < 2 {
         return Ok(None);
     }
@@ -234,7 +300,7 @@ fn row_map(source: &TensorInfo, transform: &RowTransform) -> Option<Box<dyn Fn(u
         return None;
     }
     let range = transform.rows;
-    let rows = written_rows(source, transform);
+    let rows = selected_rows(source, transform);
     let head_rows = transform.permute_heads.map(|heads| rows / heads.max(1));
     Some(Box::new(move |to| {
         let selected = head_rows.map_or(to, |hd| permuted_source_row(to, hd));
@@ -289,7 +355,8 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
         let source = &ckpt.shards[s].tensors[t];
         let hf = source.name.strip_prefix("language_model.").unwrap_or(&source.name);
         if [".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq"].iter().any(|s| hf.ends_with(s))
-            || conversion.dropped.contains(&hf)
+            || conversion.dropped.iter().any(|ending| hf.ends_with(ending))
+            || (conversion.has(Transform::DropNextTokenBlocks) && past_the_blocks(hf, number(BLOCKS)))
         {
             continue;
         }
@@ -303,11 +370,16 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
             continue;
         }
         if let Some((fused, block, suffix)) = fused_of(conversion, hf) {
-            for (gguf, runs) in (fused.pieces)(&ckpt.config)? {
-                let mut dims = source.dims.clone();
+            for Piece { name, runs, slices } in (fused.pieces)(&ckpt.config)? {
+                let Some(first) = runs.first() else { continue };
+                let mut dims = selected_dims(&source.dims, first);
                 let rows_dim = usize::from(dims.len() >= 2);
                 dims[rows_dim] = runs.iter().map(|t| selected_dims(&source.dims, t)[rows_dim]).sum();
-                let name = format!("{}.{suffix}", gguf.replace("{N}", &block));
+                if let (Some(slices), [_, rows]) = (slices, dims.as_mut_slice()) {
+                    *rows /= slices.max(1);
+                    dims.push(slices);
+                }
+                let name = format!("{}.{suffix}", name.replace("{N}", &block));
                 let ty = output_type(&name, &dims, outtype);
                 let values = match runs.as_slice() {
                     [transform] => Values::Checkpoint { shard: s, tensor: t, transform: *transform },
@@ -332,6 +404,10 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
             };
             transform.permute_heads = heads.map(|h| h as usize);
         }
+        if conversion.transposes(hf) && dims.len() == 2 {
+            transform.transpose = Some(dims[1] as usize);
+            dims.swap(0, 1);
+        }
         if conversion.has(Transform::NormPlusOne) {
             transform.plus_one = hf.ends_with("norm.weight");
         }
@@ -352,9 +428,17 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
     Ok(out)
 }
 
-/// The shape of what `transform` takes of a tensor of shape `dims`: its
-/// range shrinks the rows of each expert (`dims[1]`; a 1-D tensor's
-/// elements), whose every group of rows it cuts to a run.
+/// Whether `hf` belongs to a `model.layers.{N}` block past the model's
+/// `blocks` (a multi-token-prediction block).
+fn past_the_blocks(hf: &str, blocks: Option<u64>) -> bool {
+    let block = hf.strip_prefix("model.layers.").and_then(|rest| rest.split('.').next()?.parse::<u64>().ok());
+    matches!((block, blocks), (Some(block), Some(blocks)) if block >= blocks)
+}
+
+/// The shape of what `transform` makes of a tensor of shape `dims`: its
+/// range shrinks the rows (`dims[1]`; a 1-D tensor's elements), whose every
+/// group of rows it cuts to a run; its transpose of runs of `b` rows of `c`
+/// makes rows of `b`, `c` a run.
 pub fn selected_dims(dims: &[u64], transform: &RowTransform) -> Vec<u64> {
     let mut dims = dims.to_vec();
     if let Some(range) = transform.rows {
@@ -362,6 +446,10 @@ pub fn selected_dims(dims: &[u64], transform: &RowTransform) -> Vec<u64> {
         if let Some(rows) = dims.get_mut(rows_dim) {
             *rows = *rows / range.group.max(1) as u64 * range.len as u64;
         }
+    }
+    if let (Some(run), [cols, rows]) = (transform.transpose, dims.as_mut_slice()) {
+        let run = run.max(1) as u64;
+        (*cols, *rows) = (run, *rows / run * *cols);
     }
     dims
 }
@@ -528,8 +616,8 @@ fn reordered_rows(values: &[f32], row_len: usize, rows: usize, map: &dyn Fn(usiz
     (0..rows).flat_map(|to| &values[map(to) * row_len..][..row_len]).copied().collect()
 }
 
-/// The rows a transform writes of `source`: those its range selects, or all.
-fn written_rows(source: &TensorInfo, transform: &RowTransform) -> usize {
+/// The rows of `source` a transform takes: those its range selects, or all.
+fn selected_rows(source: &TensorInfo, transform: &RowTransform) -> usize {
     let source_rows = (source.n_elements() / row_len_of(source).max(1) as u64) as usize;
     transform.rows.map_or(source_rows, |r| r.rows_of(source_rows))
 }
@@ -578,6 +666,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn transposes_each_run_of_rows_on_its_own() {
+        // Two runs of two rows of three: each run becomes three rows of two.
+        let values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0];
+        let expected = [1.0, 4.0, 2.0, 5.0, 3.0, 6.0, 10.0, 40.0, 20.0, 50.0, 30.0, 60.0];
+        assert_eq!(transposed(&values, 3, 2), expected);
+        let run = RowTransform { transpose: Some(2), ..RowTransform::default() };
+        assert_eq!(selected_dims(&[3, 4], &run), vec![2, 6]);
+    }
+
+    #[test]
+    fn next_token_blocks_are_those_past_the_count() {
+        assert!(past_the_blocks("model.layers.61.eh_proj.weight", Some(61)));
+        assert!(!past_the_blocks("model.layers.60.mlp.gate.weight", Some(61)));
+        assert!(!past_the_blocks("model.embed_tokens.weight", Some(61)));
+        assert!(!past_the_blocks("model.layers.61.eh_proj.weight", None));
+    }
+
+    #[test]
     fn permutation_interleaves_halves_per_head() {
         // Two heads of four one-element rows: [a0 a1 b0 b1] → [a0 b0 a1 b1].
         let values = [0.0, 1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 13.0];
@@ -594,7 +700,7 @@ mod tests {
         let source = TensorInfo::new("qk", vec![8], GgmlType::F32);
         let k = crate::artifact::RowRange { group: 4, start: 2, len: 2 };
         let select = RowTransform { rows: Some(k), ..RowTransform::default() };
-        assert_eq!(written_rows(&source, &select), 4);
+        assert_eq!(selected_rows(&source, &select), 4);
         assert_eq!(reordered_rows(&values, 1, 4, &row_map(&source, &select).unwrap()), vec![2.0, 3.0, 12.0, 13.0]);
         let both = RowTransform { permute_heads: Some(1), ..select };
         assert_eq!(reordered_rows(&values, 1, 4, &row_map(&source, &both).unwrap()), vec![2.0, 12.0, 3.0, 13.0]);

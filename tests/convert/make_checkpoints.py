@@ -38,6 +38,9 @@ next to a tokenizer trained here on generated text (no hub downloads).
     stablelm-2-tiny           StableLmForCausalLM bf16   1       byte-level BPE (GPT-2 regex)
     ERNIE-4.5-Tiny-PT         Ernie4_5ForCausalLM bf16   1       SentencePiece BPE, add_prefix_space false
     falcon-tiny               FalconForCausalLM   bf16   1       byte-level BPE (GPT-2 regex)
+    gpt2-tiny                 GPT2LMHeadModel     f32    1       byte-level BPE (GPT-2 regex)
+    DeepSeek-V2-Lite-Tiny     DeepseekV2ForCausalLM bf16 3+      byte-level BPE (GPT-2 regex)
+    DeepSeek-V3-Tiny          DeepseekV3ForCausalLM bf16 3+      byte-level BPE (GPT-2 regex)
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -116,6 +119,9 @@ FAMILIES = {
     "stablelm": "stablelm-2-tiny",
     "ernie": "ERNIE-4.5-Tiny-PT",
     "falcon": "falcon-tiny",
+    "gpt2": "gpt2-tiny",
+    "deepseek2": "DeepSeek-V2-Lite-Tiny",
+    "deepseek3": "DeepSeek-V3-Tiny",
 }
 
 # --------------------------------------------------------------------------
@@ -852,6 +858,59 @@ def make_falcon(out: Path) -> None:
     tok.save_pretrained(out)
 
 
+def make_gpt2(out: Path) -> None:
+    """Conv1D weights stored [in, out] (transposed by the converter), learned positions, n_ctx."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok, (eos,) = train_byte_bpe(400, ["<|endoftext|>"])
+    config = GPT2Config(vocab_size=len(tok), n_positions=256, n_ctx=256, n_embd=64, n_layer=2, n_head=4,
+                        layer_norm_epsilon=1e-5, bos_token_id=eos, eos_token_id=eos, torch_dtype="float32")
+    torch.manual_seed(SEED)
+    model = GPT2LMHeadModel(config)
+    randomize(model, SEED + 29)
+    save_model(model, out, torch.float32)
+    tok.save_pretrained(out)
+
+
+def make_deepseek(out: Path, which: str) -> None:
+    """Multi-head latent attention (V2-Lite's without the query's low-rank pair, V3's with it), a dense first
+    block, four routed experts and a shared one; V3's sigmoid router with its score bias, in two groups."""
+    import torch
+
+    tok, (bos, eos) = train_byte_bpe(400, ["<\uff5cbegin\u2581of\u2581sentence\uff5c>",
+                                           "<\uff5cend\u2581of\u2581sentence\uff5c>"])
+    yarn = dict(type="yarn", factor=40.0, original_max_position_embeddings=4096, beta_fast=32, beta_slow=1,
+                mscale=0.707, mscale_all_dim=0.707)
+    common = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32,
+                  qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32, n_routed_experts=4, n_shared_experts=1,
+                  num_experts_per_tok=2, first_k_dense_replace=1, max_position_embeddings=163840, rms_norm_eps=1e-6,
+                  rope_theta=10000.0, rope_scaling=yarn, tie_word_embeddings=False, bos_token_id=bos,
+                  eos_token_id=eos, torch_dtype="bfloat16")
+    if which == "v2":
+        from transformers import DeepseekV2Config as Config, DeepseekV2ForCausalLM as Model
+        config = Config(q_lora_rank=None, topk_method="greedy", n_group=1, topk_group=1, norm_topk_prob=False,
+                        routed_scaling_factor=1.0, **common)
+        seed = SEED + 30
+    else:
+        from transformers import DeepseekV3Config as Config, DeepseekV3ForCausalLM as Model
+        config = Config(q_lora_rank=32, n_group=2, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+                        scoring_func="sigmoid", topk_method="noaux_tc", **common)
+        seed = SEED + 31
+    torch.manual_seed(SEED)
+    model = Model(config)
+    randomize(model, seed)
+    if which == "v3":
+        # The router's score bias is a buffer: random too, so its bytes are checked.
+        generator = torch.Generator().manual_seed(seed + 1)
+        for layer in model.model.layers[1:]:
+            bias = layer.mlp.gate.e_score_correction_bias
+            bias.copy_(torch.randn(bias.shape, generator=generator) * 0.01)
+    save_model(model, out, torch.bfloat16, max_shard_size="100KB")
+    tok.save_pretrained(out)
+
+
 MAKERS = {
     "llama": make_llama,
     "mistral": make_mistral,
@@ -881,6 +940,9 @@ MAKERS = {
     "stablelm": make_stablelm,
     "ernie": make_ernie,
     "falcon": make_falcon,
+    "gpt2": make_gpt2,
+    "deepseek2": lambda out: make_deepseek(out, "v2"),
+    "deepseek3": lambda out: make_deepseek(out, "v3"),
 }
 
 

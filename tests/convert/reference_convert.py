@@ -58,6 +58,9 @@ PRE_BY_ARCH = {
     "PhiForCausalLM": "phi-2",
     "StableLmForCausalLM": "stablelm2",
     "FalconForCausalLM": "falcon",
+    "GPT2LMHeadModel": "gpt-2",
+    "DeepseekV2ForCausalLM": "deepseek-llm",
+    "DeepseekV3ForCausalLM": "deepseek-v3",
 }
 
 

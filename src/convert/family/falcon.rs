@@ -72,7 +72,7 @@ fn queries_keys_values(config: &Json) -> Result<Vec<Piece>, ConvertError> {
         run(per_group * head_dim, head_dim),
         run((per_group + 1) * head_dim, head_dim),
     ];
-    Ok(vec![("blk.{N}.attn_qkv", runs)])
+    Ok(vec![Piece::rows("blk.{N}.attn_qkv", runs)])
 }
 
 /// What the file cannot say: a feed-forward width of four times the

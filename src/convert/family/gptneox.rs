@@ -46,7 +46,7 @@ fn qkv_by_projection(config: &Json) -> Result<Vec<Piece>, ConvertError> {
         rows: Some(RowRange { group: 3 * head_dim, start: part * head_dim, len: head_dim }),
         ..RowTransform::default()
     };
-    Ok(vec![("blk.{N}.attn_qkv", vec![run(0), run(1), run(2)])])
+    Ok(vec![Piece::rows("blk.{N}.attn_qkv", vec![run(0), run(1), run(2)])])
 }
 
 fn per_head(config: &Json) -> Result<usize, ConvertError> {

@@ -52,7 +52,7 @@ fn gate_and_up(config: &Json) -> Result<Vec<Piece>, ConvertError> {
         .ok_or_else(|| ConvertError::Config("no `intermediate_size`".into()))? as usize;
     let half =
         |start| RowTransform { rows: Some(RowRange { group: 2 * ff, start, len: ff }), ..RowTransform::default() };
-    Ok(vec![("blk.{N}.ffn_gate_exps", vec![half(0)]), ("blk.{N}.ffn_up_exps", vec![half(ff)])])
+    Ok(vec![Piece::rows("blk.{N}.ffn_gate_exps", vec![half(0)]), Piece::rows("blk.{N}.ffn_up_exps", vec![half(ff)])])
 }
 
 fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {

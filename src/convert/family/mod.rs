@@ -7,10 +7,12 @@
 //! names live with the rest of its layout in `arch::registry`).
 
 mod cohere;
+mod deepseek;
 mod ernie;
 mod falcon;
 mod gemma;
 mod gemma3;
+mod gpt2;
 mod gptneox;
 mod granite;
 mod granite_moe;
@@ -46,7 +48,8 @@ pub struct Conversion {
     pub config: Modelled,
     /// What its checkpoint tensors go through on their way to the file.
     pub transforms: &'static [Transform],
-    /// Checkpoint tensors the converter leaves out (`filter_tensors`).
+    /// Checkpoint tensors left out, by the ending of their names: those the
+    /// converter filters (`filter_tensors`), and buffers that are no weights.
     pub dropped: &'static [&'static str],
     /// Tensors computed from the configuration, written before the
     /// checkpoint's (`generate_extra_tensors`).
@@ -75,6 +78,12 @@ pub enum Transform {
     /// Fused tensors split into their projections, or their rows reordered
     /// into the layout llama.cpp reads.
     Fused(&'static [Fused]),
+    /// The multi-token-prediction blocks past `num_hidden_layers`
+    /// (DeepSeek-V3's), which the converter leaves out.
+    DropNextTokenBlocks,
+    /// 2-D tensors stored as `[in, out]` (GPT-2's Conv1D weights),
+    /// transposed to ggml's `[out, in]`: those whose names end so.
+    Transpose(&'static [&'static str]),
 }
 
 /// A fused checkpoint tensor and what the converter makes of it.
@@ -88,9 +97,24 @@ pub struct Fused {
     pub pieces: fn(&serde_json::Value) -> Result<Vec<Piece>, ConvertError>,
 }
 
-/// One tensor written from a fused one: its GGUF name (`{N}` the block)
-/// and the runs of the fused tensor's rows it holds, in order.
-pub type Piece = (&'static str, Vec<crate::artifact::RowTransform>);
+/// One tensor written from a fused one.
+#[derive(Debug)]
+pub struct Piece {
+    /// Its GGUF name, `{N}` the block.
+    pub name: &'static str,
+    /// The runs of the fused tensor's rows it holds, stacked in order.
+    pub runs: Vec<crate::artifact::RowTransform>,
+    /// Written 3-D, its rows cut into this many slices (DeepSeek's MLA
+    /// projections, a slice a head); 2-D when `None`.
+    pub slices: Option<u64>,
+}
+
+impl Piece {
+    /// A 2-D piece of these runs.
+    pub fn rows(name: &'static str, runs: Vec<crate::artifact::RowTransform>) -> Piece {
+        Piece { name, runs, slices: None }
+    }
+}
 
 /// How a family stores its experts: one 2-D tensor an expert and
 /// projection, which the converter stacks into one `[experts, rows, cols]`
@@ -196,6 +220,9 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &gptneox::CONVERSION,
     &ernie::CONVERSION,
     &falcon::CONVERSION,
+    &gpt2::CONVERSION,
+    &deepseek::DEEPSEEK_V2,
+    &deepseek::DEEPSEEK_V3,
 ];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
@@ -236,6 +263,11 @@ impl Conversion {
                 _ => None,
             })
             .unwrap_or(&[])
+    }
+
+    /// Whether its checkpoint tensor `hf` is stored transposed.
+    pub fn transposes(&self, hf: &str) -> bool {
+        self.transforms.iter().any(|t| matches!(t, Transform::Transpose(ends) if ends.iter().any(|e| hf.ends_with(e))))
     }
 
     /// How its experts are stored, if it has any.
