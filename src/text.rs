@@ -35,13 +35,12 @@ fn is_bidi_control(c: char) -> bool {
 /// Characters of a name shown at most; a longer one keeps its start and end.
 pub const NAME_SHOWN: usize = 120;
 
-/// A name from a file (a tensor's, a metadata key) for one line of a
-/// terminal: every control character escaped, newlines and tabs too (a name
-/// cannot start a line of its own), and at most [`NAME_SHOWN`] characters.
-pub fn name(text: &str) -> Cow<'_, str> {
+/// `text` for one line of a terminal: every control character escaped,
+/// newlines and tabs too, so it cannot start a line of its own.
+pub fn one_line(text: &str) -> Cow<'_, str> {
     let unsafe_char = |c: char| c.is_control() || is_bidi_control(c);
     if !text.chars().any(unsafe_char) {
-        return shorten(text, NAME_SHOWN);
+        return Cow::Borrowed(text);
     }
     let mut escaped = String::with_capacity(text.len() + 8);
     for c in text.chars() {
@@ -50,16 +49,31 @@ pub fn name(text: &str) -> Cow<'_, str> {
             false => escaped.push(c),
         }
     }
-    // Bounded as shown: an escape counts as the characters it takes.
-    Cow::Owned(shorten(&escaped, NAME_SHOWN).into_owned())
+    Cow::Owned(escaped)
 }
 
-/// [`name`] as a `Display`, for messages: `format!("tensor `{}`", Name(n))`.
+/// A name from a file (a tensor's, a metadata key) for one line of a
+/// terminal: [`one_line`], and at most [`NAME_SHOWN`] characters.
+pub fn name(text: &str) -> Cow<'_, str> {
+    match one_line(text) {
+        Cow::Borrowed(plain) => shorten(plain, NAME_SHOWN),
+        // Bounded as shown: an escape counts as the characters it takes.
+        Cow::Owned(escaped) => Cow::Owned(shorten(&escaped, NAME_SHOWN).into_owned()),
+    }
+}
+
+/// How many characters [`name`] shows of `text`: the width of its column.
+pub fn name_width(text: &str) -> usize {
+    name(text).chars().count()
+}
+
+/// [`name`] as a `Display`, for messages (`format!("tensor `{}`", Name(n))`)
+/// and table columns (`{:width$}` pads what is shown).
 pub struct Name<'a>(pub &'a str);
 
 impl std::fmt::Display for Name<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&name(self.0))
+        f.pad(&name(self.0))
     }
 }
 
@@ -120,6 +134,8 @@ mod tests {
         assert_eq!(long.chars().count(), NAME_SHOWN);
         assert!(long.contains('…'));
         assert_eq!(Name("a\nb").to_string(), "a\\nb");
+        assert_eq!(format!("{:6}|", Name("a\nb")), "a\\nb  |");
+        assert_eq!(name_width(&huge), NAME_SHOWN);
         // Escapes count as shown (found by the gguf_header fuzz target).
         assert!(name(&"\u{1b}".repeat(200)).chars().count() <= NAME_SHOWN);
     }

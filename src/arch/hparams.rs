@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 
 use super::registry::{NormEpsilon, block_of, detect};
 use crate::model::{Metadata, TensorInfo, Value};
+use crate::text::Name;
 
 /// The hyperparameters every decoder-only architecture has, plus the
 /// optional ones reports show.
@@ -192,7 +193,7 @@ pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Op
             t.dims.get(axis) != Some(&experts)
         });
         if let Some(t) = contradiction {
-            return Err(err("expert_count", format!("is {experts}, but {} is {:?}", t.name, t.dims)));
+            return Err(err("expert_count", format!("is {experts}, but {} is {:?}", Name(&t.name), t.dims)));
         }
     }
     let expert_used_count = first(&per_layer("expert_used_count")?);

@@ -13,7 +13,6 @@ use super::cache::CacheDir;
 use crate::exec::outputs::{ATTESTATION, find_export};
 use crate::exec::report::Status;
 use crate::exec::{Engine, attest, dsse, lock};
-use crate::formats::AtomicOutput;
 use crate::recipe::Recipe;
 use crate::store::{LocalStore, Store};
 
@@ -74,11 +73,7 @@ pub(super) fn run(args: AttestArgs) -> anyhow::Result<()> {
         None => statement,
     };
     match &output {
-        Some(path) => {
-            let mut out = AtomicOutput::create(path)?;
-            out.writer().write_all(&bytes)?;
-            out.commit()?;
-        }
+        Some(path) => super::write_output(path, &bytes)?,
         None => std::io::stdout().lock().write_all(&bytes)?,
     }
     Ok(())

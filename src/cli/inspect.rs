@@ -4,13 +4,9 @@ use std::io::{self, Write};
 
 use crate::formats::human_bytes;
 use crate::ops::inspect::{Identity, InspectReport};
-use crate::text::name;
+use crate::text::{for_terminal, name, name_width, one_line};
 
 /// The columns a name from the file takes once escaped and bounded.
-fn shown_width(text: &str) -> usize {
-    name(text).chars().count()
-}
-
 fn print_hparams(out: &mut dyn Write, label: &str, identity: &Identity) -> io::Result<()> {
     if let Some(h) = &identity.hyperparameters {
         let optional = |name: &str, v: Option<String>| v.map(|v| format!(", {name} {v}")).unwrap_or_default();
@@ -29,7 +25,7 @@ fn print_hparams(out: &mut dyn Write, label: &str, identity: &Identity) -> io::R
         )?;
     }
     if let Some(error) = &identity.hyperparameter_error {
-        writeln!(out, "{label}INVALID: {error}")?;
+        writeln!(out, "{label}INVALID: {}", one_line(error))?;
     }
     Ok(())
 }
@@ -50,7 +46,7 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
         r.data_offset
     )?;
     let id = &r.identity;
-    writeln!(out, "architecture  {}", id.architecture.as_deref().unwrap_or("(none)"))?;
+    writeln!(out, "architecture  {}", name(id.architecture.as_deref().unwrap_or("(none)")))?;
     writeln!(out, "family        {} ({}; by {})", id.family.name, id.family.id, id.family.detected_by.describe())?;
     print_hparams(out, "hparams       ", id)?;
     for part in r.parts.iter().flatten() {
@@ -58,7 +54,7 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
             out,
             "part          {}: {} ({}), {} tensors, {}",
             part.role,
-            part.identity.architecture.as_deref().unwrap_or("(none)"),
+            name(part.identity.architecture.as_deref().unwrap_or("(none)")),
             part.identity.family.name,
             part.tensor_count,
             human_bytes(part.tensor_bytes as f64)
@@ -80,7 +76,7 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
         writeln!(out, "split         {} shards (the report is of the whole model)", shards.len())?;
         for shard in shards {
             let size = human_bytes(shard.file_size as f64);
-            writeln!(out, "  {}  {} tensors, {size}", shard.file, shard.tensor_count)?;
+            writeln!(out, "  {}  {} tensors, {size}", name(&shard.file), shard.tensor_count)?;
         }
     }
     if r.legacy_blocks_repacked {
@@ -88,7 +84,7 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
     }
 
     writeln!(out, "\nmetadata ({} keys)", r.metadata.len())?;
-    let key_width = r.metadata.iter().map(|m| shown_width(&m.key)).max().unwrap_or(0);
+    let key_width = r.metadata.iter().map(|m| name_width(&m.key)).max().unwrap_or(0);
     for m in &r.metadata {
         let ty = match (m.element_type, m.len) {
             (Some(el), Some(len)) => format!("arr[{el}; {len}]"),
@@ -99,7 +95,8 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
             value.truncate(value.len() - 1);
             value.push_str(", ...]");
         }
-        writeln!(out, "  {:key_width$}  {ty:14}  {value}", name(&m.key))?;
+        // JSON escapes only the C0 controls: DEL, C1 and bidi controls too.
+        writeln!(out, "  {:key_width$}  {ty:14}  {}", name(&m.key), for_terminal(&value))?;
     }
 
     writeln!(out, "\ntypes")?;
@@ -115,7 +112,7 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
     }
 
     if let Some(tensors) = &r.tensors {
-        let name_width = tensors.iter().map(|t| shown_width(&t.name)).max().unwrap_or(4).max(4);
+        let name_width = tensors.iter().map(|t| name_width(&t.name)).max().unwrap_or(4).max(4);
         writeln!(out, "\n  {:name_width$}  {:8}  {:24}  {:>12}  {:>12}", "name", "type", "shape", "offset", "bytes")?;
         for t in tensors {
             let shape = format!("{:?}", t.shape);

@@ -450,6 +450,17 @@ impl LoadArgs {
     }
 }
 
+/// Writes `bytes` whole or not at all to a path a guard let through; an
+/// error names the path.
+fn write_output(path: &crate::files::OutputPath, bytes: &[u8]) -> anyhow::Result<()> {
+    let write = || -> io::Result<()> {
+        let mut out = crate::formats::AtomicOutput::create(path)?;
+        out.writer().write_all(bytes)?;
+        out.commit().map(drop)
+    };
+    write().with_context(|| format!("cannot write {}", path.shown().display()))
+}
+
 pub fn main() -> ExitCode {
     signals::install();
     let cli = Cli::parse();

@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
+
 use crate::files::{OutputPath, Replaces, WriteGuard};
 use crate::formats::pack::{self, Derivation, LadderFile, Manifest, Pack, PackWriter, Span};
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
@@ -271,7 +273,7 @@ pub(super) fn unpack(args: UnpackArgs, json: bool) -> anyhow::Result<()> {
     if let Some(unknown) = wanted.iter().find(|w| !names.contains(w)) {
         anyhow::bail!("{}: no file `{unknown}` in the pack; it holds {}", args.pack.display(), names.join(", "));
     }
-    std::fs::create_dir_all(outdir)?;
+    std::fs::create_dir_all(outdir).with_context(|| format!("cannot create {}", outdir.display()))?;
     // Every file the pack names stays inside OUTDIR, and none is the pack.
     let mut guard = WriteGuard::within(outdir, "the output directory");
     guard.protect(&args.pack, "the pack being unpacked");

@@ -11,6 +11,7 @@ use anyhow::Context;
 use super::{LoadArgs, json};
 use crate::arch::split::{self, Axis, DevicePlan, Devices};
 use crate::formats::{ModelFile, human_bytes};
+use crate::text::{Name, name_width};
 
 #[derive(Debug, clap::Args)]
 pub struct PlanDevicesArgs {
@@ -88,8 +89,8 @@ fn print_text(out: &mut impl Write, plan: &DevicePlan) -> io::Result<()> {
         Some(w) => format!(", weights {}", w.iter().map(f32::to_string).collect::<Vec<_>>().join(",")),
         None => String::new(),
     };
-    writeln!(out, "{} across {} devices{weights}", plan.architecture, plan.devices.count)?;
-    let width = plan.tensors.iter().map(|t| t.name.len()).max().unwrap_or(0);
+    writeln!(out, "{} across {} devices{weights}", Name(&plan.architecture), plan.devices.count)?;
+    let width = plan.tensors.iter().map(|t| name_width(&t.name)).max().unwrap_or(0);
     for t in &plan.tensors {
         let how = match t.axis {
             Axis::Mirrored => "mirrored".to_owned(),
@@ -107,7 +108,7 @@ fn print_text(out: &mut impl Write, plan: &DevicePlan) -> io::Result<()> {
             }
         };
         let role = serde_json::to_value(t.role).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
-        writeln!(out, "  {:width$}  {:16} {:6} {how}", t.name, role, t.ggml_type.name())?;
+        writeln!(out, "  {:width$}  {:16} {:6} {how}", Name(&t.name), role, t.ggml_type.name())?;
     }
     for (j, bytes) in plan.device_bytes.iter().enumerate() {
         writeln!(out, "device {j}: {}", human_bytes(*bytes as f64))?;

@@ -9,9 +9,10 @@ use anyhow::Context;
 use super::chart::{self, Bar, Scale};
 use crate::files::{Replaces, WriteGuard};
 use crate::formats::parse_size;
-use crate::formats::{AtomicOutput, ModelFile, OpenOptions, human_bytes};
+use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::quant::budget::{BudgetPlan, Model, Target, plan_budget, probe_preset};
 use crate::quant::plan::{QuantizeOptions, load_imatrix};
+use crate::text::{Name, name_width};
 
 #[derive(Debug, clap::Args)]
 pub struct PlanQuantArgs {
@@ -62,9 +63,7 @@ pub fn run(args: PlanQuantArgs, json: bool) -> anyhow::Result<()> {
     let plan = plan_for(&args.input, target, args.imatrix.as_deref(), !args.no_protect, base_options())
         .with_context(|| format!("cannot plan {}", args.input.display()))?;
     if let Some(path) = &svg_path {
-        let mut out = AtomicOutput::create(path)?;
-        out.writer().write_all(svg(&plan).as_bytes())?;
-        out.commit().map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.shown().display()))?;
+        super::write_output(path, svg(&plan).as_bytes())?;
     }
     if json {
         return super::json::print(&plan);
@@ -99,7 +98,7 @@ pub fn plan_for(
 }
 
 fn print_text(out: &mut dyn Write, plan: &BudgetPlan) -> io::Result<()> {
-    let width = plan.tensors.iter().map(|t| t.name.len()).max().unwrap_or(6).max(6);
+    let width = plan.tensors.iter().map(|t| name_width(&t.name)).max().unwrap_or(6).max(6);
     writeln!(
         out,
         "{:width$}  {:7}  {:>10}  {:>6}  {:>12}  {:>9}",
@@ -112,7 +111,7 @@ fn print_text(out: &mut dyn Write, plan: &BudgetPlan) -> io::Result<()> {
         writeln!(
             out,
             "{:width$}  {:7}  {:>10}  {bpw:>6.2}  {error:>12}  {kurtosis:>9}",
-            t.name,
+            Name(&t.name),
             t.ty,
             human_bytes(t.bytes as f64),
         )?;

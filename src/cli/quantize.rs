@@ -11,6 +11,7 @@ use anyhow::Context;
 use super::{QuantizeArgs, plan_quant, workers};
 use crate::exec::oneshot;
 use crate::files::IoText;
+use crate::files::{Replaces, WriteGuard};
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::ops::Op;
 use crate::ops::export::SplitMode;
@@ -20,6 +21,7 @@ use crate::quant::mixture::{MixtureOptions, TensorTypeOverride};
 use crate::quant::plan::{self as quantize, QuantizeOptions, QuantizePlan, parse_preset};
 use crate::quant::prune;
 use crate::recipe::ExtraInput;
+use crate::text::{Name, name_width};
 use crate::types::FileType;
 
 /// How a quantization reports what it did.
@@ -104,9 +106,13 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
     mixture.output_tensor_type = args.output_tensor_type;
     mixture.token_embedding_type = args.token_embedding_type;
     mixture.tensor_types = args.tensor_type;
+    // The run's guard knows its model and matrix; these files it never sees.
+    let mut read_only = WriteGuard::default();
     for path in &args.tensor_type_file {
         mixture.tensor_types.extend(tensor_types_from(path)?);
+        read_only.protect(path, "a --tensor-type-file");
     }
+    read_only.check(&args.output, Replaces::AnyFile)?;
     mixture.keep_split = args.keep_split;
     anyhow::ensure!(
         args.target_size.is_none() || args.preset.is_none(),
@@ -240,13 +246,13 @@ fn plan_document(plan: &QuantizePlan) -> super::json::QuantizePlan {
 }
 
 fn print_plan(out: &mut dyn Write, plan: &QuantizePlan) -> io::Result<()> {
-    let width = plan.tensors.iter().map(|t| t.info.name.len()).max().unwrap_or(6);
+    let width = plan.tensors.iter().map(|t| name_width(&t.info.name)).max().unwrap_or(6);
     for t in &plan.tensors {
         let fallback = t.fallback_from.map(|f| format!(" (fallback from {f})")).unwrap_or_default();
         writeln!(
             out,
             "{:width$}  {:24}  {:>7} -> {:7}  {:>10} -> {:>10}{fallback}",
-            t.info.name,
+            Name(&t.info.name),
             format!("{:?}", t.info.dims),
             t.from.name(),
             t.info.ggml_type.name(),

@@ -17,8 +17,8 @@ use serde_json::Value;
 
 use super::chart::{self, Bar, Scale, escape};
 use crate::arch::registry::block_of;
-use crate::files::{OutputPath, WriteGuard};
-use crate::formats::{AtomicOutput, ModelFile, OpenOptions, human_bytes};
+use crate::files::WriteGuard;
+use crate::formats::{ModelFile, OpenOptions, human_bytes};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct ReportArgs {
@@ -48,7 +48,7 @@ pub(super) fn run(args: ReportArgs) -> anyhow::Result<()> {
         guard.protect(path, "one of the documents the page is drawn from");
     }
     let output = guard.check(&args.output, crate::exec::outputs::REPORT_PAGE)?;
-    write(&output, &page(&documents)?)?;
+    super::write_output(&output, page(&documents)?.as_bytes())?;
     eprintln!("wrote {}", args.output.display());
     Ok(())
 }
@@ -59,14 +59,6 @@ pub(super) struct Document {
     pub label: String,
     pub value: Value,
     pub base: PathBuf,
-}
-
-/// Writes the page whole or not at all, where a guard let it through.
-pub(super) fn write(path: &OutputPath, html: &str) -> anyhow::Result<()> {
-    let mut out = AtomicOutput::create(path)?;
-    out.writer().write_all(html.as_bytes())?;
-    out.commit().map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.shown().display()))?;
-    Ok(())
 }
 
 const STYLE: &str = "

@@ -468,7 +468,7 @@ fn write_page(page: &Path, recipe: &Path, report: &RunReport, outputs: &RunOutpu
         value: serde_json::to_value(report)?,
         base: PathBuf::new(),
     };
-    super::report::write(&path, &super::report::page(&[document])?)
+    super::write_output(&path, super::report::page(&[document])?.as_bytes())
 }
 
 fn lock_drift(

@@ -19,6 +19,7 @@ use crate::formats::gguf::{self, TensorDataSource};
 use crate::formats::{AtomicOutput, FormatError, ModelFile};
 use crate::model::{Array, AxisCut, Metadata, TensorInfo, Value};
 use crate::ops::split::ShardPlan;
+use crate::text::Name;
 
 /// `split.device.index`: the shard's device (u16).
 pub const INDEX: &str = "split.device.index";
@@ -195,7 +196,8 @@ impl TensorDataSource for Slices<'_> {
         let (t, cut) = &self.cuts[idx];
         let bytes = self.model.tensor_data(t).map_err(io::Error::other)?;
         let Some(cut) = cut else { return out.write_all(&bytes) };
-        let slice = cut.cut(t, &bytes).ok_or_else(|| io::Error::other(format!("`{}` cannot be sliced", t.name)))?;
+        let slice =
+            cut.cut(t, &bytes).ok_or_else(|| io::Error::other(format!("`{}` cannot be sliced", Name(&t.name))))?;
         out.write_all(&slice)
     }
 }
@@ -305,11 +307,16 @@ impl<'a> Placed<'a> {
                         .collect::<Result<Vec<_>, DeviceShardError>>()?;
                     let cut = AxisCut { axis, segments };
                     if cut.lengths().map(|(_, share)| share) != Some(t.dims[axis]) {
-                        return Err(bad(path, format!("`{}`'s pieces do not add up to its dimension {axis}", t.name)));
+                        return Err(bad(
+                            path,
+                            format!("`{}`'s pieces do not add up to its dimension {axis}", Name(&t.name)),
+                        ));
                     }
                     Some(cut)
                 }
-                Ok(axis) => return Err(bad(path, format!("`{}` is cut along axis {axis} it does not have", t.name))),
+                Ok(axis) => {
+                    return Err(bad(path, format!("`{}` is cut along axis {axis} it does not have", Name(&t.name))));
+                }
             };
             tensors.push((t, cut));
         }

@@ -7,6 +7,7 @@ use std::io::Read;
 use std::path::Path;
 
 use crate::formats::{FormatError, ModelFile, OpenOptions};
+use crate::text::Name;
 
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
@@ -26,10 +27,11 @@ pub fn first_difference(claimed: &Path, derived: &Path) -> Result<Option<String>
     };
     for ((ka, va), (kb, vb)) in a.metadata.iter().zip(b.metadata.iter()) {
         if ka != kb {
-            return Ok(Some(format!("metadata key `{ka}` where the derivation has `{kb}`")));
+            return Ok(Some(format!("metadata key `{}` where the derivation has `{}`", Name(ka), Name(kb))));
         }
         if va != vb {
-            return Ok(Some(format!("metadata key `{ka}` is {va:?}; the derivation has {vb:?}")));
+            let (va, vb) = (format!("{va:?}"), format!("{vb:?}"));
+            return Ok(Some(format!("metadata key `{}` is {}; the derivation has {}", Name(ka), Name(&va), Name(&vb))));
         }
     }
     if a.metadata.len() != b.metadata.len() {
@@ -37,12 +39,12 @@ pub fn first_difference(claimed: &Path, derived: &Path) -> Result<Option<String>
     }
     for (ta, tb) in a.tensors.iter().zip(&b.tensors) {
         if ta.name != tb.name {
-            return Ok(Some(format!("tensor `{}` where the derivation has `{}`", ta.name, tb.name)));
+            return Ok(Some(format!("tensor `{}` where the derivation has `{}`", Name(&ta.name), Name(&tb.name))));
         }
         if ta.ggml_type != tb.ggml_type || ta.dims != tb.dims {
             return Ok(Some(format!(
                 "tensor `{}` is {} {:?}; the derivation makes it {} {:?}",
-                ta.name,
+                Name(&ta.name),
                 ta.ggml_type.name(),
                 ta.dims,
                 tb.ggml_type.name(),
@@ -53,7 +55,7 @@ pub fn first_difference(claimed: &Path, derived: &Path) -> Result<Option<String>
         if let Some(at) = da.iter().zip(db.iter()).position(|(x, y)| x != y) {
             return Ok(Some(format!(
                 "tensor `{}` ({}): its bytes differ from byte {at} of {}",
-                ta.name,
+                Name(&ta.name),
                 ta.ggml_type.name(),
                 da.len()
             )));

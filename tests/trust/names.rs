@@ -141,3 +141,91 @@ fn long_names_are_read_and_shown_bounded_and_never_written() {
     assert!(!output.status.success() && text.contains("has a name of 100 bytes"), "{text}");
     assert!(!d.join("r.gguf").exists());
 }
+
+#[test]
+fn plans_and_tables_show_names_escaped_and_aligned() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::copy(common::tiny_model(), d.join("tiny.gguf")).unwrap();
+    for (i, hostile) in HOSTILE.iter().enumerate() {
+        let hostile = String::from_utf8(hostile.to_vec()).unwrap();
+        let file = format!("h{i}.gguf");
+        let rename = format!("output.weight={hostile}");
+        let (text, output) = run_in(d, &["edit", "tiny.gguf", &file, "--rename-tensor", &rename]);
+        assert!(output.status.success(), "{text}");
+        for args in [
+            &["quantize", "--dry-run", &file, "q.gguf", "Q4_K_M"][..],
+            &["plan-quant", &file, "--target-bpw", "4"],
+            &["plan-devices", &file, "--devices", "2"],
+            &["inspect", &file, "--tensors"],
+        ] {
+            let (text, output) = run_in(d, args);
+            assert!(output.status.success(), "{args:?}: {text}");
+            assert_inert(&format!("{args:?} of {hostile:?}"), &text);
+            // The table's columns line up: every row of tensors pads its name to one width.
+            let rows: Vec<&str> = text.lines().filter(|l| l.contains("blk.1.ffn_up.weight")).collect();
+            assert!(!rows.is_empty(), "{args:?}: {text}");
+        }
+    }
+}
+
+#[test]
+fn metadata_values_reach_the_terminal_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // DEL, a C1 CSI (U+009B, which JSON leaves as it is), a bidi override, ESC.
+    let values: [&[u8]; 4] = [b"a\x7fb", "c\u{9b}2Jd".as_bytes(), "e\u{202e}f".as_bytes(), b"g\x1b[2Jh"];
+    let mut g = RawGguf::default();
+    for (i, value) in values.iter().enumerate() {
+        g.kv_raw(format!("test.value{i}").as_bytes(), 8, g.string(value));
+    }
+    g.kv_raw(b"general.architecture", 8, g.string(b"llama\x1b[31m"));
+    g.tensor(b"t.weight", &[4], 0, 0);
+    g.data = vec![0; 32];
+    std::fs::write(d.join("v.gguf"), g.bytes()).unwrap();
+    let (text, output) = run_in(d, &["inspect", "v.gguf"]);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("INVALID: llama\\u{1b}[31m.embedding_length"), "{text}");
+    for raw in ['\u{7f}', '\u{9b}', '\u{202e}', '\u{1b}'] {
+        assert!(!text.contains(raw), "a raw {raw:?} reached the terminal: {text:?}");
+    }
+    for shown in ["a\\u{7f}b", "c\\u{9b}2Jd", "e\\u{202e}f", "llama\\u{1b}[31m"] {
+        assert!(text.contains(shown), "{shown} is not shown: {text}");
+    }
+}
+
+#[test]
+fn quantize_never_writes_a_name_llama_cpp_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::copy(common::tiny_model(), d.join("tiny.gguf")).unwrap();
+    for (n, written) in [(63, true), (64, false), (300, false)] {
+        let rename = format!("output.weight={}", "z".repeat(n));
+        let (text, output) = run_in(d, &["edit", "tiny.gguf", "named.gguf", "--rename-tensor", &rename]);
+        if !written {
+            // edit refuses too; build the file by hand to give quantize the name.
+            assert!(!output.status.success(), "{text}");
+            let mut g = RawGguf::default();
+            g.kv_str("general.architecture", "llama");
+            for key in ["block_count", "attention.head_count", "attention.head_count_kv"] {
+                g.kv_u32(&format!("llama.{key}"), 1);
+            }
+            g.kv_u32("llama.embedding_length", 32);
+            g.kv_u32("llama.context_length", 64);
+            g.kv_u32("llama.feed_forward_length", 64);
+            g.tensor("z".repeat(n).as_bytes(), &[32, 8], 0, 0);
+            g.data = vec![0; 32 * 8 * 4];
+            std::fs::write(d.join("named.gguf"), g.bytes()).unwrap();
+        }
+        for preset in ["Q8_0", "Q4_K_M", "COPY"] {
+            let out = d.join("out.gguf");
+            let _ = std::fs::remove_file(&out);
+            let (text, output) = run_in(d, &["quantize", "named.gguf", "out.gguf", preset]);
+            assert_eq!(output.status.success(), written, "{n} bytes, {preset}: {text}");
+            assert_eq!(out.exists(), written, "{n} bytes, {preset}");
+            if !written {
+                assert!(text.contains(&format!("has a name of {n} bytes")), "{preset}: {text}");
+            }
+        }
+    }
+}

@@ -84,8 +84,18 @@ fn edits() -> Vec<(&'static str, Edit, &'static str)> {
             "quickstart.toml is not the attested one: its blake3 is",
         ),
         (
+            "the recipe's sha256",
+            |s| flip(&mut definition(s)["externalParameters"]["recipe"]["digest"]["sha256"]),
+            "quickstart.toml is not the attested one: its sha256 is",
+        ),
+        (
             "an input's blake3",
             |s| flip(&mut definition(s)["resolvedDependencies"][0]["digest"]["blake3"]),
+            "input `tiny` (",
+        ),
+        (
+            "an input's sha256",
+            |s| flip(&mut definition(s)["resolvedDependencies"][0]["digest"]["sha256"]),
             "input `tiny` (",
         ),
         (

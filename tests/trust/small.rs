@@ -108,6 +108,19 @@ fn errors_name_their_flag_or_file() {
     }
     let output = common::quantforge_in(d, &["plan-quant", "tiny.gguf", "--target-size", "1"].map(OsStr::new));
     fails_with(&output, "cannot plan tiny.gguf: a budget of 1 bytes");
+    // A write that fails names what it was writing (here: under a file).
+    std::fs::write(ws.path("afile"), "x").unwrap();
+    let plan = common::quantforge_in(d, &["plan", "recipe.toml", "--json"].map(OsStr::new));
+    std::fs::write(ws.path("plan.json"), &plan.stdout).unwrap();
+    let writes: [&[&str]; 3] = [
+        &["plan-quant", "tiny.gguf", "--target-bpw", "5", "--svg", "afile/c.svg"],
+        &["report", "plan.json", "-o", "afile/r.html"],
+        &["attest", OUTPUTS[0], "--recipe", "recipe.toml", "-o", "afile/a.json"],
+    ];
+    for args in writes {
+        let output = common::quantforge_in(d, &args.iter().map(OsStr::new).collect::<Vec<_>>());
+        fails_with(&output, &format!("cannot write {}", args[args.len() - 1]));
+    }
 }
 
 /// A pid no process has: a child's, after it is reaped.

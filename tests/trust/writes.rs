@@ -174,6 +174,14 @@ fn command_line_outputs_never_replace_their_inputs() {
     refused(d, &[&"quantize", &"tiny.gguf", &"hard-link.gguf", &"Q8_0"], input);
     refused(d, &[&"quantize", &"tiny.gguf", &"out/../tiny.gguf", &"Q8_0"], input);
     refused(d, &[&"edit", &"tiny.gguf", &"hard-link.gguf"], input);
+    // Files a command reads besides its model: a --tensor-type-file, under any name.
+    std::fs::write(ws.path("types.txt"), "output.weight=q8_0\n").unwrap();
+    std::fs::hard_link(ws.path("types.txt"), ws.path("types-link.txt")).unwrap();
+    for target in ["types.txt", "types-link.txt", "out/../types.txt"] {
+        let args: [&dyn AsRef<OsStr>; 6] =
+            [&"quantize", &"--tensor-type-file", &"types.txt", &"tiny.gguf", &target, &"Q8_0"];
+        refused(d, &args, "is a --tensor-type-file");
+    }
     refused(d, &[&"dequantize", &q8, &"soft-link.gguf"], "is a symbolic link");
     // `report -o`: never a document it reads, never a file that is not a page.
     let document = common::quantforge_in(d, &[OsStr::new("plan"), OsStr::new("recipe.toml"), OsStr::new("--json")]);
@@ -207,6 +215,18 @@ fn command_line_outputs_never_replace_their_inputs() {
     std::fs::remove_file(ws.path("cut-dev0-of-1.gguf")).unwrap();
     let sharded = common::quantforge_in(d, &["shard-devices", "tiny.gguf", "dev", "--devices", "2"].map(OsStr::new));
     assert!(sharded.status.success(), "{}", String::from_utf8_lossy(&sharded.stderr));
+    // Its prefix may name directories that do not exist yet.
+    for prefix in ["new/dev", "new/deeper/still/dev"] {
+        let made = common::quantforge_in(d, &["shard-devices", "tiny.gguf", prefix, "--devices", "2"].map(OsStr::new));
+        assert!(made.status.success(), "{prefix}: {}", String::from_utf8_lossy(&made.stderr));
+        for j in 0..2 {
+            let shard = ws.path(&format!("{prefix}-dev{j}-of-2.gguf"));
+            assert_eq!(
+                std::fs::read(&shard).unwrap(),
+                std::fs::read(ws.path(&format!("dev-dev{j}-of-2.gguf"))).unwrap()
+            );
+        }
+    }
     refused(d, &[&"merge", &"dev-dev0-of-2.gguf", &"dev-dev1-of-2.gguf"], "is one of the shards being merged");
     // A chart: never the model it is drawn from.
     refused(

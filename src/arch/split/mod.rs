@@ -26,6 +26,7 @@ pub use segments::Segment;
 
 use crate::arch::registry::{self, Role};
 use crate::model::{Metadata, TensorInfo};
+use crate::text::Name;
 use crate::types::GgmlType;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -212,7 +213,10 @@ impl Planner<'_> {
                 }
                 let source = self.tensor(reference)?;
                 let Axis::Split(_) = source.axis else {
-                    return Err(SplitError::tensor(&t.name, format!("belongs to {}, which is not split", source.name)));
+                    return Err(SplitError::tensor(
+                        &t.name,
+                        format!("belongs to {}, which is not split", Name(&source.name)),
+                    ));
                 };
                 split.partial =
                     (0..n).map(|j| source.segments.iter().map(|s| s.extents[j] * u64::from(s.repeats)).sum()).collect();

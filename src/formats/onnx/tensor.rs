@@ -19,6 +19,7 @@ use super::super::safetensors::Dtype;
 use super::super::source::{OpenOptions, Source};
 use super::wire::{Wire, WireType};
 use crate::model::{PlacedElements, Placement, StoredLayout, TensorInfo, element_count};
+use crate::text::Name;
 
 /// `TensorProto.DataType`: the name of each, and the dtype it reads as
 /// (`None`: no ggml type holds it).
@@ -133,7 +134,7 @@ impl TensorProto {
             .map(|d| {
                 i64::try_from(d)
                     .map(|d| d as u64)
-                    .map_err(|_| w.error(t.at, format!("tensor `{}` has a negative dimension", t.name)))
+                    .map_err(|_| w.error(t.at, format!("tensor `{}` has a negative dimension", Name(&t.name))))
             })
             .collect::<Result<_>>()?;
         Ok(t)

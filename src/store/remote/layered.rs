@@ -103,9 +103,10 @@ impl Layered {
     }
 
     /// The remote at `url` behind a local cache that lasts for this run
-    /// only (a one-shot command without `--cache-dir`).
+    /// only (a one-shot command without `--cache-dir`), in a scratch
+    /// directory a killed run's successor sweeps.
     pub fn scratch(url: &RemoteUrl, mode: RemoteMode) -> Result<Layered, LayeredError> {
-        let dir = tempfile::Builder::new().prefix("quantforge-cache-").tempdir().map_err(LayeredError::Scratch)?;
+        let dir = crate::formats::scratch_dir(&std::env::temp_dir()).map_err(LayeredError::Scratch)?;
         let local = LocalStore::open(dir.path()).map_err(|e| LayeredError::Scratch(std::io::Error::other(e)))?;
         Layered::with_local(local, Some(dir), url, mode)
     }
