@@ -27,6 +27,20 @@ pub struct TensorSet {
     pub endian: Endian,
     pub metadata: Metadata,
     pub tensors: Vec<Tensor>,
+    pub header_end: HeaderEnd,
+}
+
+/// Where a GGUF written from a set ends its header. Not carried by the ops
+/// that derive one set from another: a file edited, renamed or split is
+/// written as ggml and gguf-py write every file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum HeaderEnd {
+    /// Padded to the alignment.
+    #[default]
+    Aligned,
+    /// Right after the metadata, with no padding: a file of no tensors as
+    /// `convert_hf_to_gguf.py --vocab-only` writes it (ggml reads both).
+    AtMetadata,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -240,6 +254,13 @@ const MANIFEST_MAGIC: &[u8; 8] = b"QFMANIF1";
 struct ManifestHead {
     endian: Endian,
     tensors: Vec<Tensor>,
+    // Absent when aligned: manifests written before the field read the same.
+    #[serde(default, skip_serializing_if = "is_aligned")]
+    header_end: HeaderEnd,
+}
+
+fn is_aligned(end: &HeaderEnd) -> bool {
+    *end == HeaderEnd::Aligned
 }
 
 impl TensorSet {
@@ -263,7 +284,11 @@ impl TensorSet {
     /// The manifest: magic, a JSON head (tensors), then the metadata as a
     /// GGUF file with no tensors, so every value keeps its exact type and bytes.
     pub fn encode(&self) -> io::Result<Vec<u8>> {
-        let head = serde_json::to_vec(&ManifestHead { endian: self.endian, tensors: self.tensors.clone() })?;
+        let head = serde_json::to_vec(&ManifestHead {
+            endian: self.endian,
+            tensors: self.tensors.clone(),
+            header_end: self.header_end,
+        })?;
         let layout = gguf::layout(&self.metadata, &[])?;
         let mut out = Vec::with_capacity(MANIFEST_MAGIC.len() + 8 + head.len() + layout.file_len as usize);
         out.extend_from_slice(MANIFEST_MAGIC);
@@ -285,7 +310,12 @@ impl TensorSet {
         let (head, gguf_bytes) = rest.split_at(len);
         let head: ManifestHead = serde_json::from_slice(head).map_err(|e| bad(e.to_string()))?;
         let header = gguf::read_header_bytes(gguf_bytes, Path::new(name)).map_err(|e| bad(e.to_string()))?;
-        Ok(TensorSet { endian: head.endian, metadata: header.metadata, tensors: head.tensors })
+        Ok(TensorSet {
+            endian: head.endian,
+            metadata: header.metadata,
+            tensors: head.tensors,
+            header_end: head.header_end,
+        })
     }
 }
 
@@ -303,7 +333,7 @@ mod tests {
         let file = Key::of_bytes(b"model");
         let input = Tensor::from_input(file, 3, &TensorInfo::new("w", vec![256, 2], GgmlType::F16));
         let q = Tensor::convert(input, GgmlType::Q4_K, Some(Key::of_bytes(b"weights")));
-        let set = TensorSet { endian: Endian::Little, metadata, tensors: vec![q] };
+        let set = TensorSet { endian: Endian::Little, metadata, tensors: vec![q], header_end: HeaderEnd::Aligned };
         let back = TensorSet::decode(&set.encode().unwrap(), "test").unwrap();
         assert_eq!(back.tensors, set.tensors);
         assert_eq!(back.metadata.len(), 3);

@@ -188,6 +188,68 @@ fn whole_files_equal_convert_hf_to_gguf() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// `--vocab-only` (`tests/data/convert/vocab-only/`, one checkpoint of each
+/// vocabulary kind and of generated tensors' keys): the converter's metadata
+/// without a tensor, ending where the metadata does; in a recipe too; never
+/// quantized.
+#[test]
+fn vocabularies_alone_equal_convert_hf_to_gguf_vocab_only() {
+    let Some(python) = common::python_with_gguf() else { return };
+    let data = common::repo().join("tests/data/convert");
+    let dir = tempfile::tempdir().unwrap();
+    let os = std::ffi::OsStr::new;
+    let mut checked = 0;
+    for entry in std::fs::read_dir(data.join("vocab-only")).unwrap() {
+        let golden_path = entry.unwrap().path();
+        let stem = golden_path.file_stem().unwrap().to_str().unwrap();
+        let (model, outtype) = stem.rsplit_once('-').unwrap();
+        let input = data.join("checkpoints").join(model);
+        let out = dir.path().join(format!("{stem}.gguf"));
+        run_quantforge(&[
+            os("convert"),
+            input.as_os_str(),
+            out.as_os_str(),
+            os("--outtype"),
+            os(outtype),
+            os("--vocab-only"),
+        ]);
+        let golden: Json = serde_json::from_str(&std::fs::read_to_string(&golden_path).unwrap()).unwrap();
+        let ours = summarize(&python, &out);
+        assert_eq!(ours["metadata"], golden["metadata"], "{stem}");
+        assert_eq!(ours["tensors"], json!([]), "{stem}");
+        assert_eq!(ours["file"], golden["file"], "{stem}");
+        checked += 1;
+    }
+    assert_eq!(checked, 5);
+    // The recipe op writes the same file; a preset has nothing to quantize.
+    let input = data.join("checkpoints/gemma-3-tiny-it");
+    let recipe = format!(
+        "[input.hf]\npath = {:?}\n[step.v]\nop = \"convert\"\nfrom = \"hf\"\nouttype = \"f16\"\nvocab_only = true\n\
+         [step.out]\nop = \"export\"\nfrom = \"v\"\npath = \"vocab.gguf\"\n",
+        input.display().to_string()
+    );
+    std::fs::write(dir.path().join("vocab.toml"), recipe).unwrap();
+    let output = common::quantforge_in(dir.path(), &[os("run"), os("vocab.toml")]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let golden: Json =
+        serde_json::from_str(&std::fs::read_to_string(data.join("vocab-only/gemma-3-tiny-it-f16.json")).unwrap())
+            .unwrap();
+    assert_eq!(summarize(&python, &dir.path().join("vocab.gguf"))["file"], golden["file"]);
+    let quantized = dir.path().join("q.gguf");
+    let output = common::quantforge(&[
+        os("convert"),
+        input.as_os_str(),
+        quantized.as_os_str(),
+        os("--outtype"),
+        os("Q4_K_M"),
+        os("--vocab-only"),
+    ]);
+    assert!(!output.status.success() && !quantized.exists());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("a vocabulary alone has no tensors to quantize to Q4_K_M")
+    );
+}
+
 fn run_quantforge(args: &[&std::ffi::OsStr]) {
     let output = common::quantforge(args);
     assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));

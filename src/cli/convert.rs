@@ -40,6 +40,10 @@ pub struct ConvertArgs {
     /// from the model card, the config or the directory, a Hub cache's repository NAME).
     #[arg(long, value_name = "NAME")]
     model_name: Option<String>,
+    /// Write the vocabulary alone: the metadata (architecture, naming and tokenizer keys)
+    /// without a tensor, as convert_hf_to_gguf.py's --vocab-only.
+    #[arg(long)]
+    vocab_only: bool,
     /// Worker threads (default: all cores).
     #[arg(long, value_name = "N", value_parser = super::parse_workers)]
     threads: Option<usize>,
@@ -57,7 +61,7 @@ pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
     };
     let started = std::time::Instant::now();
     let target = Target::parse(&args.outtype).map_err(|e| anyhow::anyhow!("--outtype: {e}"))?;
-    let options = ConvertOptions { target, pre: args.pre, model_name: args.model_name };
+    let options = ConvertOptions { target, pre: args.pre, model_name: args.model_name, vocab_only: args.vocab_only };
     let job = OneShot {
         name: "convert",
         input,

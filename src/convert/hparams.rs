@@ -156,6 +156,20 @@ pub fn architecture_keys(
     outtype: OutType,
 ) -> Result<Metadata, ConvertError> {
     let mut keys = generated_tensor_keys(ckpt, conversion, arch)?;
+    keys.append_prefixed("", &parameter_keys(ckpt, conversion, arch, outtype)?);
+    Ok(keys)
+}
+
+/// The keys of `set_gguf_parameters` and the quantization version, without
+/// those the converter writes only while it makes the tensors (all that
+/// `--vocab-only` writes of the architecture).
+pub(super) fn parameter_keys(
+    ckpt: &Checkpoint,
+    conversion: &Conversion,
+    arch: &str,
+    outtype: OutType,
+) -> Result<Metadata, ConvertError> {
+    let mut keys = Metadata::new();
     let hp = Hparams { ckpt, arch, outtype, rope: RopeParameters::resolve(ckpt), overrides: Vec::new() };
     (conversion.keys)(&hp, &mut keys)?;
     keys.set("general.quantization_version", Value::U32(QUANTIZATION_VERSION));

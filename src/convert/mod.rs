@@ -32,25 +32,42 @@ use crate::model::{Metadata, TensorInfo, Value};
 use crate::quant::plan::{self as quantize, QuantizeOptions};
 use crate::types::FileType;
 
+/// What a conversion writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The whole model.
+    Model,
+    /// The converter's `--vocab-only`: the metadata alone, without the
+    /// tensors and what it writes only while it makes them (generated
+    /// tensors' keys; a size label counted from the tensors).
+    VocabOnly,
+}
+
 /// A whole conversion: the metadata in the converter's key order and the
 /// tensors in its tensor order. `pre` names a BPE vocabulary's pre-tokenizer.
 pub fn convert(
     ckpt: &Checkpoint,
     outtype: OutType,
     pre: Option<&str>,
+    scope: Scope,
 ) -> Result<(Metadata, Vec<ConvertedTensor>), ConvertError> {
     let (conversion, arch) = conversion_of(ckpt)?;
     config::check_modelled(ckpt, conversion)?;
-    let tensors = convert_tensors(ckpt, outtype)?;
+    let tensors = match scope {
+        Scope::Model => convert_tensors(ckpt, outtype)?,
+        Scope::VocabOnly => Vec::new(),
+    };
     let counts = naming::ParameterCounts::of(tensors.iter().map(|t| &t.info));
     // Keys in the converter's order: writing one again keeps its first
     // place and takes the new value, as its dict does (and `Metadata::set`).
     let mut metadata = Metadata::new();
     metadata.set("general.architecture", Value::string(arch));
-    // The converter writes these while it makes the tensors, before anything else.
-    metadata.append_prefixed("", &hparams::generated_tensor_keys(ckpt, conversion, arch)?);
+    if scope == Scope::Model {
+        // The converter writes these while it makes the tensors, before anything else.
+        metadata.append_prefixed("", &hparams::generated_tensor_keys(ckpt, conversion, arch)?);
+    }
     naming::general_keys(ckpt, &counts, &mut metadata);
-    metadata.append_prefixed("", &architecture_keys(ckpt, conversion, arch, outtype)?);
+    metadata.append_prefixed("", &hparams::parameter_keys(ckpt, conversion, arch, outtype)?);
     tokenizer_keys(ckpt, conversion.vocab, pre, &mut metadata)?;
     Ok((metadata, tensors))
 }
@@ -63,7 +80,7 @@ pub fn convert_quantized(
     ftype: FileType,
     pre: Option<&str>,
 ) -> Result<(Metadata, Vec<ConvertedTensor>), ConvertError> {
-    let (metadata, tensors) = convert(ckpt, OutType::F32, pre)?;
+    let (metadata, tensors) = convert(ckpt, OutType::F32, pre, Scope::Model)?;
     let plan = quantize::plan(&metadata, &infos(&tensors), &QuantizeOptions::new(ftype), None)?;
     let quantized = plan.tensors.iter().map(|planned| tensors[planned.input_idx].stored_as(planned.info.clone()));
     Ok((plan.metadata, quantized.collect()))

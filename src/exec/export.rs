@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::materialize::{MaterializeError, Materializer};
 use super::report::{self, NodeReport};
 use super::{Engine, NodeError, Shared};
-use crate::artifact::{Tensor, TensorSet};
+use crate::artifact::{HeaderEnd, Tensor, TensorSet};
 use crate::formats::{AtomicOutput, gguf};
 use crate::ops;
 use crate::ops::export::{ExportFormat, ExportOptions};
@@ -94,7 +94,10 @@ type HeaderWriter<'s> = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + 's>;
 fn gguf_layout<'s>(set: &'s TensorSet, file: &'s ops::export::OutputFile) -> Result<FileLayout<'s>, WriteFailure> {
     let tensors: Vec<&Tensor> = file.plan.tensors.iter().map(|&t| &set.tensors[t]).collect();
     let infos: Vec<_> = tensors.iter().map(|t| t.info()).collect();
-    let layout = gguf::layout(&file.plan.metadata, &infos)?;
+    let mut layout = gguf::layout(&file.plan.metadata, &infos)?;
+    if set.header_end == HeaderEnd::AtMetadata && infos.is_empty() {
+        layout = layout.ending_at_metadata();
+    }
     let offsets = layout.tensor_offsets.iter().map(|o| layout.data_offset + o).collect();
     let (file_len, alignment) = (layout.file_len, layout.alignment);
     let header =

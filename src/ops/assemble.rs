@@ -8,7 +8,7 @@
 //! descriptors only: a tensor keeps its key and data, whatever its name.
 
 use crate::arch::clip::{self, ClipError, Encoder, InputWidth, PartRole, ProjectorWidth};
-use crate::artifact::{Tensor, TensorSet};
+use crate::artifact::{HeaderEnd, Tensor, TensorSet};
 use crate::model::{Array, Endian, Metadata, Value};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 
@@ -151,7 +151,7 @@ pub fn assemble(parts: &[&TensorSet]) -> Result<TensorSet, AssembleError> {
             tensors.push(Tensor { name, ..tensor.clone() });
         }
     }
-    Ok(TensorSet { endian: Endian::Little, metadata, tensors })
+    Ok(TensorSet { endian: Endian::Little, metadata, tensors, header_end: HeaderEnd::Aligned })
 }
 
 /// Each part's role, checking that no role or encoder comes twice and that
@@ -222,7 +222,7 @@ pub fn unbundle(bundle: &TensorSet, part: PartRole) -> Result<TensorSet, Assembl
         .iter()
         .filter_map(|tensor| Some(Tensor { name: name_in_part(&tensor.name, part)?.to_owned(), ..tensor.clone() }))
         .collect();
-    Ok(TensorSet { endian: bundle.endian, metadata, tensors })
+    Ok(TensorSet { endian: bundle.endian, metadata, tensors, header_end: HeaderEnd::Aligned })
 }
 
 /// The roles of a bundle's parts in bundle order (`bundle.parts`), once the
@@ -292,7 +292,7 @@ mod tests {
             .enumerate()
             .map(|(i, (name, dims))| Tensor::from_input(file, i, &TensorInfo::new(*name, dims.to_vec(), GgmlType::F16)))
             .collect();
-        TensorSet { endian: Endian::Little, metadata, tensors }
+        TensorSet { endian: Endian::Little, metadata, tensors, header_end: HeaderEnd::Aligned }
     }
 
     fn language(width: u32) -> TensorSet {

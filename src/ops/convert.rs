@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use crate::artifact::{Tensor, TensorData, TensorSet};
-use crate::convert::{Checkpoint, ConvertError, OutType, Values, convert, convert_quantized};
+use crate::artifact::{HeaderEnd, Tensor, TensorData, TensorSet};
+use crate::convert::{Checkpoint, ConvertError, OutType, Scope, Values, convert, convert_quantized};
 use crate::model::Endian;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::quant::plan::parse_preset;
@@ -21,6 +21,7 @@ pub const SPEC: OpSpec = OpSpec::new(
         ParamSpec::optional("outtype", ParamKind::Name).fanning_out(),
         ParamSpec::optional("pre", ParamKind::Str),
         ParamSpec::optional("model_name", ParamKind::Str),
+        ParamSpec::optional("vocab_only", ParamKind::Bool),
     ],
 )
 .reading_an_input();
@@ -57,6 +58,8 @@ pub struct ConvertOptions {
     pub pre: Option<String>,
     /// The model's name, written as it is (the converter's `--model-name`).
     pub model_name: Option<String>,
+    /// The converter's `--vocab-only`: the metadata without a tensor.
+    pub vocab_only: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +70,8 @@ pub enum ConvertOpError {
     Store(#[from] StoreError),
     #[error("{}: a checkpoint file the run did not hash (it appeared during the run?)", .0.display())]
     UnpinnedFile(std::path::PathBuf),
+    #[error("a vocabulary alone has no tensors to quantize to {0}: give a float outtype (auto, f32, f16, bf16, q8_0)")]
+    QuantizedVocabulary(&'static str),
 }
 
 /// Whether the converter writes tensor `index` of `model` as `target` byte
@@ -101,7 +106,12 @@ impl ConvertOptions {
             Some((name, _)) => Target::parse(name).map_err(|e| vec![p.error("outtype", e)])?,
         };
         let text = |name: &str| p.str(name).map(|(s, _)| s.to_owned());
-        Ok(ConvertOptions { target, pre: text("pre"), model_name: text("model_name") })
+        Ok(ConvertOptions {
+            target,
+            pre: text("pre"),
+            model_name: text("model_name"),
+            vocab_only: p.bool("vocab_only"),
+        })
     }
 
     pub fn key_params(&self) -> serde_json::Value {
@@ -114,6 +124,9 @@ impl ConvertOptions {
         // Absent, not null, when unset: keys made before the field existed stay valid.
         if let Some(name) = &self.model_name {
             params["model_name"] = name.as_str().into();
+        }
+        if self.vocab_only {
+            params["vocab_only"] = true.into();
         }
         params
     }
@@ -134,9 +147,11 @@ pub fn apply(
     checkpoint.repository = crate::formats::hub_model_name(dir);
     checkpoint.model_name = options.model_name.clone();
     let pre = options.pre.as_deref();
+    let scope = if options.vocab_only { Scope::VocabOnly } else { Scope::Model };
     let (metadata, converted) = match options.target {
-        Target::Auto => convert(&checkpoint, OutType::auto(&checkpoint), pre)?,
-        Target::Float(outtype) => convert(&checkpoint, outtype, pre)?,
+        Target::Auto => convert(&checkpoint, OutType::auto(&checkpoint), pre, scope)?,
+        Target::Float(outtype) => convert(&checkpoint, outtype, pre, scope)?,
+        Target::Preset(ftype) if options.vocab_only => return Err(ConvertOpError::QuantizedVocabulary(ftype.name())),
         Target::Preset(ftype) => convert_quantized(&checkpoint, ftype, pre)?,
     };
     let pinned = |path: &Path| file_key(path).ok_or_else(|| ConvertOpError::UnpinnedFile(path.to_owned()));
@@ -176,5 +191,6 @@ pub fn apply(
             Ok(Tensor::convert(values, info.ggml_type, None))
         })
         .collect::<Result<Vec<_>, ConvertOpError>>()?;
-    Ok(TensorSet { endian: Endian::Little, metadata, tensors })
+    let header_end = if options.vocab_only { HeaderEnd::AtMetadata } else { HeaderEnd::Aligned };
+    Ok(TensorSet { endian: Endian::Little, metadata, tensors, header_end })
 }

@@ -2,7 +2,7 @@
 
 use regex::Regex;
 
-use crate::artifact::TensorSet;
+use crate::artifact::{HeaderEnd, TensorSet};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 
 pub const SPEC: OpSpec = OpSpec::new(
@@ -56,5 +56,6 @@ pub fn apply(input: &TensorSet, options: &FilterOptions) -> TensorSet {
         endian: input.endian,
         metadata: input.metadata.clone(),
         tensors: input.tensors.iter().filter(|t| options.keeps(&t.name)).cloned().collect(),
+        header_end: HeaderEnd::Aligned,
     }
 }

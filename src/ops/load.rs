@@ -4,7 +4,7 @@
 //! the whole model, as `merge` would write it; so does a sharded SafeTensors
 //! checkpoint, named by its `.index.json`.
 
-use crate::artifact::{Tensor, TensorSet};
+use crate::artifact::{HeaderEnd, Tensor, TensorSet};
 use crate::formats::ModelFile;
 use crate::formats::safetensors::CheckpointIndex;
 use crate::ops::split::{SplitError, check_shards, merged_metadata};
@@ -41,6 +41,7 @@ pub fn apply(model: &ModelFile, content: Key) -> TensorSet {
         endian: model.endian,
         metadata: model.metadata.clone(),
         tensors: model.tensors.iter().enumerate().map(|(i, t)| Tensor::from_input(content, i, t)).collect(),
+        header_end: HeaderEnd::Aligned,
     }
 }
 
@@ -55,7 +56,12 @@ pub fn apply_split(shards: &[(&ModelFile, Key)], options: MergeOptions) -> Resul
         .iter()
         .flat_map(|(model, content)| model.tensors.iter().enumerate().map(|(i, t)| Tensor::from_input(*content, i, t)))
         .collect();
-    Ok(TensorSet { endian: first.endian, metadata: merged_metadata(&first.metadata, options.keep_split_keys), tensors })
+    Ok(TensorSet {
+        endian: first.endian,
+        metadata: merged_metadata(&first.metadata, options.keep_split_keys),
+        tensors,
+        header_end: HeaderEnd::Aligned,
+    })
 }
 
 /// What a `load` or `merge-shards` node reads: the input's files, opened,
@@ -147,5 +153,5 @@ pub fn apply_safetensors_shards(
         || (crate::model::Endian::Little, crate::model::Metadata::new()),
         |(m, _)| (m.endian, m.metadata.clone()),
     );
-    Ok(TensorSet { endian, metadata, tensors })
+    Ok(TensorSet { endian, metadata, tensors, header_end: HeaderEnd::Aligned })
 }

@@ -3,7 +3,7 @@
 //! A set key keeps its place when it exists and is appended otherwise; values
 //! are written `KEY=TYPE:VALUE` as on the command line (`edit --set`).
 
-use crate::artifact::TensorSet;
+use crate::artifact::{HeaderEnd, TensorSet};
 use crate::model::Value;
 use crate::ops::edit::parse_set;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
@@ -49,7 +49,7 @@ impl SetMetadata {
     }
 
     pub fn apply(&self, input: &TensorSet) -> TensorSet {
-        let mut out = input.clone();
+        let mut out = TensorSet { header_end: HeaderEnd::Aligned, ..input.clone() };
         for (key, value) in &self.values {
             out.metadata.set(key, value.clone());
         }
@@ -67,7 +67,7 @@ impl DeleteMetadata {
     }
 
     pub fn apply(&self, input: &TensorSet) -> Result<TensorSet, NoSuchKey> {
-        let mut out = input.clone();
+        let mut out = TensorSet { header_end: HeaderEnd::Aligned, ..input.clone() };
         for key in &self.keys {
             if !out.metadata.remove(key) {
                 return Err(NoSuchKey(key.clone()));

@@ -6,7 +6,7 @@
 //! conversion to the type the mixture chose. No tensor bytes are touched
 //! here; the conversions run when something materializes the result.
 
-use crate::artifact::{Tensor, TensorSet};
+use crate::artifact::{HeaderEnd, Tensor, TensorSet};
 use crate::backend::Backend;
 use crate::model::Endian;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
@@ -195,5 +195,5 @@ pub fn apply(
         };
         tensors.push(Tensor::convert(renamed(), planned.info.ggml_type, importance));
     }
-    Ok(TensorSet { endian: input.endian, metadata: plan.metadata, tensors })
+    Ok(TensorSet { endian: input.endian, metadata: plan.metadata, tensors, header_end: HeaderEnd::Aligned })
 }

@@ -1,6 +1,6 @@
 //! `rename`: tensors renamed, bytes and keys unchanged.
 
-use crate::artifact::TensorSet;
+use crate::artifact::{HeaderEnd, TensorSet};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 
 pub const SPEC: OpSpec = OpSpec::new("rename", 1, &[ParamSpec::required("tensors", ParamKind::StrMap)]);
@@ -38,7 +38,7 @@ impl RenameOptions {
 }
 
 pub fn apply(input: &TensorSet, options: &RenameOptions) -> Result<TensorSet, RenameError> {
-    let mut out = input.clone();
+    let mut out = TensorSet { header_end: HeaderEnd::Aligned, ..input.clone() };
     for (from, to) in &options.renames {
         if from == to {
             continue;

@@ -61,6 +61,23 @@ for ckpt in "$outdir"/checkpoints/*/; do
         fi
     done
 done
+# --vocab-only: one checkpoint of each vocabulary kind and of generated tensors' keys.
+vocab_only=(tiny-llama-3-chat Phi-3-mini-128k-instruct Qwen3-MoE-Tiny gemma-3-tiny-it DeepSeek-V3-Tiny)
+mkdir -p "$outdir/summaries/vocab-only"
+for name in "${vocab_only[@]}"; do
+    out=$outdir/gguf/$name-vocab-only-f16.gguf
+    log=$outdir/logs/$name-vocab-only-f16.log
+    rm -f "$out"
+    if "$python" "$here/reference_convert.py" "$outdir/checkpoints/$name" --outtype f16 --vocab-only \
+        --outfile "$out" >"$log" 2>&1 && [ -s "$out" ]; then
+        "$python" "$here/summarize.py" "$out" "$outdir/summaries/vocab-only/$name-f16.json"
+        n=$((n + 1))
+        echo "ok   $name --vocab-only f16"
+    else
+        failed+=("$name-vocab-only")
+        echo "FAIL $name --vocab-only (see $log)"
+    fi
+done
 echo "$n conversions succeeded, ${#failed[@]} failed${failed:+: ${failed[*]}}"
 
 status=0
@@ -68,11 +85,13 @@ status=0
 if $update_golden; then
     mkdir -p "$golden"
     cp "$outdir"/summaries/*.json "$golden"/
+    mkdir -p "$golden/vocab-only"
+    cp "$outdir"/summaries/vocab-only/*.json "$golden/vocab-only"/
     echo "updated $golden"
 elif [ -d "$golden" ]; then
     differ=0
-    for s in "$outdir"/summaries/*.json; do
-        g=$golden/$(basename "$s")
+    for s in "$outdir"/summaries/*.json "$outdir"/summaries/vocab-only/*.json; do
+        g=$golden/${s#"$outdir"/summaries/}
         if [ ! -f "$g" ]; then
             echo "no golden summary for $(basename "$s")"
             differ=1

@@ -25,6 +25,15 @@ pub struct GgufLayout {
     pub file_len: u64,
 }
 
+impl GgufLayout {
+    /// The same file of no tensors without the padding after its header:
+    /// it ends where its metadata does.
+    pub fn ending_at_metadata(self) -> GgufLayout {
+        debug_assert!(self.tensor_offsets.is_empty());
+        GgufLayout { data_offset: self.header_len, file_len: self.header_len, ..self }
+    }
+}
+
 /// Supplies tensor bytes in the tensors' current ggml layout.
 pub trait TensorDataSource {
     fn write_tensor(&mut self, tensor_idx: usize, out: &mut dyn Write) -> io::Result<()>;
