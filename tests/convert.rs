@@ -250,6 +250,133 @@ fn vocabularies_alone_equal_convert_hf_to_gguf_vocab_only() {
     );
 }
 
+/// SmolLM3-Tiny beside a model card (`tests/data/convert/cards/README.md`:
+/// a licence list, base models as ids, URLs and a table, a dataset, tags,
+/// languages, and a nested `model-index` whose names are not the model's),
+/// converted as it is, with `--metadata` (`cards/metadata.json`) and with
+/// `--model-name` too: byte-identical to the converter's each time.
+#[test]
+fn model_cards_and_metadata_files_name_the_model_as_the_converter_does() {
+    let Some(python) = common::python_with_gguf() else { return };
+    let data = common::repo().join("tests/data/convert");
+    let cards = data.join("cards");
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = dir.path().join("SmolLM3-Tiny");
+    std::fs::create_dir(&checkpoint).unwrap();
+    for entry in std::fs::read_dir(data.join("checkpoints/SmolLM3-Tiny")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, checkpoint.join(path.file_name().unwrap())).unwrap();
+    }
+    std::fs::copy(cards.join("README.md"), checkpoint.join("README.md")).unwrap();
+    let os = std::ffi::OsStr::new;
+    let metadata = cards.join("metadata.json");
+    let cases: [(&str, Vec<&std::ffi::OsStr>); 3] = [
+        ("card", vec![]),
+        ("override", vec![os("--metadata"), metadata.as_os_str()]),
+        (
+            "override-named",
+            vec![
+                os("--metadata"),
+                metadata.as_os_str(),
+                os("--model-name"),
+                os("Named On The Line"),
+                os("--vocab-only"),
+            ],
+        ),
+    ];
+    for (case, extra) in cases {
+        let out = dir.path().join(format!("{case}.gguf"));
+        let mut args = vec![os("convert"), checkpoint.as_os_str(), out.as_os_str(), os("--outtype"), os("f16")];
+        args.extend(extra);
+        run_quantforge(&args);
+        let golden: Json =
+            serde_json::from_str(&std::fs::read_to_string(cards.join(format!("{case}-f16.json"))).unwrap()).unwrap();
+        let ours = summarize(&python, &out);
+        assert_eq!(ours["metadata"], golden["metadata"], "{case}");
+        assert_eq!(ours["file"], golden["file"], "{case}");
+    }
+    // A recipe names the file as an input; a new file is a new conversion.
+    let recipe = format!(
+        "[input.hf]\npath = {:?}\n[input.meta]\npath = {:?}\n\
+         [step.c]\nop = \"convert\"\nfrom = \"hf\"\nouttype = \"f16\"\nmetadata = \"meta\"\n\
+         [step.out]\nop = \"export\"\nfrom = \"c\"\npath = \"r.gguf\"\n",
+        checkpoint.display().to_string(),
+        dir.path().join("meta.json").display().to_string()
+    );
+    std::fs::copy(&metadata, dir.path().join("meta.json")).unwrap();
+    std::fs::write(dir.path().join("r.toml"), recipe).unwrap();
+    let run = || {
+        let output = common::quantforge_in(dir.path(), &[os("run"), os("r.toml")]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        summarize(&python, &dir.path().join("r.gguf"))
+    };
+    let golden: Json =
+        serde_json::from_str(&std::fs::read_to_string(cards.join("override-f16.json")).unwrap()).unwrap();
+    assert_eq!(run()["file"], golden["file"]);
+    std::fs::write(dir.path().join("meta.json"), r#"{"general.name": "Renamed"}"#).unwrap();
+    let renamed = run();
+    let name = renamed["metadata"].as_array().unwrap().iter().find(|m| m["key"] == "general.name").unwrap().clone();
+    assert_eq!(name["value"], "Renamed");
+}
+
+/// What the converter would drop unsaid or stop on is refused, naming the
+/// file and the key: a key it does not take, `general.license` (which it
+/// takes from the card alone), values of the wrong type, a card that does
+/// not parse or whose name is not a string.
+#[test]
+fn metadata_it_cannot_write_is_refused_by_name() {
+    let data = common::repo().join("tests/data/convert");
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = dir.path().join("SmolLM3-Tiny");
+    std::fs::create_dir(&checkpoint).unwrap();
+    for entry in std::fs::read_dir(data.join("checkpoints/SmolLM3-Tiny")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, checkpoint.join(path.file_name().unwrap())).unwrap();
+    }
+    let os = std::ffi::OsStr::new;
+    let out = dir.path().join("out.gguf");
+    let convert = |extra: &[&std::ffi::OsStr]| {
+        let mut args = vec![os("convert"), checkpoint.as_os_str(), out.as_os_str(), os("--outtype"), os("f16")];
+        args.extend_from_slice(extra);
+        let output = common::quantforge(&args);
+        assert!(!output.status.success() && !out.exists());
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let file = dir.path().join("meta.json");
+    for (json, needle) in [
+        (r#"{"general.nmae": "x"}"#, "`general.nmae` is not a key the converter takes from a metadata file"),
+        (r#"{"general.license": "mit"}"#, "`general.license` is not taken from a metadata file"),
+        (
+            r#"{"general.sampling.top_k": "40"}"#,
+            "`general.sampling.top_k` is \"40\", where general.sampling.top_k takes a 32-bit integer",
+        ),
+        (r#"{"general.sampling.top_k": 4294967296}"#, "takes a 32-bit integer"),
+        (r#"{"general.author": 7}"#, "`general.author` is 7, where general.author takes a string"),
+        (r#"{"general.tags": ["a", 1]}"#, "takes a list of strings"),
+        (
+            r#"{"general.base_models": ["org/name"]}"#,
+            "`general.base_models[0]` is \"org/name\", where general.base_models takes a table",
+        ),
+        (r#"["general.name"]"#, "not a JSON object"),
+        ("{", "metadata file"),
+    ] {
+        std::fs::write(&file, json).unwrap();
+        let stderr = convert(&[os("--metadata"), file.as_os_str()]);
+        assert!(stderr.contains(needle) && stderr.contains("meta.json"), "{json}: {stderr}");
+    }
+    for (card, needle) in [
+        (
+            "---\nversion: 1.0\n---\n",
+            "README.md's front matter: `general.version` is 1.0, where general.version takes a string",
+        ),
+        ("---\nname: [unclosed\n---\n", "README.md: its front matter"),
+    ] {
+        std::fs::write(checkpoint.join("README.md"), card).unwrap();
+        let stderr = convert(&[]);
+        assert!(stderr.contains(needle), "{card}: {stderr}");
+    }
+}
+
 fn run_quantforge(args: &[&std::ffi::OsStr]) {
     let output = common::quantforge(args);
     assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));

@@ -14,7 +14,7 @@ use crate::formats::{OpenOptions, human_bytes};
 use crate::ops::Op;
 use crate::ops::convert::{ConvertOptions, Target};
 use crate::ops::export::SplitMode;
-use crate::recipe::OneShot;
+use crate::recipe::{ExtraInput, OneShot};
 
 #[derive(Debug, clap::Args)]
 pub struct ConvertArgs {
@@ -40,6 +40,11 @@ pub struct ConvertArgs {
     /// from the model card, the config or the directory, a Hub cache's repository NAME).
     #[arg(long, value_name = "NAME")]
     model_name: Option<String>,
+    /// A JSON file of naming, provenance and sampling keys (general.name, general.author,
+    /// general.base_models, general.tags, general.sampling.top_k, …) taken over what the model card,
+    /// the config and the directory give, as convert_hf_to_gguf.py's --metadata.
+    #[arg(long, value_name = "FILE")]
+    metadata: Option<PathBuf>,
     /// Write the vocabulary alone: the metadata (architecture, naming and tokenizer keys)
     /// without a tensor, as convert_hf_to_gguf.py's --vocab-only.
     #[arg(long)]
@@ -62,11 +67,14 @@ pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let target = Target::parse(&args.outtype).map_err(|e| anyhow::anyhow!("--outtype: {e}"))?;
     let options = ConvertOptions { target, pre: args.pre, model_name: args.model_name, vocab_only: args.vocab_only };
+    let extra: Vec<ExtraInput> =
+        args.metadata.iter().map(|path| ExtraInput { name: "metadata", path, as_written: path }).collect();
     let job = OneShot {
         name: "convert",
         input,
-        extra_inputs: &[],
+        extra_inputs: &extra,
         read: Op::Convert(Box::new(options)),
+        read_uses: if extra.is_empty() { Vec::new() } else { vec![1] },
         ops: Vec::new(),
         output,
         split: SplitMode::Whole,

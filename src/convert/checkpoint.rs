@@ -35,6 +35,8 @@ pub struct Checkpoint {
     pub repository: Option<String>,
     /// The name written, whatever the naming finds (the converter's `--model-name`).
     pub model_name: Option<String>,
+    /// The converter's `--metadata` file.
+    pub metadata_override: Option<super::naming::MetadataOverride>,
     pub config: Json,
     /// The shards, in the converter's order.
     pub shards: Vec<ModelFile>,
@@ -49,7 +51,14 @@ impl Checkpoint {
             return Err(CheckpointError::NoWeights(dir.to_owned()));
         }
         let shards = files.iter().map(|f| ModelFile::open(f, OpenOptions::default())).collect::<Result<Vec<_>, _>>()?;
-        Ok(Checkpoint { dir: dir.to_owned(), repository: None, model_name: None, config, shards })
+        Ok(Checkpoint {
+            dir: dir.to_owned(),
+            repository: None,
+            model_name: None,
+            metadata_override: None,
+            config,
+            shards,
+        })
     }
 
     /// (shard, tensor index) of every tensor in the converter's order: shard

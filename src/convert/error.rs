@@ -22,6 +22,14 @@ pub enum ConvertError {
          model that would silently lose it"
     )]
     Unmodelled { family: String, key: String, value: String },
+    #[error("metadata file {file}: {problem}")]
+    MetadataFile { file: String, problem: String },
+    #[error("{}: its front matter: {problem}", .path.display())]
+    ModelCard { path: std::path::PathBuf, problem: String },
+    /// A naming or sampling value (from the model card, `generation_config.json`
+    /// or the metadata override file) that is not of the type its key takes.
+    #[error("{source_name}: `{field}` is {value}, where {key} takes {expected}")]
+    MetadataValue { source_name: String, field: String, value: String, key: String, expected: &'static str },
     #[error(transparent)]
     Rope(#[from] RopeError),
     #[error("tensor `{}`: {source}", Name(.tensor))]

@@ -13,6 +13,7 @@ mod config;
 mod error;
 pub mod family;
 mod hparams;
+mod model_card;
 mod naming;
 mod rope;
 mod tensors;
@@ -21,6 +22,7 @@ mod vocab;
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use error::ConvertError;
 pub use hparams::architecture_keys;
+pub use naming::MetadataOverride;
 pub use rope::RopeError;
 pub use tensors::{
     ConvertedTensor, OutType, Values, checkpoint_rows, checkpoint_rows_as_stored, conversion_of, convert_tensors,
@@ -66,7 +68,7 @@ pub fn convert(
         // The converter writes these while it makes the tensors, before anything else.
         metadata.append_prefixed("", &hparams::generated_tensor_keys(ckpt, conversion, arch)?);
     }
-    naming::general_keys(ckpt, &counts, &mut metadata);
+    naming::general_keys(ckpt, &counts, ckpt.metadata_override.as_ref(), &mut metadata)?;
     metadata.append_prefixed("", &hparams::parameter_keys(ckpt, conversion, arch, outtype)?);
     tokenizer_keys(ckpt, conversion.vocab, pre, &mut metadata)?;
     Ok((metadata, tensors))

@@ -1,35 +1,157 @@
 //! The `general.*` keys a conversion writes before the architecture keys:
 //! `general.type`, sampling defaults from `generation_config.json`, and the
-//! model's name, basename, finetune, version and size label, as gguf-py's
-//! `Metadata` derives them from the model card's front matter, `config.json`
-//! and the directory name (reference: sec. 8 of
-//! `docs/notes/convert-hf-reference.md`).
+//! model's naming, provenance, licence and lineage, as gguf-py's `Metadata`
+//! derives them from the model card's front matter, `config.json` and the
+//! directory name, then takes them from the converter's `--metadata` file
+//! and `--model-name` (reference: sec. 8 of
+//! `docs/notes/convert-hf-reference.md`). A value of the wrong type for its
+//! key is refused by name, where the converter would stop on it.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use regex::Regex;
-use serde_json::Value as Json;
+use serde_json::{Map, Value as Json};
 
 use super::checkpoint::Checkpoint;
+use super::error::ConvertError;
+use super::model_card;
 use crate::model::{Array, Metadata, Value};
 
-/// What the heuristics fill in; `None` is Python's `None`.
+/// How a field's value is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Str,
+    I32,
+    F32,
+    /// A string, or a list of them joined with commas.
+    License,
+    /// A list of tables, written as `PREFIX.count` and `PREFIX.{i}.FIELD`.
+    Entries(&'static str),
+    StrList,
+}
+
+/// gguf-py's `Metadata` fields, in the order `set_gguf_meta_model` writes
+/// them: each with the key it is written to (and taken from in a metadata
+/// file) and how.
+const FIELDS: &[(&str, Kind)] = &[
+    ("general.sampling.sequence", Kind::Str),
+    ("general.sampling.top_k", Kind::I32),
+    ("general.sampling.top_p", Kind::F32),
+    ("general.sampling.min_p", Kind::F32),
+    ("general.sampling.xtc_probability", Kind::F32),
+    ("general.sampling.xtc_threshold", Kind::F32),
+    ("general.sampling.temp", Kind::F32),
+    ("general.sampling.penalty_last_n", Kind::I32),
+    ("general.sampling.penalty_repeat", Kind::F32),
+    ("general.sampling.mirostat", Kind::I32),
+    ("general.sampling.mirostat_tau", Kind::F32),
+    ("general.sampling.mirostat_eta", Kind::F32),
+    ("general.name", Kind::Str),
+    ("general.author", Kind::Str),
+    ("general.version", Kind::Str),
+    ("general.organization", Kind::Str),
+    ("general.finetune", Kind::Str),
+    ("general.basename", Kind::Str),
+    ("general.description", Kind::Str),
+    ("general.quantized_by", Kind::Str),
+    ("general.size_label", Kind::Str),
+    ("general.license", Kind::License),
+    ("general.license.name", Kind::Str),
+    ("general.license.link", Kind::Str),
+    ("general.url", Kind::Str),
+    ("general.doi", Kind::Str),
+    ("general.uuid", Kind::Str),
+    ("general.repo_url", Kind::Str),
+    ("general.source.url", Kind::Str),
+    ("general.source.doi", Kind::Str),
+    ("general.source.uuid", Kind::Str),
+    ("general.source.repo_url", Kind::Str),
+    ("general.base_models", Kind::Entries("general.base_model")),
+    ("general.datasets", Kind::Entries("general.dataset")),
+    ("general.tags", Kind::StrList),
+    ("general.languages", Kind::StrList),
+];
+
+/// The fields of a base model or dataset entry, in the order written.
+const ENTRY_FIELDS: [&str; 9] =
+    ["name", "author", "version", "organization", "description", "url", "doi", "uuid", "repo_url"];
+
+/// What the heuristics, the metadata file and `--model-name` found, by
+/// [`FIELDS`] key, each with where it came from (for errors); absent is
+/// Python's `None`.
 #[derive(Default)]
 struct Naming {
-    name: Option<String>,
-    author: Option<String>,
-    version: Option<String>,
-    organization: Option<String>,
-    finetune: Option<String>,
-    basename: Option<String>,
-    description: Option<String>,
-    size_label: Option<String>,
-    license: Option<String>,
-    license_name: Option<String>,
-    license_link: Option<String>,
-    base_models: Option<Vec<BTreeMap<&'static str, String>>>,
-    tags: Option<Vec<String>>,
-    languages: Option<Vec<String>>,
+    values: BTreeMap<&'static str, (Json, String)>,
+}
+
+impl Naming {
+    fn get(&self, key: &str) -> Option<&Json> {
+        self.values.get(key).map(|(v, _)| v)
+    }
+
+    fn is_none(&self, key: &str) -> bool {
+        self.get(key).is_none()
+    }
+
+    /// Sets `key` (a [`FIELDS`] key); null is `None`.
+    fn set(&mut self, key: &'static str, value: Json, from: &str) {
+        match value {
+            Json::Null => self.values.remove(key),
+            value => self.values.insert(key, (value, from.to_owned())),
+        };
+    }
+
+    fn set_if_none(&mut self, key: &'static str, value: Option<String>, from: &'static str) {
+        if let Some(value) = value
+            && self.is_none(key)
+        {
+            self.set(key, Json::String(value), from);
+        }
+    }
+}
+
+/// The converter's `--metadata FILE`: values for the naming, provenance and
+/// sampling keys, by GGUF key, taken over what the heuristics found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataOverride {
+    /// The file, for errors.
+    pub source: String,
+    pub values: Map<String, Json>,
+}
+
+impl MetadataOverride {
+    /// The JSON object of `path`; a key the converter does not take is refused.
+    pub fn read(path: &Path) -> Result<MetadataOverride, ConvertError> {
+        let source = path.display().to_string();
+        let bad = |problem: String| ConvertError::MetadataFile { file: source.clone(), problem };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let Json::Object(values) = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))? else {
+            return Err(bad("not a JSON object".into()));
+        };
+        MetadataOverride::new(source, values)
+    }
+
+    /// `values` for the keys the converter takes; any other refused.
+    pub fn new(source: String, values: Map<String, Json>) -> Result<MetadataOverride, ConvertError> {
+        if values.contains_key("general.license") {
+            // gguf-py reads the licence from the model card alone and drops this one unsaid.
+            let problem = "`general.license` is not taken from a metadata file (the converter reads the licence from \
+                           the model card); give general.license.name or general.license.link, or edit the key after \
+                           converting"
+                .to_owned();
+            return Err(ConvertError::MetadataFile { file: source, problem });
+        }
+        if let Some(unknown) = values.keys().find(|k| !FIELDS.iter().any(|(key, _)| key == k)) {
+            let problem = format!(
+                "`{}` is not a key the converter takes from a metadata file (it takes general.name, general.author, \
+                 general.license, general.base_models, general.tags, general.sampling.*, …)",
+                crate::text::Name(unknown)
+            );
+            return Err(ConvertError::MetadataFile { file: source, problem });
+        }
+        Ok(MetadataOverride { source, values })
+    }
 }
 
 /// The components of a model id (`org/Name-7B-Instruct-v0.2`): full name,
@@ -216,56 +338,6 @@ fn rounded_count(n: u64) -> String {
     format!("{scaled:.fix$}{suffix}")
 }
 
-/// The model card's YAML front matter, for the flat keys the heuristics
-/// read: `key: value` and `key:` followed by `- item` lines.
-fn model_card(dir: &std::path::Path) -> BTreeMap<String, Json> {
-    let mut card = BTreeMap::new();
-    let Ok(text) = std::fs::read_to_string(dir.join("README.md")) else { return card };
-    let text = text.replace("\r\n", "\n");
-    let mut lines = text.lines();
-    if lines.next() != Some("---") {
-        return card;
-    }
-    let mut list_key: Option<String> = None;
-    for line in lines.take_while(|l| *l != "---") {
-        if let Some(item) = line.strip_prefix("- ").or_else(|| line.strip_prefix("  - ")) {
-            if let Some(key) = &list_key {
-                let entry = card.entry(key.clone()).or_insert_with(|| Json::Array(Vec::new()));
-                if let Json::Array(items) = entry {
-                    items.push(Json::String(unquote(item)));
-                }
-            }
-            continue;
-        }
-        let Some((key, value)) = line.split_once(':') else { continue };
-        let value = value.trim();
-        if value.is_empty() {
-            list_key = Some(key.trim().to_owned());
-        } else {
-            list_key = None;
-            card.insert(key.trim().to_owned(), Json::String(unquote(value)));
-        }
-    }
-    card
-}
-
-fn unquote(s: &str) -> String {
-    let s = s.trim();
-    s.strip_prefix('"')
-        .and_then(|s| s.strip_suffix('"'))
-        .or_else(|| s.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')))
-        .unwrap_or(s)
-        .to_owned()
-}
-
-fn strings(v: &Json) -> Vec<String> {
-    match v {
-        Json::String(s) => vec![s.clone()],
-        Json::Array(items) => items.iter().filter_map(Json::as_str).map(str::to_owned).collect(),
-        _ => Vec::new(),
-    }
-}
-
 /// A conversion's parameters as gguf-py's `get_total_parameter_count`
 /// counts them: all, those outside the experts, one expert's, and the
 /// experts a stack holds.
@@ -309,151 +381,260 @@ impl ParameterCounts {
 }
 
 /// `general.type`, the sampling keys and the naming keys, in the converter's order.
-pub fn general_keys(ckpt: &Checkpoint, counts: &ParameterCounts, keys: &mut Metadata) {
-    let total_params = counts.total;
+pub fn general_keys(
+    ckpt: &Checkpoint,
+    counts: &ParameterCounts,
+    metadata_override: Option<&MetadataOverride>,
+    keys: &mut Metadata,
+) -> Result<(), ConvertError> {
     let mut m = Naming::default();
-    let card = model_card(&ckpt.dir);
-    let from_card = |field: &mut Option<String>, names: &[&str]| {
-        for name in names {
-            if field.is_none()
-                && let Some(v) = card.get(*name)
-            {
-                *field = v.as_str().map(str::to_owned);
-            }
-        }
-    };
-    from_card(&mut m.name, &["name", "model_name"]);
-    from_card(&mut m.author, &["author", "model_author", "model_creator"]);
-    from_card(&mut m.version, &["version", "model_version"]);
-    from_card(&mut m.organization, &["organization", "model_organization"]);
-    from_card(&mut m.description, &["description", "model_description"]);
-    from_card(&mut m.finetune, &["finetune", "model_finetune"]);
-    from_card(&mut m.basename, &["basename", "model_basename", "model_type"]);
-    from_card(&mut m.size_label, &["size_label", "model_size_label"]);
-    let total = total_params as i64;
-    if let Some(value) = card.get("base_model").or_else(|| card.get("base_models")) {
-        let mut models = Vec::new();
-        for id in strings(value) {
-            let mut entry = BTreeMap::new();
-            let (full, org, _, _, version, _) = model_id_components(&id, total);
-            if let Some(full) = &full {
-                entry.insert("name", id_to_title(full));
-            }
-            if let Some(org) = &org {
-                entry.insert("organization", id_to_title(org));
-            }
-            if let Some(version) = version {
-                entry.insert("version", version);
-            }
-            if let (Some(org), Some(full)) = (&org, &full) {
-                entry.insert("repo_url", format!("https://huggingface.co/{org}/{full}"));
-            }
-            models.push(entry);
-        }
-        m.base_models = Some(models);
-    }
-    from_card(&mut m.license, &["license"]);
-    from_card(&mut m.license_name, &["license_name"]);
-    from_card(&mut m.license_link, &["license_link"]);
-    for (field, names) in [(&mut m.tags, ["tags", "pipeline_tag"]), (&mut m.languages, ["languages", "language"])] {
-        for name in names {
-            if let Some(v) = card.get(name) {
-                field.get_or_insert_with(Vec::new).extend(strings(v));
-            }
-        }
-    }
-    let mut fill = |components: Components| {
+    let total = counts.total as i64;
+    from_model_card(&mut m, &model_card::front_matter(&ckpt.dir)?, total);
+    let fill = |m: &mut Naming, components: Components| {
         let (full, org, basename, finetune, version, size_label) = components;
-        if m.name.is_none() {
-            m.name = full.map(|f| id_to_title(&f));
-        }
-        if m.organization.is_none() {
-            m.organization = org.map(|o| id_to_title(&o));
-        }
-        m.basename = m.basename.take().or(basename);
-        m.finetune = m.finetune.take().or(finetune);
-        m.version = m.version.take().or(version);
-        m.size_label = m.size_label.take().or(size_label);
+        let from = "the model's id";
+        m.set_if_none("general.name", full.map(|f| id_to_title(&f)), from);
+        m.set_if_none("general.organization", org.map(|o| id_to_title(&o)), from);
+        m.set_if_none("general.basename", basename, from);
+        m.set_if_none("general.finetune", finetune, from);
+        m.set_if_none("general.version", version, from);
+        m.set_if_none("general.size_label", size_label, from);
     };
     if let Some(id) = ckpt.config.get("_name_or_path").and_then(Json::as_str).filter(|id| id.matches('/').count() <= 1)
     {
-        fill(model_id_components(id, total));
+        fill(&mut m, model_id_components(id, total));
     }
     let dir_name = match &ckpt.repository {
         Some(name) => name.clone(),
         None => ckpt.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
     };
-    fill(model_id_components(&dir_name, total));
-    if m.name.is_none() {
-        m.name = Some(dir_name);
-    }
-    if m.size_label.is_none() && total_params > 0 {
-        m.size_label = Some(counts.size_label());
+    fill(&mut m, model_id_components(&dir_name, total));
+    from_generation_config(&mut m, &ckpt.dir);
+    if let Some(file) = metadata_override {
+        for (key, value) in &file.values {
+            let Some(&(key, _)) = FIELDS.iter().find(|(k, _)| k == key) else { continue };
+            m.set(key, value.clone(), &format!("metadata file {}", file.source));
+        }
     }
     if let Some(name) = &ckpt.model_name {
-        m.name = Some(name.clone());
+        m.set("general.name", Json::String(name.clone()), "--model-name");
     }
-
+    m.set_if_none("general.name", Some(dir_name), "the directory");
+    if m.is_none("general.size_label") && counts.total > 0 {
+        m.set("general.size_label", Json::String(counts.size_label()), "the parameter count");
+    }
     keys.set("general.type", Value::string("model"));
-    let generation = std::fs::read_to_string(ckpt.dir.join("generation_config.json"))
+    for &(key, kind) in FIELDS {
+        if let Some((value, from)) = m.values.get(key) {
+            write_field(keys, key, kind, value, from)?;
+        }
+    }
+    Ok(())
+}
+
+/// `apply_metadata_heuristic`'s model card part: gguf-py's own keys, then
+/// theirs with `model_` before them, then Hugging Face's.
+fn from_model_card(m: &mut Naming, card: &Map<String, Json>, total: i64) {
+    const FROM: &str = "README.md's front matter";
+    let take = |m: &mut Naming, key: &'static str, card_key: &str| {
+        if let Some(value) = card.get(card_key)
+            && m.is_none(key)
+        {
+            m.set(key, value.clone(), FROM);
+        }
+    };
+    for prefix in ["", "model_"] {
+        for (key, card_key) in [
+            ("general.name", "name"),
+            ("general.author", "author"),
+            ("general.version", "version"),
+            ("general.organization", "organization"),
+            ("general.description", "description"),
+            ("general.finetune", "finetune"),
+            ("general.basename", "basename"),
+            ("general.size_label", "size_label"),
+            ("general.source.url", "url"),
+            ("general.source.doi", "doi"),
+            ("general.source.uuid", "uuid"),
+            ("general.source.repo_url", "repo_url"),
+        ] {
+            take(m, key, &format!("{prefix}{card_key}"));
+        }
+    }
+    take(m, "general.name", "model_name");
+    take(m, "general.author", "model_creator");
+    take(m, "general.basename", "model_type");
+    for (key, names) in [
+        ("general.base_models", ["base_model", "base_models", "base_model_sources"]),
+        // gguf-py gives a dataset a model's repository URL too.
+        ("general.datasets", ["datasets", "dataset", "dataset_sources"]),
+    ] {
+        if let Some(value) = names.iter().find_map(|n| card.get(*n)) {
+            let ids = match value {
+                Json::String(_) => std::slice::from_ref(value),
+                Json::Array(ids) => ids.as_slice(),
+                _ => &[],
+            };
+            let entries = ids.iter().map(|id| lineage_entry(id, total)).collect();
+            // gguf-py appends to what is there (nothing, from a card alone).
+            m.set(key, Json::Array(entries), FROM);
+        }
+    }
+    take(m, "general.license", "license");
+    take(m, "general.license.name", "license_name");
+    take(m, "general.license.link", "license_link");
+    for (key, card_keys) in
+        [("general.tags", ["tags", "pipeline_tag"]), ("general.languages", ["languages", "language"])]
+    {
+        for card_key in card_keys {
+            let items = match card.get(card_key) {
+                Some(item @ Json::String(_)) => vec![item.clone()],
+                Some(Json::Array(items)) => items.clone(),
+                _ => continue,
+            };
+            let mut all = match m.get(key) {
+                Some(Json::Array(before)) => before.clone(),
+                _ => Vec::new(),
+            };
+            all.extend(items);
+            m.set(key, Json::Array(all), FROM);
+        }
+    }
+}
+
+/// A base model or dataset named in a model card: a Hugging Face id (its
+/// name, organization, version and repository), a URL (the repository, and
+/// what a Hugging Face one's id says), or a table taken as it is.
+fn lineage_entry(id: &Json, total: i64) -> Json {
+    let mut entry = Map::new();
+    let describe = |entry: &mut Map<String, Json>, model_id: &str, with_repo: bool| {
+        let (full, org, _, _, version, _) = model_id_components(model_id, total);
+        if let Some(full) = &full {
+            entry.insert("name".into(), Json::String(id_to_title(full)));
+        }
+        if let Some(org) = &org {
+            entry.insert("organization".into(), Json::String(id_to_title(org)));
+        }
+        if let Some(version) = version {
+            entry.insert("version".into(), Json::String(version));
+        }
+        if let (true, Some(org), Some(full)) = (with_repo, &org, &full) {
+            entry.insert("repo_url".into(), Json::String(format!("https://huggingface.co/{org}/{full}")));
+        }
+    };
+    match id {
+        Json::String(url) if ["http://", "https://", "ssh://"].iter().any(|p| url.starts_with(p)) => {
+            entry.insert("repo_url".into(), Json::String(url.clone()));
+            let hub_id = Regex::new(r"^https?://huggingface.co/([^/]+/[^/]+)$").expect("a valid regex");
+            if url.contains("huggingface.co")
+                && let Some(found) = hub_id.captures(url)
+            {
+                describe(&mut entry, &found[1], false);
+            }
+        }
+        Json::String(model_id) => describe(&mut entry, model_id, true),
+        Json::Object(table) => return Json::Object(table.clone()),
+        // gguf-py logs these and keeps an empty entry.
+        _ => {}
+    }
+    Json::Object(entry)
+}
+
+/// `generation_config.json`'s sampling defaults.
+fn from_generation_config(m: &mut Naming, dir: &Path) {
+    let generation = std::fs::read_to_string(dir.join("generation_config.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<Json>(&t).ok())
         .unwrap_or(Json::Null);
-    if let Some(sequence) = generation.get("sequence").and_then(Json::as_str) {
-        keys.set("general.sampling.sequence", Value::string(sequence));
-    }
-    // (key, generation_config names, written as i32 rather than f32)
-    let sampling: [(&str, &[&str], bool); 11] = [
-        ("top_k", &["top_k"], true),
-        ("top_p", &["top_p"], false),
-        ("min_p", &["min_p"], false),
-        ("xtc_probability", &["xtc_probability"], false),
-        ("xtc_threshold", &["xtc_threshold"], false),
-        ("temp", &["temperature"], false),
-        ("penalty_last_n", &["penalty_last_n"], true),
-        ("penalty_repeat", &["penalty_repeat", "repetition_penalty"], false),
-        ("mirostat", &["mirostat"], true),
-        ("mirostat_tau", &["mirostat_tau"], false),
-        ("mirostat_eta", &["mirostat_eta"], false),
-    ];
-    for (key, names, integer) in sampling {
-        let Some(v) = names.iter().find_map(|n| generation.get(*n).filter(|v| !v.is_null())) else { continue };
-        let value =
-            if integer { v.as_i64().map(|n| Value::I32(n as i32)) } else { v.as_f64().map(|x| Value::F32(x as f32)) };
-        if let Some(value) = value {
-            keys.set(&format!("general.sampling.{key}"), value);
+    const FROM: &str = "generation_config.json";
+    for (key, names) in [
+        ("general.sampling.sequence", &["sequence"][..]),
+        ("general.sampling.top_k", &["top_k"]),
+        ("general.sampling.top_p", &["top_p"]),
+        ("general.sampling.min_p", &["min_p"]),
+        ("general.sampling.xtc_probability", &["xtc_probability"]),
+        ("general.sampling.xtc_threshold", &["xtc_threshold"]),
+        ("general.sampling.temp", &["temperature"]),
+        ("general.sampling.penalty_last_n", &["penalty_last_n"]),
+        ("general.sampling.penalty_repeat", &["penalty_repeat", "repetition_penalty"]),
+        ("general.sampling.mirostat", &["mirostat"]),
+        ("general.sampling.mirostat_tau", &["mirostat_tau"]),
+        ("general.sampling.mirostat_eta", &["mirostat_eta"]),
+    ] {
+        if let Some(value) = names.iter().find_map(|n| generation.get(*n)) {
+            m.set(key, value.clone(), FROM);
         }
     }
-    let text = |keys: &mut Metadata, key: &str, value: Option<String>| {
-        if let Some(v) = value.filter(|v| !v.is_empty()) {
-            keys.set(key, Value::string(&v));
-        }
+}
+
+/// Writes `value` to `key` as gguf-py's writer does: empty strings and
+/// lists not at all, a licence list joined, lineage entries field by field.
+fn write_field(
+    keys: &mut Metadata,
+    key: &'static str,
+    kind: Kind,
+    value: &Json,
+    from: &str,
+) -> Result<(), ConvertError> {
+    let wrong = |field: &str, value: &Json, expected: &'static str| ConvertError::MetadataValue {
+        source_name: from.to_owned(),
+        field: field.to_owned(),
+        value: crate::text::shorten(&value.to_string(), 80).into_owned(),
+        key: key.to_owned(),
+        expected,
     };
-    keys.set("general.name", Value::string(m.name.as_deref().unwrap_or_default()));
-    text(keys, "general.author", m.author);
-    text(keys, "general.version", m.version);
-    text(keys, "general.organization", m.organization);
-    text(keys, "general.finetune", m.finetune);
-    text(keys, "general.basename", m.basename);
-    text(keys, "general.description", m.description);
-    text(keys, "general.size_label", m.size_label);
-    text(keys, "general.license", m.license);
-    text(keys, "general.license.name", m.license_name);
-    text(keys, "general.license.link", m.license_link);
-    if let Some(models) = m.base_models {
-        keys.set("general.base_model.count", Value::U32(models.len() as u32));
-        for (i, model) in models.into_iter().enumerate() {
-            for field in ["name", "author", "version", "organization", "description", "url", "doi", "uuid", "repo_url"]
-            {
-                text(keys, &format!("general.base_model.{i}.{field}"), model.get(field).cloned());
+    let text = |keys: &mut Metadata, key: &str, field: &str, value: &Json| match value {
+        Json::String(s) if s.is_empty() => Ok(()),
+        Json::String(s) => {
+            keys.set(key, Value::string(s));
+            Ok(())
+        }
+        other => Err(wrong(field, other, "a string")),
+    };
+    match kind {
+        Kind::Str => text(keys, key, key, value)?,
+        Kind::I32 => {
+            let n = value
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok())
+                .ok_or_else(|| wrong(key, value, "a 32-bit integer"))?;
+            keys.set(key, Value::I32(n));
+        }
+        Kind::F32 => {
+            let x = value.as_f64().ok_or_else(|| wrong(key, value, "a number"))?;
+            keys.set(key, Value::F32(x as f32));
+        }
+        Kind::License => match value {
+            Json::Array(items) => {
+                let parts: Option<Vec<&str>> = items.iter().map(Json::as_str).collect();
+                let joined = parts.ok_or_else(|| wrong(key, value, "a string or a list of strings"))?.join(",");
+                text(keys, key, key, &Json::String(joined))?;
+            }
+            other => text(keys, key, key, other)?,
+        },
+        Kind::Entries(prefix) => {
+            let Json::Array(entries) = value else { return Err(wrong(key, value, "a list of tables")) };
+            let count = u32::try_from(entries.len()).map_err(|_| wrong(key, value, "fewer than 2^32 entries"))?;
+            keys.set(&format!("{prefix}.count"), Value::U32(count));
+            for (i, entry) in entries.iter().enumerate() {
+                let Json::Object(entry) = entry else { return Err(wrong(&format!("{key}[{i}]"), entry, "a table")) };
+                for field in ENTRY_FIELDS {
+                    if let Some(v) = entry.get(field) {
+                        text(keys, &format!("{prefix}.{i}.{field}"), &format!("{key}[{i}].{field}"), v)?;
+                    }
+                }
+            }
+        }
+        Kind::StrList => {
+            let Json::Array(items) = value else { return Err(wrong(key, value, "a list of strings")) };
+            let strings: Option<Vec<&str>> = items.iter().map(Json::as_str).collect();
+            let strings = strings.ok_or_else(|| wrong(key, value, "a list of strings"))?;
+            if !strings.is_empty() {
+                keys.set(key, Value::Array(Array::String(strings.into_iter().collect())));
             }
         }
     }
-    for (key, list) in [("general.tags", m.tags), ("general.languages", m.languages)] {
-        if let Some(list) = list.filter(|l| !l.is_empty()) {
-            keys.set(key, Value::Array(Array::String(list.into_iter().collect())));
-        }
-    }
+    Ok(())
 }
 
 #[cfg(test)]

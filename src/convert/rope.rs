@@ -212,7 +212,14 @@ mod tests {
     use super::*;
 
     fn checkpoint(config: Json) -> Checkpoint {
-        Checkpoint { dir: Default::default(), repository: None, model_name: None, config, shards: Vec::new() }
+        Checkpoint {
+            dir: Default::default(),
+            repository: None,
+            model_name: None,
+            metadata_override: None,
+            config,
+            shards: Vec::new(),
+        }
     }
 
     fn phi3(rope_scaling: Json) -> Checkpoint {

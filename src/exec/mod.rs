@@ -900,7 +900,8 @@ impl Shared {
                     return Err(NodeError::Upstream(node.id.clone()));
                 };
                 let file_key = |path: &std::path::Path| self.bound.files.key_of(path);
-                ops::convert::apply(&self.bound.recipe.inputs[j].path, o, &*self.store, &file_key)?
+                let metadata = node.uses.first().map(|&m| self.bound.recipe.inputs[m].path.as_path());
+                ops::convert::apply(&self.bound.recipe.inputs[j].path, o, metadata, &*self.store, &file_key)?
             }
             Op::Dequantize(o) => ops::quantize::apply(input()?, &o.quantize_options(), None, &*self.store)?,
             Op::Quantize(o) => {

@@ -73,7 +73,16 @@ pub fn assemble_files(parts: &[&Path], output: &Path, settings: &OneShotSettings
 
 /// A one-shot job that reads `input` and writes one file `output`.
 pub fn job<'a>(name: &'a str, input: &'a Path, ops: Vec<(Op, Vec<usize>)>, output: &'a Path) -> OneShot<'a> {
-    OneShot { name, input, extra_inputs: &[], read: Op::Load, ops, output, split: SplitMode::Whole }
+    OneShot {
+        name,
+        input,
+        extra_inputs: &[],
+        read: Op::Load,
+        read_uses: Vec::new(),
+        ops,
+        output,
+        split: SplitMode::Whole,
+    }
 }
 
 /// `edit` as a recipe: load, the edits' ops, export.

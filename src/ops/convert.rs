@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use crate::artifact::{HeaderEnd, Tensor, TensorData, TensorSet};
-use crate::convert::{Checkpoint, ConvertError, OutType, Scope, Values, convert, convert_quantized};
+use crate::convert::{Checkpoint, ConvertError, MetadataOverride, OutType, Scope, Values, convert, convert_quantized};
 use crate::model::Endian;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::quant::plan::parse_preset;
@@ -22,6 +22,7 @@ pub const SPEC: OpSpec = OpSpec::new(
         ParamSpec::optional("pre", ParamKind::Str),
         ParamSpec::optional("model_name", ParamKind::Str),
         ParamSpec::optional("vocab_only", ParamKind::Bool),
+        ParamSpec::optional("metadata", ParamKind::InputName),
     ],
 )
 .reading_an_input();
@@ -136,9 +137,11 @@ impl ConvertOptions {
 /// conversion of the checkpoint tensor's transformed f32 values to the
 /// output type, computed a slab at a time when something needs the bytes.
 /// `file_key` gives a checkpoint file's content hash (the run pinned them).
+/// `metadata` is the converter's `--metadata` file, a recipe input.
 pub fn apply(
     dir: &Path,
     options: &ConvertOptions,
+    metadata: Option<&Path>,
     store: &dyn Store,
     file_key: &dyn Fn(&Path) -> Option<Key>,
 ) -> Result<TensorSet, ConvertOpError> {
@@ -146,6 +149,7 @@ pub fn apply(
     let mut checkpoint = Checkpoint::open(dir).map_err(ConvertError::from)?;
     checkpoint.repository = crate::formats::hub_model_name(dir);
     checkpoint.model_name = options.model_name.clone();
+    checkpoint.metadata_override = metadata.map(MetadataOverride::read).transpose()?;
     let pre = options.pre.as_deref();
     let scope = if options.vocab_only { Scope::VocabOnly } else { Scope::Model };
     let (metadata, converted) = match options.target {

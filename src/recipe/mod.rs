@@ -191,7 +191,7 @@ impl Recipe {
             keep: false,
             backend: Backend::Auto,
         };
-        let mut nodes = vec![node("model", job.read, Source::Input(0), Vec::new())];
+        let mut nodes = vec![node("model", job.read, Source::Input(0), job.read_uses)];
         for (op, uses) in job.ops {
             let id = op.name();
             nodes.push(node(id, op, Source::Node(nodes.len() - 1), uses));
@@ -254,8 +254,10 @@ pub struct OneShot<'a> {
     pub input: &'a Path,
     /// Named inputs the ops refer to by index from 1 (an importance matrix).
     pub extra_inputs: &'a [ExtraInput<'a>],
-    /// `load` or `merge-shards`.
+    /// `load`, `merge-shards` or `convert`.
     pub read: Op,
+    /// The indices of the inputs the read op's parameters name.
+    pub read_uses: Vec<usize>,
     /// Each op with the indices of the inputs its parameters name.
     pub ops: Vec<(Op, Vec<usize>)>,
     pub output: &'a Path,

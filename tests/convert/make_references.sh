@@ -78,6 +78,27 @@ for name in "${vocab_only[@]}"; do
         echo "FAIL $name --vocab-only (see $log)"
     fi
 done
+# A model card and the converter's --metadata / --model-name, on SmolLM3-Tiny
+# copied beside tests/data/convert/cards/README.md.
+cards=$repo/tests/data/convert/cards
+carded=$outdir/cards/SmolLM3-Tiny
+rm -rf "$carded" && mkdir -p "$carded" "$outdir/summaries/cards"
+cp "$outdir"/checkpoints/SmolLM3-Tiny/* "$cards/README.md" "$carded"/
+for case in card override override-named; do
+    extra=()
+    [ "$case" = card ] || extra=(--metadata "$cards/metadata.json")
+    [ "$case" = override-named ] && extra+=(--model-name "Named On The Line" --vocab-only)
+    out=$outdir/gguf/cards-$case-f16.gguf
+    if "$python" "$here/reference_convert.py" "$carded" --outtype f16 "${extra[@]}" --outfile "$out" \
+        >"$outdir/logs/cards-$case.log" 2>&1 && [ -s "$out" ]; then
+        "$python" "$here/summarize.py" "$out" "$outdir/summaries/cards/$case-f16.json"
+        n=$((n + 1))
+        echo "ok   cards $case"
+    else
+        failed+=("cards-$case")
+        echo "FAIL cards $case (see $outdir/logs/cards-$case.log)"
+    fi
+done
 echo "$n conversions succeeded, ${#failed[@]} failed${failed:+: ${failed[*]}}"
 
 status=0
@@ -87,10 +108,11 @@ if $update_golden; then
     cp "$outdir"/summaries/*.json "$golden"/
     mkdir -p "$golden/vocab-only"
     cp "$outdir"/summaries/vocab-only/*.json "$golden/vocab-only"/
+    cp "$outdir"/summaries/cards/*.json "$golden/cards"/
     echo "updated $golden"
 elif [ -d "$golden" ]; then
     differ=0
-    for s in "$outdir"/summaries/*.json "$outdir"/summaries/vocab-only/*.json; do
+    for s in "$outdir"/summaries/*.json "$outdir"/summaries/{vocab-only,cards}/*.json; do
         g=$golden/${s#"$outdir"/summaries/}
         if [ ! -f "$g" ]; then
             echo "no golden summary for $(basename "$s")"
