@@ -1,10 +1,11 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! thirty-one tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! thirty-two tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE;
 //! Gemma, Gemma 2, StarCoder 2, OLMo, OLMo 2, Granite, SmolLM3, GPT-NeoX,
 //! Command-R, Cohere 2, Phi-2, StableLM, ERNIE 4.5, Falcon, GPT-2, and the
-//! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3; made by
+//! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3, and the embedding
+//! model BERT (WordPiece, mean pooling); made by
 //! `tests/convert/make_checkpoints.py`, references by
 //! `tests/convert/make_references.sh`, summarised in `tests/data/convert/*.json`):
 //! every tensor's name, type, shape, place and bytes (sha256), in order, and
@@ -66,7 +67,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 124);
+    assert_eq!(all.len(), 128);
     all
 }
 
@@ -262,11 +263,7 @@ fn model_cards_and_metadata_files_name_the_model_as_the_converter_does() {
     let cards = data.join("cards");
     let dir = tempfile::tempdir().unwrap();
     let checkpoint = dir.path().join("SmolLM3-Tiny");
-    std::fs::create_dir(&checkpoint).unwrap();
-    for entry in std::fs::read_dir(data.join("checkpoints/SmolLM3-Tiny")).unwrap() {
-        let path = entry.unwrap().path();
-        std::fs::copy(&path, checkpoint.join(path.file_name().unwrap())).unwrap();
-    }
+    copy_dir(&data.join("checkpoints/SmolLM3-Tiny"), &checkpoint);
     std::fs::copy(cards.join("README.md"), checkpoint.join("README.md")).unwrap();
     let os = std::ffi::OsStr::new;
     let metadata = cards.join("metadata.json");
@@ -328,11 +325,7 @@ fn metadata_it_cannot_write_is_refused_by_name() {
     let data = common::repo().join("tests/data/convert");
     let dir = tempfile::tempdir().unwrap();
     let checkpoint = dir.path().join("SmolLM3-Tiny");
-    std::fs::create_dir(&checkpoint).unwrap();
-    for entry in std::fs::read_dir(data.join("checkpoints/SmolLM3-Tiny")).unwrap() {
-        let path = entry.unwrap().path();
-        std::fs::copy(&path, checkpoint.join(path.file_name().unwrap())).unwrap();
-    }
+    copy_dir(&data.join("checkpoints/SmolLM3-Tiny"), &checkpoint);
     let os = std::ffi::OsStr::new;
     let out = dir.path().join("out.gguf");
     let convert = |extra: &[&std::ffi::OsStr]| {
@@ -374,6 +367,19 @@ fn metadata_it_cannot_write_is_refused_by_name() {
         std::fs::write(checkpoint.join("README.md"), card).unwrap();
         let stderr = convert(&[]);
         assert!(stderr.contains(needle), "{card}: {stderr}");
+    }
+}
+
+/// Copies checkpoint directory `from` (its subdirectories too) into `to`.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        match path.is_dir() {
+            true => copy_dir(&path, &target),
+            false => drop(std::fs::copy(&path, &target).unwrap()),
+        }
     }
 }
 
@@ -491,7 +497,7 @@ fn unmodelled_settings_are_refused_by_name() {
     let checkpoints = common::repo().join("tests/data/convert/checkpoints");
     let unmodelled = "does not model";
     let not_a_count = "not a whole number below 2^32";
-    let cases: [(&str, &str, Json, &str, &str); 27] = [
+    let cases: [(&str, &str, Json, &str, &str); 30] = [
         (
             "tiny-llama-3-chat",
             "rope_scaling",
@@ -567,6 +573,10 @@ fn unmodelled_settings_are_refused_by_name() {
             "`rope_scaling.mscale` (1.0)",
             unmodelled,
         ),
+        // BERT as llama.cpp's graph computes it: GELU, absolute positions, no classifier head.
+        ("bge-tiny-en", "hidden_act", json!("relu"), "`hidden_act` (\"relu\")", unmodelled),
+        ("bge-tiny-en", "position_embedding_type", json!("relative_key"), "`position_embedding_type`", unmodelled),
+        ("bge-tiny-en", "id2label", json!({"0": "NEG", "1": "POS"}), "`id2label`", unmodelled),
         // GPT-2's file always says four times the width.
         ("gpt2-tiny", "n_inner", json!(100), "`n_inner` (100)", unmodelled),
         // Experts the config promises and the checkpoint lacks; a class misspelled.
@@ -582,11 +592,7 @@ fn unmodelled_settings_are_refused_by_name() {
     for (model, key, value, named, why) in cases {
         let dir = tempfile::tempdir().unwrap();
         let copy = dir.path().join(model);
-        std::fs::create_dir(&copy).unwrap();
-        for entry in std::fs::read_dir(checkpoints.join(model)).unwrap() {
-            let path = entry.unwrap().path();
-            std::fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
-        }
+        copy_dir(&checkpoints.join(model), &copy);
         let mut config: Json =
             serde_json::from_str(&std::fs::read_to_string(copy.join("config.json")).unwrap()).unwrap();
         config[key] = value;

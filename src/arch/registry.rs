@@ -253,6 +253,23 @@ const GPT2_NAMES: &[(&str, &str)] = &[
     ("blk.{N}.ffn_up", "h.{N}.mlp.c_fc"),
     ("blk.{N}.ffn_down", "h.{N}.mlp.c_proj"),
 ];
+/// BERT: an encoder of post-norm blocks, learned positions and token types,
+/// a LayerNorm over the embeddings (names after the converter strips
+/// `bert.`).
+const BERT_NAMES: &[(&str, &str)] = &[
+    ("token_embd", "embeddings.word_embeddings"),
+    ("token_types", "embeddings.token_type_embeddings"),
+    ("position_embd", "embeddings.position_embeddings"),
+    ("token_embd_norm", "embeddings.LayerNorm"),
+    ("blk.{N}.attn_q", "encoder.layer.{N}.attention.self.query"),
+    ("blk.{N}.attn_k", "encoder.layer.{N}.attention.self.key"),
+    ("blk.{N}.attn_v", "encoder.layer.{N}.attention.self.value"),
+    ("blk.{N}.attn_output", "encoder.layer.{N}.attention.output.dense"),
+    ("blk.{N}.attn_output_norm", "encoder.layer.{N}.attention.output.LayerNorm"),
+    ("blk.{N}.ffn_up", "encoder.layer.{N}.intermediate.dense"),
+    ("blk.{N}.ffn_down", "encoder.layer.{N}.output.dense"),
+    ("blk.{N}.layer_output_norm", "encoder.layer.{N}.output.LayerNorm"),
+];
 /// Phi-2: a parallel block around one LayerNorm, a GELU MLP.
 const PHI2_NAMES: &[(&str, &str)] = &[
     ("output_norm", "model.final_layernorm"),
@@ -542,6 +559,12 @@ pub static FAMILIES: &[Family] = &[
         "GPT-2",
         &["gpt2"],
         Layout { norm_epsilon: NormEpsilon::Layer, rope: Rope::None, fused: &[QKV], hf_names: &[GPT2_NAMES], ..COMMON },
+    ),
+    family(
+        "bert",
+        "BERT",
+        &["bert"],
+        Layout { norm_epsilon: NormEpsilon::Layer, rope: Rope::None, hf_names: &[BERT_NAMES], ..COMMON },
     ),
     family(
         "phi2",

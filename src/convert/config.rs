@@ -37,6 +37,9 @@ const BOOKKEEPING: &[&str] = &[
     "unk_token_id",
     "tie_word_embeddings",
     // Training only: dropout, router losses.
+    "attention_probs_dropout_prob",
+    "hidden_dropout_prob",
+    "classifier_dropout",
     "embedding_dropout",
     "residual_dropout",
     "output_router_logits",

@@ -353,7 +353,10 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
     let mut experts = ExpertBuffer::default();
     for (s, t) in ckpt.tensor_order() {
         let source = &ckpt.shards[s].tensors[t];
-        let hf = source.name.strip_prefix("language_model.").unwrap_or(&source.name);
+        let Some(hf) = conversion.renamed(source.name.strip_prefix("language_model.").unwrap_or(&source.name)) else {
+            continue;
+        };
+        let hf = hf.as_ref();
         if [".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq"].iter().any(|s| hf.ends_with(s))
             || conversion.dropped.iter().any(|ending| hf.ends_with(ending))
             || (conversion.has(Transform::DropNextTokenBlocks) && past_the_blocks(hf, number(BLOCKS)))

@@ -92,6 +92,7 @@ pub fn tokenizer_keys(
         Vocab::SentencePieceOrBpe { default_pre } | Vocab::Bpe { default_pre } => {
             gpt2(ckpt, &files, pre.unwrap_or(default_pre), keys)
         }
+        Vocab::WordPiece { default_pre } => word_piece(ckpt, &files, pre.unwrap_or(default_pre), keys),
     }
 }
 
@@ -204,9 +205,46 @@ fn string_array(strings: Vec<String>) -> Value {
     Value::Array(Array::String(strings.into_iter().collect()))
 }
 
-/// A GPT-2 BPE vocabulary from `tokenizer.json`: the model's vocabulary and
-/// the added tokens by id, `[PADn]` for ids neither has.
+/// A GPT-2 BPE vocabulary from `tokenizer.json`.
 fn gpt2(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Metadata) -> Result<(), ConvertError> {
+    let (tokens, types) = vocab_base(ckpt, files)?;
+    keys.set("tokenizer.ggml.model", Value::string("gpt2"));
+    keys.set("tokenizer.ggml.pre", Value::string(pre));
+    keys.set("tokenizer.ggml.tokens", string_array(tokens));
+    keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+    SpecialVocab::load(ckpt, files, true, None)?.write(keys);
+    Ok(())
+}
+
+/// BERT's WordPiece vocabulary (`BertModel.set_vocab`): the token-type
+/// count, then the tokens with the phantom space llama.cpp's WordPiece
+/// reads: none for a special token, `##` dropped from a word's
+/// continuation, `▁` before every other.
+fn word_piece(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Metadata) -> Result<(), ConvertError> {
+    let (tokens, types) = vocab_base(ckpt, files)?;
+    let type_count = match ckpt.config.get("type_vocab_size") {
+        None => Value::U32(1),
+        Some(n) => super::hparams::count_of("type_vocab_size", n)?,
+    };
+    keys.set("tokenizer.ggml.token_type_count", type_count);
+    let phantom = |(token, kind): (String, &i32)| match (*kind, token.strip_prefix("##")) {
+        (CONTROL, _) => token,
+        (_, Some(continued)) => continued.to_owned(),
+        _ => format!("\u{2581}{token}"),
+    };
+    let n_vocab = tokens.len();
+    let tokens: Vec<String> = tokens.into_iter().zip(&types).map(phantom).collect();
+    keys.set("tokenizer.ggml.model", Value::string("bert"));
+    keys.set("tokenizer.ggml.pre", Value::string(pre));
+    keys.set("tokenizer.ggml.tokens", string_array(tokens));
+    keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+    SpecialVocab::load(ckpt, files, false, Some(n_vocab))?.write(keys);
+    Ok(())
+}
+
+/// `get_vocab_base`'s lists from `tokenizer.json`: the model's vocabulary
+/// and the added tokens by id, `[PADn]` for ids neither has.
+fn vocab_base(ckpt: &Checkpoint, files: &TokenizerFiles) -> Result<(Vec<String>, Vec<i32>), ConvertError> {
     let tokenizer = files
         .tokenizer
         .as_ref()
@@ -253,12 +291,7 @@ fn gpt2(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Metadat
             }
         }
     }
-    keys.set("tokenizer.ggml.model", Value::string("gpt2"));
-    keys.set("tokenizer.ggml.pre", Value::string(pre));
-    keys.set("tokenizer.ggml.tokens", string_array(tokens));
-    keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
-    SpecialVocab::load(ckpt, files, true, None)?.write(keys);
-    Ok(())
+    Ok((tokens, types))
 }
 
 /// gguf-py's `SpecialVocab`: what it reads from `tokenizer.json`,
@@ -283,7 +316,10 @@ impl SpecialVocab {
         n_vocab: Option<usize>,
     ) -> Result<SpecialVocab, ConvertError> {
         let mut v = SpecialVocab { n_vocab, ..SpecialVocab::default() };
-        let (tokenizer, config) = (&files.tokenizer, &files.config);
+        // The converter edits its copy of the tokenizer config as it reads
+        // the post-processor, and may add EOT and EOM to the token kinds.
+        let (tokenizer, mut config) = (&files.tokenizer, files.config.clone());
+        let mut types: Vec<&'static str> = SPECIAL_TYPES.to_vec();
         let added: &[Json] =
             tokenizer.as_ref().and_then(|t| t.get("added_tokens")).and_then(Json::as_array).map_or(&[], Vec::as_slice);
         if let Some(tokenizer) = tokenizer {
@@ -307,7 +343,7 @@ impl SpecialVocab {
             if let Some(normalizer) = tokenizer.get("normalizer").filter(|n| !n.is_null()) {
                 v.normalizer(normalizer);
             }
-            v.post_processor(tokenizer, config.as_ref());
+            v.post_processor(tokenizer, &mut config, &mut types);
         }
         if let Some(config) = config.as_ref().filter(|c| c.as_object().is_some_and(|o| !o.is_empty())) {
             v.chat_template = match config.get("chat_template") {
@@ -315,7 +351,7 @@ impl SpecialVocab {
                 Some(_) => None,
                 None => chat_template_file(&ckpt.dir)?,
             };
-            for typ in SPECIAL_TYPES {
+            for &typ in &types {
                 if let Some(Json::Bool(add)) = config.get(format!("add_{typ}_token").as_str())
                     && !v.add.iter().any(|(t, _)| t == typ)
                 {
@@ -336,7 +372,7 @@ impl SpecialVocab {
                 v.set_special(typ, id);
             }
         }
-        for typ in SPECIAL_TYPES {
+        for &typ in &types {
             let key = format!("{typ}_token_id");
             let id =
                 ckpt.config.get(&key).filter(|v| !v.is_null()).or_else(|| ckpt.config.get("text_config")?.get(&key));
@@ -379,22 +415,42 @@ impl SpecialVocab {
 
     /// The add-token flags `tokenizer.json`'s post-processor implies (the
     /// converter's own crude reading of `ByteLevel`, `RobertaProcessing` and
-    /// `TemplateProcessing`). The converter also rewrites the tokenizer
-    /// config's special tokens in unusual templates (an EOS that differs from
-    /// the template's last token becomes EOT); that is not ported yet.
-    fn post_processor(&mut self, tokenizer: &Json, config: Option<&Json>) {
-        let Some(post) = tokenizer.get("post_processor").filter(|p| !p.is_null()) else { return };
+    /// `TemplateProcessing`), and its edits of the tokenizer config: CLS as
+    /// BOS and SEP as EOS where those are unset, the template's first and
+    /// last special tokens as BOS/CLS and EOS (a different EOS kept as EOT,
+    /// else EOM), a pair's separator as SEP.
+    fn post_processor(&mut self, tokenizer: &Json, config: &mut Option<Json>, types: &mut Vec<&'static str>) {
+        // Python's truthiness: a config that is missing or empty is no config.
+        let has_config = config.as_ref().and_then(Json::as_object).is_some_and(|o| !o.is_empty());
+        let entry = |config: &Option<Json>, key: &str| config.as_ref().and_then(|c| c.get(key)).cloned();
+        let truthy = |v: &Option<Json>| match v {
+            None | Some(Json::Null) | Some(Json::Bool(false)) => false,
+            Some(Json::Bool(true)) => true,
+            Some(Json::String(s)) => !s.is_empty(),
+            Some(Json::Object(o)) => !o.is_empty(),
+            Some(Json::Array(a)) => !a.is_empty(),
+            Some(Json::Number(n)) => n.as_f64() != Some(0.0),
+        };
+        let put = |config: &mut Option<Json>, key: &str, value: &Option<Json>| {
+            if let Some(map) = config.as_mut().and_then(Json::as_object_mut) {
+                map.insert(key.to_owned(), value.clone().unwrap_or(Json::Null));
+            }
+        };
+        let (mut bos, mut cls) = (entry(config, "bos_token"), entry(config, "cls_token"));
+        let (mut eos, mut sep) = (entry(config, "eos_token"), entry(config, "sep_token"));
+        if !truthy(&bos) && truthy(&cls) && has_config {
+            bos = cls.clone();
+            put(config, "bos_token", &bos);
+        }
+        if !truthy(&eos) && truthy(&sep) && has_config {
+            eos = sep.clone();
+            put(config, "eos_token", &eos);
+        }
+        let Some(post) = tokenizer.get("post_processor").filter(|p| truthy(&Some((*p).clone()))) else { return };
         let processors: Vec<&Json> = match post.get("processors").and_then(Json::as_array) {
             Some(list) => list.iter().collect(),
             None => vec![post],
         };
-        let config_str = |key: &str| -> Option<String> { config?.get(key)?.as_str().map(str::to_owned) };
-        let special_bos = config_str("bos_token");
-        let special_cls = config_str("cls_token");
-        let special_eos = config_str("eos_token");
-        let special_sep = config_str("sep_token");
-        // Without a tokenizer config the template's own tokens count as BOS and EOS.
-        let no_config = config.is_none_or(|c| c.as_object().is_none_or(|o| o.is_empty()));
         let set_default = |add: &mut Vec<(String, bool)>, typ: &str, value: bool| {
             if !add.iter().any(|(t, _)| t == typ) {
                 add.push((typ.to_owned(), value));
@@ -404,9 +460,11 @@ impl SpecialVocab {
             Some((_, v)) => *v = value,
             None => add.push((typ.to_owned(), value)),
         };
-        let special_id = |entry: &Json| {
-            entry.get("SpecialToken").and_then(|s| s.get("id")).and_then(Json::as_str).map(str::to_owned)
+        // A template entry's special token, as the JSON string the config's entries are compared with.
+        let special_id = |e: &Json| -> Option<Json> {
+            e.get("SpecialToken").and_then(|s| s.get("id")).filter(|id| truthy(&Some((*id).clone()))).cloned()
         };
+        let is = |id: &Json, of: &Option<Json>| of.as_ref() == Some(id);
         for processor in processors {
             match processor.get("type").and_then(Json::as_str) {
                 Some("ByteLevel") => {
@@ -416,6 +474,17 @@ impl SpecialVocab {
                 Some("RobertaProcessing") => {
                     for typ in ["bos", "eos", "sep"] {
                         set(&mut self.add, typ, true);
+                    }
+                    let first_of = |key: &str, default: &Option<Json>| {
+                        processor.get(key).and_then(Json::as_array).and_then(|a| a.first()).cloned().or(default.clone())
+                    };
+                    if !truthy(&cls) && has_config {
+                        cls = first_of("cls", &bos);
+                        put(config, "cls_token", &cls);
+                    }
+                    if !truthy(&sep) && has_config {
+                        sep = first_of("sep", &eos);
+                        put(config, "sep_token", &sep);
                     }
                 }
                 Some("TemplateProcessing") => {
@@ -427,12 +496,36 @@ impl SpecialVocab {
                     if single.len() > 1 {
                         first = special_id(single[0]);
                         if let Some(f) = &first {
-                            let known = no_config || Some(f) == special_bos.as_ref() || Some(f) == special_cls.as_ref();
-                            set(&mut self.add, "bos", known);
+                            if !has_config {
+                                bos = Some(f.clone());
+                            } else if !is(f, &bos) && !is(f, &cls) {
+                                if !truthy(&bos) {
+                                    bos = Some(f.clone());
+                                    put(config, "bos_token", &bos);
+                                }
+                                if !truthy(&cls) {
+                                    cls = Some(f.clone());
+                                    put(config, "cls_token", &cls);
+                                }
+                            }
+                            set(&mut self.add, "bos", is(f, &bos) || is(f, &cls));
                         }
                         last = special_id(single[single.len() - 1]);
                         if let Some(l) = &last {
-                            set(&mut self.add, "eos", no_config || Some(l) == special_eos.as_ref());
+                            if !has_config {
+                                eos = Some(l.clone());
+                            } else if !is(l, &eos) {
+                                for kept in ["eot", "eom"] {
+                                    if !types.contains(&kept) {
+                                        types.push(kept);
+                                        put(config, &format!("{kept}_token"), &eos);
+                                        break;
+                                    }
+                                }
+                                eos = Some(l.clone());
+                                put(config, "eos_token", &eos);
+                            }
+                            set(&mut self.add, "eos", is(l, &eos));
                         }
                     }
                     if !pair.is_empty() {
@@ -452,16 +545,15 @@ impl SpecialVocab {
                             && inner.len() > 2
                         {
                             let middle = &inner[1..inner.len() - 1];
-                            let is_sep = |e: &Json| {
-                                special_id(e).is_some_and(|id| {
-                                    Some(&id) == special_sep.as_ref() || Some(&id) == special_eos.as_ref()
-                                })
-                            };
+                            let is_sep = |e: &Json| special_id(e).is_some_and(|id| is(&id, &sep) || is(&id, &eos));
                             let mut add_sep = is_sep(middle[0]) && last.is_none();
                             if middle.len() == 2 && is_sep(middle[1]) {
                                 add_sep = true;
                             }
                             set(&mut self.add, "sep", add_sep);
+                            if add_sep && !truthy(&sep) && has_config {
+                                put(config, "sep_token", &eos);
+                            }
                         }
                     }
                 }
@@ -482,6 +574,8 @@ impl SpecialVocab {
                 "sep" => "tokenizer.ggml.seperator_token_id",
                 "pad" => "tokenizer.ggml.padding_token_id",
                 "mask" => "tokenizer.ggml.mask_token_id",
+                "eot" => "tokenizer.ggml.eot_token_id",
+                "eom" => "tokenizer.ggml.eom_token_id",
                 _ => continue,
             };
             keys.set(key, Value::U32(id as u32));

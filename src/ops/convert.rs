@@ -14,9 +14,11 @@ use crate::quant::plan::parse_preset;
 use crate::store::{Key, KeyBuilder, Store, StoreError};
 use crate::types::{FileType, GgmlType};
 
+// Version 2: model cards read whole, the post-processor's edits of the
+// tokenizer config (CLS as BOS, SEP as EOS): metadata of earlier keys differs.
 pub const SPEC: OpSpec = OpSpec::new(
     "convert",
-    1,
+    2,
     &[
         ParamSpec::optional("outtype", ParamKind::Name).fanning_out(),
         ParamSpec::optional("pre", ParamKind::Str),

@@ -41,6 +41,7 @@ next to a tokenizer trained here on generated text (no hub downloads).
     gpt2-tiny                 GPT2LMHeadModel     f32    1       byte-level BPE (GPT-2 regex)
     DeepSeek-V2-Lite-Tiny     DeepseekV2ForCausalLM bf16 3+      byte-level BPE (GPT-2 regex)
     DeepSeek-V3-Tiny          DeepseekV3ForCausalLM bf16 3+      byte-level BPE (GPT-2 regex)
+    bge-tiny-en               BertModel           f32    1       WordPiece (uncased), mean pooling
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -122,6 +123,7 @@ FAMILIES = {
     "gpt2": "gpt2-tiny",
     "deepseek2": "DeepSeek-V2-Lite-Tiny",
     "deepseek3": "DeepSeek-V3-Tiny",
+    "bert": "bge-tiny-en",
 }
 
 # --------------------------------------------------------------------------
@@ -911,6 +913,49 @@ def make_deepseek(out: Path, which: str) -> None:
     tok.save_pretrained(out)
 
 
+def make_bert(out: Path) -> None:
+    """An embedding model as sentence-transformers publishes one: BertModel, a lower-casing WordPiece
+    vocabulary, and the pooling module's files (mean pooling)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    wp = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+    wp.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                               lowercase=True)
+    wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wp.decoder = decoders.WordPiece(prefix="##")
+    trainer = trainers.WordPieceTrainer(vocab_size=400, min_frequency=2, show_progress=False,
+                                        special_tokens=specials, continuing_subword_prefix="##")
+    wp.train_from_iterator(corpus(), trainer=trainer)
+    cls, sep = wp.token_to_id("[CLS]"), wp.token_to_id("[SEP]")
+    wp.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                      special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    with tempfile.TemporaryDirectory() as tmp:
+        wp.save(os.path.join(tmp, "tokenizer.json"))
+        tok = BertTokenizerFast(tokenizer_file=os.path.join(tmp, "tokenizer.json"), do_lower_case=True,
+                                model_max_length=512)
+    config = BertConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=128, max_position_embeddings=128, type_vocab_size=2,
+                        layer_norm_eps=1e-12, pad_token_id=0, torch_dtype="float32")
+    torch.manual_seed(SEED)
+    model = BertModel(config, add_pooling_layer=True)
+    randomize(model, SEED + 32)
+    save_model(model, out, torch.float32)
+    tok.save_pretrained(out)
+    (out / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ], indent=2) + "\n")
+    (out / "1_Pooling").mkdir(exist_ok=True)
+    (out / "1_Pooling" / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": 64, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
+        "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False,
+    }, indent=2) + "\n")
+
+
 MAKERS = {
     "llama": make_llama,
     "mistral": make_mistral,
@@ -943,6 +988,7 @@ MAKERS = {
     "gpt2": make_gpt2,
     "deepseek2": lambda out: make_deepseek(out, "v2"),
     "deepseek3": lambda out: make_deepseek(out, "v3"),
+    "bert": make_bert,
 }
 
 

@@ -61,6 +61,7 @@ PRE_BY_ARCH = {
     "GPT2LMHeadModel": "gpt-2",
     "DeepseekV2ForCausalLM": "deepseek-llm",
     "DeepseekV3ForCausalLM": "deepseek-v3",
+    "BertModel": "bert-bge",               # BAAI/bge-small-en-v1.5's WordPiece vocabulary
 }
 
 

@@ -6,6 +6,7 @@
 //! LLaMA only in names and hyperparameters is one file here (its tensor
 //! names live with the rest of its layout in `arch::registry`).
 
+mod bert;
 mod cohere;
 mod deepseek;
 mod ernie;
@@ -84,6 +85,9 @@ pub enum Transform {
     /// 2-D tensors stored as `[in, out]` (GPT-2's Conv1D weights),
     /// transposed to ggml's `[out, in]`: those whose names end so.
     Transpose(&'static [&'static str]),
+    /// The family's `filter_tensors`: a checkpoint tensor's name as the
+    /// mapping reads it, or `None` for one the converter leaves out.
+    Rename(fn(&str) -> Option<std::borrow::Cow<'_, str>>),
 }
 
 /// A fused checkpoint tensor and what the converter makes of it.
@@ -189,6 +193,10 @@ pub enum Vocab {
     Phi3,
     /// GPT-2 BPE from `tokenizer.json` only (`TextModel`'s default).
     Bpe { default_pre: &'static str },
+    /// BERT's WordPiece from `tokenizer.json`: the token-type count first,
+    /// every token but the special ones written with a phantom space
+    /// (`▁`) unless it continues a word (`##`, dropped).
+    WordPiece { default_pre: &'static str },
     /// SentencePiece, then `tokenizer_config.json`'s `add_prefix_space`
     /// (when it has one) as `add_space_prefix` (ERNIE's).
     SentencePieceThenSpacePrefix,
@@ -223,6 +231,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &gpt2::CONVERSION,
     &deepseek::DEEPSEEK_V2,
     &deepseek::DEEPSEEK_V3,
+    &bert::CONVERSION,
 ];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
@@ -268,6 +277,19 @@ impl Conversion {
     /// Whether its checkpoint tensor `hf` is stored transposed.
     pub fn transposes(&self, hf: &str) -> bool {
         self.transforms.iter().any(|t| matches!(t, Transform::Transpose(ends) if ends.iter().any(|e| hf.ends_with(e))))
+    }
+
+    /// Checkpoint tensor `hf` under the name the mapping reads, or `None`
+    /// when the family leaves it out.
+    pub fn renamed<'a>(&self, hf: &'a str) -> Option<std::borrow::Cow<'a, str>> {
+        let rename = self.transforms.iter().find_map(|t| match t {
+            Transform::Rename(rename) => Some(*rename),
+            _ => None,
+        });
+        match rename {
+            Some(rename) => rename(hf),
+            None => Some(std::borrow::Cow::Borrowed(hf)),
+        }
     }
 
     /// How its experts are stored, if it has any.

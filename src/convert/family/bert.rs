@@ -1,0 +1,120 @@
+//! BERT: `BertModel` in the converter. An encoder for embeddings: the
+//! text model's keys with non-causal attention and the pooling a
+//! sentence-transformers checkpoint declares (`modules.json` and its
+//! pooling module's `config.json`); a WordPiece vocabulary written with
+//! the converter's phantom spaces; checkpoint names without `bert.`, old
+//! `gamma`/`beta` norm names as `weight`/`bias`, and the pooler and
+//! pre-training heads left out.
+
+use std::borrow::Cow;
+
+use serde_json::{Value as Json, json};
+
+use super::{Conversion, Transform, Vocab};
+use crate::convert::config::Modelled;
+use crate::convert::error::ConvertError;
+use crate::convert::hparams::{Hparams, text_model_keys};
+use crate::model::{Metadata, Value};
+
+pub const CONVERSION: Conversion = Conversion {
+    family: "bert",
+    classes: &[("BertModel", "bert"), ("BertForMaskedLM", "bert")],
+    config: Modelled {
+        reads: &["layer_norm_eps", "type_vocab_size"],
+        // llama.cpp's bert: exact GELU, learned absolute positions, an encoder.
+        defaults: || {
+            vec![
+                ("hidden_act", json!("gelu")),
+                ("position_embedding_type", json!("absolute")),
+                ("is_decoder", json!(false)),
+                ("add_cross_attention", json!(false)),
+                ("chunk_size_feed_forward", json!(0)),
+                ("gradient_checkpointing", json!(false)),
+            ]
+        },
+        window: &[],
+        pattern: Some(no_classifier),
+        rope_scalings: &[],
+    },
+    dropped: &[],
+    transforms: &[Transform::Rename(as_the_converter_names)],
+    generated: &[],
+    keys,
+    vocab: Vocab::WordPiece { default_pre: "bert-bge" },
+};
+
+/// `BertModel.filter_tensors`: the name the mapping reads, or `None` for
+/// the tensors it leaves out.
+fn as_the_converter_names(name: &str) -> Option<Cow<'_, str>> {
+    let name = name.strip_prefix("bert.").unwrap_or(name);
+    if ["embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias"].contains(&name)
+        || name.starts_with("cls.predictions")
+        || name.starts_with("cls.seq_relationship")
+    {
+        return None;
+    }
+    Some(match (name.strip_suffix(".gamma"), name.strip_suffix(".beta")) {
+        (Some(stem), _) => Cow::Owned(format!("{stem}.weight")),
+        (_, Some(stem)) => Cow::Owned(format!("{stem}.bias")),
+        _ => Cow::Borrowed(name),
+    })
+}
+
+/// A classification head's labels (`id2label` beyond the two defaults)
+/// are not written by this conversion.
+fn no_classifier(config: &serde_json::Map<String, Json>) -> Option<(&'static str, Json)> {
+    let labels = config.get("id2label")?;
+    let defaults = json!({"0": "LABEL_0", "1": "LABEL_1"});
+    (*labels != defaults && !labels.is_null()).then(|| ("id2label", labels.clone()))
+}
+
+/// `BertModel.set_gguf_parameters`: the text model's keys, attention that
+/// is not causal, and the pooling declared beside the checkpoint.
+fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
+    text_model_keys(hp, keys, None)?;
+    hp.put(keys, "attention.causal", Some(Value::Bool(false)));
+    hp.put(keys, "pooling_type", pooling_type(&hp.ckpt.dir)?);
+    Ok(())
+}
+
+/// `_try_set_pooling_type`: the first `*Pooling` module of `modules.json`
+/// and its mode (llama.cpp's ids: 1 mean, 2 CLS, 3 last token).
+fn pooling_type(dir: &std::path::Path) -> Result<Option<Value>, ConvertError> {
+    let read = |path: std::path::PathBuf| -> Result<Option<Json>, ConvertError> {
+        let Ok(text) = std::fs::read_to_string(&path) else { return Ok(None) };
+        let bad = |e: serde_json::Error| ConvertError::Config(format!("{}: {e}", path.display()));
+        serde_json::from_str(&text).map(Some).map_err(bad)
+    };
+    let Some(modules) = read(dir.join("modules.json"))? else { return Ok(None) };
+    let pooling = modules
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m.get("type").and_then(Json::as_str).is_some_and(|t| t.ends_with("Pooling")));
+    let Some(path) = pooling.and_then(|m| m.get("path")).and_then(Json::as_str) else { return Ok(None) };
+    let config_path = dir.join(path).join("config.json");
+    let config = read(config_path.clone())?.ok_or_else(|| {
+        ConvertError::Config(format!("{}: the pooling module's config is missing", config_path.display()))
+    })?;
+    let on = |key: &str| config.get(key).and_then(Json::as_bool).unwrap_or(false);
+    let id = if on("pooling_mode_mean_tokens") {
+        1
+    } else if on("pooling_mode_cls_token") {
+        2
+    } else if on("pooling_mode_lasttoken") {
+        3
+    } else {
+        match config.get("pooling_mode").and_then(Json::as_str) {
+            Some("mean") => 1,
+            Some("cls") => 2,
+            Some("lasttoken") => 3,
+            _ => {
+                return Err(ConvertError::Config(format!(
+                    "{}: a pooling other than mean, CLS or last token, which llama.cpp does not compute",
+                    config_path.display()
+                )));
+            }
+        }
+    };
+    Ok(Some(Value::U32(id)))
+}
