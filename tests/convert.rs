@@ -1,11 +1,12 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! thirty-two tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! thirty-three tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE;
 //! Gemma, Gemma 2, StarCoder 2, OLMo, OLMo 2, Granite, SmolLM3, GPT-NeoX,
 //! Command-R, Cohere 2, Phi-2, StableLM, ERNIE 4.5, Falcon, GPT-2, and the
 //! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3, and the embedding
-//! model BERT (WordPiece, mean pooling); made by
+//! models BERT (WordPiece, mean pooling) and RoBERTa (byte-level BPE,
+//! positions past the padding id); made by
 //! `tests/convert/make_checkpoints.py`, references by
 //! `tests/convert/make_references.sh`, summarised in `tests/data/convert/*.json`):
 //! every tensor's name, type, shape, place and bytes (sha256), in order, and
@@ -67,7 +68,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 128);
+    assert_eq!(all.len(), 132);
     all
 }
 
@@ -497,7 +498,7 @@ fn unmodelled_settings_are_refused_by_name() {
     let checkpoints = common::repo().join("tests/data/convert/checkpoints");
     let unmodelled = "does not model";
     let not_a_count = "not a whole number below 2^32";
-    let cases: [(&str, &str, Json, &str, &str); 30] = [
+    let cases: [(&str, &str, Json, &str, &str); 31] = [
         (
             "tiny-llama-3-chat",
             "rope_scaling",
@@ -577,6 +578,13 @@ fn unmodelled_settings_are_refused_by_name() {
         ("bge-tiny-en", "hidden_act", json!("relu"), "`hidden_act` (\"relu\")", unmodelled),
         ("bge-tiny-en", "position_embedding_type", json!("relative_key"), "`position_embedding_type`", unmodelled),
         ("bge-tiny-en", "id2label", json!({"0": "NEG", "1": "POS"}), "`id2label`", unmodelled),
+        (
+            "stsb-roberta-tiny",
+            "pad_token_id",
+            json!(200),
+            "`pad_token_id` + 1 (201) is past the 130",
+            "position embeddings",
+        ),
         // GPT-2's file always says four times the width.
         ("gpt2-tiny", "n_inner", json!(100), "`n_inner` (100)", unmodelled),
         // Experts the config promises and the checkpoint lacks; a class misspelled.

@@ -2,7 +2,7 @@
 //! and output types, as `convert_hf_to_gguf.py` makes them.
 
 use crate::arch::registry::{FAMILIES, gguf_name};
-use crate::artifact::RowTransform;
+use crate::artifact::{RowRange, RowTransform};
 use crate::backend::{Backend, Slab};
 use crate::codecs::scalar;
 use crate::formats::ModelFile;
@@ -410,6 +410,17 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
         if conversion.transposes(hf) && dims.len() == 2 {
             transform.transpose = Some(dims[1] as usize);
             dims.swap(0, 1);
+        }
+        if conversion.has(Transform::PositionsPastPadding)
+            && hf == "embeddings.position_embeddings.weight"
+            && let Some(offset) = family::bert::position_offset(ckpt)?
+            && let [_, rows] = dims.as_mut_slice()
+        {
+            let kept = rows.checked_sub(offset).ok_or_else(|| {
+                ConvertError::Config(format!("`pad_token_id` + 1 ({offset}) is past the {rows} position embeddings"))
+            })?;
+            transform.rows = Some(RowRange { group: *rows as usize, start: offset as usize, len: kept as usize });
+            *rows = kept;
         }
         if conversion.has(Transform::NormPlusOne) {
             transform.plus_one = hf.ends_with("norm.weight");

@@ -93,6 +93,12 @@ pub fn tokenizer_keys(
             gpt2(ckpt, &files, pre.unwrap_or(default_pre), keys)
         }
         Vocab::WordPiece { default_pre } => word_piece(ckpt, &files, pre.unwrap_or(default_pre), keys),
+        Vocab::Roberta { default_pre } if files.tokenizer.is_some() => {
+            gpt2(ckpt, &files, pre.unwrap_or(default_pre), keys)?;
+            keys.set("tokenizer.ggml.token_type_count", token_type_count(ckpt)?);
+            Ok(())
+        }
+        Vocab::Roberta { default_pre } => word_piece(ckpt, &files, pre.unwrap_or(default_pre), keys),
     }
 }
 
@@ -222,11 +228,7 @@ fn gpt2(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Metadat
 /// continuation, `▁` before every other.
 fn word_piece(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Metadata) -> Result<(), ConvertError> {
     let (tokens, types) = vocab_base(ckpt, files)?;
-    let type_count = match ckpt.config.get("type_vocab_size") {
-        None => Value::U32(1),
-        Some(n) => super::hparams::count_of("type_vocab_size", n)?,
-    };
-    keys.set("tokenizer.ggml.token_type_count", type_count);
+    keys.set("tokenizer.ggml.token_type_count", token_type_count(ckpt)?);
     let phantom = |(token, kind): (String, &i32)| match (*kind, token.strip_prefix("##")) {
         (CONTROL, _) => token,
         (_, Some(continued)) => continued.to_owned(),
@@ -240,6 +242,14 @@ fn word_piece(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut M
     keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     SpecialVocab::load(ckpt, files, false, Some(n_vocab))?.write(keys);
     Ok(())
+}
+
+/// `type_vocab_size`, 1 when the config has none.
+fn token_type_count(ckpt: &Checkpoint) -> Result<Value, ConvertError> {
+    match ckpt.config.get("type_vocab_size") {
+        None => Ok(Value::U32(1)),
+        Some(n) => super::hparams::count_of("type_vocab_size", n),
+    }
 }
 
 /// `get_vocab_base`'s lists from `tokenizer.json`: the model's vocabulary

@@ -42,6 +42,7 @@ next to a tokenizer trained here on generated text (no hub downloads).
     DeepSeek-V2-Lite-Tiny     DeepseekV2ForCausalLM bf16 3+      byte-level BPE (GPT-2 regex)
     DeepSeek-V3-Tiny          DeepseekV3ForCausalLM bf16 3+      byte-level BPE (GPT-2 regex)
     bge-tiny-en               BertModel           f32    1       WordPiece (uncased), mean pooling
+    stsb-roberta-tiny         RobertaModel        f32    1       byte-level BPE (RoBERTa's), mean pooling
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -124,6 +125,7 @@ FAMILIES = {
     "deepseek2": "DeepSeek-V2-Lite-Tiny",
     "deepseek3": "DeepSeek-V3-Tiny",
     "bert": "bge-tiny-en",
+    "roberta": "stsb-roberta-tiny",
 }
 
 # --------------------------------------------------------------------------
@@ -956,6 +958,51 @@ def make_bert(out: Path) -> None:
     }, indent=2) + "\n")
 
 
+def sentence_transformers_pooling(out: Path, width: int) -> None:
+    """The modules.json and mean-pooling config sentence-transformers saves beside a model."""
+    (out / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ], indent=2) + "\n")
+    (out / "1_Pooling").mkdir(exist_ok=True)
+    (out / "1_Pooling" / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": width, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
+        "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False,
+    }, indent=2) + "\n")
+
+
+def make_roberta(out: Path) -> None:
+    """RoBERTa as sentence-transformers publishes it: byte-level BPE with RobertaProcessing (<s> … </s>),
+    positions offset by the padding id plus one, one token type."""
+    import torch
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import RobertaConfig, RobertaModel, RobertaTokenizerFast
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    bpe = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=specials)
+    bpe.train_from_iterator(corpus(), trainer=trainer)
+    bpe.add_special_tokens([AddedToken("<mask>", special=True, lstrip=True, normalized=False)])
+    bpe.post_processor = processors.RobertaProcessing(sep=("</s>", 2), cls=("<s>", 0), trim_offsets=True,
+                                                      add_prefix_space=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        bpe.save(os.path.join(tmp, "tokenizer.json"))
+        tok = RobertaTokenizerFast(tokenizer_file=os.path.join(tmp, "tokenizer.json"), model_max_length=128)
+    config = RobertaConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=128, max_position_embeddings=130, type_vocab_size=1,
+                           layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                           torch_dtype="float32")
+    torch.manual_seed(SEED)
+    model = RobertaModel(config, add_pooling_layer=False)
+    randomize(model, SEED + 33)
+    save_model(model, out, torch.float32)
+    tok.save_pretrained(out)
+    sentence_transformers_pooling(out, 64)
+
+
 MAKERS = {
     "llama": make_llama,
     "mistral": make_mistral,
@@ -989,6 +1036,7 @@ MAKERS = {
     "deepseek2": lambda out: make_deepseek(out, "v2"),
     "deepseek3": lambda out: make_deepseek(out, "v3"),
     "bert": make_bert,
+    "roberta": make_roberta,
 }
 
 

@@ -62,6 +62,7 @@ PRE_BY_ARCH = {
     "DeepseekV2ForCausalLM": "deepseek-llm",
     "DeepseekV3ForCausalLM": "deepseek-v3",
     "BertModel": "bert-bge",               # BAAI/bge-small-en-v1.5's WordPiece vocabulary
+    "RobertaModel": "roberta-bpe",
 }
 
 

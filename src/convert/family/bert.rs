@@ -1,10 +1,12 @@
-//! BERT: `BertModel` in the converter. An encoder for embeddings: the
+//! BERT and RoBERTa: `BertModel` and `RobertaModel` in the converter. An encoder for embeddings: the
 //! text model's keys with non-causal attention and the pooling a
 //! sentence-transformers checkpoint declares (`modules.json` and its
 //! pooling module's `config.json`); a WordPiece vocabulary written with
 //! the converter's phantom spaces; checkpoint names without `bert.`, old
 //! `gamma`/`beta` norm names as `weight`/`bias`, and the pooler and
-//! pre-training heads left out.
+//! pre-training heads left out. RoBERTa's positions start past its padding
+//! id (the first `pad_token_id + 1` position rows dropped, the context that
+//! much shorter) and its vocabulary is byte-level BPE.
 
 use std::borrow::Cow;
 
@@ -43,6 +45,22 @@ pub const CONVERSION: Conversion = Conversion {
     vocab: Vocab::WordPiece { default_pre: "bert-bge" },
 };
 
+pub const ROBERTA: Conversion = Conversion {
+    family: "bert",
+    classes: &[("RobertaModel", "bert")],
+    config: CONVERSION.config,
+    dropped: &[],
+    transforms: &[Transform::Rename(as_roberta_names), Transform::PositionsPastPadding],
+    generated: &[],
+    keys: roberta_keys,
+    vocab: Vocab::Roberta { default_pre: "roberta-bpe" },
+};
+
+/// `RobertaModel.filter_tensors`: without `roberta.`, then as BERT's.
+fn as_roberta_names(name: &str) -> Option<Cow<'_, str>> {
+    as_the_converter_names(name.strip_prefix("roberta.").unwrap_or(name))
+}
+
 /// `BertModel.filter_tensors`: the name the mapping reads, or `None` for
 /// the tensors it leaves out.
 fn as_the_converter_names(name: &str) -> Option<Cow<'_, str>> {
@@ -75,6 +93,32 @@ fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
     hp.put(keys, "attention.causal", Some(Value::Bool(false)));
     hp.put(keys, "pooling_type", pooling_type(&hp.ckpt.dir)?);
     Ok(())
+}
+
+/// RoBERTa's: BERT's keys with a context `pad_token_id + 1` shorter.
+fn roberta_keys(hp: &Hparams<'_>, out: &mut Metadata) -> Result<(), ConvertError> {
+    let Some(offset) = position_offset(hp.ckpt)? else { return keys(hp, out) };
+    match hp.u64(&["max_position_embeddings"]) {
+        Some(positions) => {
+            let shorter = positions.checked_sub(offset).ok_or_else(|| {
+                ConvertError::Config(format!("`max_position_embeddings` ({positions}) is below `pad_token_id` + 1"))
+            })?;
+            keys(&hp.with("max_position_embeddings", json!(shorter)), out)
+        }
+        None => keys(hp, out),
+    }
+}
+
+/// How many position rows RoBERTa skips: `pad_token_id + 1`, when the
+/// config has a padding id.
+pub fn position_offset(ckpt: &crate::convert::Checkpoint) -> Result<Option<u64>, ConvertError> {
+    match ckpt.config.get("pad_token_id") {
+        None | Some(Json::Null) => Ok(None),
+        Some(pad) => pad
+            .as_u64()
+            .map(|pad| Some(pad + 1))
+            .ok_or_else(|| ConvertError::Config(format!("`pad_token_id` ({pad}) is not a token id"))),
+    }
 }
 
 /// `_try_set_pooling_type`: the first `*Pooling` module of `modules.json`

@@ -6,7 +6,7 @@
 //! LLaMA only in names and hyperparameters is one file here (its tensor
 //! names live with the rest of its layout in `arch::registry`).
 
-mod bert;
+pub(super) mod bert;
 mod cohere;
 mod deepseek;
 mod ernie;
@@ -88,6 +88,9 @@ pub enum Transform {
     /// The family's `filter_tensors`: a checkpoint tensor's name as the
     /// mapping reads it, or `None` for one the converter leaves out.
     Rename(fn(&str) -> Option<std::borrow::Cow<'_, str>>),
+    /// RoBERTa's positions, which start past the padding id: the position
+    /// embedding's first `pad_token_id + 1` rows dropped.
+    PositionsPastPadding,
 }
 
 /// A fused checkpoint tensor and what the converter makes of it.
@@ -197,6 +200,9 @@ pub enum Vocab {
     /// every token but the special ones written with a phantom space
     /// (`▁`) unless it continues a word (`##`, dropped).
     WordPiece { default_pre: &'static str },
+    /// RoBERTa's: GPT-2 BPE from `tokenizer.json`, then the token-type
+    /// count; BERT's WordPiece without one.
+    Roberta { default_pre: &'static str },
     /// SentencePiece, then `tokenizer_config.json`'s `add_prefix_space`
     /// (when it has one) as `add_space_prefix` (ERNIE's).
     SentencePieceThenSpacePrefix,
@@ -232,6 +238,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &deepseek::DEEPSEEK_V2,
     &deepseek::DEEPSEEK_V3,
     &bert::CONVERSION,
+    &bert::ROBERTA,
 ];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
