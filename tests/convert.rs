@@ -1,12 +1,12 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! thirty-three tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! thirty-four tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE;
 //! Gemma, Gemma 2, StarCoder 2, OLMo, OLMo 2, Granite, SmolLM3, GPT-NeoX,
 //! Command-R, Cohere 2, Phi-2, StableLM, ERNIE 4.5, Falcon, GPT-2, and the
 //! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3, and the embedding
-//! models BERT (WordPiece, mean pooling) and RoBERTa (byte-level BPE,
-//! positions past the padding id); made by
+//! models BERT and DistilBERT (WordPiece, mean pooling) and RoBERTa
+//! (byte-level BPE, positions past the padding id); made by
 //! `tests/convert/make_checkpoints.py`, references by
 //! `tests/convert/make_references.sh`, summarised in `tests/data/convert/*.json`):
 //! every tensor's name, type, shape, place and bytes (sha256), in order, and
@@ -68,7 +68,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 132);
+    assert_eq!(all.len(), 136);
     all
 }
 

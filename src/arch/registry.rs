@@ -270,6 +270,17 @@ const BERT_NAMES: &[(&str, &str)] = &[
     ("blk.{N}.ffn_down", "encoder.layer.{N}.output.dense"),
     ("blk.{N}.layer_output_norm", "encoder.layer.{N}.output.LayerNorm"),
 ];
+/// DistilBERT: BERT's blocks under names of its own, no token types.
+const DISTILBERT_NAMES: &[(&str, &str)] = &[
+    ("blk.{N}.attn_q", "transformer.layer.{N}.attention.q_lin"),
+    ("blk.{N}.attn_k", "transformer.layer.{N}.attention.k_lin"),
+    ("blk.{N}.attn_v", "transformer.layer.{N}.attention.v_lin"),
+    ("blk.{N}.attn_output", "transformer.layer.{N}.attention.out_lin"),
+    ("blk.{N}.attn_output_norm", "transformer.layer.{N}.sa_layer_norm"),
+    ("blk.{N}.ffn_up", "transformer.layer.{N}.ffn.lin1"),
+    ("blk.{N}.ffn_down", "transformer.layer.{N}.ffn.lin2"),
+    ("blk.{N}.layer_output_norm", "transformer.layer.{N}.output_layer_norm"),
+];
 /// Phi-2: a parallel block around one LayerNorm, a GELU MLP.
 const PHI2_NAMES: &[(&str, &str)] = &[
     ("output_norm", "model.final_layernorm"),
@@ -564,7 +575,12 @@ pub static FAMILIES: &[Family] = &[
         "bert",
         "BERT",
         &["bert"],
-        Layout { norm_epsilon: NormEpsilon::Layer, rope: Rope::None, hf_names: &[BERT_NAMES], ..COMMON },
+        Layout {
+            norm_epsilon: NormEpsilon::Layer,
+            rope: Rope::None,
+            hf_names: &[BERT_NAMES, DISTILBERT_NAMES],
+            ..COMMON
+        },
     ),
     family(
         "phi2",

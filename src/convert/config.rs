@@ -40,6 +40,11 @@ const BOOKKEEPING: &[&str] = &[
     "attention_probs_dropout_prob",
     "hidden_dropout_prob",
     "classifier_dropout",
+    "dropout",
+    "qa_dropout",
+    "seq_classif_dropout",
+    // The tying of a masked-LM head the converter leaves out (DistilBERT's).
+    "tie_weights_",
     "embedding_dropout",
     "residual_dropout",
     "output_router_logits",

@@ -43,6 +43,7 @@ next to a tokenizer trained here on generated text (no hub downloads).
     DeepSeek-V3-Tiny          DeepseekV3ForCausalLM bf16 3+      byte-level BPE (GPT-2 regex)
     bge-tiny-en               BertModel           f32    1       WordPiece (uncased), mean pooling
     stsb-roberta-tiny         RobertaModel        f32    1       byte-level BPE (RoBERTa's), mean pooling
+    distilbert-tiny-uncased   DistilBertModel     f32    1       WordPiece (uncased), mean pooling
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -126,6 +127,7 @@ FAMILIES = {
     "deepseek3": "DeepSeek-V3-Tiny",
     "bert": "bge-tiny-en",
     "roberta": "stsb-roberta-tiny",
+    "distilbert": "distilbert-tiny-uncased",
 }
 
 # --------------------------------------------------------------------------
@@ -919,25 +921,9 @@ def make_bert(out: Path) -> None:
     """An embedding model as sentence-transformers publishes one: BertModel, a lower-casing WordPiece
     vocabulary, and the pooling module's files (mean pooling)."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import BertConfig, BertModel
 
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    wp = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
-    wp.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
-                                               lowercase=True)
-    wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    wp.decoder = decoders.WordPiece(prefix="##")
-    trainer = trainers.WordPieceTrainer(vocab_size=400, min_frequency=2, show_progress=False,
-                                        special_tokens=specials, continuing_subword_prefix="##")
-    wp.train_from_iterator(corpus(), trainer=trainer)
-    cls, sep = wp.token_to_id("[CLS]"), wp.token_to_id("[SEP]")
-    wp.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-                                                      special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    with tempfile.TemporaryDirectory() as tmp:
-        wp.save(os.path.join(tmp, "tokenizer.json"))
-        tok = BertTokenizerFast(tokenizer_file=os.path.join(tmp, "tokenizer.json"), do_lower_case=True,
-                                model_max_length=512)
+    tok = train_word_piece()
     config = BertConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=128, max_position_embeddings=128, type_vocab_size=2,
                         layer_norm_eps=1e-12, pad_token_id=0, torch_dtype="float32")
@@ -1003,6 +989,59 @@ def make_roberta(out: Path) -> None:
     sentence_transformers_pooling(out, 64)
 
 
+def train_word_piece():
+    """A lower-casing WordPiece tokenizer (BERT's), as BertTokenizerFast. Its vocabulary is built here rather
+    than by tokenizers' WordPiece trainer, whose choice among equal counts changes from run to run: the
+    specials, every character alone and continuing a word, then the corpus's most frequent lower-cased words
+    (ties by spelling), 400 entries in all."""
+    from collections import Counter
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import BertTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                            lowercase=True)
+    pre = pre_tokenizers.BertPreTokenizer()
+    words = Counter(w for line in corpus() for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(line)))
+    chars = sorted({c for w in words for c in w})
+    vocab = specials + chars + ["##" + c for c in chars]
+    for word, _ in sorted(words.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(vocab) == 400:
+            break
+        if word not in vocab:
+            vocab.append(word)
+    wp = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]",
+                                    max_input_chars_per_word=100))
+    wp.normalizer = normalizer
+    wp.pre_tokenizer = pre
+    wp.decoder = decoders.WordPiece(prefix="##")
+    cls, sep = vocab.index("[CLS]"), vocab.index("[SEP]")
+    wp.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                      special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    wp.add_special_tokens(specials)
+    with tempfile.TemporaryDirectory() as tmp:
+        wp.save(os.path.join(tmp, "tokenizer.json"))
+        return BertTokenizerFast(tokenizer_file=os.path.join(tmp, "tokenizer.json"), do_lower_case=True,
+                                 model_max_length=512)
+
+
+def make_distilbert(out: Path) -> None:
+    """DistilBERT: its own names and config keys (dim, n_layers, hidden_dim), no token types."""
+    import torch
+    from transformers import DistilBertConfig, DistilBertModel
+
+    tok = train_word_piece()
+    config = DistilBertConfig(vocab_size=len(tok), dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+                              max_position_embeddings=128, pad_token_id=0, torch_dtype="float32")
+    torch.manual_seed(SEED)
+    model = DistilBertModel(config)
+    randomize(model, SEED + 34)
+    save_model(model, out, torch.float32)
+    tok.save_pretrained(out)
+    sentence_transformers_pooling(out, 64)
+
+
 MAKERS = {
     "llama": make_llama,
     "mistral": make_mistral,
@@ -1037,6 +1076,7 @@ MAKERS = {
     "deepseek3": lambda out: make_deepseek(out, "v3"),
     "bert": make_bert,
     "roberta": make_roberta,
+    "distilbert": make_distilbert,
 }
 
 

@@ -63,6 +63,7 @@ PRE_BY_ARCH = {
     "DeepseekV3ForCausalLM": "deepseek-v3",
     "BertModel": "bert-bge",               # BAAI/bge-small-en-v1.5's WordPiece vocabulary
     "RobertaModel": "roberta-bpe",
+    "DistilBertModel": "bert-bge",
 }
 
 

@@ -1,4 +1,5 @@
-//! BERT and RoBERTa: `BertModel` and `RobertaModel` in the converter. An encoder for embeddings: the
+//! BERT, RoBERTa and DistilBERT: `BertModel`, `RobertaModel` and
+//! `DistilBertModel` in the converter. An encoder for embeddings: the
 //! text model's keys with non-causal attention and the pooling a
 //! sentence-transformers checkpoint declares (`modules.json` and its
 //! pooling module's `config.json`); a WordPiece vocabulary written with
@@ -55,6 +56,40 @@ pub const ROBERTA: Conversion = Conversion {
     keys: roberta_keys,
     vocab: Vocab::Roberta { default_pre: "roberta-bpe" },
 };
+
+pub const DISTILBERT: Conversion = Conversion {
+    family: "bert",
+    classes: &[("DistilBertModel", "bert"), ("DistilBertForMaskedLM", "bert")],
+    config: Modelled {
+        reads: &["dim", "n_layers", "n_heads", "hidden_dim"],
+        defaults: || vec![("activation", json!("gelu")), ("sinusoidal_pos_embds", json!(false))],
+        window: &[],
+        pattern: Some(no_classifier),
+        rope_scalings: &[],
+    },
+    dropped: &[],
+    transforms: &[Transform::Rename(as_distilbert_names)],
+    generated: &[],
+    keys: distilbert_keys,
+    vocab: Vocab::WordPiece { default_pre: "bert-bge" },
+};
+
+/// `DistilBertModel.filter_tensors`: without `distilbert.`, its masked-LM
+/// head (`vocab_*`) left out, then as BERT's.
+fn as_distilbert_names(name: &str) -> Option<Cow<'_, str>> {
+    let name = name.strip_prefix("distilbert.").unwrap_or(name);
+    if name.starts_with("vocab_") {
+        return None;
+    }
+    as_the_converter_names(name)
+}
+
+/// DistilBERT's: BERT's, after the LayerNorm epsilon it fixes at 1e-12
+/// (the config has none).
+fn distilbert_keys(hp: &Hparams<'_>, out: &mut Metadata) -> Result<(), ConvertError> {
+    hp.put(out, "attention.layer_norm_epsilon", Some(Value::F32(1e-12)));
+    keys(hp, out)
+}
 
 /// `RobertaModel.filter_tensors`: without `roberta.`, then as BERT's.
 fn as_roberta_names(name: &str) -> Option<Cow<'_, str>> {

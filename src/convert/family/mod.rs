@@ -238,6 +238,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &deepseek::DEEPSEEK_V2,
     &deepseek::DEEPSEEK_V3,
     &bert::CONVERSION,
+    &bert::DISTILBERT,
     &bert::ROBERTA,
 ];
 
