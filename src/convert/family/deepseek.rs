@@ -80,21 +80,12 @@ pub const DEEPSEEK_V2: Conversion = Conversion {
     vocab: Vocab::Bpe { default_pre: "deepseek-llm" },
 };
 
+/// V3: V2's conversion with V3's router and pre-tokenizer.
 pub const DEEPSEEK_V3: Conversion = Conversion {
-    family: "deepseek2",
     classes: &[("DeepseekV3ForCausalLM", "deepseek2")],
-    config: Modelled {
-        reads: READS,
-        defaults: ignored_at,
-        window: &[],
-        pattern: Some(v3_routing),
-        rope_scalings: &[DEEPSEEK_YARN],
-    },
-    dropped: &[],
-    transforms: &[Transform::StackExperts(&EXPERTS), Transform::Fused(&[KV_B]), Transform::DropNextTokenBlocks],
-    generated: &[],
-    keys,
+    config: Modelled { pattern: Some(v3_routing), ..DEEPSEEK_V2.config },
     vocab: Vocab::Bpe { default_pre: "deepseek-v3" },
+    ..DEEPSEEK_V2
 };
 
 /// What the config class gives `key` when `config.json` lacks it.
