@@ -13,7 +13,7 @@ mod config;
 mod error;
 pub mod family;
 mod hparams;
-mod model_card;
+pub mod model_card;
 mod naming;
 mod rope;
 mod tensors;

@@ -18,6 +18,11 @@ use super::error::ConvertError;
 pub fn front_matter(dir: &Path) -> Result<Map<String, Json>, ConvertError> {
     let path = dir.join("README.md");
     let Ok(text) = std::fs::read_to_string(&path) else { return Ok(Map::new()) };
+    parse(&text, &path)
+}
+
+/// The front matter of model card `text` (read from `path`, for errors).
+pub fn parse(text: &str, path: &Path) -> Result<Map<String, Json>, ConvertError> {
     let lines: Vec<&str> = text.lines().collect();
     if lines.first() != Some(&"---") {
         return Ok(Map::new());
@@ -26,7 +31,7 @@ pub fn front_matter(dir: &Path) -> Result<Map<String, Json>, ConvertError> {
     // gguf-py's two fixes, in its order: Norway's `no`, and tabs.
     yaml = yaml.replace("- no\n", "- \"no\"\n").replace('\t', "  ");
     let documents = YamlLoader::load_from_str(&yaml)
-        .map_err(|e| ConvertError::ModelCard { path: path.clone(), problem: e.to_string() })?;
+        .map_err(|e| ConvertError::ModelCard { path: path.to_owned(), problem: e.to_string() })?;
     match documents.first().map(json_of) {
         Some(Json::Object(card)) => Ok(card),
         _ => Ok(Map::new()),
