@@ -56,7 +56,7 @@ impl<'a> Hparams<'a> {
         let mut overrides = self.overrides.clone();
         overrides.retain(|(k, _)| *k != key);
         overrides.push((key, value));
-        Hparams { rope: RopeParameters::resolve(self.ckpt), overrides, ..*self }
+        Hparams { rope: self.rope.clone(), overrides, ..*self }
     }
 
     /// The config's `key`, or what the family set it to.

@@ -28,6 +28,7 @@ pub enum RopeError {
 /// keys), with the top-level settings it lacks mirrored in. Per-layer-type
 /// dicts (`full_attention`, `sliding_attention`) are not modelled:
 /// `config::check_modelled` refuses them.
+#[derive(Clone)]
 pub(super) struct RopeParameters {
     /// The config key the dict came from, to name its keys.
     source: &'static str,

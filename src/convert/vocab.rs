@@ -92,13 +92,14 @@ pub fn tokenizer_keys(
         Vocab::SentencePieceOrBpe { default_pre } | Vocab::Bpe { default_pre } => {
             gpt2(ckpt, &files, pre.unwrap_or(default_pre), keys)
         }
-        Vocab::WordPiece { default_pre } => word_piece(ckpt, &files, pre.unwrap_or(default_pre), keys),
         Vocab::Roberta { default_pre } if files.tokenizer.is_some() => {
             gpt2(ckpt, &files, pre.unwrap_or(default_pre), keys)?;
             keys.set("tokenizer.ggml.token_type_count", token_type_count(ckpt)?);
             Ok(())
         }
-        Vocab::Roberta { default_pre } => word_piece(ckpt, &files, pre.unwrap_or(default_pre), keys),
+        Vocab::WordPiece { default_pre } | Vocab::Roberta { default_pre } => {
+            word_piece(ckpt, &files, pre.unwrap_or(default_pre), keys)
+        }
     }
 }
 
@@ -304,6 +305,18 @@ fn vocab_base(ckpt: &Checkpoint, files: &TokenizerFiles) -> Result<(Vec<String>,
     Ok((tokens, types))
 }
 
+/// Python's truthiness of a JSON value, `None` being Python's `None`.
+fn truthy(value: Option<&Json>) -> bool {
+    match value {
+        None | Some(Json::Null) => false,
+        Some(Json::Bool(b)) => *b,
+        Some(Json::String(s)) => !s.is_empty(),
+        Some(Json::Object(o)) => !o.is_empty(),
+        Some(Json::Array(a)) => !a.is_empty(),
+        Some(Json::Number(n)) => n.as_f64() != Some(0.0),
+    }
+}
+
 /// gguf-py's `SpecialVocab`: what it reads from `tokenizer.json`,
 /// `tokenizer_config.json` and `config.json` (the checkpoint's), in its
 /// insertion orders.
@@ -433,14 +446,6 @@ impl SpecialVocab {
         // Python's truthiness: a config that is missing or empty is no config.
         let has_config = config.as_ref().and_then(Json::as_object).is_some_and(|o| !o.is_empty());
         let entry = |config: &Option<Json>, key: &str| config.as_ref().and_then(|c| c.get(key)).cloned();
-        let truthy = |v: &Option<Json>| match v {
-            None | Some(Json::Null) | Some(Json::Bool(false)) => false,
-            Some(Json::Bool(true)) => true,
-            Some(Json::String(s)) => !s.is_empty(),
-            Some(Json::Object(o)) => !o.is_empty(),
-            Some(Json::Array(a)) => !a.is_empty(),
-            Some(Json::Number(n)) => n.as_f64() != Some(0.0),
-        };
         let put = |config: &mut Option<Json>, key: &str, value: &Option<Json>| {
             if let Some(map) = config.as_mut().and_then(Json::as_object_mut) {
                 map.insert(key.to_owned(), value.clone().unwrap_or(Json::Null));
@@ -448,15 +453,15 @@ impl SpecialVocab {
         };
         let (mut bos, mut cls) = (entry(config, "bos_token"), entry(config, "cls_token"));
         let (mut eos, mut sep) = (entry(config, "eos_token"), entry(config, "sep_token"));
-        if !truthy(&bos) && truthy(&cls) && has_config {
+        if !truthy(bos.as_ref()) && truthy(cls.as_ref()) && has_config {
             bos = cls.clone();
             put(config, "bos_token", &bos);
         }
-        if !truthy(&eos) && truthy(&sep) && has_config {
+        if !truthy(eos.as_ref()) && truthy(sep.as_ref()) && has_config {
             eos = sep.clone();
             put(config, "eos_token", &eos);
         }
-        let Some(post) = tokenizer.get("post_processor").filter(|p| truthy(&Some((*p).clone()))) else { return };
+        let Some(post) = tokenizer.get("post_processor").filter(|p| truthy(Some(p))) else { return };
         let processors: Vec<&Json> = match post.get("processors").and_then(Json::as_array) {
             Some(list) => list.iter().collect(),
             None => vec![post],
@@ -472,7 +477,7 @@ impl SpecialVocab {
         };
         // A template entry's special token, as the JSON string the config's entries are compared with.
         let special_id = |e: &Json| -> Option<Json> {
-            e.get("SpecialToken").and_then(|s| s.get("id")).filter(|id| truthy(&Some((*id).clone()))).cloned()
+            e.get("SpecialToken").and_then(|s| s.get("id")).filter(|id| truthy(Some(id))).cloned()
         };
         let is = |id: &Json, of: &Option<Json>| of.as_ref() == Some(id);
         for processor in processors {
@@ -488,11 +493,11 @@ impl SpecialVocab {
                     let first_of = |key: &str, default: &Option<Json>| {
                         processor.get(key).and_then(Json::as_array).and_then(|a| a.first()).cloned().or(default.clone())
                     };
-                    if !truthy(&cls) && has_config {
+                    if !truthy(cls.as_ref()) && has_config {
                         cls = first_of("cls", &bos);
                         put(config, "cls_token", &cls);
                     }
-                    if !truthy(&sep) && has_config {
+                    if !truthy(sep.as_ref()) && has_config {
                         sep = first_of("sep", &eos);
                         put(config, "sep_token", &sep);
                     }
@@ -509,11 +514,11 @@ impl SpecialVocab {
                             if !has_config {
                                 bos = Some(f.clone());
                             } else if !is(f, &bos) && !is(f, &cls) {
-                                if !truthy(&bos) {
+                                if !truthy(bos.as_ref()) {
                                     bos = Some(f.clone());
                                     put(config, "bos_token", &bos);
                                 }
-                                if !truthy(&cls) {
+                                if !truthy(cls.as_ref()) {
                                     cls = Some(f.clone());
                                     put(config, "cls_token", &cls);
                                 }
@@ -561,7 +566,7 @@ impl SpecialVocab {
                                 add_sep = true;
                             }
                             set(&mut self.add, "sep", add_sep);
-                            if add_sep && !truthy(&sep) && has_config {
+                            if add_sep && !truthy(sep.as_ref()) && has_config {
                                 put(config, "sep_token", &eos);
                             }
                         }

@@ -11,7 +11,7 @@
 //! input, the recipe, its lock, another output) under any name, is anything
 //! but a regular file (a link, a FIFO, a directory, a device), or is a file
 //! of another kind than the one the writer makes. What passes is an
-//! [`OutputPath`], the only thing [`crate::formats::AtomicOutput`] writes to.
+//! [`OutputPath`], the only thing the formats' atomic outputs write to.
 
 use std::path::{Component, Path, PathBuf};
 

@@ -44,39 +44,34 @@ mkdir -p "$outdir"/{checkpoints,gguf,summaries,logs}
 
 failed=()
 n=0
+# reference LABEL SUMMARY CHECKPOINT CONVERTER-ARGS...: the converter's output
+# into gguf/LABEL.gguf (its log in logs/LABEL.log), summarized into SUMMARY.
+reference() {
+    local label=$1 summary=$2 ckpt=$3
+    shift 3
+    local out=$outdir/gguf/$label.gguf log=$outdir/logs/$label.log
+    rm -f "$out"
+    if "$python" "$here/reference_convert.py" "$ckpt" "$@" --outfile "$out" >"$log" 2>&1 && [ -s "$out" ]; then
+        "$python" "$here/summarize.py" "$out" "$summary"
+        n=$((n + 1))
+        echo "ok   $label ($(stat -c %s "$out") bytes)"
+    else
+        failed+=("$label")
+        echo "FAIL $label (see $log)"
+    fi
+}
 for ckpt in "$outdir"/checkpoints/*/; do
     name=$(basename "$ckpt")
     for t in "${outtypes[@]}"; do
-        out=$outdir/gguf/$name-$t.gguf
-        log=$outdir/logs/$name-$t.log
-        rm -f "$out"
-        if "$python" "$here/reference_convert.py" "$ckpt" --outtype "$t" --outfile "$out" >"$log" 2>&1 \
-            && [ -s "$out" ]; then
-            "$python" "$here/summarize.py" "$out" "$outdir/summaries/$name-$t.json"
-            n=$((n + 1))
-            echo "ok   $name $t ($(stat -c %s "$out") bytes)"
-        else
-            failed+=("$name-$t")
-            echo "FAIL $name $t (see $log)"
-        fi
+        reference "$name-$t" "$outdir/summaries/$name-$t.json" "$ckpt" --outtype "$t"
     done
 done
 # --vocab-only: one checkpoint of each vocabulary kind and of generated tensors' keys.
 vocab_only=(tiny-llama-3-chat Phi-3-mini-128k-instruct Qwen3-MoE-Tiny gemma-3-tiny-it DeepSeek-V3-Tiny)
 mkdir -p "$outdir/summaries/vocab-only"
 for name in "${vocab_only[@]}"; do
-    out=$outdir/gguf/$name-vocab-only-f16.gguf
-    log=$outdir/logs/$name-vocab-only-f16.log
-    rm -f "$out"
-    if "$python" "$here/reference_convert.py" "$outdir/checkpoints/$name" --outtype f16 --vocab-only \
-        --outfile "$out" >"$log" 2>&1 && [ -s "$out" ]; then
-        "$python" "$here/summarize.py" "$out" "$outdir/summaries/vocab-only/$name-f16.json"
-        n=$((n + 1))
-        echo "ok   $name --vocab-only f16"
-    else
-        failed+=("$name-vocab-only")
-        echo "FAIL $name --vocab-only (see $log)"
-    fi
+    reference "$name-vocab-only-f16" "$outdir/summaries/vocab-only/$name-f16.json" "$outdir/checkpoints/$name" \
+        --outtype f16 --vocab-only
 done
 # A model card and the converter's --metadata / --model-name, on SmolLM3-Tiny
 # copied beside tests/data/convert/cards/README.md.
@@ -84,21 +79,11 @@ cards=$repo/tests/data/convert/cards
 carded=$outdir/cards/SmolLM3-Tiny
 rm -rf "$carded" && mkdir -p "$carded" "$outdir/summaries/cards"
 cp "$outdir"/checkpoints/SmolLM3-Tiny/* "$cards/README.md" "$carded"/
-for case in card override override-named; do
-    extra=()
-    [ "$case" = card ] || extra=(--metadata "$cards/metadata.json")
-    [ "$case" = override-named ] && extra+=(--model-name "Named On The Line" --vocab-only)
-    out=$outdir/gguf/cards-$case-f16.gguf
-    if "$python" "$here/reference_convert.py" "$carded" --outtype f16 "${extra[@]}" --outfile "$out" \
-        >"$outdir/logs/cards-$case.log" 2>&1 && [ -s "$out" ]; then
-        "$python" "$here/summarize.py" "$out" "$outdir/summaries/cards/$case-f16.json"
-        n=$((n + 1))
-        echo "ok   cards $case"
-    else
-        failed+=("cards-$case")
-        echo "FAIL cards $case (see $outdir/logs/cards-$case.log)"
-    fi
-done
+metadata=(--metadata "$cards/metadata.json")
+reference cards-card-f16 "$outdir/summaries/cards/card-f16.json" "$carded" --outtype f16
+reference cards-override-f16 "$outdir/summaries/cards/override-f16.json" "$carded" --outtype f16 "${metadata[@]}"
+reference cards-override-named-f16 "$outdir/summaries/cards/override-named-f16.json" "$carded" --outtype f16 \
+    "${metadata[@]}" --model-name "Named On The Line" --vocab-only
 echo "$n conversions succeeded, ${#failed[@]} failed${failed:+: ${failed[*]}}"
 
 status=0
@@ -106,7 +91,7 @@ status=0
 if $update_golden; then
     mkdir -p "$golden"
     cp "$outdir"/summaries/*.json "$golden"/
-    mkdir -p "$golden/vocab-only"
+    mkdir -p "$golden/vocab-only" "$golden/cards"
     cp "$outdir"/summaries/vocab-only/*.json "$golden/vocab-only"/
     cp "$outdir"/summaries/cards/*.json "$golden/cards"/
     echo "updated $golden"
