@@ -1,8 +1,9 @@
 //! `quantforge convert HF-DIR OUT.gguf [--outtype TYPE] [--pre NAME]`: a
 //! Hugging Face checkpoint to GGUF as `convert_hf_to_gguf.py` writes it;
 //! with a preset (Q4_K_M, …) the tensors are quantized straight from the
-//! checkpoint's values, with no F16 file in between. A one-step recipe on
-//! the engine, like every one-shot command.
+//! checkpoint's values, with no F16 file in between; `--split-max-*` write
+//! the converter's shards. A one-step recipe on the engine, like every
+//! one-shot command.
 
 use std::path::PathBuf;
 
@@ -14,6 +15,7 @@ use crate::formats::{OpenOptions, human_bytes};
 use crate::ops::Op;
 use crate::ops::convert::{ConvertOptions, Target};
 use crate::ops::export::SplitMode;
+use crate::ops::split::WriterSplit;
 use crate::recipe::{ExtraInput, OneShot};
 
 #[derive(Debug, clap::Args)]
@@ -49,6 +51,18 @@ pub struct ConvertArgs {
     /// without a tensor, as convert_hf_to_gguf.py's --vocab-only.
     #[arg(long)]
     vocab_only: bool,
+    /// At most N tensors in each shard, as convert_hf_to_gguf.py's --split-max-tensors: shards
+    /// STEM-00001-of-0000N.gguf beside OUT (a model that fits one shard is written as OUT).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    split_max_tensors: usize,
+    /// At most SIZE bytes of tensor data in each shard (2G, 500M: powers of 1000; counted
+    /// without padding; 1.5GB, 2GiB also taken), as convert_hf_to_gguf.py's --split-max-size; 0: no limit.
+    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = crate::formats::parse_size)]
+    split_max_size: u64,
+    /// The first shard holds the metadata and no tensor, as convert_hf_to_gguf.py's
+    /// --no-tensor-first-split.
+    #[arg(long)]
+    no_tensor_first_split: bool,
     /// Worker threads (default: all cores).
     #[arg(long, value_name = "N", value_parser = super::parse_workers)]
     threads: Option<usize>,
@@ -66,6 +80,16 @@ pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
     };
     let started = std::time::Instant::now();
     let target = Target::parse(&args.outtype).map_err(|e| anyhow::anyhow!("--outtype: {e}"))?;
+    let split = WriterSplit {
+        max_tensors: args.split_max_tensors,
+        max_size: args.split_max_size,
+        no_tensor_first_split: args.no_tensor_first_split,
+    };
+    let split_asked = split != WriterSplit::default();
+    anyhow::ensure!(
+        !(args.vocab_only && args.no_tensor_first_split),
+        "--vocab-only: splitting the vocabulary is not supported (as convert_hf_to_gguf.py)"
+    );
     let options = ConvertOptions { target, pre: args.pre, model_name: args.model_name, vocab_only: args.vocab_only };
     let extra: Vec<ExtraInput> =
         args.metadata.iter().map(|path| ExtraInput { name: "metadata", path, as_written: path }).collect();
@@ -77,7 +101,7 @@ pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
         read_uses: if extra.is_empty() { Vec::new() } else { vec![1] },
         ops: Vec::new(),
         output,
-        split: SplitMode::Whole,
+        split: if split_asked && !args.vocab_only { SplitMode::Writer(split) } else { SplitMode::Whole },
     };
     let settings = args.cache.settings(Some(workers(args.threads)), OpenOptions::default())?;
     let report = oneshot::run(job, &settings).with_context(|| format!("cannot convert {}", input.display()))?;
@@ -86,9 +110,16 @@ pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
         return super::json::print(&super::json::Written::of("convert", &report));
     }
     let tensors: usize = report.files().map(|f| f.tensors).sum();
+    let files: Vec<_> = report.files().collect();
+    if split_asked && files.len() == 1 {
+        eprintln!("note: the model fits one shard (the split limits are not reached); not splitting");
+    }
+    let written = match files.as_slice() {
+        [first, _, ..] => format!("{} … ({} shards)", first.path.display(), files.len()),
+        _ => output.display().to_string(),
+    };
     eprintln!(
-        "wrote {}: {} tensors, {}, in {:.2} s",
-        output.display(),
+        "wrote {written}: {} tensors, {}, in {:.2} s",
         tensors,
         human_bytes(report.output_bytes() as f64),
         started.elapsed().as_secs_f64()

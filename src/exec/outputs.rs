@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::files::{OutputPath, Replaces, WriteGuard, resolve};
 use crate::ops::Op;
-use crate::ops::export::{ExportFormat, ExportOptions};
+use crate::ops::export::{ExportFormat, ExportOptions, SplitMode};
 use crate::recipe::Recipe;
 
 #[derive(Debug, thiserror::Error)]
@@ -199,10 +199,12 @@ fn claims(options: &ExportOptions) -> Vec<(Claim, PathBuf)> {
         ExportFormat::Gguf => "gguf",
         ExportFormat::SafeTensors => "safetensors",
     };
-    let suffix = format!(".{extension}");
-    let text = path.as_os_str().to_string_lossy();
-    let prefix = PathBuf::from(text.strip_suffix(suffix.as_str()).unwrap_or(&text));
+    let prefix = crate::ops::export::shard_prefix(options);
     let mut out = vec![(Claim::Shards { prefix: resolve(&prefix), extension }, path.clone())];
+    if let SplitMode::Writer(_) = options.split {
+        // A model that fits one shard is written as the plain file.
+        out.push((Claim::File(resolve(path)), path.clone()));
+    }
     out.extend(crate::ops::export::index_path(options).map(|index| (Claim::File(resolve(&index)), index.clone())));
     out.extend(attestation(options));
     out

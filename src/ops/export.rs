@@ -14,7 +14,7 @@ use crate::arch::split::Devices;
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::formats::parse_size;
 use crate::ops::device_shards;
-use crate::ops::split::{self, ShardPlan, SplitError, SplitKeyOrder, SplitLimit, SplitOptions};
+use crate::ops::split::{self, ShardPlan, SplitError, SplitKeyOrder, SplitLimit, SplitOptions, WriterSplit};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, ParamValue, Params};
 use crate::store::Key;
 
@@ -42,7 +42,10 @@ pub enum ExportFormat {
     SafeTensors,
 }
 
-const SPLIT_FIELDS: [&str; 3] = ["max_size", "max_tensors", "no_tensor_first_split"];
+const SPLIT_FIELDS: [&str; 4] = ["max_size", "max_tensors", "no_tensor_first_split", "like"];
+/// Whose shards a split writes: llama-gguf-split's (the default) or
+/// `convert_hf_to_gguf.py --split-max-*`'s.
+const SPLIT_TOOLS: [&str; 2] = ["llama-gguf-split", "convert"];
 
 const DEVICES_FIELDS: [&str; 2] = ["count", "split"];
 
@@ -58,6 +61,9 @@ pub enum SplitMode {
     LikeInput,
     /// One file per device of a tensor split, as `shard-devices` writes.
     Devices(Devices),
+    /// Shards as `convert_hf_to_gguf.py --split-max-*` cuts and names them
+    /// (`STEM-00001-of-0000N.gguf`); one shard is the plain file.
+    Writer(WriterSplit),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -95,6 +101,9 @@ impl ExportOptions {
         if let Some(devices) = devices_from_params(p, &mut problems) {
             split = SplitMode::Devices(devices);
         }
+        if format == ExportFormat::SafeTensors && matches!(split, SplitMode::Writer(_)) {
+            problems.push(p.error("split", "`like = \"convert\"` writes GGUF shards"));
+        }
         if format == ExportFormat::SafeTensors
             && let SplitMode::Limit(
                 SplitOptions { limit: SplitLimit::MaxTensors(_), .. }
@@ -119,6 +128,12 @@ impl ExportOptions {
                 "max_tensors": match o.limit { SplitLimit::MaxTensors(n) => Some(n), SplitLimit::MaxSize(_) => None },
                 "no_tensor_first_split": o.no_tensor_first_split,
             }),
+            SplitMode::Writer(o) => serde_json::json!({
+                "like": "convert",
+                "max_size": o.max_size,
+                "max_tensors": o.max_tensors,
+                "no_tensor_first_split": o.no_tensor_first_split,
+            }),
         };
         let format = match self.format {
             ExportFormat::Gguf => "gguf",
@@ -128,30 +143,35 @@ impl ExportOptions {
     }
 }
 
-/// `split = { max_size = …, max_tensors = …, no_tensor_first_split = … }`.
+/// `split = { max_size = …, max_tensors = …, no_tensor_first_split = …,
+/// like = … }`: cut as llama-gguf-split cuts (one limit), or with
+/// `like = "convert"` as `convert_hf_to_gguf.py --split-max-*` (either
+/// limit or both).
 fn split_from_params(p: &Params, problems: &mut Vec<Diagnostic>) -> SplitMode {
-    let mut limit = None;
+    let (mut max_size, mut max_tensors, mut like_convert) = (None, None, false);
     let mut no_tensor_first_split = false;
     for (field, value) in p.table("split") {
         match (field, &value.value) {
             ("max_size", ParamValue::Str(text)) => match parse_size(text) {
-                Ok(bytes) if bytes > 0 => limit = Some(SplitLimit::MaxSize(bytes)),
+                Ok(bytes) if bytes > 0 => max_size = Some(bytes),
                 _ => problems.push(
                     Diagnostic::new(format!("`{text}` is not a size"), value.span.clone())
                         .with_hint(r#"max_size = "2G" (llama-gguf-split's units) or "1.5GB", "2GiB""#),
                 ),
             },
-            ("max_size", ParamValue::Int(n)) if *n > 0 => limit = Some(SplitLimit::MaxSize(*n as u64)),
+            ("max_size", ParamValue::Int(n)) if *n > 0 => max_size = Some(*n as u64),
             ("max_tensors", ParamValue::Int(n)) if *n > 0 => {
-                limit = Some(SplitLimit::MaxTensors(usize::try_from(*n).unwrap_or(usize::MAX)))
+                max_tensors = Some(usize::try_from(*n).unwrap_or(usize::MAX))
             }
             ("no_tensor_first_split", ParamValue::Bool(b)) => no_tensor_first_split = *b,
-            ("max_size" | "max_tensors" | "no_tensor_first_split", _) => problems.push(Diagnostic::new(
+            ("like", ParamValue::Str(tool)) if SPLIT_TOOLS.contains(&tool.as_str()) => like_convert = tool == "convert",
+            ("max_size" | "max_tensors" | "no_tensor_first_split" | "like", _) => problems.push(Diagnostic::new(
                 format!(
                     "`split.{field}` must be {}",
                     match field {
                         "no_tensor_first_split" => "true or false",
                         "max_tensors" => "a positive integer",
+                        "like" => r#""llama-gguf-split" or "convert""#,
                         _ => "a positive size",
                     }
                 ),
@@ -163,19 +183,37 @@ fn split_from_params(p: &Params, problems: &mut Vec<Diagnostic>) -> SplitMode {
             ),
         }
     }
-    match (p.get("split"), limit) {
-        (None, _) => SplitMode::Whole,
-        (Some(_), Some(limit)) => SplitMode::Limit(SplitOptions { limit, no_tensor_first_split }),
-        (Some(_), None) => {
+    if p.get("split").is_none() {
+        return SplitMode::Whole;
+    }
+    if like_convert && (max_size.is_some() || max_tensors.is_some()) {
+        return SplitMode::Writer(WriterSplit {
+            max_tensors: max_tensors.unwrap_or(0),
+            max_size: max_size.unwrap_or(0),
+            no_tensor_first_split,
+        });
+    }
+    let limit = match (max_size, max_tensors) {
+        (Some(bytes), None) => SplitLimit::MaxSize(bytes),
+        (None, Some(n)) => SplitLimit::MaxTensors(n),
+        (Some(_), Some(_)) => {
+            problems.push(
+                p.error("split", "llama-gguf-split cuts by `max_size` or by `max_tensors`, not both")
+                    .with_hint(r#"like = "convert" cuts by both, as convert_hf_to_gguf.py does"#),
+            );
+            return SplitMode::Whole;
+        }
+        (None, None) => {
             if problems.is_empty() {
                 problems.push(
                     p.error("split", "`split` needs `max_size` or `max_tensors`")
                         .with_hint(r#"split = { max_size = "2G" }"#),
                 );
             }
-            SplitMode::Whole
+            return SplitMode::Whole;
         }
-    }
+    };
+    SplitMode::Limit(SplitOptions { limit, no_tensor_first_split })
 }
 
 /// `devices = { count = N, split = [w1, …] }`: the devices of a tensor
@@ -242,6 +280,7 @@ pub fn output_files<'s>(set: &'s TensorSet, options: &ExportOptions) -> Result<O
     let plans = match (options.format, &options.split) {
         (_, SplitMode::Whole) => whole(),
         (ExportFormat::Gguf, SplitMode::Limit(o)) => split::plan_split(&set.metadata, &set.infos(), *o)?,
+        (_, SplitMode::Writer(o)) => split::plan_writer_split(&set.metadata, &set.infos(), *o)?,
         (ExportFormat::SafeTensors, SplitMode::Limit(o)) => {
             let max = match o.limit {
                 SplitLimit::MaxSize(bytes) => bytes,
@@ -283,7 +322,7 @@ pub fn known_file_count(options: &ExportOptions) -> Option<usize> {
     match &options.split {
         SplitMode::Whole => Some(1),
         SplitMode::Devices(devices) => Some(devices.count),
-        SplitMode::Limit(_) | SplitMode::LikeInput => None,
+        SplitMode::Limit(_) | SplitMode::LikeInput | SplitMode::Writer(_) => None,
     }
 }
 
@@ -297,12 +336,14 @@ pub fn all_paths(options: &ExportOptions, count: usize) -> Vec<PathBuf> {
 
 /// The path of data file `no` of the `count` an export writes: its path, or
 /// for a split `PREFIX-0000i-of-0000N.gguf` (`.safetensors`) with the path's
-/// extension taken off.
+/// extension taken off (gguf-py's writer takes off whatever extension the
+/// path has, and writes one shard as the plain file).
 pub fn output_path(options: &ExportOptions, no: usize, count: usize) -> PathBuf {
     let prefix = match options.split {
         SplitMode::Whole => return options.path.clone(),
-        SplitMode::Devices(_) => return device_shards::shard_path(&path_prefix(options), no, count),
-        SplitMode::Limit(_) | SplitMode::LikeInput => path_prefix(options),
+        SplitMode::Writer(_) if count == 1 => return options.path.clone(),
+        SplitMode::Devices(_) => return device_shards::shard_path(&shard_prefix(options), no, count),
+        SplitMode::Limit(_) | SplitMode::LikeInput | SplitMode::Writer(_) => shard_prefix(options),
     };
     match options.format {
         ExportFormat::Gguf => crate::formats::shard_path(&prefix, no, count),
@@ -319,12 +360,18 @@ pub fn index_path(options: &ExportOptions) -> Option<PathBuf> {
     if options.format != ExportFormat::SafeTensors || options.split == SplitMode::Whole {
         return None;
     }
-    let mut name = path_prefix(options).into_os_string();
+    let mut name = shard_prefix(options).into_os_string();
     name.push(".safetensors.index.json");
     Some(PathBuf::from(name))
 }
 
-fn path_prefix(options: &ExportOptions) -> PathBuf {
+/// What a split's shards are named from: the path without its `.gguf`
+/// (`.safetensors`), or for the converter's writer without whatever
+/// extension it has.
+pub fn shard_prefix(options: &ExportOptions) -> PathBuf {
+    if let SplitMode::Writer(_) = options.split {
+        return options.path.with_file_name(options.path.file_stem().unwrap_or_default());
+    }
     let extension = match options.format {
         ExportFormat::Gguf => ".gguf",
         ExportFormat::SafeTensors => ".safetensors",

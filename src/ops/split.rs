@@ -8,7 +8,9 @@
 //! The layout follows llama-gguf-split: the first shard carries all of the
 //! model's metadata followed by `split.no`, `split.tensors.count` and
 //! `split.count`; later shards carry only those three keys. A tensor is
-//! never cut across shards.
+//! never cut across shards. `convert_hf_to_gguf.py`'s `--split-max-*` cut
+//! as gguf-py's writer does ([`plan_writer_split`]): the same layout, its
+//! own criterion and key order.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -41,6 +43,20 @@ pub enum SplitLimit {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SplitOptions {
     pub limit: SplitLimit,
+    /// The first shard holds the metadata and no tensors.
+    pub no_tensor_first_split: bool,
+}
+
+/// Shards as gguf-py's `GGUFWriter` cuts them (`convert_hf_to_gguf.py`'s
+/// `--split-max-tensors`, `--split-max-size`, `--no-tensor-first-split`):
+/// either limit, both, or neither (0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriterSplit {
+    /// At most this many tensors a shard; 0: no limit.
+    pub max_tensors: usize,
+    /// At most this many bytes of tensor data a shard, counted unpadded;
+    /// 0: no limit.
+    pub max_size: u64,
     /// The first shard holds the metadata and no tensors.
     pub no_tensor_first_split: bool,
 }
@@ -131,13 +147,51 @@ pub fn plan_split(
     shard_plans(metadata, shards, tensors.len(), SplitKeyOrder::GgufSplit)
 }
 
+/// Assigns tensors to shards as gguf-py's writer does as tensors are added:
+/// a tensor starts a new shard when the current one holds at least one
+/// tensor and either `max_tensors` of them or so many bytes that this one
+/// would pass `max_size` (unpadded, unlike llama-gguf-split, which also
+/// starts a shard before the first tensor). A model that ends in one shard
+/// is the plain file, without `split.*` keys. Pure: no I/O.
+pub fn plan_writer_split(
+    metadata: &Metadata,
+    tensors: &[TensorInfo],
+    options: WriterSplit,
+) -> Result<Vec<ShardPlan>, SplitError> {
+    let mut shards: Vec<Vec<usize>> = vec![Vec::new()];
+    if options.no_tensor_first_split {
+        shards.push(Vec::new());
+    }
+    let mut current_size = 0u64;
+    for (i, tensor) in tensors.iter().enumerate() {
+        let bytes = tensor.n_bytes();
+        let current = shards.last().map_or(0, Vec::len);
+        let full = current > 0
+            && ((options.max_tensors != 0 && current >= options.max_tensors)
+                || (options.max_size != 0 && current_size.saturating_add(bytes) > options.max_size));
+        if full {
+            shards.push(Vec::new());
+            current_size = 0;
+        }
+        current_size = current_size.saturating_add(bytes);
+        if let Some(last) = shards.last_mut() {
+            last.push(i);
+        }
+    }
+    if shards.len() == 1 {
+        return Ok(vec![ShardPlan { metadata: metadata.clone(), tensors: shards.concat() }]);
+    }
+    shard_plans(metadata, shards, tensors.len(), SplitKeyOrder::Quantize)
+}
+
 /// The order the `split.*` keys end a shard's metadata in: gguf's
 /// set-value appends a key, and the two tools set them in different orders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SplitKeyOrder {
     /// llama-gguf-split sets `split.count` last, once the count is known.
     GgufSplit,
-    /// llama-quantize `--keep-split` sets no, count, tensors.count.
+    /// llama-quantize `--keep-split` (and gguf-py's writer) sets no,
+    /// count, tensors.count.
     Quantize,
 }
 

@@ -7,7 +7,8 @@
 #   OUTDIR/summaries/<name>-<outtype>.json   tests/convert/summarize.py of each GGUF
 #   OUTDIR/logs/<name>-<outtype>.log    the converter's log
 #
-# for every checkpoint and every outtype in f16 bf16 f32 q8_0.
+# for every checkpoint and every outtype in f16 bf16 f32 q8_0; and a few with --vocab-only,
+# a model card and --metadata, and the --split-* flags (OUTDIR/splits/<case>/, every shard).
 #
 # Usage: tests/convert/make_references.sh [OUTDIR] [--update-golden]
 #   OUTDIR defaults to ~/.cache/quantforge/convert-refs.
@@ -84,6 +85,37 @@ reference cards-card-f16 "$outdir/summaries/cards/card-f16.json" "$carded" --out
 reference cards-override-f16 "$outdir/summaries/cards/override-f16.json" "$carded" --outtype f16 "${metadata[@]}"
 reference cards-override-named-f16 "$outdir/summaries/cards/override-named-f16.json" "$carded" --outtype f16 \
     "${metadata[@]}" --model-name "Named On The Line" --vocab-only
+# The converter's --split-max-tensors / --split-max-size / --no-tensor-first-split:
+# every shard it writes (name, size, sha256) in splits/CASE.json.
+mkdir -p "$outdir/summaries/splits"
+split_reference() {
+    local case=$1 name=$2 outfile=$3
+    shift 3
+    local dir=$outdir/splits/$case log=$outdir/logs/split-$case.log
+    rm -rf "$dir" && mkdir -p "$dir"
+    if "$python" "$here/reference_convert.py" "$outdir/checkpoints/$name" "$@" --outfile "$dir/$outfile" >"$log" 2>&1; then
+        "$python" - "$dir" "$outdir/summaries/splits/$case.json" "$name" "$outfile" "$@" <<'PY'
+import hashlib, json, sys
+from pathlib import Path
+out, golden, checkpoint, outfile, *args = sys.argv[1:]
+files = [{"name": f.name, "size": f.stat().st_size, "sha256": hashlib.sha256(f.read_bytes()).hexdigest()}
+         for f in sorted(Path(out).iterdir())]
+summary = {"checkpoint": checkpoint, "outfile": outfile, "args": args, "files": files}
+Path(golden).write_text(json.dumps(summary, indent=1) + "\n")
+PY
+        n=$((n + 1))
+        echo "ok   split $case ($(ls "$dir" | wc -l) files)"
+    else
+        failed+=("split-$case")
+        echo "FAIL split $case (see $log)"
+    fi
+}
+split_reference max-tensors Qwen3-MoE-Tiny tiny.gguf --outtype f16 --split-max-tensors 10
+split_reference max-size Qwen3-MoE-Tiny tiny.gguf --outtype q8_0 --split-max-size 20K
+split_reference both-limits Qwen3-MoE-Tiny tiny.gguf --outtype bf16 --split-max-size 30K --split-max-tensors 7
+split_reference no-tensor-first Qwen3-MoE-Tiny tiny.gguf --outtype f16 --split-max-tensors 30 --no-tensor-first-split
+split_reference one-shard tiny-llama-3-chat tiny.gguf --outtype f16 --split-max-tensors 1000
+split_reference other-extension DeepSeek-V3-Tiny tiny.bin --outtype f32 --split-max-size 100K
 echo "$n conversions succeeded, ${#failed[@]} failed${failed:+: ${failed[*]}}"
 
 status=0
@@ -91,13 +123,14 @@ status=0
 if $update_golden; then
     mkdir -p "$golden"
     cp "$outdir"/summaries/*.json "$golden"/
-    mkdir -p "$golden/vocab-only" "$golden/cards"
+    mkdir -p "$golden/vocab-only" "$golden/cards" "$golden/splits"
     cp "$outdir"/summaries/vocab-only/*.json "$golden/vocab-only"/
     cp "$outdir"/summaries/cards/*.json "$golden/cards"/
+    cp "$outdir"/summaries/splits/*.json "$golden/splits"/
     echo "updated $golden"
 elif [ -d "$golden" ]; then
     differ=0
-    for s in "$outdir"/summaries/*.json "$outdir"/summaries/{vocab-only,cards}/*.json; do
+    for s in "$outdir"/summaries/*.json "$outdir"/summaries/{vocab-only,cards,splits}/*.json; do
         g=$golden/${s#"$outdir"/summaries/}
         if [ ! -f "$g" ]; then
             echo "no golden summary for $(basename "$s")"
