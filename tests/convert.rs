@@ -1,12 +1,12 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! thirty-four tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! thirty-five tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE;
 //! Gemma, Gemma 2, StarCoder 2, OLMo, OLMo 2, Granite, SmolLM3, GPT-NeoX,
 //! Command-R, Cohere 2, Phi-2, StableLM, ERNIE 4.5, Falcon, GPT-2, and the
 //! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3, and the embedding
 //! models BERT and DistilBERT (WordPiece, mean pooling) and RoBERTa
-//! (byte-level BPE, positions past the padding id); made by
+//! (byte-level BPE, positions past the padding id), and GLM-4; made by
 //! `tests/convert/make_checkpoints.py`, references by
 //! `tests/convert/make_references.sh`, summarised in `tests/data/convert/*.json`):
 //! every tensor's name, type, shape, place and bytes (sha256), in order, and
@@ -68,7 +68,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 136);
+    assert_eq!(all.len(), 140);
     all
 }
 
@@ -250,6 +250,60 @@ fn vocabularies_alone_equal_convert_hf_to_gguf_vocab_only() {
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("a vocabulary alone has no tensors to quantize to Q4_K_M")
     );
+}
+
+/// The files in `dir`, sorted, as the split goldens list them.
+fn files_written(dir: &std::path::Path) -> Json {
+    let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let summary = files.iter().map(|path| {
+        let bytes = std::fs::read(path).unwrap();
+        json!({
+            "name": path.file_name().unwrap().to_str().unwrap(),
+            "size": bytes.len(),
+            "sha256": common::sha256_hex(&bytes),
+        })
+    });
+    Json::Array(summary.collect())
+}
+
+/// `--split-max-tensors`, `--split-max-size` (unpadded sizes, either limit
+/// or both), `--no-tensor-first-split`, a model that fits one shard, an
+/// output named without `.gguf` (`tests/data/convert/splits/`): every shard
+/// the converter writes, named as it names them, byte for byte; a recipe's
+/// export with `split = { …, like = "convert" }` writes the same shards.
+#[test]
+fn splits_equal_convert_hf_to_gguf_split() {
+    let data = common::repo().join("tests/data/convert");
+    let os = std::ffi::OsStr::new;
+    let mut checked = 0;
+    for entry in std::fs::read_dir(data.join("splits")).unwrap() {
+        let golden: Json = serde_json::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let input = data.join("checkpoints").join(golden["checkpoint"].as_str().unwrap());
+        let out = dir.path().join(golden["outfile"].as_str().unwrap());
+        let args: Vec<&str> = golden["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        let mut command = vec![os("convert"), input.as_os_str(), out.as_os_str()];
+        command.extend(args.iter().map(|a| os(a)));
+        run_quantforge(&command);
+        assert_eq!(files_written(dir.path()), golden["files"], "{args:?}");
+        checked += 1;
+    }
+    assert_eq!(checked, 6);
+
+    let golden: Json =
+        serde_json::from_str(&std::fs::read_to_string(data.join("splits/both-limits.json")).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = format!(
+        "[input.hf]\npath = {:?}\n[step.c]\nop = \"convert\"\nfrom = \"hf\"\nouttype = \"bf16\"\n\
+         [step.out]\nop = \"export\"\nfrom = \"c\"\npath = \"out/tiny.gguf\"\n\
+         split = {{ max_size = \"30K\", max_tensors = 7, like = \"convert\" }}\n",
+        data.join("checkpoints/Qwen3-MoE-Tiny").display().to_string()
+    );
+    std::fs::write(dir.path().join("split.toml"), recipe).unwrap();
+    let output = common::quantforge_in(dir.path(), &[os("run"), os("split.toml")]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(files_written(&dir.path().join("out")), golden["files"]);
 }
 
 /// SmolLM3-Tiny beside a model card (`tests/data/convert/cards/README.md`:

@@ -100,7 +100,28 @@ pub fn tokenizer_keys(
         Vocab::WordPiece { default_pre } | Vocab::Roberta { default_pre } => {
             word_piece(ckpt, &files, pre.unwrap_or(default_pre), keys)
         }
+        Vocab::Glm4 => {
+            gpt2_tokens(ckpt, &files, pre.unwrap_or("glm4"), keys)?;
+            let mut special = SpecialVocab::load(ckpt, &files, true, None)?;
+            let (end, user) = (added_token_id(&files, "<|endoftext|>")?, added_token_id(&files, "<|user|>")?);
+            for (typ, id) in [("eos", end), ("eot", user), ("unk", end), ("bos", end)] {
+                special.set_special(typ, Some(&Json::from(id)));
+            }
+            special.write(keys);
+            Ok(())
+        }
     }
+}
+
+/// The id of the token `tokenizer.json` adds as `content`.
+fn added_token_id(files: &TokenizerFiles, content: &str) -> Result<u64, ConvertError> {
+    let added = files.tokenizer.as_ref().and_then(|t| t.get("added_tokens")).and_then(Json::as_array);
+    added
+        .into_iter()
+        .flatten()
+        .find(|token| token.get("content").and_then(Json::as_str) == Some(content))
+        .and_then(|token| token.get("id").and_then(Json::as_u64))
+        .ok_or_else(|| ConvertError::Config(format!("tokenizer.json adds no `{content}` token")))
 }
 
 /// `tokenizer.json` and `tokenizer_config.json`, read once (either may be absent).
@@ -214,12 +235,18 @@ fn string_array(strings: Vec<String>) -> Value {
 
 /// A GPT-2 BPE vocabulary from `tokenizer.json`.
 fn gpt2(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Metadata) -> Result<(), ConvertError> {
+    gpt2_tokens(ckpt, files, pre, keys)?;
+    SpecialVocab::load(ckpt, files, true, None)?.write(keys);
+    Ok(())
+}
+
+/// A GPT-2 BPE vocabulary's model, pre-tokenizer, tokens and their types.
+fn gpt2_tokens(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Metadata) -> Result<(), ConvertError> {
     let (tokens, types) = vocab_base(ckpt, files)?;
     keys.set("tokenizer.ggml.model", Value::string("gpt2"));
     keys.set("tokenizer.ggml.pre", Value::string(pre));
     keys.set("tokenizer.ggml.tokens", string_array(tokens));
     keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
-    SpecialVocab::load(ckpt, files, true, None)?.write(keys);
     Ok(())
 }
 

@@ -128,6 +128,7 @@ FAMILIES = {
     "bert": "bge-tiny-en",
     "roberta": "stsb-roberta-tiny",
     "distilbert": "distilbert-tiny-uncased",
+    "glm4": "GLM-4-Tiny-0414",
 }
 
 # --------------------------------------------------------------------------
@@ -714,6 +715,28 @@ def make_smollm3(out: Path) -> None:
     tok.save_pretrained(out)
 
 
+def make_glm4(out: Path) -> None:
+    """Post-norms after attention and the MLP, gate and up fused, Q/K/V biases, rope over a quarter of each
+    head; the tokenizer files give the end and padding ids only (the converter defaults the rest)."""
+    import torch
+    from transformers import Glm4Config, Glm4ForCausalLM
+
+    specials = ["<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"]
+    tok, ids = train_byte_bpe(400, specials)
+    tok.bos_token = None
+    tok.eos_token = "<|endoftext|>"
+    end = ids[0]
+    config = Glm4Config(vocab_size=len(tok), intermediate_size=96, max_position_embeddings=32768, head_dim=32,
+                        partial_rotary_factor=0.25, rms_norm_eps=1e-5, rope_theta=10000.0, attention_bias=True,
+                        tie_word_embeddings=False, pad_token_id=end, eos_token_id=[end, ids[4], ids[6]],
+                        torch_dtype="bfloat16", **TINY)
+    torch.manual_seed(SEED)
+    model = Glm4ForCausalLM(config)
+    randomize(model, SEED + 35)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
 def make_gptneox(out: Path) -> None:
     """Q/K/V fused head by head (reordered by the converter), partial rotary, parallel residual."""
     import torch
@@ -1077,6 +1100,7 @@ MAKERS = {
     "bert": make_bert,
     "roberta": make_roberta,
     "distilbert": make_distilbert,
+    "glm4": make_glm4,
 }
 
 

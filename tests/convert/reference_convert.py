@@ -64,6 +64,7 @@ PRE_BY_ARCH = {
     "BertModel": "bert-bge",               # BAAI/bge-small-en-v1.5's WordPiece vocabulary
     "RobertaModel": "roberta-bpe",
     "DistilBertModel": "bert-bge",
+    "Glm4ForCausalLM": "glm4",
 }
 
 

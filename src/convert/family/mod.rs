@@ -13,6 +13,7 @@ mod ernie;
 mod falcon;
 mod gemma;
 mod gemma3;
+mod glm4;
 mod gpt2;
 mod gptneox;
 mod granite;
@@ -203,6 +204,10 @@ pub enum Vocab {
     /// RoBERTa's: GPT-2 BPE from `tokenizer.json`, then the token-type
     /// count; BERT's WordPiece without one.
     Roberta { default_pre: &'static str },
+    /// GLM-4's: GPT-2 BPE, its end, end-of-turn, unknown and beginning ids
+    /// (those the tokenizer files leave unset) its added `<|endoftext|>`,
+    /// `<|user|>`, `<|endoftext|>` and `<|endoftext|>`.
+    Glm4,
     /// SentencePiece, then `tokenizer_config.json`'s `add_prefix_space`
     /// (when it has one) as `add_space_prefix` (ERNIE's).
     SentencePieceThenSpacePrefix,
@@ -240,6 +245,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &bert::CONVERSION,
     &bert::DISTILBERT,
     &bert::ROBERTA,
+    &glm4::CONVERSION,
 ];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
