@@ -407,6 +407,9 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
             };
             transform.permute_heads = heads.map(|h| h as usize);
         }
+        if conversion.squeezes(hf) && dims.len() == 3 && dims[1] == 1 {
+            dims.remove(1);
+        }
         if conversion.transposes(hf) && dims.len() == 2 {
             transform.transpose = Some(dims[1] as usize);
             dims.swap(0, 1);

@@ -129,6 +129,7 @@ FAMILIES = {
     "roberta": "stsb-roberta-tiny",
     "distilbert": "distilbert-tiny-uncased",
     "glm4": "GLM-4-Tiny-0414",
+    "lfm2": "LFM2-Tiny",
 }
 
 # --------------------------------------------------------------------------
@@ -737,6 +738,24 @@ def make_glm4(out: Path) -> None:
     tok.save_pretrained(out)
 
 
+def make_lfm2(out: Path) -> None:
+    """Short-convolution blocks around an attention block (Q/K norms), the feed-forward width two thirds of
+    intermediate_size rounded up to block_multiple_of, tied embeddings, the final norm named embedding_norm."""
+    import torch
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    tok, (pad, bos, start, end) = train_byte_bpe(400, ["<|pad|>", "<|startoftext|>", "<|im_start|>", "<|im_end|>"])
+    config = Lfm2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, block_multiple_of=64,
+                        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, full_attn_idxs=[1],
+                        max_position_embeddings=128000, norm_eps=1e-5, rope_theta=1000000.0, conv_L_cache=3,
+                        pad_token_id=pad, bos_token_id=bos, eos_token_id=end, torch_dtype="bfloat16")
+    torch.manual_seed(SEED)
+    model = Lfm2ForCausalLM(config)
+    randomize(model, SEED + 36)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
 def make_gptneox(out: Path) -> None:
     """Q/K/V fused head by head (reordered by the converter), partial rotary, parallel residual."""
     import torch
@@ -1101,6 +1120,7 @@ MAKERS = {
     "roberta": make_roberta,
     "distilbert": make_distilbert,
     "glm4": make_glm4,
+    "lfm2": make_lfm2,
 }
 
 

@@ -65,6 +65,7 @@ PRE_BY_ARCH = {
     "RobertaModel": "roberta-bpe",
     "DistilBertModel": "bert-bge",
     "Glm4ForCausalLM": "glm4",
+    "Lfm2ForCausalLM": "lfm2",
 }
 
 

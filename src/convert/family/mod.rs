@@ -18,6 +18,7 @@ mod gpt2;
 mod gptneox;
 mod granite;
 mod granite_moe;
+mod lfm2;
 mod llama;
 mod mixtral;
 mod olmo;
@@ -89,6 +90,9 @@ pub enum Transform {
     /// The family's `filter_tensors`: a checkpoint tensor's name as the
     /// mapping reads it, or `None` for one the converter leaves out.
     Rename(fn(&str) -> Option<std::borrow::Cow<'_, str>>),
+    /// 3-D tensors stored `[rows, 1, width]` (LFM2's short convolution),
+    /// written 2-D: those whose names end so.
+    Squeeze(&'static [&'static str]),
     /// RoBERTa's positions, which start past the padding id: the position
     /// embedding's first `pad_token_id + 1` rows dropped.
     PositionsPastPadding,
@@ -246,6 +250,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &bert::DISTILBERT,
     &bert::ROBERTA,
     &glm4::CONVERSION,
+    &lfm2::CONVERSION,
 ];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
@@ -291,6 +296,11 @@ impl Conversion {
     /// Whether its checkpoint tensor `hf` is stored transposed.
     pub fn transposes(&self, hf: &str) -> bool {
         self.transforms.iter().any(|t| matches!(t, Transform::Transpose(ends) if ends.iter().any(|e| hf.ends_with(e))))
+    }
+
+    /// Whether its checkpoint tensor `hf` loses a unit dimension.
+    pub fn squeezes(&self, hf: &str) -> bool {
+        self.transforms.iter().any(|t| matches!(t, Transform::Squeeze(ends) if ends.iter().any(|e| hf.ends_with(e))))
     }
 
     /// Checkpoint tensor `hf` under the name the mapping reads, or `None`
