@@ -1,10 +1,11 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! thirty-six tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! thirty-seven tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE;
 //! Gemma, Gemma 2, StarCoder 2, OLMo, OLMo 2, Granite, SmolLM3, GPT-NeoX,
 //! Command-R, Cohere 2, Phi-2, StableLM, ERNIE 4.5, Falcon, GPT-2, GLM-4,
-//! LFM2 (short convolutions between attention blocks), and the
+//! LFM2 (short convolutions between attention blocks), EXAONE 4 (64 blocks,
+//! sliding and global), and the
 //! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3, and the embedding
 //! models BERT and DistilBERT (WordPiece, mean pooling) and RoBERTa
 //! (byte-level BPE, positions past the padding id); made by
@@ -69,7 +70,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 144);
+    assert_eq!(all.len(), 148);
     all
 }
 
@@ -130,6 +131,7 @@ fn scalar(key: &str, value: &Value) -> (String, String, Json) {
     let (ty, v) = match value {
         Value::U32(v) => ("u32", json!(v)),
         Value::Array(quantforge::model::Array::I32(v)) => ("arr", json!(v[..v.len().min(8)])),
+        Value::Array(quantforge::model::Array::Bool(v)) => ("arr", json!(v[..v.len().min(8)])),
         Value::F32(v) => ("f32", json!(f64::from(*v))),
         Value::Bool(v) => ("bool", json!(v)),
         Value::String(s) => ("str", json!(String::from_utf8_lossy(s.as_bytes()))),
@@ -556,7 +558,7 @@ fn unmodelled_settings_are_refused_by_name() {
     let checkpoints = common::repo().join("tests/data/convert/checkpoints");
     let unmodelled = "does not model";
     let not_a_count = "not a whole number below 2^32";
-    let cases: [(&str, &str, Json, &str, &str); 33] = [
+    let cases: [(&str, &str, Json, &str, &str); 34] = [
         (
             "tiny-llama-3-chat",
             "rope_scaling",
@@ -655,6 +657,8 @@ fn unmodelled_settings_are_refused_by_name() {
             "`block_ffn_dim_multiplier`",
             "leaves the width unrounded",
         ),
+        // llama.cpp slides EXAONE 4's window only at 64 blocks.
+        ("EXAONE-4.0-Tiny", "num_hidden_layers", json!(30), "`sliding_window` (16)", unmodelled),
         // Experts the config promises and the checkpoint lacks; a class misspelled.
         ("Mixtral-Tiny-4x8", "num_local_experts", json!(5), "block 0 has 12 expert tensors", "not all of its experts"),
         (

@@ -453,6 +453,17 @@ pub static FAMILIES: &[Family] = &[
         &["glm4"],
         Layout { fused: &[QKV, GATE_UP], hf_names: &[DECODER_NAMES, GLM4_NORMS], ..COMMON },
     ),
+    family(
+        "exaone4",
+        "EXAONE 4",
+        &["exaone4"],
+        Layout {
+            rope: Rope::Neox,
+            hf_names: &[DECODER_NAMES, SANDWICH_NORMS, QK_NORMS],
+            layers: LayerKinds::SlidingWindow { period: 4, dense_first: false, when: WindowRule::Positive },
+            ..COMMON
+        },
+    ),
     family("granite", "Granite", &["granite"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
     Family {
         signatures: &["blk.0.shortconv.conv.weight"],

@@ -130,6 +130,7 @@ FAMILIES = {
     "distilbert": "distilbert-tiny-uncased",
     "glm4": "GLM-4-Tiny-0414",
     "lfm2": "LFM2-Tiny",
+    "exaone4": "EXAONE-4.0-Tiny",
 }
 
 # --------------------------------------------------------------------------
@@ -756,6 +757,28 @@ def make_lfm2(out: Path) -> None:
     tok.save_pretrained(out)
 
 
+def make_exaone4(out: Path) -> None:
+    """Post-norms only, Q/K norms, LLaMA 3 rope factors, and the 32B's hybrid attention: 64 blocks (the one
+    depth at which llama.cpp slides), three sliding blocks to a global one, very narrow to stay small."""
+    import torch
+    from transformers import Exaone4Config, Exaone4ForCausalLM
+
+    tok, (pad, bos, end) = train_byte_bpe(400, ["[PAD]", "[BOS]", "[|endofturn|]"])
+    blocks = 64
+    config = Exaone4Config(vocab_size=len(tok), hidden_size=32, intermediate_size=32, num_hidden_layers=blocks,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=131072,
+                           rms_norm_eps=1e-5, rope_theta=1000000.0, sliding_window=16, sliding_window_pattern=4,
+                           rope_scaling={"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                           tie_word_embeddings=False, pad_token_id=pad, bos_token_id=bos, eos_token_id=end,
+                           torch_dtype="bfloat16")
+    torch.manual_seed(SEED)
+    model = Exaone4ForCausalLM(config)
+    randomize(model, SEED + 37)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
 def make_gptneox(out: Path) -> None:
     """Q/K/V fused head by head (reordered by the converter), partial rotary, parallel residual."""
     import torch
@@ -1121,6 +1144,7 @@ MAKERS = {
     "distilbert": make_distilbert,
     "glm4": make_glm4,
     "lfm2": make_lfm2,
+    "exaone4": make_exaone4,
 }
 
 

@@ -66,6 +66,7 @@ PRE_BY_ARCH = {
     "DistilBertModel": "bert-bge",
     "Glm4ForCausalLM": "glm4",
     "Lfm2ForCausalLM": "lfm2",
+    "Exaone4ForCausalLM": "exaone4",
 }
 
 

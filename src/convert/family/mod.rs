@@ -10,6 +10,7 @@ pub(super) mod bert;
 mod cohere;
 mod deepseek;
 mod ernie;
+mod exaone4;
 mod falcon;
 mod gemma;
 mod gemma3;
@@ -251,6 +252,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &bert::ROBERTA,
     &glm4::CONVERSION,
     &lfm2::CONVERSION,
+    &exaone4::CONVERSION,
 ];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
