@@ -1,5 +1,5 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! thirty-seven tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! thirty-eight tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE;
 //! Gemma, Gemma 2, StarCoder 2, OLMo, OLMo 2, Granite, SmolLM3, GPT-NeoX,
@@ -7,8 +7,9 @@
 //! LFM2 (short convolutions between attention blocks), EXAONE 4 (64 blocks,
 //! sliding and global), and the
 //! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3, and the embedding
-//! models BERT and DistilBERT (WordPiece, mean pooling) and RoBERTa
-//! (byte-level BPE, positions past the padding id); made by
+//! models BERT and DistilBERT (WordPiece, mean pooling), RoBERTa
+//! (byte-level BPE, positions past the padding id) and Nomic BERT (fused
+//! Q/K/V, SwiGLU, rotary positions); made by
 //! `tests/convert/make_checkpoints.py`, references by
 //! `tests/convert/make_references.sh`, summarised in `tests/data/convert/*.json`):
 //! every tensor's name, type, shape, place and bytes (sha256), in order, and
@@ -70,7 +71,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 148);
+    assert_eq!(all.len(), 152);
     all
 }
 
@@ -558,7 +559,7 @@ fn unmodelled_settings_are_refused_by_name() {
     let checkpoints = common::repo().join("tests/data/convert/checkpoints");
     let unmodelled = "does not model";
     let not_a_count = "not a whole number below 2^32";
-    let cases: [(&str, &str, Json, &str, &str); 34] = [
+    let cases: [(&str, &str, Json, &str, &str); 36] = [
         (
             "tiny-llama-3-chat",
             "rope_scaling",
@@ -659,6 +660,15 @@ fn unmodelled_settings_are_refused_by_name() {
         ),
         // llama.cpp slides EXAONE 4's window only at 64 blocks.
         ("EXAONE-4.0-Tiny", "num_hidden_layers", json!(30), "`sliding_window` (16)", unmodelled),
+        // Nomic BERT: dynamic NTK scaling llama.cpp does not run; positions the converter does not know.
+        (
+            "nomic-embed-text-tiny-v1.5",
+            "rotary_scaling_factor",
+            json!(2.0),
+            "`rotary_scaling_factor` (2.0)",
+            unmodelled,
+        ),
+        ("nomic-embed-text-tiny-v1.5", "n_positions", json!(4096), "n_positions = 4096", "unrecognized positions"),
         // Experts the config promises and the checkpoint lacks; a class misspelled.
         ("Mixtral-Tiny-4x8", "num_local_experts", json!(5), "block 0 has 12 expert tensors", "not all of its experts"),
         (

@@ -270,6 +270,19 @@ const BERT_NAMES: &[(&str, &str)] = &[
     ("blk.{N}.ffn_down", "encoder.layer.{N}.output.dense"),
     ("blk.{N}.layer_output_norm", "encoder.layer.{N}.output.LayerNorm"),
 ];
+/// Nomic BERT: fused Q/K/V, a SwiGLU feed-forward, rotary positions.
+const NOMIC_BERT_NAMES: &[(&str, &str)] = &[
+    ("token_embd", "embeddings.word_embeddings"),
+    ("token_types", "embeddings.token_type_embeddings"),
+    ("token_embd_norm", "emb_ln"),
+    ("blk.{N}.attn_qkv", "encoder.layers.{N}.attn.Wqkv"),
+    ("blk.{N}.attn_output", "encoder.layers.{N}.attn.out_proj"),
+    ("blk.{N}.attn_output_norm", "encoder.layers.{N}.norm1"),
+    ("blk.{N}.ffn_up", "encoder.layers.{N}.mlp.fc11"),
+    ("blk.{N}.ffn_gate", "encoder.layers.{N}.mlp.fc12"),
+    ("blk.{N}.ffn_down", "encoder.layers.{N}.mlp.fc2"),
+    ("blk.{N}.layer_output_norm", "encoder.layers.{N}.norm2"),
+];
 /// DistilBERT: BERT's blocks under names of its own, no token types.
 const DISTILBERT_NAMES: &[(&str, &str)] = &[
     ("blk.{N}.attn_q", "transformer.layer.{N}.attention.q_lin"),
@@ -590,6 +603,18 @@ pub static FAMILIES: &[Family] = &[
             norm_epsilon: NormEpsilon::Layer,
             rope: Rope::None,
             hf_names: &[BERT_NAMES, DISTILBERT_NAMES],
+            ..COMMON
+        },
+    ),
+    family(
+        "nomic-bert",
+        "Nomic BERT",
+        &["nomic-bert"],
+        Layout {
+            norm_epsilon: NormEpsilon::Layer,
+            rope: Rope::Neox,
+            fused: &[QKV],
+            hf_names: &[NOMIC_BERT_NAMES],
             ..COMMON
         },
     ),

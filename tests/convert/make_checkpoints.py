@@ -131,6 +131,7 @@ FAMILIES = {
     "glm4": "GLM-4-Tiny-0414",
     "lfm2": "LFM2-Tiny",
     "exaone4": "EXAONE-4.0-Tiny",
+    "nomic-bert": "nomic-embed-text-tiny-v1.5",
 }
 
 # --------------------------------------------------------------------------
@@ -1022,6 +1023,51 @@ def sentence_transformers_pooling(out: Path, width: int) -> None:
     }, indent=2) + "\n")
 
 
+def make_nomic_bert(out: Path) -> None:
+    """nomic-embed-text v1.5 as published: NomicBertModel's config (remote code, so config.json as its own
+    code writes it) and its f32 weights under its own names (fused Wqkv, SwiGLU fc11/fc12, rotary positions),
+    the vocabulary padded to a multiple of 64, BERT's WordPiece, mean pooling."""
+    import torch
+    from safetensors.torch import save_file
+
+    tok = train_word_piece()
+    width, inner, blocks = 64, 128, 2
+    vocab = (len(tok) + 63) // 64 * 64
+    config = {
+        "activation_function": "swiglu", "architectures": ["NomicBertModel"], "attn_pdrop": 0.0,
+        "auto_map": {"AutoConfig": "nomic-ai/nomic-bert-2048--configuration_hf_nomic_bert.NomicBertConfig",
+                     "AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel"},
+        "bos_token_id": None, "causal": False, "dense_seq_output": True, "embd_pdrop": 0.0, "eos_token_id": None,
+        "fused_bias_fc": True, "fused_dropout_add_ln": True, "initializer_range": 0.02, "layer_norm_epsilon": 1e-12,
+        "max_trained_positions": 2048, "mlp_fc1_bias": False, "mlp_fc2_bias": False, "model_type": "nomic_bert",
+        "n_embd": width, "n_head": 4, "n_inner": inner, "n_layer": blocks, "n_positions": 8192,
+        "pad_vocab_size_multiple": 64, "parallel_block": False, "parallel_block_tied_norm": False,
+        "prenorm": False, "qkv_proj_bias": False, "reorder_and_upcast_attn": False, "resid_pdrop": 0.0,
+        "rotary_emb_base": 1000, "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": False,
+        "rotary_emb_scale_base": None, "rotary_scaling_factor": None, "scale_attn_by_inverse_layer_idx": False,
+        "scale_attn_weights": True, "summary_activation": None, "summary_first_dropout": 0.0,
+        "summary_proj_to_labels": True, "summary_type": "cls_index", "summary_use_proj": True,
+        "torch_dtype": "float32", "transformers_version": "4.34.0", "type_vocab_size": 2, "use_cache": True,
+        "use_flash_attn": True, "use_rms_norm": False, "use_xentropy": True, "vocab_size": vocab,
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    gen = torch.Generator().manual_seed(SEED + 38)
+    normal = lambda *shape: torch.randn(*shape, generator=gen) * 0.05
+    tensors = {"embeddings.word_embeddings.weight": normal(vocab, width),
+               "embeddings.token_type_embeddings.weight": normal(2, width),
+               "emb_ln.weight": 1.0 + normal(width), "emb_ln.bias": normal(width)}
+    for i in range(blocks):
+        at = f"encoder.layers.{i}."
+        tensors |= {at + "attn.Wqkv.weight": normal(3 * width, width), at + "attn.out_proj.weight": normal(width, width),
+                    at + "mlp.fc11.weight": normal(inner, width), at + "mlp.fc12.weight": normal(inner, width),
+                    at + "mlp.fc2.weight": normal(width, inner),
+                    at + "norm1.weight": 1.0 + normal(width), at + "norm1.bias": normal(width),
+                    at + "norm2.weight": 1.0 + normal(width), at + "norm2.bias": normal(width)}
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    tok.save_pretrained(out)
+    sentence_transformers_pooling(out, width)
+
+
 def make_roberta(out: Path) -> None:
     """RoBERTa as sentence-transformers publishes it: byte-level BPE with RobertaProcessing (<s> … </s>),
     positions offset by the padding id plus one, one token type."""
@@ -1145,6 +1191,7 @@ MAKERS = {
     "glm4": make_glm4,
     "lfm2": make_lfm2,
     "exaone4": make_exaone4,
+    "nomic-bert": make_nomic_bert,
 }
 
 

@@ -67,6 +67,7 @@ PRE_BY_ARCH = {
     "Glm4ForCausalLM": "glm4",
     "Lfm2ForCausalLM": "lfm2",
     "Exaone4ForCausalLM": "exaone4",
+    "NomicBertModel": "bert-bge",
 }
 
 

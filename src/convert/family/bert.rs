@@ -74,6 +74,68 @@ pub const DISTILBERT: Conversion = Conversion {
     vocab: Vocab::WordPiece { default_pre: "bert-bge" },
 };
 
+pub const NOMIC_BERT: Conversion = Conversion {
+    family: "nomic-bert",
+    classes: &[("NomicBertModel", "nomic-bert")],
+    config: Modelled {
+        reads: &[
+            "n_positions",
+            "max_trained_positions",
+            "n_embd",
+            "n_head",
+            "n_inner",
+            "n_layer",
+            "layer_norm_epsilon",
+            "rotary_emb_base",
+            "type_vocab_size",
+            "pad_vocab_size_multiple",
+            // How nomic's own code runs (kernels, fused ops, loss), not what it computes.
+            "auto_map",
+            "dense_seq_output",
+            "fused_bias_fc",
+            "fused_dropout_add_ln",
+            "use_flash_attn",
+            "use_xentropy",
+            // GPT-2's sequence-summary head settings, inherited by the config, unused by the encoder.
+            "summary_activation",
+            "summary_first_dropout",
+            "summary_proj_to_labels",
+            "summary_type",
+            "summary_use_proj",
+        ],
+        // What the converter asserts, and what llama.cpp's nomic-bert computes.
+        defaults: || {
+            vec![
+                ("activation_function", json!("swiglu")),
+                ("causal", json!(false)),
+                ("qkv_proj_bias", json!(false)),
+                ("mlp_fc1_bias", json!(false)),
+                ("mlp_fc2_bias", json!(false)),
+                ("prenorm", json!(false)),
+                ("rotary_emb_fraction", json!(1.0)),
+                ("rotary_emb_interleaved", json!(false)),
+                ("rotary_emb_scale_base", Json::Null),
+                ("rotary_scaling_factor", Json::Null),
+                ("moe_every_n_layers", json!(0)),
+                ("use_rms_norm", json!(false)),
+                ("parallel_block", json!(false)),
+                ("parallel_block_tied_norm", json!(false)),
+                ("scale_attn_weights", json!(true)),
+                ("scale_attn_by_inverse_layer_idx", json!(false)),
+                ("reorder_and_upcast_attn", json!(false)),
+            ]
+        },
+        window: &[],
+        pattern: Some(no_classifier),
+        rope_scalings: &[],
+    },
+    dropped: &[],
+    transforms: &[Transform::Rename(as_the_converter_names)],
+    generated: &[],
+    keys: nomic_keys,
+    vocab: Vocab::WordPiece { default_pre: "bert-bge" },
+};
+
 /// `DistilBertModel.filter_tensors`: without `distilbert.`, its masked-LM
 /// head (`vocab_*`) left out, then as BERT's.
 fn as_distilbert_names(name: &str) -> Option<Cow<'_, str>> {
@@ -128,6 +190,25 @@ fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
     hp.put(keys, "attention.causal", Some(Value::Bool(false)));
     hp.put(keys, "pooling_type", pooling_type(&hp.ckpt.dir)?);
     Ok(())
+}
+
+/// Nomic BERT's: BERT's keys with the context it was trained for (2048
+/// for nomic-embed-text v1 and v1.5's 8192 positions), the converter's two
+/// known position settings; any other is refused, as the converter refuses it.
+fn nomic_keys(hp: &Hparams<'_>, out: &mut Metadata) -> Result<(), ConvertError> {
+    let positions = hp.u64(&["n_positions"]);
+    let trained = hp.u64(&["max_trained_positions"]).unwrap_or(2048);
+    let context = match (positions, trained) {
+        (Some(8192), 2048) => 2048,
+        (Some(2048), 2048) => 512,
+        _ => {
+            let shown = positions.map_or("none".to_owned(), |p| p.to_string());
+            return Err(ConvertError::Config(format!(
+                "unrecognized positions: n_positions = {shown}, max_trained_positions = {trained}"
+            )));
+        }
+    };
+    keys(&hp.with("n_positions", json!(context)), out)
 }
 
 /// RoBERTa's: BERT's keys with a context `pad_token_id + 1` shorter.

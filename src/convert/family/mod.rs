@@ -253,6 +253,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &glm4::CONVERSION,
     &lfm2::CONVERSION,
     &exaone4::CONVERSION,
+    &bert::NOMIC_BERT,
 ];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
