@@ -100,6 +100,7 @@ pub fn tokenizer_keys(
         Vocab::WordPiece { default_pre } | Vocab::Roberta { default_pre } => {
             word_piece(ckpt, &files, pre.unwrap_or(default_pre), keys)
         }
+        Vocab::XlmRoberta => xlm_roberta(ckpt, &files, keys),
         Vocab::Glm4 => {
             gpt2_tokens(ckpt, &files, pre.unwrap_or("glm4"), keys)?;
             let mut special = SpecialVocab::load(ckpt, &files, true, None)?;
@@ -111,6 +112,65 @@ pub fn tokenizer_keys(
             Ok(())
         }
     }
+}
+
+/// XLM-RoBERTa's Unigram vocabulary from `sentencepiece.bpe.model`
+/// (`_xlmroberta_set_vocab`), written as llama.cpp's T5 tokenizer reads it:
+/// fairseq's ids (`<s>`, `<pad>`, `</s>`, `<unk>` first, every other piece
+/// one place later, the last place dropped), the normalizer's settings and
+/// the token-type count.
+fn xlm_roberta(ckpt: &Checkpoint, files: &TokenizerFiles, keys: &mut Metadata) -> Result<(), ConvertError> {
+    let path = ckpt.dir.join("sentencepiece.bpe.model");
+    if !path.is_file() {
+        return Err(ConvertError::Config(format!(
+            "{}: no sentencepiece.bpe.model; the converter then reads tokenizer.json through transformers' \
+             tokenizer, which this conversion does not model",
+            ckpt.dir.display()
+        )));
+    }
+    let model = SentencePieceModel::load(&path).map_err(|e| ConvertError::Config(e.to_string()))?;
+    if model.trainer.model_type != 1 {
+        return Err(ConvertError::Config(format!("{}: not a Unigram model", path.display())));
+    }
+    let config_vocab = ckpt.config.get("vocab_size").and_then(Json::as_u64).unwrap_or(0) as usize;
+    let vocab_size = config_vocab.max(model.pieces.len());
+    if vocab_size < 4 {
+        return Err(ConvertError::Config(format!("{}: fewer than four pieces", path.display())));
+    }
+    let mut tokens: Vec<String> = (0..vocab_size).map(|i| format!("[PAD{i}]")).collect();
+    let mut scores = vec![-10000.0f32; vocab_size];
+    let mut types = vec![UNUSED; vocab_size];
+    for (id, piece) in model.pieces.iter().enumerate() {
+        tokens[id] = piece.piece.clone();
+        scores[id] = piece.score;
+        types[id] = match piece.kind {
+            PieceType::Unknown => UNKNOWN,
+            PieceType::Control => CONTROL,
+            PieceType::Unused => UNUSED,
+            PieceType::Byte => BYTE,
+            PieceType::Normal | PieceType::UserDefined => NORMAL,
+        };
+    }
+    let realign = |head: [String; 4], rest: &[String]| head.into_iter().chain(rest.iter().cloned()).collect();
+    let tokens: Vec<String> = realign(["<s>", "<pad>", "</s>", "<unk>"].map(String::from), &tokens[3..vocab_size - 1]);
+    let scores: Vec<f32> = [0.0; 4].into_iter().chain(scores[3..vocab_size - 1].iter().copied()).collect();
+    let types: Vec<i32> =
+        [CONTROL, CONTROL, CONTROL, UNKNOWN].into_iter().chain(types[3..vocab_size - 1].iter().copied()).collect();
+    let n_vocab = tokens.len();
+    keys.set("tokenizer.ggml.model", Value::string("t5"));
+    keys.set("tokenizer.ggml.pre", Value::string("default"));
+    keys.set("tokenizer.ggml.tokens", string_array(tokens));
+    keys.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
+    keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+    let normalizer = model.normalizer;
+    keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(normalizer.add_dummy_prefix));
+    keys.set("tokenizer.ggml.token_type_count", token_type_count(ckpt)?);
+    keys.set("tokenizer.ggml.remove_extra_whitespaces", Value::Bool(normalizer.remove_extra_whitespaces));
+    if !normalizer.precompiled_charsmap.is_empty() {
+        keys.set("tokenizer.ggml.precompiled_charsmap", Value::Array(Array::U8(normalizer.precompiled_charsmap)));
+    }
+    SpecialVocab::load(ckpt, files, false, Some(n_vocab))?.write(keys);
+    Ok(())
 }
 
 /// The id of the token `tokenizer.json` adds as `content`.

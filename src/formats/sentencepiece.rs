@@ -1,6 +1,6 @@
 //! SentencePiece model files (`tokenizer.model`): a protobuf `ModelProto`,
 //! read with a minimal wire-format reader — the pieces (text, score, type)
-//! and the trainer settings a GGUF conversion needs. Fields we do not read
+//! and the trainer and normalizer settings a GGUF conversion needs. Fields we do not read
 //! are skipped by their wire type; anything malformed is an error naming the
 //! byte offset.
 
@@ -73,10 +73,28 @@ impl Default for TrainerSpec {
     }
 }
 
+/// The normalizer settings a T5-style (Unigram) vocabulary carries into
+/// GGUF (proto defaults where absent).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct NormalizerSpec {
+    /// The compiled normalization rules, empty when none.
+    #[serde(skip)]
+    pub precompiled_charsmap: Vec<u8>,
+    pub add_dummy_prefix: bool,
+    pub remove_extra_whitespaces: bool,
+}
+
+impl Default for NormalizerSpec {
+    fn default() -> NormalizerSpec {
+        NormalizerSpec { precompiled_charsmap: Vec::new(), add_dummy_prefix: true, remove_extra_whitespaces: true }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SentencePieceModel {
     pub pieces: Vec<Piece>,
     pub trainer: TrainerSpec,
+    pub normalizer: NormalizerSpec,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -103,17 +121,35 @@ impl SentencePieceModel {
 
     /// Parses a `ModelProto`; errors are (byte offset, problem).
     pub fn parse(bytes: &[u8]) -> Result<SentencePieceModel, (usize, String)> {
-        let mut model = SentencePieceModel { pieces: Vec::new(), trainer: TrainerSpec::default() };
+        let mut model = SentencePieceModel {
+            pieces: Vec::new(),
+            trainer: TrainerSpec::default(),
+            normalizer: NormalizerSpec::default(),
+        };
         let mut reader = Reader { bytes, at: 0, base: 0 };
         while let Some((field, value)) = reader.field()? {
             match (field, value) {
                 (1, Value::Bytes(inner, base)) => model.pieces.push(parse_piece(inner, base)?),
                 (2, Value::Bytes(inner, base)) => parse_trainer(inner, base, &mut model.trainer)?,
+                (3, Value::Bytes(inner, base)) => parse_normalizer(inner, base, &mut model.normalizer)?,
                 _ => {}
             }
         }
         Ok(model)
     }
+}
+
+fn parse_normalizer(bytes: &[u8], base: usize, spec: &mut NormalizerSpec) -> Result<(), (usize, String)> {
+    let mut reader = Reader { bytes, at: 0, base };
+    while let Some((field, value)) = reader.field()? {
+        match (field, value) {
+            (2, Value::Bytes(charsmap, _)) => spec.precompiled_charsmap = charsmap.to_vec(),
+            (3, Value::Varint(v, _)) => spec.add_dummy_prefix = v != 0,
+            (4, Value::Varint(v, _)) => spec.remove_extra_whitespaces = v != 0,
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn parse_piece(bytes: &[u8], base: usize) -> Result<Piece, (usize, String)> {
@@ -291,6 +327,27 @@ mod tests {
             ("▁the", -3.5, PieceType::Normal)
         );
         assert_eq!((m.trainer.model_type, m.trainer.pad_id, m.trainer.bos_id), (2, -1, 1));
+        assert_eq!(m.normalizer, NormalizerSpec::default());
+    }
+
+    #[test]
+    fn reads_the_normalizer_spec() {
+        // name "nmt_nfkc", a charsmap of three bytes, add_dummy_prefix false; remove_extra_whitespaces absent.
+        let mut spec = vec![0x0a, 8];
+        spec.extend(b"nmt_nfkc");
+        spec.extend([0x12, 3, 0xde, 0xad, 0x01, 0x18, 0]);
+        let mut bytes = vec![0x1a];
+        varint(spec.len() as u64, &mut bytes);
+        bytes.extend(spec);
+        let m = SentencePieceModel::parse(&bytes).unwrap();
+        assert_eq!(
+            m.normalizer,
+            NormalizerSpec {
+                precompiled_charsmap: vec![0xde, 0xad, 0x01],
+                add_dummy_prefix: false,
+                remove_extra_whitespaces: true
+            }
+        );
     }
 
     #[test]

@@ -132,6 +132,7 @@ FAMILIES = {
     "lfm2": "LFM2-Tiny",
     "exaone4": "EXAONE-4.0-Tiny",
     "nomic-bert": "nomic-embed-text-tiny-v1.5",
+    "xlm-roberta": "bge-m3-tiny",
 }
 
 # --------------------------------------------------------------------------
@@ -1100,6 +1101,45 @@ def make_roberta(out: Path) -> None:
     sentence_transformers_pooling(out, 64)
 
 
+def make_xlm_roberta(out: Path) -> None:
+    """XLM-RoBERTa as bge-m3 publishes it: a SentencePiece Unigram model with NFKC's compiled rules
+    (sentencepiece.bpe.model, fairseq's ids one place past the model's) beside tokenizer.json, positions past
+    the padding id, CLS pooling."""
+    import sentencepiece as spm
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizerFast
+
+    spm.set_random_generator_seed(SEED)
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus()), model_writer=model, vocab_size=400, model_type="unigram",
+        normalization_rule_name="nmt_nfkc", add_dummy_prefix=True, remove_extra_whitespaces=True,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, character_coverage=0.9995, input_sentence_size=0,
+        shuffle_input_sentence=False, num_threads=1, hard_vocab_limit=False, minloglevel=2)
+    with tempfile.TemporaryDirectory() as tmp:
+        sp = Path(tmp) / "sentencepiece.bpe.model"
+        sp.write_bytes(model.getvalue())
+        tok = XLMRobertaTokenizerFast(vocab_file=str(sp), model_max_length=128, from_slow=True)
+        tok.save_pretrained(out)
+    config = XLMRobertaConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=128, max_position_embeddings=130, type_vocab_size=1,
+                              layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                              torch_dtype="float32")
+    torch.manual_seed(SEED)
+    model = XLMRobertaModel(config, add_pooling_layer=True)
+    randomize(model, SEED + 39)
+    save_model(model, out, torch.float32)
+    (out / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ], indent=2) + "\n")
+    (out / "1_Pooling").mkdir(exist_ok=True)
+    (out / "1_Pooling" / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": 64, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False,
+        "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False,
+    }, indent=2) + "\n")
+
+
 def train_word_piece():
     """A lower-casing WordPiece tokenizer (BERT's), as BertTokenizerFast. Its vocabulary is built here rather
     than by tokenizers' WordPiece trainer, whose choice among equal counts changes from run to run: the
@@ -1192,6 +1232,7 @@ MAKERS = {
     "lfm2": make_lfm2,
     "exaone4": make_exaone4,
     "nomic-bert": make_nomic_bert,
+    "xlm-roberta": make_xlm_roberta,
 }
 
 

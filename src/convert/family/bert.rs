@@ -7,7 +7,8 @@
 //! `gamma`/`beta` norm names as `weight`/`bias`, and the pooler and
 //! pre-training heads left out. RoBERTa's positions start past its padding
 //! id (the first `pad_token_id + 1` position rows dropped, the context that
-//! much shorter) and its vocabulary is byte-level BPE.
+//! much shorter) and its vocabulary is byte-level BPE; XLM-RoBERTa's
+//! positions start so too, its vocabulary a SentencePiece Unigram model.
 
 use std::borrow::Cow;
 
@@ -134,6 +135,17 @@ pub const NOMIC_BERT: Conversion = Conversion {
     generated: &[],
     keys: nomic_keys,
     vocab: Vocab::WordPiece { default_pre: "bert-bge" },
+};
+
+pub const XLM_ROBERTA: Conversion = Conversion {
+    family: "bert",
+    classes: &[("XLMRobertaModel", "bert")],
+    config: CONVERSION.config,
+    dropped: &[],
+    transforms: &[Transform::Rename(as_roberta_names), Transform::PositionsPastPadding],
+    generated: &[],
+    keys: roberta_keys,
+    vocab: Vocab::XlmRoberta,
 };
 
 /// `DistilBertModel.filter_tensors`: without `distilbert.`, its masked-LM

@@ -209,6 +209,9 @@ pub enum Vocab {
     /// RoBERTa's: GPT-2 BPE from `tokenizer.json`, then the token-type
     /// count; BERT's WordPiece without one.
     Roberta { default_pre: &'static str },
+    /// XLM-RoBERTa's: its SentencePiece Unigram model in fairseq's ids, as
+    /// llama.cpp's T5 tokenizer reads it, with the token-type count.
+    XlmRoberta,
     /// GLM-4's: GPT-2 BPE, its end, end-of-turn, unknown and beginning ids
     /// (those the tokenizer files leave unset) its added `<|endoftext|>`,
     /// `<|user|>`, `<|endoftext|>` and `<|endoftext|>`.
@@ -254,6 +257,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &lfm2::CONVERSION,
     &exaone4::CONVERSION,
     &bert::NOMIC_BERT,
+    &bert::XLM_ROBERTA,
 ];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
