@@ -1,11 +1,11 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! thirty-nine tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! forty tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE;
 //! Gemma, Gemma 2, StarCoder 2, OLMo, OLMo 2, Granite, SmolLM3, GPT-NeoX,
 //! Command-R, Cohere 2, Phi-2, StableLM, ERNIE 4.5, Falcon, GPT-2, GLM-4,
 //! LFM2 (short convolutions between attention blocks), EXAONE 4 (64 blocks,
-//! sliding and global), and the
+//! sliding and global), InternLM2 (Q/K/V fused by KV group), and the
 //! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3, and the embedding
 //! models BERT and DistilBERT (WordPiece, mean pooling), RoBERTa
 //! (byte-level BPE, positions past the padding id), XLM-RoBERTa
@@ -72,7 +72,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 156);
+    assert_eq!(all.len(), 160);
     all
 }
 
@@ -560,7 +560,7 @@ fn unmodelled_settings_are_refused_by_name() {
     let checkpoints = common::repo().join("tests/data/convert/checkpoints");
     let unmodelled = "does not model";
     let not_a_count = "not a whole number below 2^32";
-    let cases: [(&str, &str, Json, &str, &str); 36] = [
+    let cases: [(&str, &str, Json, &str, &str); 37] = [
         (
             "tiny-llama-3-chat",
             "rope_scaling",
@@ -670,6 +670,14 @@ fn unmodelled_settings_are_refused_by_name() {
             unmodelled,
         ),
         ("nomic-embed-text-tiny-v1.5", "n_positions", json!(4096), "n_positions = 4096", "unrecognized positions"),
+        // InternLM2's chat models scale rope dynamically, which the file cannot say.
+        (
+            "internlm2-chat-tiny",
+            "rope_scaling",
+            json!({"type": "dynamic", "factor": 2.0}),
+            "`rope_scaling.rope_type = \"dynamic\"`",
+            unmodelled,
+        ),
         // Experts the config promises and the checkpoint lacks; a class misspelled.
         ("Mixtral-Tiny-4x8", "num_local_experts", json!(5), "block 0 has 12 expert tensors", "not all of its experts"),
         (

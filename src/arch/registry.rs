@@ -313,6 +313,18 @@ const PHI3_NAMES: &[(&str, &str)] = &[
     ("blk.{N}.attn_qkv", "model.layers.{N}.self_attn.qkv_proj"),
     ("blk.{N}.ffn_up", "model.layers.{N}.mlp.gate_up_proj"),
 ];
+/// InternLM2: LLaMA's blocks under names of its own, Q/K/V fused by KV group.
+const INTERNLM2_NAMES: &[(&str, &str)] = &[
+    ("token_embd", "model.tok_embeddings"),
+    ("output", "output"),
+    ("output_norm", "model.norm"),
+    ("blk.{N}.attn_norm", "model.layers.{N}.attention_norm"),
+    ("blk.{N}.attn_output", "model.layers.{N}.attention.wo"),
+    ("blk.{N}.ffn_norm", "model.layers.{N}.ffn_norm"),
+    ("blk.{N}.ffn_gate", "model.layers.{N}.feed_forward.w1"),
+    ("blk.{N}.ffn_up", "model.layers.{N}.feed_forward.w3"),
+    ("blk.{N}.ffn_down", "model.layers.{N}.feed_forward.w2"),
+];
 const CHATGLM_NAMES: &[(&str, &str)] = &[
     ("token_embd", "transformer.embedding.word_embeddings"),
     ("output", "transformer.output_layer"),
@@ -459,6 +471,7 @@ pub static FAMILIES: &[Family] = &[
             },
         )
     },
+    family("internlm2", "InternLM2", &["internlm2"], Layout { hf_names: &[INTERNLM2_NAMES], ..COMMON }),
     family("chatglm", "ChatGLM", &["chatglm"], Layout { fused: &[QKV, GATE_UP], hf_names: &[CHATGLM_NAMES], ..COMMON }),
     family(
         "glm4",

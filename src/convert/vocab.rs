@@ -101,6 +101,7 @@ pub fn tokenizer_keys(
             word_piece(ckpt, &files, pre.unwrap_or(default_pre), keys)
         }
         Vocab::XlmRoberta => xlm_roberta(ckpt, &files, keys),
+        Vocab::InternLm2 => internlm2(ckpt, &files, keys),
         Vocab::Glm4 => {
             gpt2_tokens(ckpt, &files, pre.unwrap_or("glm4"), keys)?;
             let mut special = SpecialVocab::load(ckpt, &files, true, None)?;
@@ -170,6 +171,81 @@ fn xlm_roberta(ckpt: &Checkpoint, files: &TokenizerFiles, keys: &mut Metadata) -
         keys.set("tokenizer.ggml.precompiled_charsmap", Value::Array(Array::U8(normalizer.precompiled_charsmap)));
     }
     SpecialVocab::load(ckpt, files, false, Some(n_vocab))?.write(keys);
+    Ok(())
+}
+
+/// InternLM2's SentencePiece reading (`InternLM2Model.set_vocab`).
+fn internlm2(ckpt: &Checkpoint, files: &TokenizerFiles, keys: &mut Metadata) -> Result<(), ConvertError> {
+    const CHAT_EOS: &str = "<|im_end|>";
+    let path = ckpt.dir.join("tokenizer.model");
+    let model = SentencePieceModel::load(&path).map_err(|e| ConvertError::Config(e.to_string()))?;
+    let vocab_size = ckpt.config.get("vocab_size").and_then(Json::as_u64).map_or(model.pieces.len(), |n| n as usize);
+    if vocab_size > model.pieces.len() {
+        return Err(ConvertError::Config(format!(
+            "`vocab_size` ({vocab_size}) is past the {} pieces of {}",
+            model.pieces.len(),
+            path.display()
+        )));
+    }
+    let mut tokens = Vec::with_capacity(vocab_size);
+    let mut scores = Vec::with_capacity(vocab_size);
+    let mut types = Vec::with_capacity(vocab_size);
+    for piece in &model.pieces[..vocab_size] {
+        // A NUL would read as an empty string in C.
+        tokens.push(if piece.piece == "\0" { "🐉".to_owned() } else { piece.piece.clone() });
+        scores.push(piece.score);
+        types.push(match piece.kind {
+            _ if piece.piece.starts_with("[UNUSED") => UNUSED,
+            PieceType::Unknown => UNKNOWN,
+            PieceType::Control => CONTROL,
+            PieceType::Unused => UNUSED,
+            PieceType::Byte => BYTE,
+            PieceType::Normal | PieceType::UserDefined => NORMAL,
+        });
+    }
+    if let Some(Json::Object(added)) = read_optional_json(&ckpt.dir.join("added_tokens.json"))? {
+        for text in added.keys() {
+            tokens.push(text.clone());
+            scores.push(-1000.0);
+            types.push(USER_DEFINED);
+        }
+    }
+    let mut chat_eos = None;
+    let decoder = files.config.as_ref().and_then(|c| c.get("added_tokens_decoder")).and_then(Json::as_object);
+    let from_config = decoder.into_iter().flatten().map(|(id, data)| (id.parse::<u64>().ok(), data));
+    let listed = files.tokenizer.as_ref().and_then(|t| t.get("added_tokens")).and_then(Json::as_array);
+    let from_tokenizer = listed.into_iter().flatten().map(|data| (data.get("id").and_then(Json::as_u64), data));
+    for (id, data) in from_config.chain(from_tokenizer) {
+        let content = data.get("content").and_then(Json::as_str);
+        let (Some(id), Some(content)) = (id, content) else {
+            return Err(ConvertError::Config(format!("an added token without an id or content: {data}")));
+        };
+        let slot = usize::try_from(id).ok().filter(|&i| i < tokens.len()).ok_or_else(|| {
+            ConvertError::Config(format!("added token `{content}` has id {id}, past the {} tokens", tokens.len()))
+        })?;
+        if content == CHAT_EOS {
+            chat_eos = Some(id);
+        }
+        let special = truthy(data.get("special"));
+        (tokens[slot], scores[slot], types[slot]) =
+            (content.to_owned(), -1000.0, if special { CONTROL } else { USER_DEFINED });
+    }
+    let n_vocab = tokens.len();
+    keys.set("tokenizer.ggml.model", Value::string("llama"));
+    keys.set("tokenizer.ggml.pre", Value::string("default"));
+    keys.set("tokenizer.ggml.tokens", string_array(tokens));
+    keys.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
+    keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+    keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(model.normalizer.add_dummy_prefix));
+    let mut special = SpecialVocab::load(ckpt, files, false, Some(n_vocab))?;
+    let Some(eos) = special.ids.iter_mut().find(|(typ, _)| typ == "eos") else {
+        return Err(ConvertError::Config("the tokenizer files give no end-of-sequence token".into()));
+    };
+    if let Some(id) = chat_eos {
+        // The chat models end a turn, not the sequence, with `<|im_end|>`.
+        eos.1 = id;
+    }
+    special.write(keys);
     Ok(())
 }
 

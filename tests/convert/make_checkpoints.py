@@ -133,6 +133,7 @@ FAMILIES = {
     "exaone4": "EXAONE-4.0-Tiny",
     "nomic-bert": "nomic-embed-text-tiny-v1.5",
     "xlm-roberta": "bge-m3-tiny",
+    "internlm2": "internlm2-chat-tiny",
 }
 
 # --------------------------------------------------------------------------
@@ -1140,6 +1141,57 @@ def make_xlm_roberta(out: Path) -> None:
     }, indent=2) + "\n")
 
 
+def make_internlm2(out: Path) -> None:
+    """InternLM2 as published (remote code: its config.json and names written here): Q/K/V fused KV group by
+    KV group in wqkv, a SentencePiece model whose [UNUSED_TOKEN_*] pieces tokenizer_config.json turns into the
+    chat's special tokens, <|im_end|> among them, and no tokenizer.json."""
+    import torch
+    from safetensors.torch import save_file
+
+    train_sentencepiece(out / "tokenizer.model", 500,
+                        user_defined=["[UNUSED_TOKEN_145]", "[UNUSED_TOKEN_146]", "[UNUSED_TOKEN_147]"])
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
+    vocab = sp.get_piece_size()
+    ids = [sp.piece_to_id(f"[UNUSED_TOKEN_{n}]") for n in (145, 146, 147)]
+    width, inner, heads, kv, blocks = 64, 128, 4, 2, 2
+    head_dim = width // heads
+    config = {
+        "architectures": ["InternLM2ForCausalLM"], "attn_implementation": "eager",
+        "auto_map": {"AutoConfig": "configuration_internlm2.InternLM2Config",
+                     "AutoModelForCausalLM": "modeling_internlm2.InternLM2ForCausalLM"},
+        "bias": False, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": width,
+        "initializer_range": 0.02, "intermediate_size": inner, "max_position_embeddings": 32768,
+        "model_type": "internlm2", "num_attention_heads": heads, "num_hidden_layers": blocks,
+        "num_key_value_heads": kv, "pad_token_id": 2, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+        "rope_scaling": None, "rope_theta": 1000000, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "transformers_version": "4.41.0", "use_cache": True, "vocab_size": vocab,
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    gen = torch.Generator().manual_seed(SEED + 40)
+    normal = lambda *shape: (torch.randn(*shape, generator=gen) * 0.05).to(torch.bfloat16)
+    tensors = {"model.tok_embeddings.weight": normal(vocab, width), "model.norm.weight": 1.0 + normal(width),
+               "output.weight": normal(vocab, width)}
+    for i in range(blocks):
+        at = f"model.layers.{i}."
+        tensors |= {at + "attention.wqkv.weight": normal((heads + 2 * kv) * head_dim, width),
+                    at + "attention.wo.weight": normal(width, width),
+                    at + "feed_forward.w1.weight": normal(inner, width), at + "feed_forward.w3.weight": normal(inner, width),
+                    at + "feed_forward.w2.weight": normal(width, inner),
+                    at + "attention_norm.weight": 1.0 + normal(width), at + "ffn_norm.weight": 1.0 + normal(width)}
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    added = {str(i): {"content": content, "lstrip": False, "normalized": False, "rstrip": False,
+                      "single_word": False, "special": True}
+             for i, content in zip(ids, ["<|im_start|>", "<|im_end|>", "<|action_start|>"])}
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "added_tokens_decoder": added, "additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|action_start|>"],
+        "auto_map": {"AutoTokenizer": ["tokenization_internlm2.InternLM2Tokenizer", None]},
+        "bos_token": "<s>", "chat_template": CHATML_TEMPLATE, "clean_up_tokenization_spaces": False,
+        "decode_with_prefix_space": False, "eos_token": "</s>", "model_max_length": 1000000000000000019884624838656,
+        "pad_token": "</s>", "sp_model_kwargs": None, "tokenizer_class": "InternLM2Tokenizer", "unk_token": "<unk>",
+    }, indent=2) + "\n")
+
+
 def train_word_piece():
     """A lower-casing WordPiece tokenizer (BERT's), as BertTokenizerFast. Its vocabulary is built here rather
     than by tokenizers' WordPiece trainer, whose choice among equal counts changes from run to run: the
@@ -1233,6 +1285,7 @@ MAKERS = {
     "exaone4": make_exaone4,
     "nomic-bert": make_nomic_bert,
     "xlm-roberta": make_xlm_roberta,
+    "internlm2": make_internlm2,
 }
 
 

@@ -19,6 +19,7 @@ mod gpt2;
 mod gptneox;
 mod granite;
 mod granite_moe;
+mod internlm2;
 mod lfm2;
 mod llama;
 mod mixtral;
@@ -212,6 +213,11 @@ pub enum Vocab {
     /// XLM-RoBERTa's: its SentencePiece Unigram model in fairseq's ids, as
     /// llama.cpp's T5 tokenizer reads it, with the token-type count.
     XlmRoberta,
+    /// InternLM2's own SentencePiece reading: `[UNUSED…` pieces unused, a
+    /// NUL piece written as 🐉, `added_tokens.json` appended, the added
+    /// tokens of `tokenizer_config.json` and `tokenizer.json` put in their
+    /// places, `<|im_end|>` (when added) as the end of sequence.
+    InternLm2,
     /// GLM-4's: GPT-2 BPE, its end, end-of-turn, unknown and beginning ids
     /// (those the tokenizer files leave unset) its added `<|endoftext|>`,
     /// `<|user|>`, `<|endoftext|>` and `<|endoftext|>`.
@@ -258,6 +264,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &exaone4::CONVERSION,
     &bert::NOMIC_BERT,
     &bert::XLM_ROBERTA,
+    &internlm2::CONVERSION,
 ];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
