@@ -1,5 +1,5 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! forty tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! forty-one tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE;
 //! Gemma, Gemma 2, StarCoder 2, OLMo, OLMo 2, Granite, SmolLM3, GPT-NeoX,
@@ -9,8 +9,9 @@
 //! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3, and the embedding
 //! models BERT and DistilBERT (WordPiece, mean pooling), RoBERTa
 //! (byte-level BPE, positions past the padding id), XLM-RoBERTa
-//! (SentencePiece Unigram in fairseq's ids, CLS pooling) and Nomic BERT
-//! (fused Q/K/V, SwiGLU, rotary positions); made by
+//! (SentencePiece Unigram in fairseq's ids, CLS pooling), Nomic BERT
+//! (fused Q/K/V, SwiGLU, rotary positions) and ModernBERT (a GLU pair,
+//! local and global attention); made by
 //! `tests/convert/make_checkpoints.py`, references by
 //! `tests/convert/make_references.sh`, summarised in `tests/data/convert/*.json`):
 //! every tensor's name, type, shape, place and bytes (sha256), in order, and
@@ -72,7 +73,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 160);
+    assert_eq!(all.len(), 164);
     all
 }
 
@@ -560,7 +561,7 @@ fn unmodelled_settings_are_refused_by_name() {
     let checkpoints = common::repo().join("tests/data/convert/checkpoints");
     let unmodelled = "does not model";
     let not_a_count = "not a whole number below 2^32";
-    let cases: [(&str, &str, Json, &str, &str); 37] = [
+    let cases: [(&str, &str, Json, &str, &str); 38] = [
         (
             "tiny-llama-3-chat",
             "rope_scaling",
@@ -678,6 +679,8 @@ fn unmodelled_settings_are_refused_by_name() {
             "`rope_scaling.rope_type = \"dynamic\"`",
             unmodelled,
         ),
+        // ModernBERT's GLU runs GELU or SiLU in llama.cpp.
+        ("ModernBERT-tiny", "hidden_activation", json!("relu"), "`hidden_activation` (\"relu\")", unmodelled),
         // Experts the config promises and the checkpoint lacks; a class misspelled.
         ("Mixtral-Tiny-4x8", "num_local_experts", json!(5), "block 0 has 12 expert tensors", "not all of its experts"),
         (

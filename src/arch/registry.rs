@@ -270,6 +270,19 @@ const BERT_NAMES: &[(&str, &str)] = &[
     ("blk.{N}.ffn_down", "encoder.layer.{N}.output.dense"),
     ("blk.{N}.layer_output_norm", "encoder.layer.{N}.output.LayerNorm"),
 ];
+/// ModernBERT: fused Q/K/V and GLU pair, pre-norms (none before the
+/// first block's attention), a final norm.
+const MODERN_BERT_NAMES: &[(&str, &str)] = &[
+    ("token_embd", "embeddings.tok_embeddings"),
+    ("token_embd_norm", "embeddings.norm"),
+    ("output_norm", "final_norm"),
+    ("blk.{N}.attn_norm", "layers.{N}.attn_norm"),
+    ("blk.{N}.attn_qkv", "layers.{N}.attn.Wqkv"),
+    ("blk.{N}.attn_output", "layers.{N}.attn.Wo"),
+    ("blk.{N}.ffn_norm", "layers.{N}.mlp_norm"),
+    ("blk.{N}.ffn_up", "layers.{N}.mlp.Wi"),
+    ("blk.{N}.ffn_down", "layers.{N}.mlp.Wo"),
+];
 /// Nomic BERT: fused Q/K/V, a SwiGLU feed-forward, rotary positions.
 const NOMIC_BERT_NAMES: &[(&str, &str)] = &[
     ("token_embd", "embeddings.word_embeddings"),
@@ -616,6 +629,19 @@ pub static FAMILIES: &[Family] = &[
             norm_epsilon: NormEpsilon::Layer,
             rope: Rope::None,
             hf_names: &[BERT_NAMES, DISTILBERT_NAMES],
+            ..COMMON
+        },
+    ),
+    family(
+        "modern-bert",
+        "ModernBERT",
+        &["modern-bert"],
+        Layout {
+            norm_epsilon: NormEpsilon::Layer,
+            rope: Rope::Neox,
+            fused: &[QKV, GATE_UP],
+            hf_names: &[MODERN_BERT_NAMES],
+            layers: LayerKinds::SlidingWindow { period: 3, dense_first: true, when: WindowRule::Positive },
             ..COMMON
         },
     ),

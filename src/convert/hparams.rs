@@ -25,6 +25,9 @@ pub const FEED_FORWARD: &[&str] =
 pub const HEADS: &[&str] = &["num_attention_heads", "n_head", "n_heads"];
 pub const KV_HEADS: &[&str] = &["num_key_value_heads", "n_kv_heads"];
 pub const BLOCKS: &[&str] = &["n_layers", "num_hidden_layers", "n_layer", "num_layers"];
+/// The sliding-window layers' rope base, first found first.
+const LOCAL_ROPE_BASE: &[&str] =
+    &["local_rope_theta", "rope_local_theta", "rope_theta_local", "swa_rope_theta", "rope_local_base_freq"];
 pub const RMS_EPSILON: &[&str] = &["rms_norm_eps", "norm_eps"];
 pub const LAYER_EPSILON: &[&str] = &["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"];
 pub const EXPERTS: &[&str] = &["num_local_experts", "num_experts", "n_routed_experts"];
@@ -193,7 +196,7 @@ pub fn text_model_keys(hp: &Hparams<'_>, keys: &mut Metadata, head_dim: Option<u
         keys.set(&hp.key(name), value);
     }
     hp.put(keys, "rope.freq_base", hp.rope.get("rope_theta").and_then(f32_of));
-    hp.put(keys, "rope.freq_base_swa", hp.f32(&["rope_local_base_freq"]));
+    hp.put(keys, "rope.freq_base_swa", hp.f32(LOCAL_ROPE_BASE));
     hp.put(keys, "attention.layer_norm_rms_epsilon", hp.f32(RMS_EPSILON));
     hp.put(keys, "attention.layer_norm_epsilon", hp.f32(LAYER_EPSILON));
     hp.put(keys, "expert_count", hp.count(EXPERTS)?);

@@ -101,6 +101,12 @@ pub fn tokenizer_keys(
             word_piece(ckpt, &files, pre.unwrap_or(default_pre), keys)
         }
         Vocab::XlmRoberta => xlm_roberta(ckpt, &files, keys),
+        Vocab::ModernBert => {
+            for key in ["add_bos_token", "add_eos_token", "add_sep_token"] {
+                keys.set(&format!("tokenizer.ggml.{key}"), Value::Bool(true));
+            }
+            gpt2(ckpt, &files, pre.unwrap_or("modern-bert"), keys)
+        }
         Vocab::InternLm2 => internlm2(ckpt, &files, keys),
         Vocab::Glm4 => {
             gpt2_tokens(ckpt, &files, pre.unwrap_or("glm4"), keys)?;

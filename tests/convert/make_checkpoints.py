@@ -134,6 +134,7 @@ FAMILIES = {
     "nomic-bert": "nomic-embed-text-tiny-v1.5",
     "xlm-roberta": "bge-m3-tiny",
     "internlm2": "internlm2-chat-tiny",
+    "modernbert": "ModernBERT-tiny",
 }
 
 # --------------------------------------------------------------------------
@@ -1192,6 +1193,29 @@ def make_internlm2(out: Path) -> None:
     }, indent=2) + "\n")
 
 
+def make_modernbert(out: Path) -> None:
+    """ModernBERT: fused Wqkv and a GLU pair (Wi twice the feed-forward width), no norm before the first
+    block's attention, bias-free LayerNorms, every third block global with its own rope base, byte-level BPE,
+    mean pooling."""
+    import torch
+    from transformers import ModernBertConfig, ModernBertModel
+
+    tok, (cls, sep, pad, mask, unk) = train_byte_bpe(400, ["[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"])
+    tok.bos_token, tok.eos_token, tok.cls_token, tok.sep_token = "[CLS]", "[SEP]", "[CLS]", "[SEP]"
+    tok.pad_token, tok.mask_token, tok.unk_token = "[PAD]", "[MASK]", "[UNK]"
+    config = ModernBertConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                              num_attention_heads=4, global_attn_every_n_layers=3, local_attention=16,
+                              max_position_embeddings=8192, global_rope_theta=160000.0, local_rope_theta=10000.0,
+                              pad_token_id=pad, bos_token_id=cls, eos_token_id=sep, cls_token_id=cls,
+                              sep_token_id=sep, torch_dtype="float32")
+    torch.manual_seed(SEED)
+    model = ModernBertModel(config)
+    randomize(model, SEED + 41)
+    save_model(model, out, torch.float32)
+    tok.save_pretrained(out)
+    sentence_transformers_pooling(out, 64)
+
+
 def train_word_piece():
     """A lower-casing WordPiece tokenizer (BERT's), as BertTokenizerFast. Its vocabulary is built here rather
     than by tokenizers' WordPiece trainer, whose choice among equal counts changes from run to run: the
@@ -1286,6 +1310,7 @@ MAKERS = {
     "nomic-bert": make_nomic_bert,
     "xlm-roberta": make_xlm_roberta,
     "internlm2": make_internlm2,
+    "modernbert": make_modernbert,
 }
 
 

@@ -68,6 +68,7 @@ PRE_BY_ARCH = {
     "Lfm2ForCausalLM": "lfm2",
     "Exaone4ForCausalLM": "exaone4",
     "NomicBertModel": "bert-bge",
+    "ModernBertModel": "modern-bert",
 }
 
 

@@ -17,7 +17,7 @@ use serde_json::{Value as Json, json};
 use super::{Conversion, Transform, Vocab};
 use crate::convert::config::Modelled;
 use crate::convert::error::ConvertError;
-use crate::convert::hparams::{Hparams, text_model_keys};
+use crate::convert::hparams::{Hparams, count_of, text_model_keys};
 use crate::model::{Metadata, Value};
 
 pub const CONVERSION: Conversion = Conversion {
@@ -148,6 +148,77 @@ pub const XLM_ROBERTA: Conversion = Conversion {
     vocab: Vocab::XlmRoberta,
 };
 
+pub const MODERN_BERT: Conversion = Conversion {
+    family: "modern-bert",
+    classes: &[("ModernBertModel", "modern-bert")],
+    config: Modelled {
+        reads: &[
+            "local_attention",
+            "global_attn_every_n_layers",
+            "global_rope_theta",
+            "local_rope_theta",
+            "norm_eps",
+            "hidden_activation",
+            "cls_token_id",
+            "sep_token_id",
+            "classifier_pooling",
+            // The classification and masked-LM heads, which this class has not.
+            "classifier_activation",
+            "classifier_bias",
+            "decoder_bias",
+            // Training and kernels only.
+            "mlp_dropout",
+            "initializer_cutoff_factor",
+            "deterministic_flash_attn",
+            "repad_logits_with_grad",
+            "sparse_prediction",
+            "sparse_pred_ignore_index",
+            "reference_compile",
+        ],
+        // llama.cpp's modern-bert has no biases.
+        defaults: || vec![("attention_bias", json!(false)), ("mlp_bias", json!(false)), ("norm_bias", json!(false))],
+        window: &[],
+        pattern: Some(modern_bert_activation),
+        rope_scalings: &[],
+    },
+    dropped: &[],
+    transforms: &[Transform::Rename(without_model_prefix)],
+    generated: &[],
+    keys: modern_bert_keys,
+    vocab: Vocab::ModernBert,
+};
+
+/// `ModernBertModel.filter_tensors`: without `model.`, then as BERT's.
+fn without_model_prefix(name: &str) -> Option<Cow<'_, str>> {
+    as_the_converter_names(name.strip_prefix("model.").unwrap_or(name))
+}
+
+/// llama.cpp's modern-bert runs its GLU pair with GELU or SiLU.
+fn modern_bert_activation(config: &serde_json::Map<String, Json>) -> Option<(&'static str, Json)> {
+    no_classifier(config).or_else(|| {
+        let act = config.get("hidden_activation")?;
+        (!matches!(act.as_str(), Some("gelu" | "silu"))).then(|| ("hidden_activation", act.clone()))
+    })
+}
+
+/// `ModernBertModel.set_gguf_parameters`: BERT's keys, then the window,
+/// every how many blocks one attends globally, no rope scaling, the
+/// vocabulary size and the activation.
+fn modern_bert_keys(hp: &Hparams<'_>, out: &mut Metadata) -> Result<(), ConvertError> {
+    keys(hp, out)?;
+    let window = hp.value(&["local_attention"]).ok_or_else(|| ConvertError::Config("no `local_attention`".into()))?;
+    hp.put(out, "attention.sliding_window", Some(count_of("local_attention", window)?));
+    if let Some(every) = hp.value(&["global_attn_every_n_layers"]) {
+        hp.put(out, "attention.sliding_window_pattern", Some(count_of("global_attn_every_n_layers", every)?));
+    }
+    hp.put(out, "rope.scaling.type", Some(Value::string("none")));
+    hp.put(out, "vocab_size", hp.count(&["vocab_size"])?);
+    if let Some(act) = hp.value(&["hidden_activation"]).and_then(Json::as_str).filter(|a| !a.is_empty()) {
+        hp.put(out, "hidden_activation", Some(Value::string(act)));
+    }
+    Ok(())
+}
+
 /// `DistilBertModel.filter_tensors`: without `distilbert.`, its masked-LM
 /// head (`vocab_*`) left out, then as BERT's.
 fn as_distilbert_names(name: &str) -> Option<Cow<'_, str>> {
@@ -196,11 +267,21 @@ fn no_classifier(config: &serde_json::Map<String, Json>) -> Option<(&'static str
 }
 
 /// `BertModel.set_gguf_parameters`: the text model's keys, attention that
-/// is not causal, and the pooling declared beside the checkpoint.
+/// is not causal, the pooling declared beside the checkpoint and the one
+/// its config gives a classification head.
 fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
     text_model_keys(hp, keys, None)?;
     hp.put(keys, "attention.causal", Some(Value::Bool(false)));
     hp.put(keys, "pooling_type", pooling_type(&hp.ckpt.dir)?);
+    // The pooling before a classification head (ModernBERT's config has one).
+    if let Some(pooling) = hp.ckpt.config.get("classifier_pooling").filter(|v| !v.is_null()) {
+        let id = match pooling.as_str() {
+            Some("mean") => 1,
+            Some("cls") => 2,
+            _ => return Err(ConvertError::Config(format!("`classifier_pooling` {pooling}: neither cls nor mean"))),
+        };
+        hp.put(keys, "classifier.pooling_type", Some(Value::U32(id)));
+    }
     Ok(())
 }
 

@@ -213,6 +213,8 @@ pub enum Vocab {
     /// XLM-RoBERTa's: its SentencePiece Unigram model in fairseq's ids, as
     /// llama.cpp's T5 tokenizer reads it, with the token-type count.
     XlmRoberta,
+    /// ModernBERT's: BOS, EOS and SEP added, then GPT-2 BPE.
+    ModernBert,
     /// InternLM2's own SentencePiece reading: `[UNUSED…` pieces unused, a
     /// NUL piece written as 🐉, `added_tokens.json` appended, the added
     /// tokens of `tokenizer_config.json` and `tokenizer.json` put in their
@@ -265,6 +267,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &bert::NOMIC_BERT,
     &bert::XLM_ROBERTA,
     &internlm2::CONVERSION,
+    &bert::MODERN_BERT,
 ];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
