@@ -1,11 +1,12 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! forty-one tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! forty-four tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE;
 //! Gemma, Gemma 2, StarCoder 2, OLMo, OLMo 2, Granite, SmolLM3, GPT-NeoX,
 //! Command-R, Cohere 2, Phi-2, StableLM, ERNIE 4.5, Falcon, GPT-2, GLM-4,
 //! LFM2 (short convolutions between attention blocks), EXAONE 4 (64 blocks,
-//! sliding and global), InternLM2 (Q/K/V fused by KV group), and the
+//! sliding and global), InternLM2 (Q/K/V fused by KV group), OLMo 3
+//! (OLMo 2's layout, sliding), Arcee (a ReLU² MLP), Seed-OSS, and the
 //! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3, and the embedding
 //! models BERT and DistilBERT (WordPiece, mean pooling), RoBERTa
 //! (byte-level BPE, positions past the padding id), XLM-RoBERTa
@@ -73,7 +74,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 164);
+    assert_eq!(all.len(), 176);
     all
 }
 

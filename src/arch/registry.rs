@@ -173,6 +173,8 @@ const SANDWICH_NORMS: &[(&str, &str)] = &[
     ("blk.{N}.ffn_norm", "model.layers.{N}.pre_feedforward_layernorm"),
     ("blk.{N}.post_ffw_norm", "model.layers.{N}.post_feedforward_layernorm"),
 ];
+/// Seed-OSS names the FFN's pre-norm as llama.cpp's post-attention norm.
+const SEED_OSS_NORMS: &[(&str, &str)] = &[("blk.{N}.post_attention_norm", "model.layers.{N}.post_attention_layernorm")];
 const QK_NORMS: &[(&str, &str)] = &[
     ("blk.{N}.attn_q_norm", "model.layers.{N}.self_attn.q_norm"),
     ("blk.{N}.attn_k_norm", "model.layers.{N}.self_attn.k_norm"),
@@ -502,6 +504,13 @@ pub static FAMILIES: &[Family] = &[
             layers: LayerKinds::SlidingWindow { period: 4, dense_first: false, when: WindowRule::Positive },
             ..COMMON
         },
+    ),
+    family("arcee", "Arcee", &["arcee"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
+    family(
+        "seed_oss",
+        "Seed-OSS",
+        &["seed_oss"],
+        Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, SEED_OSS_NORMS], ..COMMON },
     ),
     family("granite", "Granite", &["granite"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
     Family {

@@ -135,6 +135,9 @@ FAMILIES = {
     "xlm-roberta": "bge-m3-tiny",
     "internlm2": "internlm2-chat-tiny",
     "modernbert": "ModernBERT-tiny",
+    "olmo3": "Olmo-3-Tiny-Instruct",
+    "arcee": "AFM-Tiny",
+    "seed-oss": "Seed-OSS-Tiny-Instruct",
 }
 
 # --------------------------------------------------------------------------
@@ -683,6 +686,55 @@ def make_olmo2(out: Path) -> None:
     torch.manual_seed(SEED)
     model = Olmo2ForCausalLM(config)
     randomize(model, SEED + 17)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
+def make_olmo3(out: Path) -> None:
+    """OLMo 2's layout with OLMo 3's sliding window: three sliding blocks, then a global one."""
+    import torch
+    from transformers import Olmo3Config, Olmo3ForCausalLM
+
+    tok, (pad, eos) = train_byte_bpe(400, ["<|pad|>", "<|endoftext|>"])
+    config = Olmo3Config(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=65536,
+                         sliding_window=16, rms_norm_eps=1e-6, rope_theta=500000.0, tie_word_embeddings=False,
+                         pad_token_id=pad, bos_token_id=eos, eos_token_id=eos, torch_dtype="bfloat16")
+    torch.manual_seed(SEED)
+    model = Olmo3ForCausalLM(config)
+    randomize(model, SEED + 42)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
+def make_arcee(out: Path) -> None:
+    """LLaMA's layout with an up/down MLP (ReLU squared), its own architecture."""
+    import torch
+    from transformers import ArceeConfig, ArceeForCausalLM
+
+    tok, (bos, eos) = train_byte_bpe(400, ["<|begin_of_text|>", "<|end_of_text|>"])
+    config = ArceeConfig(vocab_size=len(tok), intermediate_size=128, max_position_embeddings=65536,
+                         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=bos,
+                         eos_token_id=eos, pad_token_id=eos, torch_dtype="bfloat16", **TINY)
+    torch.manual_seed(SEED)
+    model = ArceeForCausalLM(config)
+    randomize(model, SEED + 43)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
+def make_seed_oss(out: Path) -> None:
+    """LLaMA's names with Q/K/V biases and a head_dim apart from the heads' width."""
+    import torch
+    from transformers import SeedOssConfig, SeedOssForCausalLM
+
+    tok, (bos, pad, eos) = train_byte_bpe(400, ["<seed:bos>", "<seed:pad>", "<seed:eos>"])
+    config = SeedOssConfig(vocab_size=len(tok), intermediate_size=128, head_dim=32, max_position_embeddings=524288,
+                           rms_norm_eps=1e-6, rope_theta=10000000.0, attention_bias=True, tie_word_embeddings=False,
+                           bos_token_id=bos, pad_token_id=pad, eos_token_id=eos, torch_dtype="bfloat16", **TINY)
+    torch.manual_seed(SEED)
+    model = SeedOssForCausalLM(config)
+    randomize(model, SEED + 44)
     save_model(model, out, torch.bfloat16)
     tok.save_pretrained(out)
 
@@ -1311,6 +1363,9 @@ MAKERS = {
     "xlm-roberta": make_xlm_roberta,
     "internlm2": make_internlm2,
     "modernbert": make_modernbert,
+    "olmo3": make_olmo3,
+    "arcee": make_arcee,
+    "seed-oss": make_seed_oss,
 }
 
 

@@ -69,6 +69,9 @@ PRE_BY_ARCH = {
     "Exaone4ForCausalLM": "exaone4",
     "NomicBertModel": "bert-bge",
     "ModernBertModel": "modern-bert",
+    "Olmo3ForCausalLM": "dbrx",
+    "ArceeForCausalLM": "afmoe",
+    "SeedOssForCausalLM": "seed-coder",
 }
 
 

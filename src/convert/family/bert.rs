@@ -332,7 +332,7 @@ pub fn position_offset(ckpt: &crate::convert::Checkpoint) -> Result<Option<u64>,
 
 /// `_try_set_pooling_type`: the first `*Pooling` module of `modules.json`
 /// and its mode (llama.cpp's ids: 1 mean, 2 CLS, 3 last token).
-fn pooling_type(dir: &std::path::Path) -> Result<Option<Value>, ConvertError> {
+pub(super) fn pooling_type(dir: &std::path::Path) -> Result<Option<Value>, ConvertError> {
     let read = |path: std::path::PathBuf| -> Result<Option<Json>, ConvertError> {
         let Ok(text) = std::fs::read_to_string(&path) else { return Ok(None) };
         let bad = |e: serde_json::Error| ConvertError::Config(format!("{}: {e}", path.display()));

@@ -6,6 +6,7 @@
 //! LLaMA only in names and hyperparameters is one file here (its tensor
 //! names live with the rest of its layout in `arch::registry`).
 
+mod arcee;
 pub(super) mod bert;
 mod cohere;
 mod deepseek;
@@ -31,6 +32,7 @@ mod phi3;
 mod qwen2;
 mod qwen3;
 mod qwen_moe;
+mod seed_oss;
 mod smollm3;
 mod stablelm;
 mod starcoder2;
@@ -243,6 +245,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &phi3::CONVERSION,
     &starcoder2::CONVERSION,
     &olmo2::CONVERSION,
+    &olmo2::OLMO3,
     &olmoe::CONVERSION,
     &granite::CONVERSION,
     &granite_moe::CONVERSION,
@@ -268,6 +271,8 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &bert::XLM_ROBERTA,
     &internlm2::CONVERSION,
     &bert::MODERN_BERT,
+    &arcee::CONVERSION,
+    &seed_oss::CONVERSION,
 ];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
