@@ -1,5 +1,6 @@
-//! BERT, RoBERTa and DistilBERT: `BertModel`, `RobertaModel` and
-//! `DistilBertModel` in the converter. An encoder for embeddings: the
+//! The BERT family: `BertModel`, `RobertaModel`, `DistilBertModel`,
+//! `XLMRobertaModel`, `NomicBertModel` and `ModernBertModel` in the
+//! converter (`conversion/bert.py`). An encoder for embeddings: the
 //! text model's keys with non-causal attention and the pooling a
 //! sentence-transformers checkpoint declares (`modules.json` and its
 //! pooling module's `config.json`); a WordPiece vocabulary written with
@@ -9,6 +10,9 @@
 //! id (the first `pad_token_id + 1` position rows dropped, the context that
 //! much shorter) and its vocabulary is byte-level BPE; XLM-RoBERTa's
 //! positions start so too, its vocabulary a SentencePiece Unigram model.
+//! Nomic BERT and ModernBERT are BERT's keys over architectures of their
+//! own (rotary positions, fused Q/K/V, GLU feed-forwards; ModernBERT's
+//! local and global attention).
 
 use std::borrow::Cow;
 
