@@ -192,6 +192,15 @@ const QWEN_MOE_NAMES: &[(&str, &str)] = &[
     ("blk.{N}.ffn_down_shexp", "model.layers.{N}.mlp.shared_expert.down_proj"),
     ("blk.{N}.ffn_gate_inp_shexp", "model.layers.{N}.mlp.shared_expert_gate"),
 ];
+/// ERNIE 4.5 MoE: the router, the score-correction bias and the shared
+/// experts (the per-expert tensors stack into `*_exps`: `convert::family`).
+const ERNIE_MOE_NAMES: &[(&str, &str)] = &[
+    ("blk.{N}.ffn_gate_inp", "model.layers.{N}.mlp.gate"),
+    ("blk.{N}.exp_probs_b.bias", "model.layers.{N}.mlp.moe_statics.e_score_correction_bias"),
+    ("blk.{N}.ffn_gate_shexp", "model.layers.{N}.mlp.shared_experts.gate_proj"),
+    ("blk.{N}.ffn_up_shexp", "model.layers.{N}.mlp.shared_experts.up_proj"),
+    ("blk.{N}.ffn_down_shexp", "model.layers.{N}.mlp.shared_experts.down_proj"),
+];
 /// GPT-NeoX (Pythia): its own names throughout, Q/K/V fused by head.
 const GPTNEOX_NAMES: &[(&str, &str)] = &[
     ("token_embd", "gpt_neox.embed_in"),
@@ -707,6 +716,12 @@ pub static FAMILIES: &[Family] = &[
         Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM, GRANITE_MOE_NAMES], ..COMMON },
     ),
     family("ernie4_5", "ERNIE 4.5", &["ernie4_5"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
+    family(
+        "ernie4_5-moe",
+        "ERNIE 4.5 MoE",
+        &["ernie4_5-moe"],
+        Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM, ERNIE_MOE_NAMES], ..COMMON },
+    ),
     family(
         "falcon",
         "Falcon",

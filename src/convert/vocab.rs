@@ -48,8 +48,8 @@ pub fn tokenizer_keys(
             sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)
         }
         Vocab::Llama { default_pre } => {
-            if let Some(Json::Bool(add)) = files.config.as_ref().and_then(|c| c.get("add_prefix_space")) {
-                keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(*add));
+            if let Some(add) = files.config.as_ref().and_then(|c| c.get("add_prefix_space")).filter(|v| !v.is_null()) {
+                keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(truthy(Some(add))));
             }
             match sentencepiece {
                 true => {
@@ -79,8 +79,9 @@ pub fn tokenizer_keys(
         Vocab::SentencePieceThenSpacePrefix => {
             let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, false)?;
             sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)?;
-            if let Some(Json::Bool(add)) = files.config.as_ref().and_then(|c| c.get("add_prefix_space")) {
-                keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(*add));
+            if let Some(add) = files.config.as_ref().and_then(|c| c.get("add_prefix_space")) {
+                // Written whenever the key is there; a null packs as false.
+                keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(truthy(Some(add))));
             }
             Ok(())
         }

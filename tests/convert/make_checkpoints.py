@@ -138,6 +138,7 @@ FAMILIES = {
     "olmo3": "Olmo-3-Tiny-Instruct",
     "arcee": "AFM-Tiny",
     "seed-oss": "Seed-OSS-Tiny-Instruct",
+    "ernie-moe": "ERNIE-4.5-Tiny-A3B-PT",
 }
 
 # --------------------------------------------------------------------------
@@ -967,6 +968,26 @@ def make_ernie(out: Path) -> None:
     path.write_text(json.dumps(config_json, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def make_ernie_moe(out: Path) -> None:
+    """ERNIE 4.5's MoE: a leading dense block, then four experts a block (gate, up, down stacked) with a shared
+    expert and the router's score-correction bias."""
+    import torch
+    from transformers import Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM
+
+    tok = sentencepiece_llama(out, 400)
+    config = Ernie4_5_MoeConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=16, moe_num_experts=4, moe_k=2,
+                                moe_intermediate_size=32, moe_layer_start_index=1, moe_layer_end_index=2,
+                                moe_num_shared_experts=1, max_position_embeddings=131072, rms_norm_eps=1e-5,
+                                rope_theta=500000.0, use_bias=False, tie_word_embeddings=True, bos_token_id=1,
+                                eos_token_id=2, pad_token_id=0, torch_dtype="bfloat16")
+    torch.manual_seed(SEED)
+    model = Ernie4_5_MoeForCausalLM(config)
+    randomize(model, SEED + 45)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
 def make_falcon(out: Path) -> None:
     """Falcon-7B's layout: one KV head (multi-query), Q/K/V fused by KV group, a parallel block."""
     import torch
@@ -1366,6 +1387,7 @@ MAKERS = {
     "olmo3": make_olmo3,
     "arcee": make_arcee,
     "seed-oss": make_seed_oss,
+    "ernie-moe": make_ernie_moe,
 }
 
 

@@ -273,6 +273,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &bert::MODERN_BERT,
     &arcee::CONVERSION,
     &seed_oss::CONVERSION,
+    &ernie::MOE,
 ];
 
 /// The conversion of Hugging Face class `class` and the `general.architecture` it writes.
