@@ -145,20 +145,7 @@ fn xlm_roberta(ckpt: &Checkpoint, files: &TokenizerFiles, keys: &mut Metadata) -
     if vocab_size < 4 {
         return Err(ConvertError::Config(format!("{}: fewer than four pieces", path.display())));
     }
-    let mut tokens: Vec<String> = (0..vocab_size).map(|i| format!("[PAD{i}]")).collect();
-    let mut scores = vec![-10000.0f32; vocab_size];
-    let mut types = vec![UNUSED; vocab_size];
-    for (id, piece) in model.pieces.iter().enumerate() {
-        tokens[id] = piece.piece.clone();
-        scores[id] = piece.score;
-        types[id] = match piece.kind {
-            PieceType::Unknown => UNKNOWN,
-            PieceType::Control => CONTROL,
-            PieceType::Unused => UNUSED,
-            PieceType::Byte => BYTE,
-            PieceType::Normal | PieceType::UserDefined => NORMAL,
-        };
-    }
+    let (tokens, scores, types) = padded_pieces(&model, vocab_size);
     let realign = |head: [String; 4], rest: &[String]| head.into_iter().chain(rest.iter().cloned()).collect();
     let tokens: Vec<String> = realign(["<s>", "<pad>", "</s>", "<unk>"].map(String::from), &tokens[3..vocab_size - 1]);
     let scores: Vec<f32> = [0.0; 4].into_iter().chain(scores[3..vocab_size - 1].iter().copied()).collect();
@@ -201,14 +188,7 @@ fn internlm2(ckpt: &Checkpoint, files: &TokenizerFiles, keys: &mut Metadata) -> 
         // A NUL would read as an empty string in C.
         tokens.push(if piece.piece == "\0" { "🐉".to_owned() } else { piece.piece.clone() });
         scores.push(piece.score);
-        types.push(match piece.kind {
-            _ if piece.piece.starts_with("[UNUSED") => UNUSED,
-            PieceType::Unknown => UNKNOWN,
-            PieceType::Control => CONTROL,
-            PieceType::Unused => UNUSED,
-            PieceType::Byte => BYTE,
-            PieceType::Normal | PieceType::UserDefined => NORMAL,
-        });
+        types.push(if piece.piece.starts_with("[UNUSED") { UNUSED } else { piece_type(piece.kind) });
     }
     if let Some(Json::Object(added)) = read_optional_json(&ckpt.dir.join("added_tokens.json"))? {
         for text in added.keys() {
@@ -305,20 +285,7 @@ fn sentencepiece_lists(ckpt: &Checkpoint, files: &TokenizerFiles, phi3: bool) ->
         ckpt.hparam(&["vocab_size_per_layer_input", "vocab_size"]).filter(|v| !v.is_null())
     };
     let vocab_size = config_vocab.and_then(Json::as_u64).map_or(model.pieces.len(), |n| n as usize);
-    let mut tokens: Vec<String> = (0..vocab_size).map(|i| format!("[PAD{i}]")).collect();
-    let mut scores = vec![-10000.0f32; vocab_size];
-    let mut types = vec![UNUSED; vocab_size];
-    for (id, piece) in model.pieces.iter().enumerate().take(vocab_size) {
-        tokens[id] = piece.piece.clone();
-        scores[id] = piece.score;
-        types[id] = match piece.kind {
-            PieceType::Unknown => UNKNOWN,
-            PieceType::Control => CONTROL,
-            PieceType::Unused => UNUSED,
-            PieceType::Byte => BYTE,
-            PieceType::Normal | PieceType::UserDefined => NORMAL,
-        };
-    }
+    let (mut tokens, mut scores, mut types) = padded_pieces(&model, vocab_size);
     if let Some(Json::Object(added)) = read_optional_json(&ckpt.dir.join("added_tokens.json"))? {
         for (text, id) in added {
             let Some(id) = id.as_u64().map(|i| i as usize).filter(|&i| i < vocab_size) else { continue };
@@ -352,6 +319,31 @@ fn sentencepiece_lists(ckpt: &Checkpoint, files: &TokenizerFiles, phi3: bool) ->
         }
     }
     Ok((tokens, scores, types))
+}
+
+/// The pieces of `model` as `SentencePieceProcessor` gives them, in lists
+/// of `vocab_size` (`[PADn]`, unused, past its pieces; pieces past it left out).
+fn padded_pieces(model: &SentencePieceModel, vocab_size: usize) -> Lists {
+    let mut tokens: Vec<String> = (0..vocab_size).map(|i| format!("[PAD{i}]")).collect();
+    let mut scores = vec![-10000.0f32; vocab_size];
+    let mut types = vec![UNUSED; vocab_size];
+    for (id, piece) in model.pieces.iter().enumerate().take(vocab_size) {
+        (tokens[id], scores[id], types[id]) = (piece.piece.clone(), piece.score, piece_type(piece.kind));
+    }
+    (tokens, scores, types)
+}
+
+/// A piece's token type as the converter asks `SentencePieceProcessor`
+/// (unknown, control, unused, byte, else normal: a user-defined piece is
+/// normal).
+fn piece_type(kind: PieceType) -> i32 {
+    match kind {
+        PieceType::Unknown => UNKNOWN,
+        PieceType::Control => CONTROL,
+        PieceType::Unused => UNUSED,
+        PieceType::Byte => BYTE,
+        PieceType::Normal | PieceType::UserDefined => NORMAL,
+    }
 }
 
 fn sentencepiece_keys(
