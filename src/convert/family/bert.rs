@@ -141,16 +141,9 @@ pub const NOMIC_BERT: Conversion = Conversion {
     vocab: Vocab::WordPiece { default_pre: "bert-bge" },
 };
 
-pub const XLM_ROBERTA: Conversion = Conversion {
-    family: "bert",
-    classes: &[("XLMRobertaModel", "bert")],
-    config: CONVERSION.config,
-    dropped: &[],
-    transforms: &[Transform::Rename(as_roberta_names), Transform::PositionsPastPadding],
-    generated: &[],
-    keys: roberta_keys,
-    vocab: Vocab::XlmRoberta,
-};
+/// RoBERTa's conversion with its own vocabulary.
+pub const XLM_ROBERTA: Conversion =
+    Conversion { classes: &[("XLMRobertaModel", "bert")], vocab: Vocab::XlmRoberta, ..ROBERTA };
 
 pub const MODERN_BERT: Conversion = Conversion {
     family: "modern-bert",
