@@ -51,7 +51,7 @@ fn converted(python: &str) -> &'static [(String, Json, Json)] {
                 let out = dir.path().join(format!("{stem}.gguf"));
                 let os = std::ffi::OsStr::new;
                 let input = checkpoints.join(model);
-                run_quantforge(&[os("convert"), input.as_os_str(), out.as_os_str(), os("--outtype"), os(outtype)]);
+                run_convert(&input, &out, &[os("--outtype"), os(outtype)]);
                 (stem, summarize(python, &out), golden)
             })
             .collect()
@@ -105,6 +105,74 @@ fn tokenizer_keys_equal_convert_hf_to_gguf() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The pre-tokenizer check hash (`get_vocab_base_pre`) of every BPE and
+/// WordPiece fixture, and of every variant of one that transformers encodes
+/// differently (a class that rebuilds the post-processor, the class found
+/// from `model_type`, `add_prefix_space`, BERT's normalizer flags), is the
+/// one transformers gives the converter (`tests/data/convert/pre_tokenizers/check_hashes.json`,
+/// made by `tests/convert/pre_hashes.py`); an unknown one is refused with the
+/// hash and the `--pre` hint, a known one names its pre-tokenizer.
+#[test]
+fn pre_tokenizer_check_hashes_equal_the_converters() {
+    let data = common::repo().join("tests/data/convert");
+    let expected: Json =
+        serde_json::from_str(&std::fs::read_to_string(data.join("pre_tokenizers/check_hashes.json")).unwrap()).unwrap();
+    let config_of = |dir: &std::path::Path| -> Json {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap()
+    };
+    let mut failures = Vec::new();
+    let mut check = |what: &str, dir: &std::path::Path, want: &Json| {
+        let hash = quantforge::convert::check_hash(dir, &config_of(dir)).unwrap_or_else(|e| panic!("{what}: {e}"));
+        if hash != want["hash"] {
+            failures.push(format!("{what} ({}): {hash}, transformers {}", want["class"], want["hash"]));
+        }
+        assert_eq!(quantforge::convert::known_name(&hash).map(Json::from).unwrap_or(Json::Null), want["pre"], "{what}");
+    };
+    let checkpoints = expected["checkpoints"].as_object().unwrap();
+    assert_eq!(checkpoints.len(), 32);
+    for (name, want) in checkpoints {
+        check(name, &data.join("checkpoints").join(name), want);
+    }
+    let variants = expected["variants"].as_object().unwrap();
+    assert_eq!(variants.len(), 12);
+    let dir = tempfile::tempdir().unwrap();
+    for (name, want) in variants {
+        let source = data.join("checkpoints").join(want["fixture"].as_str().unwrap());
+        let variant = dir.path().join(name);
+        std::fs::create_dir(&variant).unwrap();
+        for file in ["tokenizer.json", "special_tokens_map.json"] {
+            if source.join(file).is_file() {
+                std::fs::copy(source.join(file), variant.join(file)).unwrap();
+            }
+        }
+        let mut tokenizer_config: Json =
+            serde_json::from_str(&std::fs::read_to_string(source.join("tokenizer_config.json")).unwrap()).unwrap();
+        for (key, value) in want["set"].as_object().unwrap() {
+            tokenizer_config[key] = value.clone();
+        }
+        for key in want["remove"].as_array().unwrap() {
+            tokenizer_config.as_object_mut().unwrap().remove(key.as_str().unwrap());
+        }
+        std::fs::write(variant.join("tokenizer_config.json"), tokenizer_config.to_string()).unwrap();
+        let mut config = config_of(&source);
+        for (key, value) in want["config"].as_object().unwrap() {
+            config[key] = value.clone();
+        }
+        std::fs::write(variant.join("config.json"), config.to_string()).unwrap();
+        check(name, &variant, want);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    let qwen = data.join("checkpoints/Qwen2.5-Tiny-Instruct");
+    let out = dir.path().join("unknown.gguf");
+    let output = common::quantforge(&[std::ffi::OsStr::new("convert"), qwen.as_os_str(), out.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && !out.exists());
+    let hash = checkpoints["Qwen2.5-Tiny-Instruct"]["hash"].as_str().unwrap();
+    assert!(stderr.contains("pre-tokenizer was not recognized") && stderr.contains(hash), "{stderr}");
+    assert!(stderr.contains("--pre NAME"), "{stderr}");
 }
 
 #[test]
@@ -218,14 +286,7 @@ fn vocabularies_alone_equal_convert_hf_to_gguf_vocab_only() {
         let (model, outtype) = stem.rsplit_once('-').unwrap();
         let input = data.join("checkpoints").join(model);
         let out = dir.path().join(format!("{stem}.gguf"));
-        run_quantforge(&[
-            os("convert"),
-            input.as_os_str(),
-            out.as_os_str(),
-            os("--outtype"),
-            os(outtype),
-            os("--vocab-only"),
-        ]);
+        run_convert(&input, &out, &[os("--outtype"), os(outtype), os("--vocab-only")]);
         let golden: Json = serde_json::from_str(&std::fs::read_to_string(&golden_path).unwrap()).unwrap();
         let ours = summarize(&python, &out);
         assert_eq!(ours["metadata"], golden["metadata"], "{stem}");
@@ -293,10 +354,9 @@ fn splits_equal_convert_hf_to_gguf_split() {
         let dir = tempfile::tempdir().unwrap();
         let input = data.join("checkpoints").join(golden["checkpoint"].as_str().unwrap());
         let out = dir.path().join(golden["outfile"].as_str().unwrap());
-        let args: Vec<&str> = golden["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-        let mut command = vec![os("convert"), input.as_os_str(), out.as_os_str()];
-        command.extend(args.iter().map(|a| os(a)));
-        run_quantforge(&command);
+        let args: Vec<&std::ffi::OsStr> =
+            golden["args"].as_array().unwrap().iter().map(|a| os(a.as_str().unwrap())).collect();
+        run_convert(&input, &out, &args);
         assert_eq!(files_written(dir.path()), golden["files"], "{args:?}");
         checked += 1;
     }
@@ -306,10 +366,11 @@ fn splits_equal_convert_hf_to_gguf_split() {
         serde_json::from_str(&std::fs::read_to_string(data.join("splits/both-limits.json")).unwrap()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let recipe = format!(
-        "[input.hf]\npath = {:?}\n[step.c]\nop = \"convert\"\nfrom = \"hf\"\nouttype = \"bf16\"\n\
+        "[input.hf]\npath = {:?}\n[step.c]\nop = \"convert\"\nfrom = \"hf\"\nouttype = \"bf16\"\npre = {:?}\n\
          [step.out]\nop = \"export\"\nfrom = \"c\"\npath = \"out/tiny.gguf\"\n\
          split = {{ max_size = \"30K\", max_tensors = 7, like = \"convert\" }}\n",
-        data.join("checkpoints/Qwen3-MoE-Tiny").display().to_string()
+        data.join("checkpoints/Qwen3-MoE-Tiny").display().to_string(),
+        common::fixture_pre_name(&data.join("checkpoints/Qwen3-MoE-Tiny")).unwrap()
     );
     std::fs::write(dir.path().join("split.toml"), recipe).unwrap();
     let output = common::quantforge_in(dir.path(), &[os("run"), os("split.toml")]);
@@ -349,9 +410,9 @@ fn model_cards_and_metadata_files_name_the_model_as_the_converter_does() {
     ];
     for (case, extra) in cases {
         let out = dir.path().join(format!("{case}.gguf"));
-        let mut args = vec![os("convert"), checkpoint.as_os_str(), out.as_os_str(), os("--outtype"), os("f16")];
+        let mut args = vec![os("--outtype"), os("f16")];
         args.extend(extra);
-        run_quantforge(&args);
+        run_convert(&checkpoint, &out, &args);
         let golden: Json =
             serde_json::from_str(&std::fs::read_to_string(cards.join(format!("{case}-f16.json"))).unwrap()).unwrap();
         let ours = summarize(&python, &out);
@@ -361,10 +422,11 @@ fn model_cards_and_metadata_files_name_the_model_as_the_converter_does() {
     // A recipe names the file as an input; a new file is a new conversion.
     let recipe = format!(
         "[input.hf]\npath = {:?}\n[input.meta]\npath = {:?}\n\
-         [step.c]\nop = \"convert\"\nfrom = \"hf\"\nouttype = \"f16\"\nmetadata = \"meta\"\n\
+         [step.c]\nop = \"convert\"\nfrom = \"hf\"\nouttype = \"f16\"\nmetadata = \"meta\"\npre = {:?}\n\
          [step.out]\nop = \"export\"\nfrom = \"c\"\npath = \"r.gguf\"\n",
         checkpoint.display().to_string(),
-        dir.path().join("meta.json").display().to_string()
+        dir.path().join("meta.json").display().to_string(),
+        common::fixture_pre_name(&checkpoint).unwrap()
     );
     std::fs::copy(&metadata, dir.path().join("meta.json")).unwrap();
     std::fs::write(dir.path().join("r.toml"), recipe).unwrap();
@@ -395,7 +457,9 @@ fn metadata_it_cannot_write_is_refused_by_name() {
     let os = std::ffi::OsStr::new;
     let out = dir.path().join("out.gguf");
     let convert = |extra: &[&std::ffi::OsStr]| {
+        let pre = common::fixture_pre(&checkpoint);
         let mut args = vec![os("convert"), checkpoint.as_os_str(), out.as_os_str(), os("--outtype"), os("f16")];
+        args.extend(pre.iter().map(|a| a.as_os_str()));
         args.extend_from_slice(extra);
         let output = common::quantforge(&args);
         assert!(!output.status.success() && !out.exists());
@@ -449,6 +513,16 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     }
 }
 
+/// `quantforge convert INPUT OUT EXTRA…`, naming a fixture's pre-tokenizer
+/// as its reference was made ([`common::fixture_pre`]).
+fn run_convert(input: &std::path::Path, out: &std::path::Path, extra: &[&std::ffi::OsStr]) {
+    let pre = common::fixture_pre(input);
+    let mut args = vec![std::ffi::OsStr::new("convert"), input.as_os_str(), out.as_os_str()];
+    args.extend(pre.iter().map(|a| a.as_os_str()));
+    args.extend_from_slice(extra);
+    run_quantforge(&args);
+}
+
 fn run_quantforge(args: &[&std::ffi::OsStr]) {
     let output = common::quantforge(args);
     assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
@@ -462,7 +536,7 @@ fn the_command_writes_the_reference_and_quantizes_without_an_f16_file() {
     let checkpoint = data.join("checkpoints/Qwen2.5-Tiny-Instruct");
     let os = std::ffi::OsStr::new;
     let f16 = dir.path().join("f16.gguf");
-    run_quantforge(&[os("convert"), checkpoint.as_os_str(), f16.as_os_str(), os("--outtype"), os("f16")]);
+    run_convert(&checkpoint, &f16, &[os("--outtype"), os("f16")]);
     let golden: Json =
         serde_json::from_str(&std::fs::read_to_string(data.join("Qwen2.5-Tiny-Instruct-f16.json")).unwrap()).unwrap();
     let script = common::repo().join("tests/convert/summarize.py");
@@ -472,8 +546,8 @@ fn the_command_writes_the_reference_and_quantizes_without_an_f16_file() {
 
     // A preset quantizes the checkpoint's own values: the same bytes as quantizing the F32 conversion.
     let (direct, f32, via) = (dir.path().join("direct.gguf"), dir.path().join("f32.gguf"), dir.path().join("via.gguf"));
-    run_quantforge(&[os("convert"), checkpoint.as_os_str(), direct.as_os_str(), os("--outtype"), os("Q4_K_M")]);
-    run_quantforge(&[os("convert"), checkpoint.as_os_str(), f32.as_os_str(), os("--outtype"), os("f32")]);
+    run_convert(&checkpoint, &direct, &[os("--outtype"), os("Q4_K_M")]);
+    run_convert(&checkpoint, &f32, &[os("--outtype"), os("f32")]);
     run_quantforge(&[os("quantize"), f32.as_os_str(), via.as_os_str(), os("Q4_K_M")]);
     assert!(std::fs::read(&direct).unwrap() == std::fs::read(&via).unwrap());
 }
@@ -503,7 +577,7 @@ fn the_recipe_op_writes_what_the_command_writes() {
     run();
     for outtype in ["bf16", "Q4_K_M"] {
         let by_command = dir.path().join(format!("command-{outtype}.gguf"));
-        run_quantforge(&[os("convert"), checkpoint.as_os_str(), by_command.as_os_str(), os("--outtype"), os(outtype)]);
+        run_convert(&checkpoint, &by_command, &[os("--outtype"), os(outtype)]);
         let by_recipe = std::fs::read(dir.path().join(format!("gemma-{outtype}.gguf"))).unwrap();
         assert!(by_recipe == std::fs::read(&by_command).unwrap(), "{outtype}");
     }
@@ -526,7 +600,7 @@ fn the_default_outtype_is_the_converters_auto() {
     for (model, as_type) in [("Mixtral-Tiny-4x8", "bf16"), ("gemma-2-tiny-it", "f16"), ("starcoder2-tiny", "f16")] {
         let out = dir.path().join(format!("{model}.gguf"));
         let input = data.join("checkpoints").join(model);
-        run_quantforge(&[std::ffi::OsStr::new("convert"), input.as_os_str(), out.as_os_str()]);
+        run_convert(&input, &out, &[]);
         let golden: Json =
             serde_json::from_str(&std::fs::read_to_string(data.join(format!("{model}-{as_type}.json"))).unwrap())
                 .unwrap();
@@ -702,7 +776,10 @@ fn unmodelled_settings_are_refused_by_name() {
         config[key] = value;
         std::fs::write(copy.join("config.json"), config.to_string()).unwrap();
         let out = dir.path().join("out.gguf");
-        let output = common::quantforge(&[std::ffi::OsStr::new("convert"), copy.as_os_str(), out.as_os_str()]);
+        let pre = common::fixture_pre(&copy);
+        let mut args = vec![std::ffi::OsStr::new("convert"), copy.as_os_str(), out.as_os_str()];
+        args.extend(pre.iter().map(|a| a.as_os_str()));
+        let output = common::quantforge(&args);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{model} with {key}: converted");
         assert!(stderr.contains(named) && stderr.contains(why), "{model}: {stderr}");
@@ -731,9 +808,11 @@ fn a_hub_cache_snapshot_converts_as_its_repository() {
         std::os::unix::fs::symlink(format!("../../blobs/{blob}"), snapshot.join(path.file_name().unwrap())).unwrap();
     }
     let os = std::ffi::OsStr::new;
+    let pre = common::fixture_pre(&original);
     let convert = |input: &std::path::Path, out: &str, extra: &[&str]| {
         let out = dir.path().join(out);
         let mut args = vec![os("convert"), input.as_os_str(), out.as_os_str()];
+        args.extend(pre.iter().map(|a| a.as_os_str()));
         args.extend(extra.iter().map(|a| os(a)));
         run_quantforge(&args);
         std::fs::read(out).unwrap()
@@ -773,7 +852,7 @@ fn bin_checkpoints_convert_as_convert_hf_to_gguf_converts_them() {
         for (outtype, sha256) in outtypes.as_object().unwrap() {
             let out = dir.path().join(format!("{name}-{outtype}.gguf"));
             let os = std::ffi::OsStr::new;
-            run_quantforge(&[os("convert"), checkpoint.as_os_str(), out.as_os_str(), os("--outtype"), os(outtype)]);
+            run_convert(&checkpoint, &out, &[os("--outtype"), os(outtype)]);
             let ours: String = common::sha256_hex(&std::fs::read(&out).unwrap());
             if ours != sha256.as_str().unwrap() {
                 failures.push(format!("{name} {outtype}"));
@@ -831,5 +910,28 @@ fn unchanged_tensors_are_copied_and_a_nan_is_still_refused() {
             let stderr = String::from_utf8_lossy(&refused.stderr);
             assert!(stderr.contains(&format!("tensor `{tensor}` row 0 holds NaN")), "{outtype}: {stderr}");
         }
+    }
+}
+
+/// A real checkpoint, all-MiniLM-L6-v2 as sentence-transformers publishes it
+/// (`scripts/fetch-minilm.sh`): its tokenizer is one the converter knows by
+/// its check hash, so no `--pre` is given, and every outtype is the
+/// converter's file byte for byte (`tests/data/convert/real/`).
+#[test]
+fn a_real_checkpoint_converts_byte_for_byte_with_its_pre_tokenizer_told_by_hash() {
+    let Some(weights) = common::minilm() else { return };
+    let checkpoint = weights.parent().unwrap();
+    let data = common::repo().join("tests/data/convert/real");
+    let dir = tempfile::tempdir().unwrap();
+    let os = std::ffi::OsStr::new;
+    for outtype in ["f16", "bf16", "f32", "q8_0"] {
+        let golden: Json = serde_json::from_str(
+            &std::fs::read_to_string(data.join(format!("all-MiniLM-L6-v2-{outtype}.json"))).unwrap(),
+        )
+        .unwrap();
+        let out = dir.path().join(format!("{outtype}.gguf"));
+        run_quantforge(&[os("convert"), checkpoint.as_os_str(), out.as_os_str(), os("--outtype"), os(outtype)]);
+        let bytes = std::fs::read(&out).unwrap();
+        assert_eq!(common::sha256_hex(&bytes), golden["file"]["sha256"].as_str().unwrap(), "{outtype}");
     }
 }

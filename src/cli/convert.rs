@@ -34,8 +34,9 @@ pub struct ConvertArgs {
     /// convert_hf_to_gguf.py takes them, or a quantization preset.
     #[arg(long, default_value = "auto")]
     outtype: String,
-    /// The pre-tokenizer of a BPE vocabulary (convert_hf_to_gguf.py recognises it by
-    /// hashing a tokenization; default: the family's usual one).
+    /// The pre-tokenizer of a tokenizer.json vocabulary (tokenizer.ggml.pre). By default it
+    /// is told as convert_hf_to_gguf.py tells it, by the hash of a fixed text's encoding, and
+    /// a vocabulary whose hash it does not know is refused; name one for a retrained vocabulary.
     #[arg(long, value_name = "NAME")]
     pre: Option<String>,
     /// The model's name, written as it is, as convert_hf_to_gguf.py's --model-name (default:

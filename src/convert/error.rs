@@ -30,6 +30,15 @@ pub enum ConvertError {
     /// or the metadata override file) that is not of the type its key takes.
     #[error("{source_name}: `{field}` is {value}, where {key} takes {expected}")]
     MetadataValue { source_name: String, field: String, value: String, key: String, expected: &'static str },
+    #[error("{}: {problem}", .path.display())]
+    Tokenizer { path: std::path::PathBuf, problem: String },
+    #[error(
+        "{}: the BPE pre-tokenizer was not recognized (check hash {hash}, which convert_hf_to_gguf.py does not \
+         know either); if the vocabulary is a known one retrained or edited, name its pre-tokenizer with \
+         `--pre NAME` (a recipe's convert step: `pre = \"NAME\"`)",
+        .dir.display()
+    )]
+    UnknownPreTokenizer { dir: std::path::PathBuf, hash: String },
     #[error(transparent)]
     Rope(#[from] RopeError),
     #[error("tensor `{}`: {source}", Name(.tensor))]

@@ -15,6 +15,7 @@ pub mod family;
 mod hparams;
 pub mod model_card;
 mod naming;
+mod pre_tokenizer;
 mod rope;
 mod tensors;
 mod vocab;
@@ -23,6 +24,7 @@ pub use checkpoint::{Checkpoint, CheckpointError};
 pub use error::ConvertError;
 pub use hparams::architecture_keys;
 pub use naming::MetadataOverride;
+pub use pre_tokenizer::{check_hash, check_hash_of, known_name};
 pub use rope::RopeError;
 pub use tensors::{
     ConvertedTensor, OutType, Values, checkpoint_rows, checkpoint_rows_as_stored, conversion_of, convert_tensors,

@@ -12,6 +12,7 @@ use serde_json::Value as Json;
 use super::checkpoint::{Checkpoint, read_optional_json};
 use super::error::ConvertError;
 use super::family::Vocab;
+use super::pre_tokenizer::pre_tokenizer_name;
 use crate::formats::sentencepiece::{PieceType, SentencePieceModel};
 use crate::model::{Array, Metadata, Value};
 
@@ -27,9 +28,8 @@ const BYTE: i32 = 6;
 const SPECIAL_TYPES: [&str; 7] = ["bos", "eos", "unk", "sep", "pad", "cls", "mask"];
 
 /// Writes the tokenizer keys of a checkpoint whose family reads its
-/// tokenizer as `vocab` says; `pre` names the BPE pre-tokenizer (the
-/// converter tells it by hashing a tokenization, which needs the Hugging
-/// Face tokenizer itself), by default the family's usual one.
+/// tokenizer as `vocab` says; `pre` names the pre-tokenizer of a
+/// `tokenizer.json` vocabulary where its check hash is not enough.
 pub fn tokenizer_keys(
     ckpt: &Checkpoint,
     vocab: Vocab,
@@ -42,12 +42,12 @@ pub fn tokenizer_keys(
         Vocab::Phi3 => {
             let class = files.config.as_ref().and_then(|c| c.get("tokenizer_class")).and_then(Json::as_str);
             if class == Some("GPT2Tokenizer") {
-                return gpt2(ckpt, &files, pre.unwrap_or("default"), keys);
+                return gpt2(ckpt, &files, pre, keys);
             }
             let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, true)?;
             sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)
         }
-        Vocab::Llama { default_pre } => {
+        Vocab::Llama => {
             if let Some(add) = files.config.as_ref().and_then(|c| c.get("add_prefix_space")).filter(|v| !v.is_null()) {
                 keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(truthy(Some(add))));
             }
@@ -56,7 +56,7 @@ pub fn tokenizer_keys(
                     let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, false)?;
                     sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)?;
                 }
-                false => gpt2(ckpt, &files, pre.unwrap_or(default_pre), keys)?,
+                false => gpt2(ckpt, &files, pre, keys)?,
             }
             match ckpt.config.get("vocab_size").and_then(Json::as_u64) {
                 // CodeLlama's infill tokens: of them only the end of turn has a key.
@@ -85,32 +85,28 @@ pub fn tokenizer_keys(
             }
             Ok(())
         }
-        Vocab::SentencePieceOrBpe { .. } if sentencepiece => {
+        Vocab::SentencePieceOrBpe if sentencepiece => {
             let (tokens, scores, types) = sentencepiece_lists(ckpt, &files, false)?;
             sentencepiece_keys(tokens, scores, types, ckpt, &files, keys)
         }
-        Vocab::Gemma { .. } => gpt2(ckpt, &files, pre.unwrap_or("default"), keys),
-        Vocab::SentencePieceOrBpe { default_pre } | Vocab::Bpe { default_pre } => {
-            gpt2(ckpt, &files, pre.unwrap_or(default_pre), keys)
-        }
-        Vocab::Roberta { default_pre } if files.tokenizer.is_some() => {
-            gpt2(ckpt, &files, pre.unwrap_or(default_pre), keys)?;
+        Vocab::Gemma { .. } => gpt2(ckpt, &files, pre, keys),
+        Vocab::SentencePieceOrBpe | Vocab::Bpe => gpt2(ckpt, &files, pre, keys),
+        Vocab::Roberta if files.tokenizer.is_some() => {
+            gpt2(ckpt, &files, pre, keys)?;
             keys.set("tokenizer.ggml.token_type_count", token_type_count(ckpt)?);
             Ok(())
         }
-        Vocab::WordPiece { default_pre } | Vocab::Roberta { default_pre } => {
-            word_piece(ckpt, &files, pre.unwrap_or(default_pre), keys)
-        }
+        Vocab::WordPiece | Vocab::Roberta => word_piece(ckpt, &files, pre, keys),
         Vocab::XlmRoberta => xlm_roberta(ckpt, &files, keys),
         Vocab::ModernBert => {
             for key in ["add_bos_token", "add_eos_token", "add_sep_token"] {
                 keys.set(&format!("tokenizer.ggml.{key}"), Value::Bool(true));
             }
-            gpt2(ckpt, &files, pre.unwrap_or("modern-bert"), keys)
+            gpt2(ckpt, &files, pre, keys)
         }
         Vocab::InternLm2 => internlm2(ckpt, &files, keys),
         Vocab::Glm4 => {
-            gpt2_tokens(ckpt, &files, pre.unwrap_or("glm4"), keys)?;
+            gpt2_tokens(ckpt, &files, pre, keys)?;
             let mut special = SpecialVocab::load(ckpt, &files, true, None)?;
             let (end, user) = (added_token_id(&files, "<|endoftext|>")?, added_token_id(&files, "<|user|>")?);
             for (typ, id) in [("eos", end), ("eot", user), ("unk", end), ("bos", end)] {
@@ -369,17 +365,22 @@ fn string_array(strings: Vec<String>) -> Value {
 }
 
 /// A GPT-2 BPE vocabulary from `tokenizer.json`.
-fn gpt2(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Metadata) -> Result<(), ConvertError> {
+fn gpt2(ckpt: &Checkpoint, files: &TokenizerFiles, pre: Option<&str>, keys: &mut Metadata) -> Result<(), ConvertError> {
     gpt2_tokens(ckpt, files, pre, keys)?;
     SpecialVocab::load(ckpt, files, true, None)?.write(keys);
     Ok(())
 }
 
 /// A GPT-2 BPE vocabulary's model, pre-tokenizer, tokens and their types.
-fn gpt2_tokens(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Metadata) -> Result<(), ConvertError> {
+fn gpt2_tokens(
+    ckpt: &Checkpoint,
+    files: &TokenizerFiles,
+    pre: Option<&str>,
+    keys: &mut Metadata,
+) -> Result<(), ConvertError> {
     let (tokens, types) = vocab_base(ckpt, files)?;
     keys.set("tokenizer.ggml.model", Value::string("gpt2"));
-    keys.set("tokenizer.ggml.pre", Value::string(pre));
+    keys.set("tokenizer.ggml.pre", Value::string(&pre_tokenizer_name(ckpt, pre)?));
     keys.set("tokenizer.ggml.tokens", string_array(tokens));
     keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     Ok(())
@@ -389,7 +390,12 @@ fn gpt2_tokens(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut 
 /// count, then the tokens with the phantom space llama.cpp's WordPiece
 /// reads: none for a special token, `##` dropped from a word's
 /// continuation, `▁` before every other.
-fn word_piece(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut Metadata) -> Result<(), ConvertError> {
+fn word_piece(
+    ckpt: &Checkpoint,
+    files: &TokenizerFiles,
+    pre: Option<&str>,
+    keys: &mut Metadata,
+) -> Result<(), ConvertError> {
     let (tokens, types) = vocab_base(ckpt, files)?;
     keys.set("tokenizer.ggml.token_type_count", token_type_count(ckpt)?);
     let phantom = |(token, kind): (String, &i32)| match (*kind, token.strip_prefix("##")) {
@@ -400,7 +406,7 @@ fn word_piece(ckpt: &Checkpoint, files: &TokenizerFiles, pre: &str, keys: &mut M
     let n_vocab = tokens.len();
     let tokens: Vec<String> = tokens.into_iter().zip(&types).map(phantom).collect();
     keys.set("tokenizer.ggml.model", Value::string("bert"));
-    keys.set("tokenizer.ggml.pre", Value::string(pre));
+    keys.set("tokenizer.ggml.pre", Value::string(&pre_tokenizer_name(ckpt, pre)?));
     keys.set("tokenizer.ggml.tokens", string_array(tokens));
     keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     SpecialVocab::load(ckpt, files, false, Some(n_vocab))?.write(keys);

@@ -16,9 +16,11 @@ use crate::types::{FileType, GgmlType};
 
 // Version 2: model cards read whole, the post-processor's edits of the
 // tokenizer config (CLS as BOS, SEP as EOS): metadata of earlier keys differs.
+// Version 3: a `tokenizer.json` vocabulary's pre-tokenizer told by its check
+// hash, as the converter tells it (it was the family's usual name).
 pub const SPEC: OpSpec = OpSpec::new(
     "convert",
-    2,
+    3,
     &[
         ParamSpec::optional("outtype", ParamKind::Name).fanning_out(),
         ParamSpec::optional("pre", ParamKind::Str),
@@ -57,7 +59,8 @@ impl Target {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConvertOptions {
     pub target: Target,
-    /// The BPE pre-tokenizer name (default: the family's usual one).
+    /// The pre-tokenizer name of a `tokenizer.json` vocabulary (default: the
+    /// one its check hash is known by; an unknown hash is refused).
     pub pre: Option<String>,
     /// The model's name, written as it is (the converter's `--model-name`).
     pub model_name: Option<String>,

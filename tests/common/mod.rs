@@ -464,3 +464,27 @@ pub fn key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     ]);
     (private, public)
 }
+
+/// The `--pre NAME` a conversion of the fixture checkpoint `dir` needs: its
+/// tokenizer was trained here, so the converter knows no check hash of it and
+/// its reference was made naming the pre-tokenizer the real family has (the
+/// one its golden summary records). Empty for any other checkpoint.
+pub fn fixture_pre(dir: &std::path::Path) -> Vec<std::ffi::OsString> {
+    fixture_pre_name(dir).map(|name| vec!["--pre".into(), name.into()]).unwrap_or_default()
+}
+
+/// The pre-tokenizer name of [`fixture_pre`], for a recipe's `pre = "…"`.
+pub fn fixture_pre_name(dir: &std::path::Path) -> Option<String> {
+    let data = repo().join("tests/data/convert");
+    let name = dir.file_name()?.to_str()?;
+    let hashes: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("pre_tokenizers/check_hashes.json")).unwrap()).unwrap();
+    let entry = hashes["checkpoints"].get(name)?;
+    if !entry["pre"].is_null() {
+        return None;
+    }
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join(format!("{name}-f16.json"))).unwrap()).unwrap();
+    let pre = golden["metadata"].as_array().unwrap().iter().find(|m| m["key"] == "tokenizer.ggml.pre")?;
+    Some(pre["value"].as_str().unwrap().to_owned())
+}

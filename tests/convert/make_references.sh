@@ -8,7 +8,9 @@
 #   OUTDIR/logs/<name>-<outtype>.log    the converter's log
 #
 # for every checkpoint and every outtype in f16 bf16 f32 q8_0; and a few with --vocab-only,
-# a model card and --metadata, and the --split-* flags (OUTDIR/splits/<case>/, every shard).
+# a model card and --metadata, and the --split-* flags (OUTDIR/splits/<case>/, every shard);
+# and the real all-MiniLM-L6-v2 (summaries/real/). The fixtures' pre-tokenizer check
+# hashes are tests/convert/pre_hashes.py's (tests/data/convert/pre_tokenizers/check_hashes.json).
 #
 # Usage: tests/convert/make_references.sh [OUTDIR] [--update-golden]
 #   OUTDIR defaults to ~/.cache/quantforge/convert-refs.
@@ -116,6 +118,13 @@ split_reference both-limits Qwen3-MoE-Tiny tiny.gguf --outtype bf16 --split-max-
 split_reference no-tensor-first Qwen3-MoE-Tiny tiny.gguf --outtype f16 --split-max-tensors 30 --no-tensor-first-split
 split_reference one-shard tiny-llama-3-chat tiny.gguf --outtype f16 --split-max-tensors 1000
 split_reference other-extension DeepSeek-V3-Tiny tiny.bin --outtype f32 --split-max-size 100K
+# A real checkpoint, whose tokenizer the converter knows by its check hash (no
+# pre-tokenizer patch takes part): all-MiniLM-L6-v2 from scripts/fetch-minilm.sh.
+mkdir -p "$outdir/summaries/real"
+"$repo/scripts/fetch-minilm.sh" >/dev/null
+for t in "${outtypes[@]}"; do
+    reference "all-MiniLM-L6-v2-$t" "$outdir/summaries/real/all-MiniLM-L6-v2-$t.json" "$repo/models/minilm" --outtype "$t"
+done
 echo "$n conversions succeeded, ${#failed[@]} failed${failed:+: ${failed[*]}}"
 
 status=0
@@ -123,14 +132,15 @@ status=0
 if $update_golden; then
     mkdir -p "$golden"
     cp "$outdir"/summaries/*.json "$golden"/
-    mkdir -p "$golden/vocab-only" "$golden/cards" "$golden/splits"
+    mkdir -p "$golden/vocab-only" "$golden/cards" "$golden/splits" "$golden/real"
     cp "$outdir"/summaries/vocab-only/*.json "$golden/vocab-only"/
+    cp "$outdir"/summaries/real/*.json "$golden/real"/
     cp "$outdir"/summaries/cards/*.json "$golden/cards"/
     cp "$outdir"/summaries/splits/*.json "$golden/splits"/
     echo "updated $golden"
 elif [ -d "$golden" ]; then
     differ=0
-    for s in "$outdir"/summaries/*.json "$outdir"/summaries/{vocab-only,cards,splits}/*.json; do
+    for s in "$outdir"/summaries/*.json "$outdir"/summaries/{vocab-only,cards,splits,real}/*.json; do
         g=$golden/${s#"$outdir"/summaries/}
         if [ ! -f "$g" ]; then
             echo "no golden summary for $(basename "$s")"

@@ -32,7 +32,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[Transform::PermuteQk],
     generated: &[Generated::Llama3RopeFreqs],
     keys,
-    vocab: Vocab::Llama { default_pre: "afmoe" },
+    vocab: Vocab::Llama,
 };
 
 fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {

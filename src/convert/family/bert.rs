@@ -48,7 +48,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[Transform::Rename(as_the_converter_names)],
     generated: &[],
     keys,
-    vocab: Vocab::WordPiece { default_pre: "bert-bge" },
+    vocab: Vocab::WordPiece,
 };
 
 pub const ROBERTA: Conversion = Conversion {
@@ -59,7 +59,7 @@ pub const ROBERTA: Conversion = Conversion {
     transforms: &[Transform::Rename(as_roberta_names), Transform::PositionsPastPadding],
     generated: &[],
     keys: roberta_keys,
-    vocab: Vocab::Roberta { default_pre: "roberta-bpe" },
+    vocab: Vocab::Roberta,
 };
 
 pub const DISTILBERT: Conversion = Conversion {
@@ -76,7 +76,7 @@ pub const DISTILBERT: Conversion = Conversion {
     transforms: &[Transform::Rename(as_distilbert_names)],
     generated: &[],
     keys: distilbert_keys,
-    vocab: Vocab::WordPiece { default_pre: "bert-bge" },
+    vocab: Vocab::WordPiece,
 };
 
 pub const NOMIC_BERT: Conversion = Conversion {
@@ -138,7 +138,7 @@ pub const NOMIC_BERT: Conversion = Conversion {
     transforms: &[Transform::Rename(as_the_converter_names)],
     generated: &[],
     keys: nomic_keys,
-    vocab: Vocab::WordPiece { default_pre: "bert-bge" },
+    vocab: Vocab::WordPiece,
 };
 
 /// RoBERTa's conversion with its own vocabulary.

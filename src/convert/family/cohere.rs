@@ -27,7 +27,7 @@ pub const COMMAND_R: Conversion = Conversion {
     transforms: &[],
     generated: &[],
     keys: command_r_keys,
-    vocab: Vocab::Bpe { default_pre: "command-r" },
+    vocab: Vocab::Bpe,
 };
 
 pub const COHERE2: Conversion = Conversion {
@@ -51,7 +51,7 @@ pub const COHERE2: Conversion = Conversion {
     transforms: &[],
     generated: &[],
     keys: cohere2_keys,
-    vocab: Vocab::Bpe { default_pre: "command-r" },
+    vocab: Vocab::Bpe,
 };
 
 /// The text-model keys with the context `model_max_length` gives when the

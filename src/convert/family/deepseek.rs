@@ -77,14 +77,14 @@ pub const DEEPSEEK_V2: Conversion = Conversion {
     transforms: &[Transform::StackExperts(&EXPERTS), Transform::Fused(&[KV_B]), Transform::DropNextTokenBlocks],
     generated: &[],
     keys,
-    vocab: Vocab::Bpe { default_pre: "deepseek-llm" },
+    vocab: Vocab::Bpe,
 };
 
 /// V3: V2's conversion with V3's router and pre-tokenizer.
 pub const DEEPSEEK_V3: Conversion = Conversion {
     classes: &[("DeepseekV3ForCausalLM", "deepseek2")],
     config: Modelled { pattern: Some(v3_routing), ..DEEPSEEK_V2.config },
-    vocab: Vocab::Bpe { default_pre: "deepseek-v3" },
+    vocab: Vocab::Bpe,
     ..DEEPSEEK_V2
 };
 

@@ -26,7 +26,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[],
     generated: &[Generated::Llama3RopeFreqs],
     keys,
-    vocab: Vocab::Bpe { default_pre: "exaone4" },
+    vocab: Vocab::Bpe,
 };
 
 fn window_only_at_64_blocks(config: &serde_json::Map<String, Json>) -> Option<(&'static str, Json)> {

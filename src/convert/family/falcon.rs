@@ -46,7 +46,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[Transform::Fused(&[QKV])],
     generated: &[],
     keys,
-    vocab: Vocab::Bpe { default_pre: "falcon" },
+    vocab: Vocab::Bpe,
 };
 
 fn heads(config: &Json) -> Result<(usize, usize, usize), ConvertError> {

@@ -46,7 +46,7 @@ pub const CONVERSION: Conversion = Conversion {
     ])],
     generated: &[],
     keys,
-    vocab: Vocab::Bpe { default_pre: "gpt-2" },
+    vocab: Vocab::Bpe,
 };
 
 /// What the file cannot say: a feed-forward width other than four times

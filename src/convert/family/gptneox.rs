@@ -35,7 +35,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[Transform::Fused(&[QKV])],
     generated: &[],
     keys,
-    vocab: Vocab::Bpe { default_pre: "gpt-2" },
+    vocab: Vocab::Bpe,
 };
 
 /// The rows of head `h` are its Q, K and V (`head_dim` each): every

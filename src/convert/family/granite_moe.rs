@@ -41,7 +41,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[Transform::PermuteQk, Transform::Fused(&[EXPERT_INPUT])],
     generated: &[Generated::Llama3RopeFreqs],
     keys,
-    vocab: Vocab::Llama { default_pre: "refact" },
+    vocab: Vocab::Llama,
 };
 
 /// Each expert's `2 × intermediate_size` rows: the gate's first, then the up's.

@@ -47,7 +47,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[Transform::Squeeze(&[".conv.conv.weight"])],
     generated: &[],
     keys,
-    vocab: Vocab::Bpe { default_pre: "lfm2" },
+    vocab: Vocab::Bpe,
 };
 
 /// `LFM2Model.set_gguf_parameters`: the text model's keys with the KV head

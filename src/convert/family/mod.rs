@@ -190,12 +190,12 @@ pub enum Generated {
 pub enum Vocab {
     /// `LlamaModel`'s: `tokenizer_config.json`'s `add_prefix_space` first,
     /// then SentencePiece from `tokenizer.model` or GPT-2 BPE from
-    /// `tokenizer.json` (pre-tokenizer `default_pre` unless one is given);
+    /// `tokenizer.json`;
     /// CodeLlama's end-of-turn id for a vocabulary of 32016, no BOS for one
     /// of 49152.
-    Llama { default_pre: &'static str },
+    Llama,
     /// SentencePiece when the checkpoint has `tokenizer.model`, else GPT-2 BPE.
-    SentencePieceOrBpe { default_pre: &'static str },
+    SentencePieceOrBpe,
     /// Gemma's: SentencePiece, then the fill-in-the-middle end-of-turn id
     /// when `end_of_turn` (this one, unless `config.json` gives
     /// `eot_token_id`), then `add_space_prefix` false.
@@ -204,14 +204,14 @@ pub enum Vocab {
     /// `special` flag), or GPT-2 BPE for a `GPT2Tokenizer`.
     Phi3,
     /// GPT-2 BPE from `tokenizer.json` only (`TextModel`'s default).
-    Bpe { default_pre: &'static str },
+    Bpe,
     /// BERT's WordPiece from `tokenizer.json`: the token-type count first,
     /// every token but the special ones written with a phantom space
     /// (`▁`) unless it continues a word (`##`, dropped).
-    WordPiece { default_pre: &'static str },
+    WordPiece,
     /// RoBERTa's: GPT-2 BPE from `tokenizer.json`, then the token-type
     /// count; BERT's WordPiece without one.
-    Roberta { default_pre: &'static str },
+    Roberta,
     /// XLM-RoBERTa's: its SentencePiece Unigram model in fairseq's ids, as
     /// llama.cpp's T5 tokenizer reads it, with the token-type count.
     XlmRoberta,

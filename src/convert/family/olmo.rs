@@ -24,7 +24,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[Transform::PermuteQk],
     generated: &[],
     keys,
-    vocab: Vocab::Bpe { default_pre: "olmo" },
+    vocab: Vocab::Bpe,
 };
 
 fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {

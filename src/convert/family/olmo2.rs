@@ -25,7 +25,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[],
     generated: &[],
     keys,
-    vocab: Vocab::Bpe { default_pre: "dbrx" },
+    vocab: Vocab::Bpe,
 };
 
 pub const OLMO3: Conversion = Conversion {

@@ -32,7 +32,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[Transform::StackExperts(&super::qwen_moe::EXPERTS)],
     generated: &[],
     keys,
-    vocab: Vocab::Bpe { default_pre: "olmo" },
+    vocab: Vocab::Bpe,
 };
 
 /// The file says 1e-5 whatever the config says (`OlmoeModel.set_gguf_parameters`):

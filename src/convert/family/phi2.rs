@@ -25,7 +25,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[],
     generated: &[],
     keys,
-    vocab: Vocab::Bpe { default_pre: "phi-2" },
+    vocab: Vocab::Bpe,
 };
 
 /// What the file cannot say: a feed-forward width of four times the

@@ -23,7 +23,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[],
     generated: &[],
     keys,
-    vocab: Vocab::SentencePieceOrBpe { default_pre: "qwen2" },
+    vocab: Vocab::SentencePieceOrBpe,
 };
 
 fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {

@@ -47,7 +47,7 @@ pub const QWEN2_MOE: Conversion = Conversion {
     transforms: &[Transform::StackExperts(&EXPERTS)],
     generated: &[],
     keys,
-    vocab: Vocab::Bpe { default_pre: "qwen2" },
+    vocab: Vocab::Bpe,
 };
 
 pub const QWEN3_MOE: Conversion = Conversion {
@@ -73,7 +73,7 @@ pub const QWEN3_MOE: Conversion = Conversion {
     transforms: &[Transform::StackExperts(&EXPERTS)],
     generated: &[],
     keys,
-    vocab: Vocab::Bpe { default_pre: "qwen2" },
+    vocab: Vocab::Bpe,
 };
 
 /// The text-model keys, then the experts' widths (`Qwen2MoeModel.set_gguf_parameters`).

@@ -32,7 +32,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[],
     generated: &[],
     keys,
-    vocab: Vocab::Bpe { default_pre: "seed-coder" },
+    vocab: Vocab::Bpe,
 };
 
 fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {

@@ -26,7 +26,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[Transform::PermuteQk],
     generated: &[Generated::Llama3RopeFreqs],
     keys,
-    vocab: Vocab::Llama { default_pre: "llama-bpe" },
+    vocab: Vocab::Llama,
 };
 
 fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {

@@ -27,7 +27,7 @@ pub const CONVERSION: Conversion = Conversion {
     transforms: &[],
     generated: &[],
     keys,
-    vocab: Vocab::Bpe { default_pre: "stablelm2" },
+    vocab: Vocab::Bpe,
 };
 
 /// The file has no rope base: llama.cpp's stablelm runs 10000.
