@@ -75,7 +75,15 @@ pub enum TensorData {
     /// The f32 values of tensor `index` of checkpoint file `file` (content
     /// hash), with a Hugging Face family's row transforms applied: what
     /// `convert_hf_to_gguf.py` computes before it casts a tensor.
-    Checkpoint { file: Key, index: usize, transform: RowTransform },
+    /// Its FP8 scales, if any, multiply the values first (`convert_hf_to_gguf.py`
+    /// dequantizes before it transforms).
+    Checkpoint {
+        file: Key,
+        index: usize,
+        transform: RowTransform,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scale: Option<CheckpointScale>,
+    },
     /// The rows of each part in turn, every part of this tensor's row
     /// length and type: per-expert tensors stacked into one 3-D tensor
     /// (`*_exps`), expert after expert, computed a slab at a time.
@@ -83,6 +91,16 @@ pub enum TensorData {
     /// One device's slice of `from` (a per-device export): cut from
     /// `from`'s bytes, which are cached by `from`'s key when derived.
     Slice { from: Box<Tensor>, cut: AxisCut },
+}
+
+/// An FP8 weight's scales (`weight_scale_inv`): tensor `index` of checkpoint
+/// file `file` (content hash), each value covering `block` (rows, columns)
+/// of the weight, or broadcast over it as the values are shaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CheckpointScale {
+    pub file: Key,
+    pub index: usize,
+    pub block: Option<[u64; 2]>,
 }
 
 /// A converter's transforms of one checkpoint tensor, in the order applied.
@@ -145,9 +163,17 @@ impl Tensor {
         }
     }
 
-    /// The transformed f32 values of tensor `index` of checkpoint file `file`,
-    /// named `name`, of shape `dims` (after the transforms).
-    pub fn from_checkpoint(name: &str, dims: Vec<u64>, file: Key, index: usize, transform: RowTransform) -> Tensor {
+    /// The transformed f32 values of tensor `index` of checkpoint file `file`
+    /// (times its FP8 `scale` if any), named `name`, of shape `dims` (after
+    /// the transforms).
+    pub fn from_checkpoint(
+        name: &str,
+        dims: Vec<u64>,
+        file: Key,
+        index: usize,
+        transform: RowTransform,
+        scale: Option<CheckpointScale>,
+    ) -> Tensor {
         let mut key = KeyBuilder::new("tensor.checkpoint");
         key.key(&file).u64(index as u64);
         key.u64(transform.permute_heads.map_or(0, |h| h as u64 + 1)).u64(u64::from(transform.plus_one));
@@ -159,12 +185,17 @@ impl Tensor {
         if let Some(run) = transform.transpose {
             key.str("transpose").u64(run as u64);
         }
+        if let Some(CheckpointScale { file, index, block }) = scale {
+            key.str("scale").key(&file).u64(index as u64);
+            let [rows, cols] = block.unwrap_or([0, 0]);
+            key.u64(rows).u64(cols);
+        }
         Tensor {
             name: name.to_owned(),
             dims,
             ggml_type: GgmlType::F32,
             key: key.finish(),
-            data: TensorData::Checkpoint { file, index, transform },
+            data: TensorData::Checkpoint { file, index, transform, scale },
         }
     }
 
@@ -229,7 +260,11 @@ impl Tensor {
 
     fn collect_refs(&self, blobs: &mut Vec<Key>, files: &mut Vec<Key>) {
         match &self.data {
-            TensorData::Input { file, .. } | TensorData::Checkpoint { file, .. } => files.push(*file),
+            TensorData::Input { file, .. } => files.push(*file),
+            TensorData::Checkpoint { file, scale, .. } => {
+                files.push(*file);
+                files.extend(scale.map(|s| s.file));
+            }
             TensorData::Blob { hash } => blobs.push(*hash),
             TensorData::Convert { from, importance, .. } => {
                 blobs.extend(importance.iter().copied());

@@ -1,5 +1,5 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! forty-five tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! forty-seven tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE,
 //! ERNIE 4.5 MoE;
@@ -8,7 +8,9 @@
 //! LFM2 (short convolutions between attention blocks), EXAONE 4 (64 blocks,
 //! sliding and global), InternLM2 (Q/K/V fused by KV group), OLMo 3
 //! (OLMo 2's layout, sliding), Arcee (a ReLU² MLP), Seed-OSS, and the
-//! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3, and the embedding
+//! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3 (and the FP8
+//! releases of DeepSeek-V3 and Qwen3: float8 weights with block scales, some
+//! in another shard than their weight), and the embedding
 //! models BERT and DistilBERT (WordPiece, mean pooling), RoBERTa
 //! (byte-level BPE, positions past the padding id), XLM-RoBERTa
 //! (SentencePiece Unigram in fairseq's ids, CLS pooling), Nomic BERT
@@ -75,7 +77,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 180);
+    assert_eq!(all.len(), 188);
     all
 }
 
@@ -131,7 +133,7 @@ fn pre_tokenizer_check_hashes_equal_the_converters() {
         assert_eq!(quantforge::convert::known_name(&hash).map(Json::from).unwrap_or(Json::Null), want["pre"], "{what}");
     };
     let checkpoints = expected["checkpoints"].as_object().unwrap();
-    assert_eq!(checkpoints.len(), 32);
+    assert_eq!(checkpoints.len(), 34);
     for (name, want) in checkpoints {
         check(name, &data.join("checkpoints").join(name), want);
     }
@@ -597,7 +599,13 @@ fn the_recipe_op_writes_what_the_command_writes() {
 fn the_default_outtype_is_the_converters_auto() {
     let data = common::repo().join("tests/data/convert");
     let dir = tempfile::tempdir().unwrap();
-    for (model, as_type) in [("Mixtral-Tiny-4x8", "bf16"), ("gemma-2-tiny-it", "f16"), ("starcoder2-tiny", "f16")] {
+    for (model, as_type) in [
+        ("Mixtral-Tiny-4x8", "bf16"),
+        ("gemma-2-tiny-it", "f16"),
+        ("starcoder2-tiny", "f16"),
+        ("DeepSeek-V3-Tiny-FP8", "bf16"),
+        ("qwen3-FP8", "f16"),
+    ] {
         let out = dir.path().join(format!("{model}.gguf"));
         let input = data.join("checkpoints").join(model);
         run_convert(&input, &out, &[]);
@@ -637,7 +645,7 @@ fn unmodelled_settings_are_refused_by_name() {
     let checkpoints = common::repo().join("tests/data/convert/checkpoints");
     let unmodelled = "does not model";
     let not_a_count = "not a whole number below 2^32";
-    let cases: [(&str, &str, Json, &str, &str); 38] = [
+    let cases: [(&str, &str, Json, &str, &str); 40] = [
         (
             "tiny-llama-3-chat",
             "rope_scaling",
@@ -703,6 +711,21 @@ fn unmodelled_settings_are_refused_by_name() {
         ("SmolLM3-Tiny", "no_rope_layers", json!([1, 0]), "`no_rope_layers` ([1,0])", unmodelled),
         // DeepSeek routing llama.cpp's deepseek2 graph does not compute, YaRN's two scales apart.
         ("DeepSeek-V3-Tiny", "scoring_func", json!("softmax"), "`scoring_func` (\"softmax\")", unmodelled),
+        // Quantized checkpoints other than FP8 ones, and FP8 settings the converter does not read.
+        (
+            "qwen3-FP8",
+            "quantization_config",
+            json!({"quant_method": "gptq", "bits": 4}),
+            "`quantization_config.quant_method` (\"gptq\")",
+            unmodelled,
+        ),
+        (
+            "qwen3-FP8",
+            "quantization_config",
+            json!({"quant_method": "fp8", "weight_block_size": [32, 48], "kv_cache_scheme": "fp8"}),
+            "`quantization_config.kv_cache_scheme` (\"fp8\")",
+            unmodelled,
+        ),
         ("DeepSeek-V3-Tiny", "topk_method", json!("greedy"), "`topk_method` (\"greedy\")", unmodelled),
         ("DeepSeek-V2-Lite-Tiny", "n_group", json!(2), "`n_group` (2)", unmodelled),
         ("DeepSeek-V2-Lite-Tiny", "norm_topk_prob", json!(true), "`norm_topk_prob` (true)", unmodelled),

@@ -71,6 +71,8 @@ const COMMON: &[&str] = &[
     // but transformers 4.57 ignores it, so the file would disagree with the model.
     "rope_scaling",
     "head_dim",
+    // An FP8 checkpoint's: checked whole by `fp8::Fp8::of`.
+    "quantization_config",
 ];
 
 /// Per family: the keys its conversion also reads, and keys it ignores with
@@ -174,6 +176,7 @@ pub const QWEN_WINDOW: &[&str] = &["use_sliding_window", "sliding_window", "max_
 /// Refuses a checkpoint whose config sets what `conversion` does not model.
 pub fn check_modelled(ckpt: &Checkpoint, conversion: &Conversion) -> Result<(), ConvertError> {
     let (modelled, family) = (&conversion.config, conversion.family);
+    super::fp8::Fp8::of(&ckpt.config)?;
     let Some(config) = ckpt.config.as_object() else { return Ok(()) };
     let defaults = (modelled.defaults)();
     // A window the family's conversion does not write: name the key that

@@ -12,6 +12,7 @@ mod checkpoint;
 mod config;
 mod error;
 pub mod family;
+mod fp8;
 mod hparams;
 pub mod model_card;
 mod naming;
@@ -22,13 +23,14 @@ mod vocab;
 
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use error::ConvertError;
+pub use fp8::{ScaleAt, WeightScale};
 pub use hparams::architecture_keys;
 pub use naming::MetadataOverride;
 pub use pre_tokenizer::{check_hash, check_hash_of, known_name};
 pub use rope::RopeError;
 pub use tensors::{
-    ConvertedTensor, OutType, Values, checkpoint_rows, checkpoint_rows_as_stored, conversion_of, convert_tensors,
-    selected_dims,
+    CheckpointPart, ConvertedTensor, OutType, Values, checkpoint_rows, checkpoint_rows_as_stored, conversion_of,
+    convert_tensors, selected_dims,
 };
 pub use vocab::tokenizer_keys;
 

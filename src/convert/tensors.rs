@@ -1,17 +1,20 @@
 //! The tensors of a converted checkpoint: names, order, family transforms
 //! and output types, as `convert_hf_to_gguf.py` makes them.
 
+use std::collections::HashMap;
+
 use crate::arch::registry::{FAMILIES, gguf_name};
 use crate::artifact::{RowRange, RowTransform};
 use crate::backend::{Backend, Slab};
 use crate::codecs::scalar;
 use crate::formats::ModelFile;
-use crate::model::TensorInfo;
+use crate::model::{StoredLayout, TensorInfo};
 use crate::types::GgmlType;
 
 use super::checkpoint::Checkpoint;
 use super::error::ConvertError;
 use super::family::{self, Conversion, Experts, Fused, Generated, Piece, Transform};
+use super::fp8::{Fp8, ScaleAt, WeightScale};
 use super::hparams::BLOCKS;
 use super::rope::{RopeParameters, phi3_long_rope};
 
@@ -36,14 +39,14 @@ impl OutType {
     }
 
     /// `--outtype auto`: the first 2-D checkpoint tensor stored as bf16 or
-    /// f16 (in the converter's tensor order, f32 ones passed over) decides;
+    /// f16 (in the converter's tensor order, f32 and float8 ones passed over) decides;
     /// f16 when there is none.
     pub fn auto(ckpt: &Checkpoint) -> OutType {
-        let decisive = ckpt
-            .tensor_order()
-            .into_iter()
-            .map(|(s, t)| &ckpt.shards[s].tensors[t])
-            .find(|tensor| tensor.dims.len() >= 2 && matches!(tensor.ggml_type, GgmlType::BF16 | GgmlType::F16));
+        let decisive = ckpt.tensor_order().into_iter().map(|(s, t)| &ckpt.shards[s].tensors[t]).find(|tensor| {
+            // Stored so, not read so: float8 reads as f16, and the converter passes it over.
+            let stored = matches!(tensor.layout, StoredLayout::Native);
+            tensor.dims.len() >= 2 && stored && matches!(tensor.ggml_type, GgmlType::BF16 | GgmlType::F16)
+        });
         match decisive.map(|tensor| tensor.ggml_type) {
             Some(GgmlType::BF16) => OutType::BF16,
             _ => OutType::F16,
@@ -75,12 +78,22 @@ pub enum Values {
     /// Computed from the configuration (LLaMA 3's `rope_freqs`, Phi-3's
     /// LongRoPE factors).
     Generated(Vec<f32>),
-    /// Tensor `tensor` of shard `shard`, through the family's transforms.
-    Checkpoint { shard: usize, tensor: usize, transform: RowTransform },
-    /// These checkpoint tensors (shard, tensor, transform) one after
-    /// another: one projection of every expert of a block, stacked
-    /// expert-major, or the runs of a fused tensor's rows in a new order.
-    Stacked(Vec<(usize, usize, RowTransform)>),
+    /// A checkpoint tensor through the family's transforms.
+    Checkpoint(CheckpointPart),
+    /// These checkpoint tensors one after another: one projection of every
+    /// expert of a block, stacked expert-major, or the runs of a fused
+    /// tensor's rows in a new order.
+    Stacked(Vec<CheckpointPart>),
+}
+
+/// Tensor `tensor` of shard `shard` through `transform`, multiplied first
+/// by its FP8 scales when it has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointPart {
+    pub shard: usize,
+    pub tensor: usize,
+    pub transform: RowTransform,
+    pub scale: Option<ScaleAt>,
 }
 
 impl ConvertedTensor {
@@ -95,17 +108,31 @@ impl ConvertedTensor {
     }
 }
 
-/// A whole checkpoint tensor's values, transformed.
+/// A whole checkpoint tensor's values, as stored.
+pub(super) fn whole_values(
+    shard: &ModelFile,
+    source: &TensorInfo,
+    backend: &dyn Backend,
+) -> Result<Vec<f32>, ConvertError> {
+    let mut values = vec![0f32; source.n_elements() as usize];
+    decode(backend, source, source.n_elements() as usize, 0, &shard.tensor_data(source)?, None, &mut values)?;
+    // Read once: its mapped pages need not stay resident.
+    shard.release_tensor_range(source, 0, source.n_bytes());
+    Ok(values)
+}
+
+/// A whole checkpoint tensor's values, scaled and transformed.
 fn whole_tensor_values(
     shard: &ModelFile,
     source: &TensorInfo,
     transform: &RowTransform,
+    scale: Option<&WeightScale>,
     backend: &dyn Backend,
 ) -> Result<Vec<f32>, ConvertError> {
-    let mut values = vec![0f32; source.n_elements() as usize];
-    decode(backend, source, source.n_elements() as usize, 0, &shard.tensor_data(source)?, &mut values)?;
-    // Read once: its mapped pages need not stay resident.
-    shard.release_tensor_range(source, 0, source.n_bytes());
+    let mut values = whole_values(shard, source, backend)?;
+    if let Some(scale) = scale {
+        scale.apply(0, &mut values);
+    }
     if let Some(map) = row_map(source, transform) {
         values = reordered_rows(&values, row_len_of(source), selected_rows(source, transform), &map);
     }
@@ -120,13 +147,15 @@ fn whole_tensor_values(
 }
 
 /// Decodes whole rows of checkpoint tensor `source` (`n_per_row` values
-/// each, the first being tensor row `first_row`) on `backend`.
+/// each, the first being tensor row `first_row`) on `backend`, times their
+/// FP8 scales if any.
 fn decode(
     backend: &dyn Backend,
     source: &TensorInfo,
     n_per_row: usize,
     first_row: usize,
     bytes: &[u8],
+    scale: Option<&WeightScale>,
     out: &mut [f32],
 ) -> Result<(), ConvertError> {
     let slab = Slab {
@@ -139,7 +168,11 @@ fn decode(
         importance: None,
         row_numbers: None,
     };
-    backend.decode(&slab, out).map_err(|e| ConvertError::Codec { tensor: source.name.clone(), source: e })
+    backend.decode(&slab, out).map_err(|e| ConvertError::Codec { tensor: source.name.clone(), source: e })?;
+    if let Some(scale) = scale {
+        scale.apply(first_row * n_per_row, out);
+    }
+    Ok(())
 }
 
 /// Gemma's norm +1, added in the tensor's own dtype: an f16 checkpoint
@@ -163,17 +196,18 @@ pub fn checkpoint_rows(
     shard: &ModelFile,
     source: &TensorInfo,
     transform: &RowTransform,
+    scale: Option<&WeightScale>,
     first: usize,
     backend: &dyn Backend,
     out: &mut [f32],
 ) -> Result<(), ConvertError> {
     if source.dims.len() < 2 {
-        let values = whole_tensor_values(shard, source, transform, backend)?;
+        let values = whole_tensor_values(shard, source, transform, scale, backend)?;
         out.copy_from_slice(&values[..out.len()]);
         return Ok(());
     }
     if let Some(run) = transform.transpose {
-        transposed_rows(shard, source, transform, run, first, backend, out)?;
+        transposed_rows(shard, source, transform, scale, run, first, backend, out)?;
         plus_one(out, source, transform);
         return Ok(());
     }
@@ -183,13 +217,13 @@ pub fn checkpoint_rows(
     match row_map(source, transform) {
         None => {
             let range = shard.tensor_data_range(source, first as u64 * row_bytes, n_rows as u64 * row_bytes)?;
-            decode(backend, source, row_len, first, &range, out)?;
+            decode(backend, source, row_len, first, &range, scale, out)?;
         }
         Some(map) => {
             for (r, row) in out.chunks_exact_mut(row_len).enumerate() {
                 let from = map(first + r);
                 let bytes = shard.tensor_data_range(source, from as u64 * row_bytes, row_bytes)?;
-                decode(backend, source, row_len, from, &bytes, row)?;
+                decode(backend, source, row_len, from, &bytes, scale, row)?;
             }
         }
     }
@@ -202,10 +236,12 @@ pub fn checkpoint_rows(
 /// is one column of a run, so a slab reads the slab's columns of each of the
 /// run's rows (the whole tensor once, for a type whose elements cannot be
 /// addressed one by one).
+#[allow(clippy::too_many_arguments)]
 fn transposed_rows(
     shard: &ModelFile,
     source: &TensorInfo,
     transform: &RowTransform,
+    scale: Option<&WeightScale>,
     run: usize,
     first: usize,
     backend: &dyn Backend,
@@ -213,7 +249,7 @@ fn transposed_rows(
 ) -> Result<(), ConvertError> {
     let (cols, run) = (source.dims[0] as usize, run.max(1));
     if source.ggml_type.block_size() != 1 {
-        let values = whole_tensor_values(shard, source, transform, backend)?;
+        let values = whole_tensor_values(shard, source, transform, scale, backend)?;
         out.copy_from_slice(&values[first * run..][..out.len()]);
         return Ok(());
     }
@@ -232,7 +268,10 @@ fn transposed_rows(
             let from = map.as_ref().map_or(selected, |map| map(selected));
             let offset = from as u64 * row_bytes + col as u64 * element;
             let bytes = shard.tensor_data_range(source, offset, width as u64 * element)?;
-            decode(backend, source, width, from, &bytes, piece)?;
+            decode(backend, source, width, from, &bytes, None, piece)?;
+            if let Some(scale) = scale {
+                scale.apply(from * cols + col, piece);
+            }
             for (k, &value) in piece.iter().enumerate() {
                 out[(done + k) * run + i] = value;
             }
@@ -350,9 +389,15 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
         out.push(generated("rope_factors_long.weight", long_rope.long));
         out.push(generated("rope_factors_short.weight", long_rope.short));
     }
+    let fp8 = Fp8::of(&ckpt.config)?;
+    let scales = weight_scales(ckpt, fp8)?;
     let mut experts = ExpertBuffer::default();
     for (s, t) in ckpt.tensor_order() {
         let source = &ckpt.shards[s].tensors[t];
+        if fp8.is_some() && (Fp8::scaled_weight(&source.name).is_some() || Fp8::is_dropped(&source.name)) {
+            continue;
+        }
+        let scale = scales.get(source.name.as_str()).copied();
         let Some(hf) = conversion.renamed(source.name.strip_prefix("language_model.").unwrap_or(&source.name)) else {
             continue;
         };
@@ -369,7 +414,7 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
             let count = number(stack.count).ok_or_else(|| {
                 ConvertError::Config(format!("no expert count (`{}`) for `{hf}`", stack.count.join("`, `")))
             })?;
-            out.extend(experts.add(stack, count as usize, part, (s, t), &source.dims, outtype)?);
+            out.extend(experts.add(stack, count as usize, part, (s, t, scale), &source.dims, outtype)?);
             continue;
         }
         if let Some((fused, block, suffix)) = fused_of(conversion, hf) {
@@ -384,9 +429,11 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
                 }
                 let name = format!("{}.{suffix}", name.replace("{N}", &block));
                 let ty = output_type(&name, &dims, outtype);
+                let part =
+                    |transform: &RowTransform| CheckpointPart { shard: s, tensor: t, transform: *transform, scale };
                 let values = match runs.as_slice() {
-                    [transform] => Values::Checkpoint { shard: s, tensor: t, transform: *transform },
-                    _ => Values::Stacked(runs.iter().map(|transform| (s, t, *transform)).collect()),
+                    [transform] => Values::Checkpoint(part(transform)),
+                    _ => Values::Stacked(runs.iter().map(part).collect()),
                 };
                 out.push(ConvertedTensor { info: TensorInfo::new(&name, dims, ty), values });
             }
@@ -438,11 +485,31 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
             dims[1] = vocab;
         }
         let ty = output_type(&name, &dims, outtype);
-        let values = Values::Checkpoint { shard: s, tensor: t, transform };
+        let values = Values::Checkpoint(CheckpointPart { shard: s, tensor: t, transform, scale });
         out.push(ConvertedTensor { info: TensorInfo::new(&name, dims, ty), values });
     }
     experts.finish()?;
     Ok(out)
+}
+
+/// An FP8 checkpoint's scale tensors by the weight they scale, each checked
+/// against its weight; a scale without its weight is refused.
+fn weight_scales(ckpt: &Checkpoint, fp8: Option<Fp8>) -> Result<HashMap<&str, ScaleAt>, ConvertError> {
+    let Some(Fp8 { block }) = fp8 else { return Ok(HashMap::new()) };
+    let weights: HashMap<&str, &TensorInfo> =
+        ckpt.shards.iter().flat_map(|shard| shard.tensors.iter().map(|t| (t.name.as_str(), t))).collect();
+    let mut scales = HashMap::new();
+    for (shard, model) in ckpt.shards.iter().enumerate() {
+        for (tensor, info) in model.tensors.iter().enumerate() {
+            let Some(weight) = Fp8::scaled_weight(&info.name) else { continue };
+            let weight = weights
+                .get(weight)
+                .ok_or_else(|| ConvertError::Config(format!("FP8 scale `{}` has no weight `{weight}`", info.name)))?;
+            WeightScale::check(weight, info, block)?;
+            scales.insert(weight.name.as_str(), ScaleAt { shard, tensor, block });
+        }
+    }
+    Ok(scales)
 }
 
 /// Whether `hf` belongs to a `model.layers.{N}` block past the model's
@@ -504,7 +571,7 @@ struct ExpertBuffer {
 struct ReadExpert {
     expert: u64,
     projection: String,
-    at: (usize, usize),
+    at: (usize, usize, Option<ScaleAt>),
     dims: Vec<u64>,
 }
 
@@ -514,7 +581,7 @@ impl ExpertBuffer {
         stack: &Experts,
         count: usize,
         part: ExpertPart<'_>,
-        at: (usize, usize),
+        at: (usize, usize, Option<ScaleAt>),
         dims: &[u64],
         outtype: OutType,
     ) -> Result<Vec<ConvertedTensor>, ConvertError> {
@@ -542,7 +609,8 @@ impl ExpertBuffer {
                         part.block
                     )));
                 }
-                sources.push((at.0, at.1, RowTransform::default()));
+                let (shard, tensor, scale) = *at;
+                sources.push(CheckpointPart { shard, tensor, transform: RowTransform::default(), scale });
             }
             let mut dims = shape.cloned().unwrap_or_default();
             dims.push(count as u64);

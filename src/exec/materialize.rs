@@ -19,6 +19,7 @@ use rayon::prelude::*;
 
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::backend::{Backend, Slab, SlabError};
+use crate::convert::WeightScale;
 use crate::formats::{FormatError, ModelFile, OpenOptions};
 use crate::model::{AxisCut, StoredLayout, TensorInfo};
 use crate::quant::budget::{BudgetError, RowSource};
@@ -787,7 +788,7 @@ impl Materializer<'_> {
                 Ok(self.input_rows(&model, *index, tensor, first, n)?.into_owned())
             }
             TensorData::Blob { hash } => Ok(self.store.read_blob_range(hash, offset, len)?),
-            TensorData::Checkpoint { file, index, transform } => {
+            TensorData::Checkpoint { file, index, transform, scale } => {
                 let model = self.files.model(file)?;
                 // A checkpoint tensor names no node: the run's default backend decodes it.
                 let backend = &*self.backends.fallback;
@@ -795,10 +796,20 @@ impl Materializer<'_> {
                     tensor: tensor.name.clone(),
                     source: io::Error::other(format!("{} has no tensor {index}", model.path().display())),
                 })?;
+                let checkpoint_error =
+                    |e| MaterializeError::Checkpoint { tensor: tensor.name.clone(), source: Box::new(e) };
+                let scale = match scale {
+                    Some(scale) => {
+                        let scales = self.files.model(&scale.file)?;
+                        let read = WeightScale::read(source, &scales, scale.index, scale.block, backend);
+                        Some(read.map_err(checkpoint_error)?)
+                    }
+                    None => None,
+                };
                 let (n_per_row, _) = rows_of(tensor);
                 let mut values = vec![0f32; n * n_per_row];
-                crate::convert::checkpoint_rows(&model, source, transform, first, backend, &mut values)
-                    .map_err(|e| MaterializeError::Checkpoint { tensor: tensor.name.clone(), source: Box::new(e) })?;
+                crate::convert::checkpoint_rows(&model, source, transform, scale.as_ref(), first, backend, &mut values)
+                    .map_err(checkpoint_error)?;
                 // f32 rows in the host order: little-endian, as the codecs assume.
                 Ok(bytemuck::cast_slice(&values).to_vec())
             }
@@ -832,7 +843,7 @@ impl Materializer<'_> {
                 // through an f32 copy of them; kept as they are when stored
                 // in the tensor's type and finite (what came back unchanged
                 // through f32; the conversion refuses the others).
-                if let TensorData::Checkpoint { file, index, transform } = &from.data {
+                if let TensorData::Checkpoint { file, index, transform, scale: None } = &from.data {
                     let model = self.files.model(file)?;
                     let checkpoint_error =
                         |e| MaterializeError::Checkpoint { tensor: tensor.name.clone(), source: Box::new(e) };

@@ -6,8 +6,11 @@
 
 use std::path::Path;
 
-use crate::artifact::{HeaderEnd, Tensor, TensorData, TensorSet};
-use crate::convert::{Checkpoint, ConvertError, MetadataOverride, OutType, Scope, Values, convert, convert_quantized};
+use crate::artifact::{CheckpointScale, HeaderEnd, Tensor, TensorData, TensorSet};
+use crate::convert::{
+    Checkpoint, CheckpointPart, ConvertError, MetadataOverride, OutType, ScaleAt, Scope, Values, convert,
+    convert_quantized,
+};
 use crate::model::Endian;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::quant::plan::parse_preset;
@@ -138,6 +141,17 @@ impl ConvertOptions {
     }
 }
 
+/// Where a checkpoint part's FP8 scales are, by the file's content hash.
+fn scale_of(
+    checkpoint: &Checkpoint,
+    part: &CheckpointPart,
+    pinned: &dyn Fn(&Path) -> Result<Key, ConvertOpError>,
+) -> Result<Option<CheckpointScale>, ConvertOpError> {
+    let Some(ScaleAt { shard, tensor, block }) = part.scale else { return Ok(None) };
+    let file = pinned(checkpoint.shards[shard].path())?;
+    Ok(Some(CheckpointScale { file, index: tensor, block }))
+}
+
 /// The converted checkpoint in `dir`: its metadata, and each tensor as a
 /// conversion of the checkpoint tensor's transformed f32 values to the
 /// output type, computed a slab at a time when something needs the bytes.
@@ -175,23 +189,25 @@ pub fn apply(
                     let data = TensorData::Blob { hash };
                     Tensor { name: info.name.clone(), dims: info.dims.clone(), ggml_type: GgmlType::F32, key, data }
                 }
-                Values::Checkpoint { shard, tensor, transform } => {
-                    let model = &checkpoint.shards[*shard];
+                Values::Checkpoint(part) => {
+                    let model = &checkpoint.shards[part.shard];
                     let file = pinned(model.path())?;
-                    if written_as_stored(model, *tensor, transform, info)? {
-                        return Ok(Tensor::from_input(file, *tensor, info));
+                    if part.scale.is_none() && written_as_stored(model, part.tensor, &part.transform, info)? {
+                        return Ok(Tensor::from_input(file, part.tensor, info));
                     }
-                    Tensor::from_checkpoint(&info.name, info.dims.clone(), file, *tensor, *transform)
+                    let scale = scale_of(&checkpoint, part, &pinned)?;
+                    Tensor::from_checkpoint(&info.name, info.dims.clone(), file, part.tensor, part.transform, scale)
                 }
                 Values::Stacked(parts) => {
                     let parts = parts
                         .iter()
-                        .map(|&(shard, tensor, transform)| {
-                            let model = &checkpoint.shards[shard];
-                            let source = &model.tensors[tensor];
+                        .map(|part| {
+                            let model = &checkpoint.shards[part.shard];
+                            let source = &model.tensors[part.tensor];
                             let file = pinned(model.path())?;
-                            let dims = crate::convert::selected_dims(&source.dims, &transform);
-                            Ok(Tensor::from_checkpoint(&source.name, dims, file, tensor, transform))
+                            let dims = crate::convert::selected_dims(&source.dims, &part.transform);
+                            let scale = scale_of(&checkpoint, part, &pinned)?;
+                            Ok(Tensor::from_checkpoint(&source.name, dims, file, part.tensor, part.transform, scale))
                         })
                         .collect::<Result<Vec<_>, ConvertOpError>>()?;
                     Tensor::stacked(&info.name, info.dims.clone(), parts)

@@ -44,6 +44,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 mkdir -p "$outdir"/{checkpoints,gguf,summaries,logs}
 "$python" "$here/make_checkpoints.py" "$outdir/checkpoints"
+"$python" "$here/make_fp8_checkpoints.py" "$outdir/checkpoints"
 
 failed=()
 n=0
