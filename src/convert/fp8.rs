@@ -160,9 +160,25 @@ impl WeightScale {
             .tensors
             .get(index)
             .ok_or_else(|| ConvertError::Config(format!("no scale tensor {index} for `{}`", weight.name)))?;
-        let axes = axes(&weight.dims, &info.dims, block)
-            .map_err(|problem| ConvertError::Config(format!("`{}`: {problem}", info.name)))?;
         let values = super::tensors::whole_values(scale_file, info, backend)?;
+        WeightScale::new(&weight.dims, &info.dims, block, values)
+            .map_err(|problem| ConvertError::Config(format!("`{}`: {problem}", info.name)))
+    }
+
+    /// Scales `values` of shape `scale_dims` for a weight of shape
+    /// `weight_dims` (both in ggml order), each covering `block` of it; an
+    /// error says why they do not fit.
+    pub fn new(
+        weight_dims: &[u64],
+        scale_dims: &[u64],
+        block: Option<[u64; 2]>,
+        values: Vec<f32>,
+    ) -> Result<WeightScale, String> {
+        let axes = axes(weight_dims, scale_dims, block)?;
+        let expected: u64 = scale_dims.iter().product();
+        if values.len() as u64 != expected {
+            return Err(format!("{} scale values for a shape of {expected}", values.len()));
+        }
         Ok(WeightScale { values, axes })
     }
 

@@ -23,7 +23,7 @@ mod vocab;
 
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use error::ConvertError;
-pub use fp8::{ScaleAt, WeightScale};
+pub use fp8::{Fp8, ScaleAt, WeightScale};
 pub use hparams::architecture_keys;
 pub use naming::MetadataOverride;
 pub use pre_tokenizer::{check_hash, check_hash_of, known_name};

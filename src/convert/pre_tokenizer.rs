@@ -283,7 +283,7 @@ impl TransformersClass {
         {
             bert_normalizer_settings(normalizer, settings);
         }
-        Ok(())
+        pipeline.get("post_processor").map_or(Ok(()), templates_define_their_tokens)
     }
 
     /// The edits made on the loaded tokenizer: the rebuilt post-processor.
@@ -326,6 +326,34 @@ impl TransformersClass {
     }
 }
 
+/// Refuses a template post-processor (or one in a sequence) that places a
+/// special token it does not define: the tokenizers library takes such a
+/// file and fails only while encoding.
+fn templates_define_their_tokens(processor: &Json) -> Result<(), String> {
+    match processor.get("type").and_then(Json::as_str) {
+        Some("Sequence") => {
+            let processors = processor.get("processors").and_then(Json::as_array).into_iter().flatten();
+            processors.map(templates_define_their_tokens).collect()
+        }
+        Some("TemplateProcessing") => {
+            let defined = processor.get("special_tokens").and_then(Json::as_object);
+            let pieces = ["single", "pair"].into_iter().flat_map(|t| processor.get(t).and_then(Json::as_array));
+            for piece in pieces.flatten() {
+                let Some(id) = piece.get("SpecialToken").and_then(|t| t.get("id")).and_then(Json::as_str) else {
+                    continue;
+                };
+                if !defined.is_some_and(|tokens| tokens.contains_key(id)) {
+                    return Err(format!(
+                        "its post-processor's template places `{id}`, a special token it does not define"
+                    ));
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `BertTokenizerFast`: where the normalizer's `lowercase`, `strip_accents`
 /// or `handle_chinese_chars` differs from `do_lower_case` (default true),
 /// `strip_accents` (default none) or `tokenize_chinese_chars` (default
@@ -339,5 +367,42 @@ fn bert_normalizer_settings(normalizer: &mut Map<String, Json>, settings: &Setti
         for (key, value) in wanted {
             normalizer.insert(key.to_owned(), value);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn ids_hash_as_python_prints_them() {
+        assert_eq!(python_list(&[1, 22, 333]), "[1, 22, 333]");
+        assert_eq!(python_list(&[]), "[]");
+    }
+
+    #[test]
+    fn the_table_holds_one_name_per_hash_the_later_one() {
+        let hashes: Vec<&str> = HASHES.lines().map(|line| line.split('\t').next().unwrap()).collect();
+        let unique: std::collections::HashSet<&&str> = hashes.iter().collect();
+        assert_eq!((hashes.len(), unique.len()), (95, 95));
+        // Listed for bge-small-en-v1.5, then again for jina-v2-en: the converter's `if` chain keeps the later.
+        assert_eq!(known_name("0876d13b50744004aa9aeae05e7b0647eac9d801b5ba4668afc01e709c15e19f"), Some("jina-v2-en"));
+        assert_eq!(known_name("0000"), None);
+    }
+
+    #[test]
+    fn a_template_placing_a_token_it_does_not_define_is_refused() {
+        let template = |defined: Json| {
+            json!({"type": "Sequence", "processors": [{"type": "ByteLevel"}, {
+                "type": "TemplateProcessing",
+                "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [],
+                "special_tokens": defined,
+            }]})
+        };
+        assert!(templates_define_their_tokens(&template(json!({}))).unwrap_err().contains("`<s>`"));
+        let defined = json!({"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}});
+        assert!(templates_define_their_tokens(&template(defined)).is_ok());
     }
 }
