@@ -332,8 +332,8 @@ impl TransformersClass {
 fn templates_define_their_tokens(processor: &Json) -> Result<(), String> {
     match processor.get("type").and_then(Json::as_str) {
         Some("Sequence") => {
-            let processors = processor.get("processors").and_then(Json::as_array).into_iter().flatten();
-            processors.map(templates_define_their_tokens).collect()
+            let mut processors = processor.get("processors").and_then(Json::as_array).into_iter().flatten();
+            processors.try_for_each(templates_define_their_tokens)
         }
         Some("TemplateProcessing") => {
             let defined = processor.get("special_tokens").and_then(Json::as_object);
