@@ -958,3 +958,63 @@ fn a_real_checkpoint_converts_byte_for_byte_with_its_pre_tokenizer_told_by_hash(
         assert_eq!(common::sha256_hex(&bytes), golden["file"]["sha256"].as_str().unwrap(), "{outtype}");
     }
 }
+
+/// Chat templates in every form gguf-py's `SpecialVocab` reads
+/// (`tests/data/convert/chat-templates/cases.json`, built as
+/// `tests/convert/chat_template_cases.py` builds them): a list of named
+/// ones (names cleaned, unnamed and empty ones as it drops them, with and
+/// without a default), a null over `chat_template.jinja`, the file with
+/// `additional_chat_templates/`, and `chat_template.json`'s list — each the
+/// converter's `--vocab-only` file byte for byte. A template of another
+/// type, which the converter drops with a warning, is refused by name.
+#[test]
+fn chat_templates_in_every_form_equal_the_converters() {
+    let data = common::repo().join("tests/data/convert");
+    let cases: Json =
+        serde_json::from_str(&std::fs::read_to_string(data.join("chat-templates/cases.json")).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let os = std::ffi::OsStr::new;
+    let build = |name: &str, case: &Json| {
+        let target = dir.path().join(name);
+        copy_dir(&data.join("checkpoints").join(case["checkpoint"].as_str().unwrap()), &target);
+        let path = target.join("tokenizer_config.json");
+        let mut config: Json = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for (key, value) in case["set"].as_object().unwrap() {
+            config[key] = value.clone();
+        }
+        for key in case["remove"].as_array().unwrap() {
+            config.as_object_mut().unwrap().remove(key.as_str().unwrap());
+        }
+        std::fs::write(&path, config.to_string()).unwrap();
+        for file in case["delete"].as_array().unwrap() {
+            std::fs::remove_file(target.join(file.as_str().unwrap())).unwrap();
+        }
+        for (file, text) in case["files"].as_object().unwrap() {
+            let path = target.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text.as_str().unwrap()).unwrap();
+        }
+        target
+    };
+    let cases = cases.as_object().unwrap();
+    assert_eq!(cases.len(), 6);
+    for (name, case) in cases {
+        let checkpoint = build(name, case);
+        let out = dir.path().join(format!("{name}.gguf"));
+        run_convert(&checkpoint, &out, &[os("--outtype"), os("f16"), os("--vocab-only")]);
+        let golden: Json = serde_json::from_str(
+            &std::fs::read_to_string(data.join(format!("chat-templates/{name}-f16.json"))).unwrap(),
+        )
+        .unwrap();
+        let bytes = std::fs::read(&out).unwrap();
+        assert_eq!(common::sha256_hex(&bytes), golden["file"]["sha256"].as_str().unwrap(), "{name}");
+    }
+    let odd = build(
+        "odd",
+        &json!({"checkpoint": "tiny-llama-3-chat", "set": {"chat_template": 7}, "remove": [], "delete": [], "files": {}}),
+    );
+    let out = dir.path().join("odd.gguf");
+    let output = common::quantforge(&[os("convert"), odd.as_os_str(), out.as_os_str(), os("--vocab-only")]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("tokenizer_config.json: `chat_template` is 7"), "{stderr}");
+}

@@ -493,7 +493,7 @@ struct SpecialVocab {
     merges: Vec<String>,
     ids: Vec<(String, u64)>,
     add: Vec<(String, bool)>,
-    chat_template: Option<String>,
+    chat_template: Option<ChatTemplate>,
     normalizer_lowercase: Option<bool>,
     normalizer_strip_accents: Option<bool>,
     n_vocab: Option<usize>,
@@ -538,8 +538,7 @@ impl SpecialVocab {
         }
         if let Some(config) = config.as_ref().filter(|c| c.as_object().is_some_and(|o| !o.is_empty())) {
             v.chat_template = match config.get("chat_template") {
-                Some(Json::String(t)) => Some(t.clone()),
-                Some(_) => None,
+                Some(template) => ChatTemplate::of(template, "tokenizer_config.json")?,
                 None => chat_template_file(&ckpt.dir)?,
             };
             for &typ in &types {
@@ -768,8 +767,8 @@ impl SpecialVocab {
                 keys.set(&format!("tokenizer.ggml.add_{typ}_token"), Value::Bool(add));
             }
         }
-        if let Some(template) = self.chat_template.filter(|t| !t.is_empty()) {
-            keys.set("tokenizer.chat_template", Value::string(&template));
+        if let Some(template) = self.chat_template {
+            template.write(keys);
         }
         if let Some(lowercase) = self.normalizer_lowercase {
             keys.set("tokenizer.ggml.normalizer.lowercase", Value::Bool(lowercase));
@@ -780,21 +779,145 @@ impl SpecialVocab {
     }
 }
 
-/// `chat_template.jinja` (read with universal newlines) or `chat_template.json`.
-fn chat_template_file(dir: &Path) -> Result<Option<String>, ConvertError> {
+/// A chat template as `SpecialVocab` takes it: one, or a list of named
+/// ones (`default` the plain key's, every other `tokenizer.chat_template.NAME`).
+#[derive(Debug, Clone, PartialEq)]
+enum ChatTemplate {
+    One(String),
+    Named(Vec<(String, String)>),
+}
+
+impl ChatTemplate {
+    /// The template `value` of file `source`: a string, a list of
+    /// `{name, template}` entries, or null (none); anything else is refused
+    /// (the converter drops it with a warning).
+    fn of(value: &Json, source: &str) -> Result<Option<ChatTemplate>, ConvertError> {
+        let refuse = |what: String| ConvertError::Config(format!("{source}: `chat_template` {what}"));
+        match value {
+            Json::Null => Ok(None),
+            Json::String(template) => Ok(Some(ChatTemplate::One(template.clone()))),
+            Json::Array(entries) => {
+                let mut named = Vec::with_capacity(entries.len());
+                for entry in entries {
+                    let name = match entry.get("name") {
+                        None => "",
+                        Some(name) => name.as_str().ok_or_else(|| refuse(format!("names a template with {name}")))?,
+                    };
+                    match entry.get("template") {
+                        None | Some(Json::Null) => {}
+                        Some(Json::String(template)) => named.push((name.to_owned(), template.clone())),
+                        Some(other) => return Err(refuse(format!("has a template that is {other}, not text"))),
+                    }
+                }
+                Ok(Some(ChatTemplate::Named(named)))
+            }
+            other => Err(refuse(format!("is {other}, neither text nor a list of named templates"))),
+        }
+    }
+
+    /// gguf-py's `add_chat_template`: names kept to ASCII letters and
+    /// digits (others become `_`), unnamed ones dropped; each named one
+    /// under its own key in list order (a repeated name overwrites in
+    /// place), then the list of names, then the default as the plain key.
+    /// The converter lists the names in the order of a Python set, which
+    /// differs from run to run; this lists them in their first order.
+    fn write(self, keys: &mut Metadata) {
+        let template = match self {
+            ChatTemplate::One(template) => Some(template),
+            ChatTemplate::Named(entries) => {
+                let mut default = None;
+                let mut names: Vec<String> = Vec::new();
+                for (name, template) in entries {
+                    let name: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+                    match name.as_str() {
+                        "" => {}
+                        "default" => default = Some(template),
+                        _ => {
+                            // gguf-py's `add_string` writes no empty text.
+                            if !template.is_empty() {
+                                keys.set(&format!("tokenizer.chat_template.{name}"), Value::string(&template));
+                            }
+                            if !names.contains(&name) {
+                                names.push(name);
+                            }
+                        }
+                    }
+                }
+                if !names.is_empty() {
+                    keys.set("tokenizer.chat_templates", string_array(names));
+                }
+                default
+            }
+        };
+        if let Some(template) = template.filter(|t| !t.is_empty()) {
+            keys.set("tokenizer.chat_template", Value::string(&template));
+        }
+    }
+}
+
+/// `chat_template.jinja` (read, as every template file, with universal
+/// newlines), with the templates
+/// of `additional_chat_templates/*.jinja` by their stem beside it as the
+/// default (in name order: the converter takes the directory's listing
+/// order), or `chat_template.json`'s.
+fn chat_template_file(dir: &Path) -> Result<Option<ChatTemplate>, ConvertError> {
+    let read = |path: &Path| -> Result<String, ConvertError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ConvertError::Config(format!("{}: {e}", path.display())))?;
+        Ok(text.replace("\r\n", "\n").replace('\r', "\n"))
+    };
     let jinja = dir.join("chat_template.jinja");
     if jinja.is_file() {
-        let text =
-            std::fs::read_to_string(&jinja).map_err(|e| ConvertError::Config(format!("{}: {e}", jinja.display())))?;
-        return Ok(Some(text.replace("\r\n", "\n").replace('\r', "\n")));
+        let default = read(&jinja)?;
+        let additional = dir.join("additional_chat_templates");
+        let mut named = Vec::new();
+        if additional.is_dir() {
+            let listing = std::fs::read_dir(&additional)
+                .map_err(|e| ConvertError::Config(format!("{}: {e}", additional.display())))?;
+            for entry in listing {
+                let path = entry.map_err(|e| ConvertError::Config(format!("{}: {e}", additional.display())))?.path();
+                if let (Some(stem), Some("jinja")) =
+                    (path.file_stem().and_then(|s| s.to_str()), path.extension().and_then(|e| e.to_str()))
+                {
+                    named.push((stem.to_owned(), read(&path)?));
+                }
+            }
+        }
+        if named.is_empty() {
+            return Ok(Some(ChatTemplate::One(default)));
+        }
+        named.sort();
+        named.insert(0, ("default".to_owned(), default));
+        return Ok(Some(ChatTemplate::Named(named)));
     }
-    Ok(read_optional_json(&dir.join("chat_template.json"))?
-        .and_then(|j| j.get("chat_template")?.as_str().map(str::to_owned)))
+    match read_optional_json(&dir.join("chat_template.json"))? {
+        Some(json) => json.get("chat_template").map_or(Ok(None), |t| ChatTemplate::of(t, "chat_template.json")),
+        None => Ok(None),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn named_chat_templates_list_their_names_once_in_first_order() {
+        let named = |entries: &[(&str, &str)]| {
+            ChatTemplate::Named(entries.iter().map(|&(n, t)| (n.to_owned(), t.to_owned())).collect())
+        };
+        let mut keys = Metadata::default();
+        named(&[("rag", "r1"), ("tool use", "t"), ("rag", "r2"), ("default", "d")]).write(&mut keys);
+        let got: Vec<(&str, Value)> = keys.iter().map(|(k, v)| (k, v.clone())).collect();
+        assert_eq!(
+            got,
+            [
+                ("tokenizer.chat_template.rag", Value::string("r2")),
+                ("tokenizer.chat_template.tool_use", Value::string("t")),
+                ("tokenizer.chat_templates", string_array(vec!["rag".to_owned(), "tool_use".to_owned()])),
+                ("tokenizer.chat_template", Value::string("d")),
+            ]
+        );
+    }
 
     #[test]
     fn normalizer_flags_nest_like_gguf_py() {

@@ -119,6 +119,14 @@ split_reference both-limits Qwen3-MoE-Tiny tiny.gguf --outtype bf16 --split-max-
 split_reference no-tensor-first Qwen3-MoE-Tiny tiny.gguf --outtype f16 --split-max-tensors 30 --no-tensor-first-split
 split_reference one-shard tiny-llama-3-chat tiny.gguf --outtype f16 --split-max-tensors 1000
 split_reference other-extension DeepSeek-V3-Tiny tiny.bin --outtype f32 --split-max-size 100K
+# Chat templates in every form SpecialVocab reads (tests/data/convert/chat-templates/cases.json).
+mkdir -p "$outdir/summaries/chat-templates" "$outdir/chat-templates"
+"$python" "$here/chat_template_cases.py" "$outdir/checkpoints" "$outdir/chat-templates" >/dev/null
+for case_dir in "$outdir"/chat-templates/*/; do
+    case=$(basename "$case_dir")
+    reference "chat-templates-$case-f16" "$outdir/summaries/chat-templates/$case-f16.json" "$case_dir" \
+        --outtype f16 --vocab-only
+done
 # A real checkpoint, whose tokenizer the converter knows by its check hash (no
 # pre-tokenizer patch takes part): all-MiniLM-L6-v2 from scripts/fetch-minilm.sh.
 mkdir -p "$outdir/summaries/real"
@@ -133,15 +141,16 @@ status=0
 if $update_golden; then
     mkdir -p "$golden"
     cp "$outdir"/summaries/*.json "$golden"/
-    mkdir -p "$golden/vocab-only" "$golden/cards" "$golden/splits" "$golden/real"
+    mkdir -p "$golden/vocab-only" "$golden/cards" "$golden/splits" "$golden/real" "$golden/chat-templates"
     cp "$outdir"/summaries/vocab-only/*.json "$golden/vocab-only"/
     cp "$outdir"/summaries/real/*.json "$golden/real"/
+    cp "$outdir"/summaries/chat-templates/*.json "$golden/chat-templates"/
     cp "$outdir"/summaries/cards/*.json "$golden/cards"/
     cp "$outdir"/summaries/splits/*.json "$golden/splits"/
     echo "updated $golden"
 elif [ -d "$golden" ]; then
     differ=0
-    for s in "$outdir"/summaries/*.json "$outdir"/summaries/{vocab-only,cards,splits,real}/*.json; do
+    for s in "$outdir"/summaries/*.json "$outdir"/summaries/{vocab-only,cards,splits,real,chat-templates}/*.json; do
         g=$golden/${s#"$outdir"/summaries/}
         if [ ! -f "$g" ]; then
             echo "no golden summary for $(basename "$s")"
