@@ -1018,3 +1018,76 @@ fn chat_templates_in_every_form_equal_the_converters() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success() && stderr.contains("tokenizer_config.json: `chat_template` is 7"), "{stderr}");
 }
+
+/// A Hugging Face repo id (`ORG/NAME`, `@REVISION` too) where no such path
+/// is names the repository's snapshot in the local Hub cache, found as
+/// huggingface_hub finds it (`HF_HUB_CACHE`, else `HF_HOME/hub`): in
+/// `convert`, `inspect` (which also says what the checkpoint's
+/// `config.json` converts as) and a recipe's inputs; a revision the cache
+/// lacks is an error naming it.
+#[test]
+fn a_repo_id_reads_the_hugging_face_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = common::repo().join("tests/data/convert/checkpoints/Qwen2.5-Tiny-Instruct");
+    let hub = dir.path().join("home/hub");
+    let repository = hub.join("models--acme--Qwen2.5-Tiny-Instruct");
+    let (main, tagged) = ("1111111111111111111111111111111111111111", "2222222222222222222222222222222222222222");
+    for rev in [main, tagged] {
+        copy_dir(&original, &repository.join("snapshots").join(rev));
+    }
+    std::fs::create_dir_all(repository.join("refs")).unwrap();
+    std::fs::write(repository.join("refs/main"), main).unwrap();
+    std::fs::write(repository.join("refs/v1"), tagged).unwrap();
+    let pre = common::fixture_pre(&original);
+    let quantforge = |args: &[&str], env: (&str, &std::path::Path)| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_quantforge"));
+        command.current_dir(dir.path()).args(args).args(&pre);
+        command.env_remove("HF_HUB_CACHE").env_remove("HUGGINGFACE_HUB_CACHE").env_remove("HF_HOME");
+        command.env(env.0, env.1).output().unwrap()
+    };
+    let by_cache = ("HF_HUB_CACHE", hub.as_path());
+    let by_home = ("HF_HOME", hub.parent().unwrap());
+    let reference = dir.path().join("reference.gguf");
+    run_convert(&original, &reference, &[]);
+    let reference = std::fs::read(reference).unwrap();
+    for (spec, env) in [
+        ("acme/Qwen2.5-Tiny-Instruct", by_cache),
+        ("acme/Qwen2.5-Tiny-Instruct", by_home),
+        ("acme/Qwen2.5-Tiny-Instruct@v1", by_cache),
+        (&format!("acme/Qwen2.5-Tiny-Instruct@{tagged}") as &str, by_cache),
+    ] {
+        let output = quantforge(&["convert", spec, "out.gguf"], env);
+        assert!(output.status.success(), "{spec}: {}", String::from_utf8_lossy(&output.stderr));
+        assert!(std::fs::read(dir.path().join("out.gguf")).unwrap() == reference, "{spec}");
+        std::fs::remove_file(dir.path().join("out.gguf")).unwrap();
+    }
+    for (spec, needle) in [
+        ("acme/Qwen2.5-Tiny-Instruct@v2", "has `acme/Qwen2.5-Tiny-Instruct`"),
+        ("acme/Other@main", "has no `acme/Other`"),
+        ("acme/Qwen2.5-Tiny-Instruct@../main", "is not a revision"),
+    ] {
+        let output = quantforge(&["convert", spec, "out.gguf"], by_cache);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success() && stderr.contains(needle), "{spec}: {stderr}");
+    }
+
+    let mut inspect = Command::new(env!("CARGO_BIN_EXE_quantforge"));
+    inspect.current_dir(dir.path()).args(["inspect", "--json", "acme/Qwen2.5-Tiny-Instruct"]).env("HF_HUB_CACHE", &hub);
+    let report: Json = serde_json::from_slice(&inspect.output().unwrap().stdout).unwrap();
+    assert_eq!(
+        report["checkpoint"],
+        json!({"class": "Qwen2ForCausalLM", "model_type": "qwen2", "converts_as": "qwen2"})
+    );
+
+    let recipe = format!(
+        "[input.hf]\npath = \"acme/Qwen2.5-Tiny-Instruct\"\n[step.c]\nop = \"convert\"\nfrom = \"hf\"\npre = {:?}\n\
+         [step.out]\nop = \"export\"\nfrom = \"c\"\npath = \"recipe.gguf\"\n",
+        common::fixture_pre_name(&original).unwrap()
+    );
+    std::fs::write(dir.path().join("hub.toml"), recipe).unwrap();
+    let mut run = Command::new(env!("CARGO_BIN_EXE_quantforge"));
+    run.current_dir(dir.path()).args(["run", "hub.toml"]).env("HF_HUB_CACHE", &hub);
+    let output = run.output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(std::fs::read(dir.path().join("recipe.gguf")).unwrap() == reference);
+}

@@ -21,7 +21,8 @@ use crate::recipe::{ExtraInput, OneShot};
 #[derive(Debug, clap::Args)]
 pub struct ConvertArgs {
     /// A Hugging Face checkpoint directory (config.json, SafeTensors, tokenizer files): a
-    /// repository's clone, or a Hub cache's models--ORG--NAME (its refs/main) or one of its snapshots.
+    /// repository's clone, or a Hub cache's models--ORG--NAME (its refs/main) or one of its snapshots;
+    /// or a repo id, ORG/NAME[@REVISION], read from the local Hugging Face cache (HF_HUB_CACHE, HF_HOME).
     #[arg(required_unless_present = "print_supported_models")]
     input: Option<PathBuf>,
     #[arg(required_unless_present = "print_supported_models")]
@@ -79,6 +80,7 @@ pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
     let (Some(input), Some(output)) = (&args.input, &args.output) else {
         anyhow::bail!("give the checkpoint directory and the output file");
     };
+    let input = &crate::formats::model_path(input).map_err(anyhow::Error::msg)?;
     let started = std::time::Instant::now();
     let target = Target::parse(&args.outtype).map_err(|e| anyhow::anyhow!("--outtype: {e}"))?;
     let split = WriterSplit {

@@ -48,6 +48,16 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
     let id = &r.identity;
     writeln!(out, "architecture  {}", name(id.architecture.as_deref().unwrap_or("(none)")))?;
     writeln!(out, "family        {} ({}; by {})", id.family.name, id.family.id, id.family.detected_by.describe())?;
+    if let Some(checkpoint) = &r.checkpoint {
+        let class = checkpoint.class.as_deref().map_or("no class".to_owned(), |c| name(c).to_string());
+        let model_type =
+            checkpoint.model_type.as_deref().map(|t| format!(" (model_type {})", name(t))).unwrap_or_default();
+        let converts = match checkpoint.converts_as {
+            Some(arch) => format!("`quantforge convert` writes it as {arch}"),
+            None => "not a class `quantforge convert` takes (--print-supported-models lists them)".to_owned(),
+        };
+        writeln!(out, "config.json   {class}{model_type}: {converts}")?;
+    }
     print_hparams(out, "hparams       ", id)?;
     for part in r.parts.iter().flatten() {
         writeln!(

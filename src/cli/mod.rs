@@ -134,6 +134,8 @@ enum Command {
     Cache(cache::CacheCommand),
     /// Show a model file's format, metadata and tensors (reads headers only).
     Inspect {
+        /// A model file, a split's shard, a Hugging Face checkpoint directory (or its
+        /// *.index.json), or a repo id ORG/NAME[@REVISION] in the local Hugging Face cache.
         file: PathBuf,
         /// Add a table of every tensor: name, type, shape, offset, bytes.
         #[arg(long)]
@@ -542,7 +544,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Inspect { file, tensors, load } => {
             let options = InspectOptions { tensors };
-            let report = match checkpoint_files(&file)? {
+            let file = crate::formats::model_path(&file).map_err(anyhow::Error::msg)?;
+            let mut report = match checkpoint_files(&file)? {
                 Some(paths) if paths.len() == 1 => {
                     crate::ops::inspect::inspect(&ModelFile::open(&paths[0], load.options())?, options)
                 }
@@ -565,6 +568,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     None => crate::ops::inspect::inspect(&ModelFile::open(&file, load.options())?, options),
                 },
             };
+            if file.is_dir() {
+                let dir = crate::formats::hub_snapshot(&file);
+                let config = std::fs::read(dir.join("config.json")).ok();
+                let config = config.map(|bytes| serde_json::from_slice(&bytes)).transpose();
+                let config = config.with_context(|| format!("{}", dir.join("config.json").display()))?;
+                report.checkpoint = config.as_ref().map(crate::ops::inspect::CheckpointConfig::of);
+            }
             if json {
                 return json::print(&report);
             }

@@ -106,6 +106,96 @@ pub fn hub_snapshot(path: &Path) -> PathBuf {
     }
 }
 
+/// The directory a model argument names: the path itself when something is
+/// there, else, when it reads as a Hugging Face repo id (`ORG/NAME`, with
+/// `@REVISION` if given), that repository's snapshot in the local Hub cache
+/// ([`hub_repo_snapshot`]); else the path as given, for the caller to
+/// report missing.
+pub fn model_path(path: &Path) -> std::result::Result<PathBuf, String> {
+    if path.exists() {
+        return Ok(path.to_owned());
+    }
+    match path.to_str().map(hub_repo_snapshot) {
+        Some(Ok(Some(snapshot))) => Ok(snapshot),
+        Some(Err(e)) => Err(e),
+        _ => Ok(path.to_owned()),
+    }
+}
+
+/// Where huggingface_hub keeps its cache: `HF_HUB_CACHE` (or the older
+/// `HUGGINGFACE_HUB_CACHE`), else `hub/` in `HF_HOME`, else in
+/// `$XDG_CACHE_HOME/huggingface` or `~/.cache/huggingface`; `~` expanded
+/// as it expands it.
+pub fn hub_cache_dir() -> Option<PathBuf> {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(|v| expand_home(PathBuf::from(v)));
+    if let Some(dir) = var("HF_HUB_CACHE").or_else(|| var("HUGGINGFACE_HUB_CACHE")) {
+        return Some(dir);
+    }
+    let home = var("HF_HOME").or_else(|| {
+        let cache = var("XDG_CACHE_HOME").or_else(|| Some(var("HOME")?.join(".cache")))?;
+        Some(cache.join("huggingface"))
+    })?;
+    Some(home.join("hub"))
+}
+
+fn expand_home(path: PathBuf) -> PathBuf {
+    match (path.strip_prefix("~"), std::env::var_os("HOME")) {
+        (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => path,
+    }
+}
+
+/// The snapshot of repo id `spec` (`ORG/NAME` or `ORG/NAME@REVISION`) in
+/// the local Hub cache, as huggingface_hub finds it: the repository in
+/// `models--ORG--NAME`, the revision (default `main`) a branch or tag names
+/// in `refs/`, or a commit's own `snapshots/` directory. `Ok(None)` when
+/// `spec` is not a repo id, or names no revision and the repository is not
+/// cached (a path that is not there, then); an error when it is cached but
+/// the revision is not, or an explicit revision cannot be found.
+pub fn hub_repo_snapshot(spec: &str) -> std::result::Result<Option<PathBuf>, String> {
+    let (repo, revision) = match spec.rsplit_once('@') {
+        Some((repo, revision)) => (repo, Some(revision)),
+        None => (spec, None),
+    };
+    let is_part = |part: &str| {
+        !part.is_empty()
+            && part.len() <= 96
+            && part.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            && !part.starts_with(['-', '.'])
+            && !part.ends_with(['-', '.'])
+            && !part.contains("--")
+            && !part.contains("..")
+    };
+    let Some((org, name)) = repo.split_once('/').filter(|(org, name)| is_part(org) && is_part(name)) else {
+        return Ok(None);
+    };
+    let valid_revision = |r: &str| !r.is_empty() && !r.split('/').any(|p| p.is_empty() || p == "." || p == "..");
+    if revision.is_some_and(|r| !valid_revision(r)) {
+        return Err(format!("`{spec}`: `{}` is not a revision", revision.unwrap_or_default()));
+    }
+    let Some(cache) = hub_cache_dir() else { return Ok(None) };
+    let repository = cache.join(format!("{HUB_PREFIX}{org}--{name}"));
+    if !repository.is_dir() {
+        return match revision {
+            None => Ok(None),
+            Some(_) => Err(format!("`{spec}`: the Hugging Face cache ({}) has no `{repo}`", cache.display())),
+        };
+    }
+    let revision = revision.unwrap_or("main");
+    let commit = match std::fs::read_to_string(repository.join("refs").join(revision)) {
+        Ok(commit) => commit.trim().to_owned(),
+        Err(_) => revision.to_owned(),
+    };
+    let snapshot = repository.join("snapshots").join(&commit);
+    if commit.contains(['/', '\\']) || !snapshot.is_dir() {
+        return Err(format!(
+            "`{spec}`: the Hugging Face cache has `{repo}` ({}) but not its revision `{revision}`",
+            repository.display()
+        ));
+    }
+    Ok(Some(snapshot))
+}
+
 /// The repository's name (`NAME` of `models--ORG--NAME`) when `dir` is a
 /// snapshot in a Hub cache: what the directory would be called had the
 /// repository been cloned, which the converter names the model after.

@@ -32,8 +32,8 @@ pub use error::{ErrorKind, FormatError, HexBytes, LoadStage, Result};
 pub use ggml_legacy::LegacyVariant;
 pub use gguf::TensorDataSource;
 pub use input::{
-    InputShape, checkpoint_weights, hub_model_name, hub_snapshot, is_checkpoint_index, parse_shard_path, shard_path,
-    shard_set,
+    InputShape, checkpoint_weights, hub_cache_dir, hub_model_name, hub_repo_snapshot, hub_snapshot,
+    is_checkpoint_index, model_path, parse_shard_path, shard_path, shard_set,
 };
 pub use output::{AtomicOutput, remove_dead_temporaries, scratch_dir};
 pub use safetensors::ElementConversion;

@@ -50,6 +50,28 @@ pub struct InspectReport {
     /// every shard's tensors, sizes summed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub split: Option<Vec<ShardRow>>,
+    /// For a Hugging Face checkpoint directory: what its `config.json` says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointConfig>,
+}
+
+/// A Hugging Face checkpoint's `config.json`, as `convert` reads it: the
+/// class it names, its `model_type`, and the GGUF architecture `convert`
+/// writes it as (none when `convert` does not take the class).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct CheckpointConfig {
+    pub class: Option<String>,
+    pub model_type: Option<String>,
+    pub converts_as: Option<&'static str>,
+}
+
+impl CheckpointConfig {
+    pub fn of(config: &serde_json::Value) -> CheckpointConfig {
+        let text = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+        let class = config.get("architectures").and_then(|a| a.get(0)).and_then(text);
+        let converts_as = class.as_deref().and_then(crate::convert::family::of_class).map(|(_, arch)| arch);
+        CheckpointConfig { class, model_type: config.get("model_type").and_then(text), converts_as }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -216,6 +238,7 @@ pub fn inspect(model: &ModelFile, options: InspectOptions) -> InspectReport {
         }),
         parts,
         split: None,
+        checkpoint: None,
     }
 }
 

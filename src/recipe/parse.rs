@@ -198,11 +198,13 @@ fn parse_input(
     let mut path = None;
     let mut pin = None;
     let mut written_at = None;
+    let mut path_span = value.span();
     for (key, v) in table(value, "an input", diags)?.iter() {
         match key.get_ref().as_ref() {
             "path" => {
                 path = string(v, "`path`", diags);
                 written_at = Some(crate::params::line_column(text, v.span().start));
+                path_span = v.span();
             }
             "blake3" => {
                 let hex = string(v, "`blake3`", diags)?;
@@ -223,9 +225,19 @@ fn parse_input(
         diags.push(Diagnostic::new(format!("input `{}` has no `path`", name.get_ref()), name.span()));
         return None;
     };
+    // Nothing there but a Hugging Face repo id: the repository's snapshot in the local Hub cache.
+    let local = dir.join(&path);
+    let found = if local.exists() { Ok(None) } else { crate::formats::hub_repo_snapshot(&path) };
+    let resolved = match found {
+        Ok(snapshot) => snapshot.unwrap_or(local),
+        Err(e) => {
+            diags.push(Diagnostic::new(e, path_span));
+            return None;
+        }
+    };
     Some(InputDecl {
         name: name.get_ref().to_string(),
-        path: dir.join(&path),
+        path: resolved,
         as_written: PathBuf::from(path),
         pin,
         written_at,
