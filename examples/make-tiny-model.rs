@@ -8,25 +8,29 @@
 
 use std::path::PathBuf;
 
+use clap::Parser;
 use quantforge::files::{Replaces, WriteGuard};
 use quantforge::formats::{AtomicOutput, gguf};
 use quantforge::model::Endian;
 use quantforge::synth::{self, LlamaConfig};
 
+/// Writes a synthetic llama-shaped GGUF model.
+#[derive(Parser)]
+#[command(name = "make-tiny-model")]
+struct Args {
+    /// Where to write it.
+    #[arg(default_value = "tests/data/tiny-llama.gguf")]
+    path: PathBuf,
+    /// The 4096-wide benchmark model of docs/PERFORMANCE.md instead of the tiny one.
+    #[arg(long)]
+    wide: bool,
+    /// This many layers instead of the model's own.
+    #[arg(long, value_name = "N")]
+    layers: Option<u64>,
+}
+
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let wide = args.iter().any(|a| a == "--wide");
-    let layers = match args.iter().position(|a| a == "--layers") {
-        Some(at) => {
-            Some(args.get(at + 1).and_then(|n| n.parse::<u64>().ok()).ok_or_else(|| anyhow::anyhow!("--layers N"))?)
-        }
-        None => None,
-    };
-    let path: PathBuf = args
-        .iter()
-        .enumerate()
-        .find(|&(i, a)| !a.starts_with("--") && (i == 0 || args[i - 1] != "--layers"))
-        .map_or_else(|| "tests/data/tiny-llama.gguf".into(), |(_, a)| PathBuf::from(a));
+    let Args { path, wide, layers } = Args::parse();
     let mut config = if wide { LlamaConfig::wide() } else { LlamaConfig::tiny() };
     if let Some(layers) = layers {
         config.n_layer = layers;

@@ -112,9 +112,25 @@ pub fn window(line: &str, column: usize, width: usize) -> (String, usize) {
     (out, at)
 }
 
+/// `n` of `thing`, in the plural unless one: `1 tensor`, `2 tensors`.
+pub fn count(n: impl Into<u64>, thing: &str) -> String {
+    match n.into() {
+        1 => format!("1 {thing}"),
+        n => format!("{n} {thing}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(
+            (count(1u64, "tensor"), count(0u64, "tensor"), count(26u64, "node")),
+            ("1 tensor".to_owned(), "0 tensors".to_owned(), "26 nodes".to_owned())
+        );
+    }
 
     #[test]
     fn escapes_control_characters_only() {

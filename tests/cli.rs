@@ -28,6 +28,27 @@ fn inspect_json(path: &Path, extra: &[&str]) -> Json {
     serde_json::from_str(&run(&args).0).expect("inspect --json prints JSON")
 }
 
+/// `make-tiny-model --help` says what it takes and writes nothing; an
+/// argument it does not take is refused.
+#[test]
+fn make_tiny_model_helps_without_writing() {
+    let exe = std::env::current_exe().unwrap();
+    let example = exe.parent().unwrap().parent().unwrap().join("examples/make-tiny-model");
+    if !example.exists() {
+        eprintln!("skipped: {} is not built (cargo test builds it)", example.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let help = std::process::Command::new(&example).arg("--help").current_dir(dir.path()).output().unwrap();
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("--wide") && text.contains("--layers"), "{text}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "--help wrote something");
+    let odd = std::process::Command::new(&example).arg("--wdie").current_dir(dir.path()).output().unwrap();
+    assert!(!odd.status.success());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
 #[test]
 fn tiny_model_is_reproducible() {
     let dir = tempfile::tempdir().unwrap();

@@ -99,8 +99,11 @@ fn compare_with_reference(reference: &Path, model: &Path, theirs: &[&str], ours:
 fn tiny_model_matches_llama_gguf_split() {
     let Some(reference) = common::reference("build/bin/llama-gguf-split") else { return };
     let model = common::tiny_model();
-    let cases: [(&[&str], &[&str], usize); 4] = [
+    // Its own flag names are taken too, and no limit is its 128 tensors a shard.
+    let cases: [(&[&str], &[&str], usize); 6] = [
         (&["--split-max-tensors", "8"], &["--max-tensors", "8"], 3),
+        (&["--split-max-size", "1M"], &["--split-max-size", "1M"], 4),
+        (&["--split-max-tensors", "10"], &["--split-max-tensors", "10"], 3),
         (&["--split-max-size", "1M"], &["--max-size", "1M"], 4),
         (
             &["--split-max-tensors", "8", "--no-tensor-first-split"],
@@ -120,6 +123,7 @@ fn gemma_matches_llama_gguf_split() {
     let Some(model) = common::gemma() else { return };
     compare_with_reference(&reference, &model, &["--split-max-size", "100M"], &["--max-size", "100M"]);
     compare_with_reference(&reference, &model, &["--split-max-tensors", "32"], &["--max-tensors", "32"]);
+    assert_eq!(compare_with_reference(&reference, &model, &[], &[]), 2, "236 tensors, 128 a shard");
 }
 
 #[test]
@@ -232,12 +236,21 @@ fn merge_rejects_bad_sets() {
     assert!(err.contains("not a shard name"), "{err}");
 }
 
+/// Without a limit, llama-gguf-split's 128 tensors a shard (the tiny
+/// model's 26 make one); both limits, or a bad one, are refused.
 #[test]
-fn split_requires_one_limit() {
+fn split_takes_one_limit_or_the_default() {
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path().join("x");
     let model = common::tiny_model();
-    run_err(&["split".as_ref(), model.as_os_str(), prefix.as_os_str()]);
+    let plan =
+        run_ok(&["--json".as_ref(), "split".as_ref(), model.as_os_str(), prefix.as_os_str(), "--dry-run".as_ref()]);
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    assert_eq!(plan["files"].as_array().map(Vec::len), Some(1), "{plan}");
+    let both = ["--max-size", "1M", "--max-tensors", "8"];
+    let mut args: Vec<&OsStr> = vec!["split".as_ref(), model.as_os_str(), prefix.as_os_str()];
+    args.extend(both.iter().map(OsStr::new));
+    assert!(run_err(&args).contains("cannot be used with"));
     let err =
         run_err(&["split".as_ref(), model.as_os_str(), prefix.as_os_str(), "--max-size".as_ref(), "10X".as_ref()]);
     assert!(err.contains("unknown size unit `x`"), "{err}");
@@ -398,4 +411,15 @@ fn inspect_any_shard_shows_the_whole_model() {
     for field in ["tensor_count", "element_count", "tensor_bytes", "types", "metadata", "architecture"] {
         assert_eq!(split[field], whole[field], "{field}");
     }
+}
+
+/// Counts read as English: a shard of one tensor is "1 tensor".
+#[test]
+fn one_tensor_is_singular() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = split_tiny(dir.path(), "tiny", "20");
+    let output = common::quantforge(&["inspect".as_ref(), set[0].as_os_str()]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains(", 1 tensor,") || text.contains("  1 tensor,"), "{text}");
+    assert!(!text.contains(" 1 tensors"), "{text}");
 }

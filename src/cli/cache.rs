@@ -49,18 +49,21 @@ pub(super) enum CacheCommand {
     },
     /// Upload what a recipe's outputs are made of (the results in the local cache) to the remote.
     Push {
+        /// The recipe (TOML) whose outputs' results to upload.
         recipe: PathBuf,
         #[command(flatten)]
         dir: CacheDir,
     },
     /// Download what a recipe's outputs are made of from the remote into the local cache.
     Pull {
+        /// The recipe (TOML) whose outputs' results to download.
         recipe: PathBuf,
         #[command(flatten)]
         dir: CacheDir,
     },
     /// Print the cache directory a recipe (or, without one, this directory's project) uses.
     Dir {
+        /// The recipe (TOML) whose cache to name.
         recipe: Option<PathBuf>,
         #[command(flatten)]
         dir: CacheDir,

@@ -25,6 +25,7 @@ pub struct ConvertArgs {
     /// or a repo id, ORG/NAME[@REVISION], read from the local Hugging Face cache (HF_HUB_CACHE, HF_HOME).
     #[arg(required_unless_present = "print_supported_models")]
     input: Option<PathBuf>,
+    /// The GGUF to write (with --split-*: the name the shards are named after).
     #[arg(required_unless_present = "print_supported_models")]
     output: Option<PathBuf>,
     /// List the Hugging Face `architectures` classes this converter takes, each with the
@@ -122,8 +123,8 @@ pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
         _ => output.display().to_string(),
     };
     eprintln!(
-        "wrote {written}: {} tensors, {}, in {:.2} s",
-        tensors,
+        "wrote {written}: {}, {}, in {:.2} s",
+        crate::text::count(tensors as u64, "tensor"),
         human_bytes(report.output_bytes() as f64),
         started.elapsed().as_secs_f64()
     );

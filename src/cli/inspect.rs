@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use crate::formats::human_bytes;
 use crate::ops::inspect::{Identity, InspectReport};
-use crate::text::{for_terminal, name, name_width, one_line};
+use crate::text::{count, for_terminal, name, name_width, one_line};
 
 /// The columns a name from the file takes once escaped and bounded.
 fn print_hparams(out: &mut dyn Write, label: &str, identity: &Identity) -> io::Result<()> {
@@ -62,11 +62,11 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
     for part in r.parts.iter().flatten() {
         writeln!(
             out,
-            "part          {}: {} ({}), {} tensors, {}",
+            "part          {}: {} ({}), {}, {}",
             part.role,
             name(part.identity.architecture.as_deref().unwrap_or("(none)")),
             part.identity.family.name,
-            part.tensor_count,
+            count(part.tensor_count as u64, "tensor"),
             human_bytes(part.tensor_bytes as f64)
         )?;
         print_hparams(out, "  hparams     ", &part.identity)?;
@@ -76,8 +76,8 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
     }
     writeln!(
         out,
-        "tensors       {} tensors, {} elements, {}, {:.2} bits per weight",
-        r.tensor_count,
+        "tensors       {}, {} elements, {}, {:.2} bits per weight",
+        count(r.tensor_count as u64, "tensor"),
         r.element_count,
         human_bytes(r.tensor_bytes as f64),
         r.bits_per_weight
@@ -86,7 +86,7 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
         writeln!(out, "split         {} shards (the report is of the whole model)", shards.len())?;
         for shard in shards {
             let size = human_bytes(shard.file_size as f64);
-            writeln!(out, "  {}  {} tensors, {size}", name(&shard.file), shard.tensor_count)?;
+            writeln!(out, "  {}  {}, {size}", name(&shard.file), count(shard.tensor_count as u64, "tensor"))?;
         }
     }
     if r.legacy_blocks_repacked {

@@ -41,6 +41,9 @@ use crate::quant::mixture::TensorTypeOverride;
 use crate::quant::plan::KvOverride;
 use crate::types::GgmlType;
 
+/// llama-gguf-split's tensors per shard when no limit is given.
+const LLAMA_GGUF_SPLIT_TENSORS: usize = 128;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "quantforge",
@@ -118,14 +121,22 @@ enum Command {
     /// Compute work units of a recipe (from `plan --units`) into the shared cache.
     Work(run::WorkArgs),
     /// Print a shell completion script: `quantforge completions bash > /etc/bash_completion.d/quantforge`.
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// The shell: bash, elvish, fish, powershell or zsh.
+        shell: clap_complete::Shell,
+    },
     /// Print the manual page (roff): `quantforge man > quantforge.1`.
     Man,
     /// Print the JSON Schema of a `--json` document (without NAME: every name, and its commands).
-    Schema { name: Option<String> },
+    Schema {
+        /// The document's name (`quantforge schema` lists them).
+        name: Option<String>,
+    },
     /// Print a recipe's DAG as Graphviz DOT or a Mermaid flowchart.
     Graph {
+        /// The recipe (TOML) whose DAG to print.
         recipe: PathBuf,
+        /// dot (Graphviz) or mermaid.
         #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
         format: GraphFormat,
     },
@@ -148,7 +159,9 @@ enum Command {
     /// Tensor data is copied, not decoded; with no edits the output is
     /// byte-identical to a GGUF input.
     Edit {
+        /// The model to copy.
         input: PathBuf,
+        /// The edited copy (GGUF).
         output: PathBuf,
         /// Set a metadata key: KEY=TYPE:VALUE with TYPE one of
         /// u8 i8 u16 i16 u32 i32 u64 i64 f32 f64 bool str.
@@ -170,10 +183,14 @@ enum Command {
     Quantize(Box<QuantizeArgs>),
     /// Decode every tensor to f32, f16 or bf16 (1-D tensors stay f32, as in converted models).
     Dequantize {
+        /// The model to decode.
         input: PathBuf,
+        /// The decoded model (GGUF).
         output: PathBuf,
+        /// The type every tensor of two or more dimensions is written as: f32, f16 or bf16.
         #[arg(long = "type", default_value = "f16", value_parser = crate::ops::dequantize::FLOAT_TYPES)]
         ty: String,
+        /// Worker threads (default: all cores).
         #[arg(long, value_parser = parse_workers)]
         threads: Option<usize>,
         #[command(flatten)]
@@ -205,7 +222,9 @@ enum Command {
     Unpack(pack::UnpackArgs),
     /// Compare two models tensor by tensor: MAE, RMSE, max abs error, cosine similarity, weighted squared error.
     Diff {
+        /// The reference model.
         a: PathBuf,
+        /// The model compared with it (its tensors matched by name).
         b: PathBuf,
         /// Weigh each squared error by this importance matrix's column weight.
         #[arg(long, value_name = "FILE")]
@@ -213,15 +232,18 @@ enum Command {
     },
     /// Split a GGUF model into OUT_PREFIX-00001-of-0000N.gguf shards, byte-identical to llama-gguf-split.
     Split {
+        /// The model to split (GGUF).
         input: PathBuf,
+        /// Shards are named OUT_PREFIX-0000i-of-0000N.gguf.
         out_prefix: PathBuf,
         /// Most bytes of tensor data per shard: llama-gguf-split's 100M and 2G (10^6, 10^9), or
-        /// 1.5GB, 2GiB, a number of bytes — the sizes recipes take.
-        #[arg(long, value_name = "SIZE", value_parser = crate::formats::parse_size,
-              conflicts_with = "max_tensors", required_unless_present = "max_tensors")]
+        /// 1.5GB, 2GiB, a number of bytes — the sizes recipes take. Also --split-max-size.
+        #[arg(long, visible_alias = "split-max-size", value_name = "SIZE",
+              value_parser = crate::formats::parse_size, conflicts_with = "max_tensors")]
         max_size: Option<u64>,
-        /// Most tensors per shard.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        /// Most tensors per shard (default, as llama-gguf-split's: 128). Also --split-max-tensors.
+        #[arg(long, visible_alias = "split-max-tensors", value_name = "N",
+              value_parser = clap::value_parser!(u64).range(1..))]
         max_tensors: Option<u64>,
         /// The first shard holds the metadata only, no tensors.
         #[arg(long)]
@@ -245,17 +267,21 @@ enum Command {
     },
     /// Write one part of a bundle back out, exactly as it went in.
     Unbundle {
+        /// The bundle (`quantforge assemble`'s output).
         bundle: PathBuf,
         /// language, vision, audio or vision-audio.
         #[arg(value_parser = parse_part)]
         part: crate::arch::clip::PartRole,
+        /// Where the part is written.
         output: PathBuf,
         #[command(flatten)]
         cache: CacheArgs,
     },
     /// Merge the shards of a split (given any one of them) into one GGUF file.
     Merge {
+        /// Any shard of the split.
         shard: PathBuf,
+        /// The merged model (GGUF).
         output: PathBuf,
         /// Keep the split.* keys (split.count = 0), as llama-gguf-split --merge does.
         #[arg(long)]
@@ -337,6 +363,7 @@ struct QuantizeArgs {
     /// NTHREADS also sets it.
     #[arg(long)]
     threads: Option<usize>,
+    /// The model to quantize (GGUF, any shard of a split, or a legacy GGML file).
     input: PathBuf,
     /// The output; left out, `ggml-model-TYPE.gguf` beside the input (llama-quantize's name).
     #[arg(value_name = "OUT")]
@@ -344,6 +371,7 @@ struct QuantizeArgs {
     /// A preset (Q4_K_M, Q8_0, …) or its llama ftype number; left out with --target-size.
     #[arg(value_name = "TYPE")]
     preset: Option<String>,
+    /// Worker threads, as llama-quantize's last positional (0: all cores).
     #[arg(value_name = "NTHREADS")]
     nthreads: Option<usize>,
     #[command(flatten)]
@@ -645,8 +673,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             use crate::ops::split::{SplitLimit, SplitOptions};
             let limit = match (max_size, max_tensors) {
                 (Some(bytes), _) => SplitLimit::MaxSize(bytes),
-                (None, Some(n)) => SplitLimit::MaxTensors(usize::try_from(n).unwrap_or(usize::MAX)),
-                (None, None) => anyhow::bail!("give --max-size or --max-tensors"),
+                (None, n) => SplitLimit::MaxTensors(
+                    n.map_or(LLAMA_GGUF_SPLIT_TENSORS, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+                ),
             };
             let options = SplitOptions { limit, no_tensor_first_split };
             if dry_run {
@@ -711,7 +740,7 @@ fn wrote(command: &str, report: &crate::exec::report::RunReport, json: bool) -> 
     }
     for file in report.files() {
         let size = human_bytes(file.bytes as f64);
-        eprintln!("wrote {}: {} tensors, {size}", file.path.display(), file.tensors);
+        eprintln!("wrote {}: {}, {size}", file.path.display(), crate::text::count(file.tensors as u64, "tensor"));
     }
     Ok(())
 }
@@ -756,5 +785,29 @@ fn workers(requested: Option<usize>) -> usize {
             max
         }
         Some(n) => n,
+    }
+}
+
+#[cfg(test)]
+mod help_tests {
+    use super::*;
+
+    /// Every argument of every command says what it is in `--help`.
+    #[test]
+    fn every_argument_is_described() {
+        fn undescribed(command: &clap::Command, path: &str, out: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && !arg.is_hide_set() && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    out.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                undescribed(sub, &format!("{path} {}", sub.get_name()), out);
+            }
+        }
+        let mut missing = Vec::new();
+        undescribed(&Cli::command(), "quantforge", &mut missing);
+        assert!(missing.is_empty(), "{} arguments without help:\n{}", missing.len(), missing.join("\n"));
     }
 }

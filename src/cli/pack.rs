@@ -34,6 +34,7 @@ pub(super) struct PackArgs {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct UnpackArgs {
+    /// The pack (`quantforge pack`'s output).
     pack: PathBuf,
     /// Where the files go (made if missing).
     #[arg(required_unless_present = "list")]

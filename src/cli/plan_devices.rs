@@ -15,6 +15,7 @@ use crate::text::{Name, name_width};
 
 #[derive(Debug, clap::Args)]
 pub struct PlanDevicesArgs {
+    /// The model to place (GGUF).
     model: PathBuf,
     #[command(flatten)]
     devices: DeviceArgs,
@@ -22,6 +23,7 @@ pub struct PlanDevicesArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ShardDevicesArgs {
+    /// The model to cut (GGUF).
     model: PathBuf,
     /// Shards are named OUT_PREFIX-devJ-of-N.gguf.
     out_prefix: PathBuf,

@@ -16,6 +16,7 @@ use crate::text::{Name, name_width};
 
 #[derive(Debug, clap::Args)]
 pub struct PlanQuantArgs {
+    /// The model to plan a quantization of (GGUF).
     input: PathBuf,
     /// The output file's size: bytes, or with a unit (250MB, 2GiB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size, conflicts_with = "target_bpw",

@@ -196,10 +196,10 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
     };
     let files: Vec<String> = report.files().map(|f| f.path.display().to_string()).collect();
     eprintln!(
-        "wrote {}: {kind} ({}), {} tensors encoded, {} from cache, {} copied, in {:.2} s",
+        "wrote {}: {kind} ({}), {} encoded, {} from cache, {} copied, in {:.2} s",
         files.join(", "),
         human_bytes(report.output_bytes() as f64),
-        totals.tensors_encoded,
+        crate::text::count(totals.tensors_encoded, "tensor"),
         totals.tensors_reused,
         totals.tensors_copied,
         started.elapsed().as_secs_f64()

@@ -19,6 +19,7 @@ use crate::store::{LocalStore, MemoryStore, Store};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct RunArgs {
+    /// The recipe (TOML) to build.
     recipe: PathBuf,
     /// Build only what these need: step names, node ids (`q[preset=Q8_0]`) or export paths.
     targets: Vec<String>,
@@ -59,8 +60,10 @@ enum Executor {
 /// What `--executor slurm` asks Slurm for; CPUs and memory default to the units' estimates.
 #[derive(Debug, clap::Args)]
 struct SlurmArgs {
+    /// The partition to submit to (sbatch --partition; default: the cluster's).
     #[arg(long, help_heading = "Slurm")]
     partition: Option<String>,
+    /// The account the tasks are charged to (sbatch --account).
     #[arg(long, help_heading = "Slurm")]
     account: Option<String>,
     /// Time limit of each task, in sbatch's form (`30`, `1:00:00`).
@@ -88,6 +91,7 @@ struct SlurmArgs {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct PlanArgs {
+    /// The recipe (TOML) to plan.
     recipe: PathBuf,
     #[command(flatten)]
     cache: CacheDir,
@@ -110,6 +114,7 @@ pub(super) struct PlanArgs {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct WorkArgs {
+    /// The recipe (TOML) the units were planned from.
     recipe: PathBuf,
     /// The units to compute, as `plan --units` lists them (repeatable, or comma-separated).
     #[arg(long = "unit", value_name = "ID", required = true, value_delimiter = ',')]
@@ -117,6 +122,7 @@ pub(super) struct WorkArgs {
     /// The unit size the units were planned with.
     #[arg(long, value_parser = UnitSize::parse, default_value = "5m")]
     unit_size: UnitSize,
+    /// Worker threads (default: all cores).
     #[arg(long, short = 'j', value_parser = super::parse_workers)]
     jobs: Option<usize>,
     #[command(flatten)]
@@ -519,13 +525,13 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
     let verb = if report.dry_run { "would run" } else { "ran" };
     writeln!(
         out,
-        "{}: {} nodes, {} hit, {} {verb}{}; {} tensors encoded{}, {} from cache, {} copied; {:.0} ms",
+        "{}: {}, {} hit, {} {verb}{}; {} encoded{}, {} from cache, {} copied; {:.0} ms",
         crate::text::for_terminal(&report.recipe),
-        t.nodes,
+        crate::text::count(t.nodes as u64, "node"),
         t.hit,
         if report.dry_run { t.miss } else { t.ran },
         if t.failed > 0 { format!(", {} failed", t.failed) } else { String::new() },
-        t.tensors_encoded,
+        crate::text::count(t.tensors_encoded, "tensor"),
         if t.tensors_decoded > 0 && t.tensors_decoded < t.tensors_encoded {
             format!(" from {} sources decoded", t.tensors_decoded)
         } else {

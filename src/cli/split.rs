@@ -25,9 +25,9 @@ pub(super) fn print_plan(input: &Path, out_prefix: &Path, options: SplitOptions,
     for file in &files {
         writeln!(
             out,
-            "would write {}: {} tensors, {}",
+            "would write {}: {}, {}",
             file.path.display(),
-            file.tensors,
+            crate::text::count(file.tensors as u64, "tensor"),
             human_bytes(file.bytes as f64)
         )?;
     }
