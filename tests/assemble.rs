@@ -326,6 +326,12 @@ fn assemble_and_unbundle_commands() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(std::fs::read(&back).unwrap() == std::fs::read(data.join(original)).unwrap(), "{part}");
     }
+    // A bundle is not quantized whole: the message names the command that takes a part out.
+    let quantized = dir.path().join("q.gguf");
+    let out = quantforge(&["quantize".as_ref(), bundle.as_os_str(), quantized.as_os_str(), "Q8_0".as_ref()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("is a bundle of 2 parts: `quantforge unbundle"), "{stderr}");
+    assert!(!quantized.exists());
     let refused = dir.path().join("refused.gguf");
     let out = quantforge(&[
         "assemble".as_ref(),

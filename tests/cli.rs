@@ -477,3 +477,39 @@ fn log_levels_follow_the_flags_and_rust_log() {
     assert!(!silenced.contains("warning:"), "{silenced}");
     assert!(silenced.contains("wrote "), "the result line stays: {silenced}");
 }
+
+/// Quantizing a Hugging Face checkpoint (its directory or a SafeTensors
+/// file) says to convert it, instead of a missing metadata key.
+#[test]
+fn quantizing_a_checkpoint_says_to_convert_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = common::repo().join("tests/data/convert/checkpoints/qwen3");
+    let out = dir.path().join("q.gguf");
+    for input in [checkpoint.clone(), checkpoint.join("model-00001-of-00005.safetensors")] {
+        let output = common::quantforge(&["quantize".as_ref(), input.as_os_str(), out.as_os_str(), "Q8_0".as_ref()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success() && stderr.contains("`quantforge convert CHECKPOINT-DIR OUT.gguf"), "{stderr}");
+        assert!(!out.exists());
+    }
+}
+
+/// A reader that stops early (`| head`) ends a command quietly.
+#[test]
+fn a_closed_pipe_ends_completions_quietly() {
+    use std::os::fd::FromRawFd;
+    // A pipe whose reading end is closed before the command starts: its first write fails.
+    let mut ends = [0; 2];
+    assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
+    unsafe { libc::close(ends[0]) };
+    let closed = unsafe { std::fs::File::from_raw_fd(ends[1]) };
+    for args in [&["completions", "zsh"][..], &["man"], &["schema", "inspect"]] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_quantforge"))
+            .args(args)
+            .stdout(closed.try_clone().unwrap())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+        assert!(output.status.code().is_some(), "{args:?}: killed by a signal: {}", output.status);
+    }
+}

@@ -624,7 +624,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             anyhow::bail!("--json: this command prints a document of another kind (a script, a page, a graph)")
         }
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "quantforge", &mut io::stdout().lock());
+            // Made whole first: the generator panics on a write error (`| head` closing the pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "quantforge", &mut script);
+            io::stdout().lock().write_all(&script)?;
         }
         Command::Man => clap_mangen::Man::new(Cli::command()).render(&mut io::stdout().lock())?,
         Command::Graph { recipe, format } => {

@@ -80,8 +80,44 @@ fn tensor_types_from(path: &Path) -> anyhow::Result<Vec<TensorTypeOverride>> {
         .collect()
 }
 
+/// Refuses, saying which command to use instead, an input `quantize` does
+/// not take: a Hugging Face checkpoint (a directory, or a SafeTensors,
+/// PyTorch or ONNX file: `convert` makes GGUF of it, straight to a preset)
+/// or a bundle (`unbundle` writes the part to quantize).
+fn refuse_other_inputs(input: &Path) -> anyhow::Result<()> {
+    use crate::formats::{DetectedFormat, detect};
+    let shown = input.display();
+    let convert = |what: &str| {
+        anyhow::anyhow!(
+            "{shown} is {what}, which quantize does not read: `quantforge convert CHECKPOINT-DIR OUT.gguf \
+             --outtype TYPE` writes GGUF from a Hugging Face checkpoint, quantized straight to a preset"
+        )
+    };
+    if input.is_dir() {
+        return Err(convert("a directory"));
+    }
+    match detect(input) {
+        Ok(DetectedFormat::SafeTensors) => Err(convert("a SafeTensors file")),
+        Ok(DetectedFormat::PyTorchZip | DetectedFormat::PyTorchLegacy) => Err(convert("a PyTorch file")),
+        Ok(DetectedFormat::Onnx) => Err(convert("an ONNX model")),
+        Ok(DetectedFormat::Gguf) => {
+            let model = ModelFile::open(input, OpenOptions::default())?;
+            match crate::ops::assemble::bundle_parts(&model.metadata) {
+                Ok(parts) => anyhow::bail!(
+                    "{shown} is a bundle of {} parts: `quantforge unbundle {shown} PART OUT.gguf` writes one \
+                     to quantize",
+                    parts.len()
+                ),
+                Err(_) => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Quantizes as `args` say, and says what was written as `summary` asks.
 fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
+    refuse_other_inputs(&args.input)?;
     if args.target_size.is_none() {
         name_output_after_type(&mut args)?;
         anyhow::ensure!(args.preset.is_some(), "missing TYPE: give a preset (Q4_K_M, …) or --target-size");
