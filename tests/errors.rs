@@ -68,7 +68,8 @@ const CASES: &[(&str, &str)] = &[
     ),
     (
         "split tiny.gguf x --max-size 1k",
-        "error: cannot split tiny.gguf: shard 1 would hold no tensors: the size or tensor limit is too small\n",
+        "error: cannot split tiny.gguf: `token_embd.weight` takes 262144 bytes (padded), more than the 1000 a shard \
+         may hold, so shard 1 would hold no tensors; the smallest size that works is 262144 (256.0 KiB)\n",
     ),
     (
         "cache ls --cache-dir TYPO",

@@ -77,8 +77,13 @@ pub enum SplitError {
     Devices(#[from] crate::arch::split::SplitError),
     #[error("invalid split limit: {0}")]
     BadLimit(String),
-    #[error("shard {shard} would hold no tensors: the size or tensor limit is too small")]
-    EmptyShard { shard: usize },
+    #[error(
+        "`{}` takes {bytes} bytes (padded), more than the {max} a shard may hold, so shard {shard} would \
+         hold no tensors; the smallest size that works is {bytes} ({})",
+        crate::text::name(.tensor),
+        crate::formats::human_bytes(*.bytes as f64)
+    )]
+    TensorTooLarge { tensor: String, bytes: u64, max: u64, shard: usize },
     #[error("{count} shards is more than the {max} that split.count (u16) can hold", max = u16::MAX)]
     TooManyShards { count: usize },
     #[error("{count} tensors is more than split.tensors.count (i32) can hold")]
@@ -115,15 +120,8 @@ pub fn plan_split(
         return Err(SplitError::BadLimit("--max-size must be positive".into()));
     }
     let mut shards: Vec<Vec<usize>> = vec![Vec::new()];
-    let start_shard = |shards: &mut Vec<Vec<usize>>, allow_empty: bool| {
-        if !allow_empty && shards.last().is_some_and(Vec::is_empty) {
-            return Err(SplitError::EmptyShard { shard: shards.len() });
-        }
-        shards.push(Vec::new());
-        Ok(())
-    };
     if options.no_tensor_first_split {
-        start_shard(&mut shards, true)?;
+        shards.push(Vec::new());
     }
     // Only padded tensor bytes count toward the size limit, not metadata.
     let mut current_size = 0u64;
@@ -135,7 +133,12 @@ pub fn plan_split(
             SplitLimit::MaxTensors(max) => i > 0 && i % max == 0,
         };
         if new_shard {
-            start_shard(&mut shards, false)?;
+            // Only a size limit cuts before a tensor while the shard is still empty.
+            if let (SplitLimit::MaxSize(max), Some([])) = (options.limit, shards.last().map(Vec::as_slice)) {
+                let (tensor, shard) = (tensor.name.clone(), shards.len());
+                return Err(SplitError::TensorTooLarge { tensor, bytes: padded, max, shard });
+            }
+            shards.push(Vec::new());
             current_size = padded;
         } else {
             current_size = next_size;
