@@ -513,3 +513,20 @@ fn a_closed_pipe_ends_completions_quietly() {
         assert!(output.status.code().is_some(), "{args:?}: killed by a signal: {}", output.status);
     }
 }
+
+/// An input the recipe says how to fetch (`fetch = "…"`) names that command
+/// when its file is missing.
+#[test]
+fn a_missing_input_names_its_fetch_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = "[input.m]\npath = \"models/absent.gguf\"\nfetch = \"./scripts/fetch-models.sh\"\n\
+                  [step.q]\nop = \"quantize\"\nfrom = \"m\"\npreset = \"Q8_0\"\n\
+                  [step.out]\nop = \"export\"\nfrom = \"q\"\npath = \"out.gguf\"\n";
+    std::fs::write(dir.path().join("r.toml"), recipe).unwrap();
+    let output = common::quantforge_in(dir.path(), &["run".as_ref(), "r.toml".as_ref()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    let expected = "r.toml:2:8: input `m`: ./models/absent.gguf: no such file; \
+                    `./scripts/fetch-models.sh` fetches it (the recipe's `fetch`)";
+    assert!(stderr.contains(expected), "{stderr}");
+}

@@ -77,6 +77,8 @@ pub enum RunError {
     /// `input` says which, and where the recipe declares it ([`input_label`]).
     #[error("{input}{}: {}", path.display(), crate::files::IoText(source))]
     Input { input: String, path: PathBuf, source: std::io::Error },
+    #[error("{input}{}: no such file; `{fetch}` fetches it (the recipe's `fetch`)", path.display())]
+    Missing { input: String, path: PathBuf, fetch: String },
     #[error("{input}{} has blake3 {actual}, but the recipe pins {expected}", path.display())]
     PinMismatch { input: String, path: PathBuf, expected: Key, actual: Key },
     #[error("{input}{source}")]
@@ -250,6 +252,11 @@ impl Engine {
                 continue;
             }
             let label = input_label(recipe, decl);
+            if let Some(fetch) = &decl.fetch
+                && !decl.path.exists()
+            {
+                return Err(RunError::Missing { input: label, path: decl.path.clone(), fetch: fetch.clone() });
+            }
             let input_err = |source| RunError::Input { input: label.clone(), path: decl.path.clone(), source };
             let converted =
                 recipe.nodes.iter().any(|n| matches!(n.op, Op::Convert(_)) && n.from.contains(&Source::Input(idx)));

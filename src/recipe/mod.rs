@@ -55,6 +55,8 @@ pub struct InputDecl {
     /// Where the recipe writes its `path` (1-based line and column), for
     /// errors about the file; `None` for a one-shot command's inputs.
     pub written_at: Option<(usize, usize)>,
+    /// `fetch = "…"`: the command that fetches the file, named when it is missing.
+    pub fetch: Option<String>,
 }
 
 /// Where a node's input comes from.
@@ -173,6 +175,7 @@ impl Recipe {
             as_written: job.input.to_owned(),
             pin: None,
             written_at: None,
+            fetch: None,
         }];
         inputs.extend(job.extra_inputs.iter().map(|extra| InputDecl {
             name: extra.name.into(),
@@ -180,6 +183,7 @@ impl Recipe {
             as_written: extra.as_written.to_path_buf(),
             pin: None,
             written_at: None,
+            fetch: None,
         }));
         let node = |id: &str, op: Op, from: Source, uses: Vec<usize>| NodeDecl {
             id: id.into(),
@@ -219,6 +223,7 @@ impl Recipe {
                 as_written: path.to_path_buf(),
                 pin: None,
                 written_at: None,
+                fetch: None,
             })
             .collect();
         let node = |id: String, op: Op, from: Vec<Source>| NodeDecl {

@@ -23,7 +23,7 @@ use crate::store::remote::RemoteUrl;
 
 const SECTIONS: [&str; 3] = ["recipe", "input", "step"];
 const RECIPE_FIELDS: [&str; 4] = ["name", "remote", "jobs", "cache"];
-const INPUT_FIELDS: [&str; 2] = ["path", "blake3"];
+const INPUT_FIELDS: [&str; 3] = ["path", "blake3", "fetch"];
 const STEP_FIELDS: [&str; 4] = ["op", "from", "keep", "backend"];
 
 struct RawStep {
@@ -199,6 +199,7 @@ fn parse_input(
     let mut pin = None;
     let mut written_at = None;
     let mut path_span = value.span();
+    let mut fetch = None;
     for (key, v) in table(value, "an input", diags)?.iter() {
         match key.get_ref().as_ref() {
             "path" => {
@@ -206,6 +207,7 @@ fn parse_input(
                 written_at = Some(crate::params::line_column(text, v.span().start));
                 path_span = v.span();
             }
+            "fetch" => fetch = string(v, "`fetch`", diags),
             "blake3" => {
                 let hex = string(v, "`blake3`", diags)?;
                 pin = Key::from_hex(&hex);
@@ -241,6 +243,7 @@ fn parse_input(
         as_written: PathBuf::from(path),
         pin,
         written_at,
+        fetch,
     })
 }
 
