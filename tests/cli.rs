@@ -485,10 +485,13 @@ fn quantizing_a_checkpoint_says_to_convert_it() {
     let dir = tempfile::tempdir().unwrap();
     let checkpoint = common::repo().join("tests/data/convert/checkpoints/qwen3");
     let out = dir.path().join("q.gguf");
-    for input in [checkpoint.clone(), checkpoint.join("model-00001-of-00005.safetensors")] {
+    for (input, needle) in [
+        (checkpoint.clone(), "only `convert` reads a checkpoint directory"),
+        (checkpoint.join("model-00001-of-00005.safetensors"), "`quantforge convert CHECKPOINT-DIR OUT.gguf"),
+    ] {
         let output = common::quantforge(&["quantize".as_ref(), input.as_os_str(), out.as_os_str(), "Q8_0".as_ref()]);
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success() && stderr.contains("`quantforge convert CHECKPOINT-DIR OUT.gguf"), "{stderr}");
+        assert!(!output.status.success() && stderr.contains(needle), "{stderr}");
         assert!(!out.exists());
     }
 }

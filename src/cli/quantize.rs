@@ -80,10 +80,11 @@ fn tensor_types_from(path: &Path) -> anyhow::Result<Vec<TensorTypeOverride>> {
         .collect()
 }
 
-/// Refuses, saying which command to use instead, an input `quantize` does
-/// not take: a Hugging Face checkpoint (a directory, or a SafeTensors,
-/// PyTorch or ONNX file: `convert` makes GGUF of it, straight to a preset)
-/// or a bundle (`unbundle` writes the part to quantize).
+/// Refuses, saying which command to use instead, a file `quantize` does
+/// not take: a Hugging Face checkpoint's (SafeTensors, PyTorch or ONNX:
+/// `convert` makes GGUF of it, straight to a preset) or a bundle
+/// (`unbundle` writes the part to quantize). A directory is refused where
+/// every command refuses one for a model file.
 fn refuse_other_inputs(input: &Path) -> anyhow::Result<()> {
     use crate::formats::{DetectedFormat, detect};
     let shown = input.display();
@@ -93,9 +94,6 @@ fn refuse_other_inputs(input: &Path) -> anyhow::Result<()> {
              --outtype TYPE` writes GGUF from a Hugging Face checkpoint, quantized straight to a preset"
         )
     };
-    if input.is_dir() {
-        return Err(convert("a directory"));
-    }
     match detect(input) {
         Ok(DetectedFormat::SafeTensors) => Err(convert("a SafeTensors file")),
         Ok(DetectedFormat::PyTorchZip | DetectedFormat::PyTorchLegacy) => Err(convert("a PyTorch file")),
