@@ -18,7 +18,7 @@ imatrix=tests/data/imatrix/gemma-3-270m.imatrix.gguf
 presets=("$@")
 [ ${#presets[@]} -gt 0 ] || presets=(Q2_K Q2_K_S Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K Q8_0
     Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL IQ4_XS IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS IQ3_S IQ3_M
-    TQ1_0 TQ2_0 MXFP4_MOE F16 BF16 F32)
+    TQ1_0 TQ2_0 MXFP4_MOE Q1_0 Q2_0 F16 BF16 F32)
 cargo build --release --quiet
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -269,7 +269,7 @@ fn quantize_refusals() {
     let dir = tempfile::tempdir().unwrap();
     let tiny = common::tiny_model();
     let (q4, out) = (dir.path().join("q4.gguf"), dir.path().join("out.gguf"));
-    quantize_fails(&[tiny.as_os_str(), out.as_os_str(), "Q9_Z".as_ref()], "valid types are F32, F16, Q4_0, Q4_1");
+    quantize_fails(&[tiny.as_os_str(), out.as_os_str(), "Q9_Z".as_ref()], "valid types are Q1_0, Q2_0, Q4_0, Q4_1");
     quantize_fails(&[tiny.as_os_str(), out.as_os_str(), "Q4_K_N".as_ref()], "did you mean `Q4_K_S`?");
     quantize_fails(&[tiny.as_os_str(), out.as_os_str()], "missing TYPE: give a preset (Q4_K_M, …) or --target-size");
     quantize_fails(&[tiny.as_os_str(), "Q8_0".as_ref(), "two".as_ref()], "invalid NTHREADS `two`");

@@ -8,8 +8,10 @@ use quantforge::codecs::{dequantize_row, quantize_row};
 
 /// Types whose quantizers and dequantizers are checked here; the IQ4 and
 /// ternary types have their own test file.
-const TYPES: &[&str] =
-    &["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "MXFP4"];
+const TYPES: &[&str] = &[
+    "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "MXFP4",
+    "Q1_0", "Q2_0",
+];
 
 #[test]
 fn quantizers_and_dequantizers_match_ggml_golden_vectors() {
@@ -40,5 +42,5 @@ fn quantizers_and_dequantizers_match_ggml_golden_vectors() {
         checked += 1;
     }
     assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
-    assert_eq!(checked, 23, "golden files checked");
+    assert_eq!(checked, 27, "golden files checked");
 }

@@ -43,9 +43,10 @@ const CASES: &[(&str, &str)] = &[
     ("quantize nope.gguf out.gguf Q8_0", "error: cannot quantize nope.gguf: no such file or directory\n"),
     (
         "quantize tiny.gguf out.gguf Q9_K",
-        "error: unknown quantization type `Q9_K`; valid types are F32, F16, Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q2_K, \
-         Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ2_XXS, IQ2_XS, Q2_K_S, IQ3_XS, IQ3_XXS, \
-         IQ1_S, IQ4_NL, IQ3_S, IQ3_M, IQ2_S, IQ2_M, IQ4_XS, IQ1_M, BF16, TQ1_0, TQ2_0, MXFP4_MOE\n  did you mean \
+        "error: unknown quantization type `Q9_K`; valid types are Q1_0, Q2_0, Q4_0, Q4_1, MXFP4_MOE, Q5_0, Q5_1, \
+         IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M, IQ1_S, IQ1_M, TQ1_0, TQ2_0, Q2_K, Q2_K_S, IQ3_XXS, IQ3_S, IQ3_M, Q3_K, IQ3_XS, \
+         Q3_K_S, Q3_K_M, Q3_K_L, IQ4_NL, IQ4_XS, Q4_K, Q4_K_S, Q4_K_M, Q5_K, Q5_K_S, Q5_K_M, Q6_K, Q8_0, F16, BF16, \
+         F32\n  did you mean \
          `Q2_K`?\n",
     ),
     ("edit nope.gguf out.gguf", "error: cannot edit nope.gguf: no such file or directory\n"),

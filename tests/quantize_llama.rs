@@ -41,6 +41,8 @@ const PRESETS: &[&str] = &[
     "TQ1_0",
     "TQ2_0",
     "MXFP4_MOE",
+    "Q1_0",
+    "Q2_0",
     "F16",
     "BF16",
     "F32",
@@ -191,24 +193,29 @@ fn copy_of_a_file_without_a_file_type() {
 }
 
 /// `quantize IN TYPE [NTHREADS]`: the output is named as llama-quantize
-/// names it, beside the input, with the same bytes.
+/// names it, beside the input, with the same bytes: by the type's entry in
+/// its list, so an alias keeps its name and a number takes the first
+/// entry's (12 is `Q3_K`, listed before `Q3_K_M`).
 #[test]
 fn tiny_model_output_named_after_the_type() {
     let Some(llama) = llama_quantize() else { return };
-    let (ours, theirs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    for dir in [&ours, &theirs] {
-        std::fs::copy(common::tiny_model(), dir.path().join("model.gguf")).unwrap();
+    for (typed, name) in [("q5_k_m", "Q5_K_M"), ("Q4_K", "Q4_K"), ("12", "Q3_K"), ("41", "Q2_0")] {
+        let (ours, theirs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        for dir in [&ours, &theirs] {
+            std::fs::copy(common::tiny_model(), dir.path().join("model.gguf")).unwrap();
+        }
+        let status = Command::new(&llama).arg(theirs.path().join("model.gguf")).args([typed, "2"]).output().unwrap();
+        assert!(status.status.success());
+        common::stdout_of_success(common::quantforge(&[
+            OsStr::new("quantize"),
+            ours.path().join("model.gguf").as_os_str(),
+            OsStr::new(typed),
+            OsStr::new("2"),
+        ]));
+        let name = format!("ggml-model-{name}.gguf");
+        let read = |dir: &tempfile::TempDir| std::fs::read(dir.path().join(&name)).unwrap();
+        assert!(read(&ours) == read(&theirs), "{typed}: {name} differs");
     }
-    let status = Command::new(llama).arg(theirs.path().join("model.gguf")).args(["q5_k_m", "2"]).output().unwrap();
-    assert!(status.status.success());
-    common::stdout_of_success(common::quantforge(&[
-        OsStr::new("quantize"),
-        ours.path().join("model.gguf").as_os_str(),
-        OsStr::new("q5_k_m"),
-        OsStr::new("2"),
-    ]));
-    let name = "ggml-model-Q5_K_M.gguf";
-    assert_eq!(std::fs::read(ours.path().join(name)).unwrap(), std::fs::read(theirs.path().join(name)).unwrap());
 }
 
 /// Gemma 3 270M: its F16 version made by our `dequantize` equals
@@ -240,6 +247,9 @@ fn gemma_presets() {
         ("Q8_0", vec![]),
         ("Q4_K_M", vec!["--imatrix", imatrix.as_str()]),
         ("IQ3_S", vec!["--imatrix", imatrix.as_str()]),
+        // Slabs of under a hundred rows instead of 1,638: the same bytes.
+        ("Q1_0", vec!["--max-buffer-size", "1"]),
+        ("Q2_0", vec!["--imatrix", imatrix.as_str()]),
         // Eighteen layers, renumbered past ten; the matrix found by the layers' old names.
         ("Q4_K_M", prune.to_vec()),
     ] {

@@ -355,6 +355,12 @@ struct QuantizeArgs {
     /// Write the output as shards like the input's (OUT-0000i-of-0000N.gguf), as llama-quantize does.
     #[arg(long)]
     keep_split: bool,
+    /// The most MiB of one tensor's rows held in memory at once (as read, as f32 and as
+    /// encoded), as llama-quantize's --max-buffer-size: the output is the same at any value.
+    /// Default: about 20 MiB for F16 to Q4_K_M (three slabs of 2^20 values), far below
+    /// llama-quantize's 8 GiB.
+    #[arg(long, value_name = "MiB", value_parser = clap::value_parser!(u64).range(1..))]
+    max_buffer_size: Option<u64>,
     /// Choose each tensor's type to fit this file size (bytes, or 250MB, 2GiB):
     /// the plan of `plan-quant`.
     #[arg(long, value_name = "SIZE", value_parser = crate::formats::parse_size)]
@@ -403,6 +409,7 @@ impl CacheArgs {
             jobs: workers(jobs),
             open,
             progress: show_progress(),
+            buffer_limit: None,
         })
     }
 }

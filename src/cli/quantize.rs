@@ -18,11 +18,10 @@ use crate::ops::export::SplitMode;
 use crate::params::nearest;
 use crate::quant::budget::Target;
 use crate::quant::mixture::{MixtureOptions, TensorTypeOverride};
-use crate::quant::plan::{self as quantize, QuantizeOptions, QuantizePlan, parse_preset};
+use crate::quant::plan::{self as quantize, QuantizeOptions, QuantizePlan, QuantizeType, parse_preset};
 use crate::quant::prune;
 use crate::recipe::ExtraInput;
 use crate::text::{Name, name_width};
-use crate::types::FileType;
 
 /// How a quantization reports what it did.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -37,14 +36,14 @@ pub(super) fn run(args: QuantizeArgs, json: bool) -> anyhow::Result<()> {
     quantize(args, if json { Summary::Json } else { Summary::Text })
 }
 
-/// The presets `quantize` writes, as llama-quantize's usage lists them.
+/// The types `quantize` takes, as llama-quantize's usage lists them.
 pub(super) fn preset_list() -> String {
     let mut list = String::from("Types:\n");
-    for name in quantize::preset_names() {
-        let ftype = parse_preset(name).expect("a preset name parses");
-        list.push_str(&format!("  {:2}  or  {name:9} : {}\n", ftype.id(), ftype.description()));
+    for name in quantize::preset_names().chain([quantize::COPY]) {
+        let ty = QuantizeType::parse(name).expect("a listed type parses");
+        let id = if ty.is_copy() { String::new() } else { format!("{:2}  or", ty.file_type().id()) };
+        list.push_str(&format!("  {id:6}  {name:9} : {}\n", ty.description));
     }
-    list.push_str(&format!("          {:9} : only copy tensors, no quantizing\n", quantize::COPY));
     list
 }
 
@@ -54,7 +53,7 @@ pub(super) fn preset_list() -> String {
 fn name_output_after_type(args: &mut QuantizeArgs) -> anyhow::Result<()> {
     let type_name = |second: &str| match quantize::is_copy(second) {
         true => Some(quantize::COPY),
-        false => parse_preset(second).ok().map(FileType::name),
+        false => parse_preset(second).is_ok().then(|| QuantizeType::parse(second).expect("a preset parses").name),
     };
     let Some(name) = args.output.to_str().and_then(type_name) else {
         return Ok(());
@@ -207,7 +206,8 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
     }
     // 0 threads is llama-quantize's "all cores".
     let jobs = workers(args.threads.or(args.nthreads).filter(|&n| n > 0));
-    let settings = args.cache.settings(Some(jobs), OpenOptions::default())?;
+    let mut settings = args.cache.settings(Some(jobs), OpenOptions::default())?;
+    settings.buffer_limit = args.max_buffer_size.map(|mib| mib << 20);
     let report = oneshot::run(job, &settings).with_context(|| format!("cannot quantize {}", args.input.display()))?;
     super::cache::report_transfers(report.remote.as_ref(), false)?;
     if let Some(budget) = args.target_size {

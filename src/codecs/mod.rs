@@ -21,6 +21,7 @@ mod iq_lattice;
 pub(crate) mod iq_tables;
 mod kquants;
 mod legacy;
+mod lowbit;
 pub mod scalar;
 mod search;
 pub mod simd;
@@ -91,7 +92,7 @@ pub fn encode_ns_per_weight(ty: GgmlType) -> f64 {
 
 /// Types [`dequantize_row`] decodes.
 pub fn can_dequantize(ty: GgmlType) -> bool {
-    !matches!(ty, GgmlType::I8 | GgmlType::I16 | GgmlType::I32 | GgmlType::I64 | GgmlType::Q1_0 | GgmlType::Q2_0)
+    !matches!(ty, GgmlType::I8 | GgmlType::I16 | GgmlType::I32 | GgmlType::I64)
 }
 
 /// Types [`quantize_row`] encodes.
@@ -124,6 +125,8 @@ pub fn can_quantize(ty: GgmlType) -> bool {
             | TQ1_0
             | TQ2_0
             | MXFP4
+            | Q1_0
+            | Q2_0
     )
 }
 
@@ -194,6 +197,8 @@ fn decode(level: simd::Level, ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Resu
         IQ4_XS => iq4::dequantize_iq4_xs(level, src, dst),
         TQ1_0 => ternary::dequantize_tq1_0(src, dst),
         TQ2_0 => ternary::dequantize_tq2_0(src, dst),
+        Q1_0 => lowbit::dequantize_q1_0(src, dst),
+        Q2_0 => lowbit::dequantize_q2_0(src, dst),
         IQ2_XXS => iq_grid::dequantize_iq2_xxs(src, dst),
         IQ2_XS => iq_grid::dequantize_iq2_xs(src, dst),
         IQ2_S => iq_grid::dequantize_iq2_s(src, dst),
@@ -292,6 +297,8 @@ fn encode(
         IQ4_XS => iq4::quantize_iq4_xs(level, src, importance, dst),
         TQ1_0 => ternary::quantize_tq1_0(src, dst),
         TQ2_0 => ternary::quantize_tq2_0(src, dst),
+        Q1_0 => lowbit::quantize_q1_0(src, dst),
+        Q2_0 => lowbit::quantize_q2_0(src, dst),
         IQ2_XXS => iq_grid_encode::quantize_iq2_xxs(level, src, importance, bytemuck::cast_slice_mut(dst))?,
         IQ2_XS => iq_grid_encode::quantize_iq2_xs(level, src, importance, bytemuck::cast_slice_mut(dst))?,
         IQ2_S => iq_grid_encode::quantize_iq2_s(level, src, importance, bytemuck::cast_slice_mut(dst)),

@@ -179,6 +179,9 @@ pub struct Materializer<'a> {
     pub in_flight: &'a InFlight,
     pub fanout: &'a Fanout,
     pub counters: Counters,
+    /// The most bytes of one tensor's rows held at once (`--max-buffer-size`):
+    /// slabs shrink to fit it, down to one row.
+    pub buffer_limit: Option<u64>,
 }
 
 /// The conversions in the run's tensor sets, by the key of the tensor each
@@ -461,7 +464,7 @@ impl Materializer<'_> {
                 Claim::Alone => self.encode(from, &mut io::sink())?,
             }
         }
-        for (first, rows) in slabs(tensor) {
+        for (first, rows) in self.slabs(tensor, from) {
             let bytes = self.rows(tensor, first, rows)?;
             out.write_all(&bytes).map_err(|source| MaterializeError::Io { tensor: tensor.name.clone(), source })?;
         }
@@ -622,6 +625,15 @@ impl Materializer<'_> {
         Ok(())
     }
 
+    /// The slabs `tensor` is computed in from `source`: (first row, rows),
+    /// front to back.
+    fn slabs(&self, tensor: &Tensor, source: &Tensor) -> impl Iterator<Item = (usize, usize)> + use<> {
+        let (n_per_row, n_rows) = rows_of(tensor);
+        let held_per_row = row_bytes(source) + 4 * n_per_row + row_bytes(tensor);
+        let slab_rows = slab_rows(n_per_row, held_per_row, self.buffer_limit);
+        (0..n_rows).step_by(slab_rows).map(move |first| (first, slab_rows.min(n_rows - first)))
+    }
+
     /// Computes `tensor` slab by slab from `source`'s rows on the pool with
     /// `compute` (first row, rows), while this thread reads the input of the
     /// slab after ahead and hands the slab before to `write`: loading the
@@ -635,7 +647,7 @@ impl Materializer<'_> {
         mut write: impl FnMut(T) -> Result<(), MaterializeError>,
     ) -> Result<(), MaterializeError> {
         let mut computed_before: Option<T> = None;
-        for slab in slabs(tensor).map(Some).chain([None]) {
+        for slab in self.slabs(tensor, source).map(Some).chain([None]) {
             let mut computed = None;
             self.pool.in_place_scope(|scope| {
                 if let Some((first, rows)) = slab {
@@ -1021,11 +1033,16 @@ fn rows_of(tensor: &Tensor) -> (usize, usize) {
     (n_per_row, n_elements.checked_div(n_per_row).unwrap_or(0))
 }
 
-/// The slabs a tensor is computed in: (first row, rows), front to back.
-fn slabs(tensor: &Tensor) -> impl Iterator<Item = (usize, usize)> {
-    let (n_per_row, n_rows) = rows_of(tensor);
-    let slab_rows = (SLAB_ELEMENTS / n_per_row.max(1)).max(1);
-    (0..n_rows).step_by(slab_rows).map(move |first| (first, slab_rows.min(n_rows - first)))
+/// Rows per slab: [`SLAB_ELEMENTS`] values, or fewer under a buffer limit.
+/// Three slabs are alive at once (one read ahead, one computed, one
+/// written), each holding `held_per_row` bytes a row (as read, as f32 and
+/// as encoded), so a slab takes a third of the limit; never less than a row.
+fn slab_rows(n_per_row: usize, held_per_row: usize, buffer_limit: Option<u64>) -> usize {
+    let rows = (SLAB_ELEMENTS / n_per_row.max(1)).max(1);
+    match buffer_limit {
+        Some(limit) => rows.min((limit / 3 / held_per_row.max(1) as u64).max(1) as usize),
+        None => rows,
+    }
 }
 
 fn row_bytes(tensor: &Tensor) -> usize {
@@ -1048,5 +1065,20 @@ impl Write for PositionedWriter<'_> {
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_limit_shrinks_slabs_to_a_third_of_it_and_never_below_a_row() {
+        // Gemma's token embeddings, F16 to Q4_K: 640 values a row.
+        let held = 2 * 640 + 4 * 640 + 360;
+        assert_eq!(slab_rows(640, held, None), SLAB_ELEMENTS / 640);
+        assert_eq!(slab_rows(640, held, Some(1 << 20)), (1 << 20) / 3 / held);
+        assert_eq!(slab_rows(640, held, Some(1 << 40)), SLAB_ELEMENTS / 640);
+        assert_eq!(slab_rows(1 << 22, 7 << 22, Some(1 << 20)), 1);
     }
 }

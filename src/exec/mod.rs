@@ -60,6 +60,8 @@ pub struct Engine {
     pins: HashMap<PathBuf, fingerprint::Pin>,
     /// Compute everything a run needs, whatever the cache holds (`--force`).
     force: bool,
+    /// The most bytes of one tensor's rows held at once (`--max-buffer-size`).
+    buffer_limit: Option<u64>,
 }
 
 /// How an error about an input starts: where the recipe declares it
@@ -191,6 +193,7 @@ impl Engine {
             open: OpenOptions::default(),
             pins: HashMap::new(),
             force: false,
+            buffer_limit: None,
         })
     }
 
@@ -215,6 +218,13 @@ impl Engine {
         let mut pins: Vec<fingerprint::Pin> = bound.files.pins().collect();
         pins.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(pins)
+    }
+
+    /// Holds at most `limit` bytes of one tensor's rows at once
+    /// (llama-quantize's `--max-buffer-size`); a slab is never less than one row.
+    pub fn with_buffer_limit(mut self, limit: Option<u64>) -> Engine {
+        self.buffer_limit = limit;
+        self
     }
 
     /// How input files are opened (`--no-mmap`).
@@ -620,6 +630,7 @@ impl Engine {
             store: Arc::clone(&self.store),
             pool: Arc::clone(&self.pool),
             rebuild: self.force,
+            buffer_limit: self.buffer_limit,
             in_flight: InFlight::default(),
             fanout: Fanout::default(),
             progress: MultiProgress::with_draw_target(if progress {
@@ -752,6 +763,7 @@ struct Shared {
     pool: Arc<rayon::ThreadPool>,
     /// Nothing is taken from the cache (`--force`).
     rebuild: bool,
+    buffer_limit: Option<u64>,
     /// Conversions being encoded by some node, so no other encodes them again.
     in_flight: InFlight,
     /// Every conversion of the sets produced so far, for encoding siblings together.
@@ -947,6 +959,7 @@ impl Shared {
             in_flight: &self.in_flight,
             fanout: &self.fanout,
             counters: Default::default(),
+            buffer_limit: self.buffer_limit,
         }
     }
 

@@ -108,7 +108,7 @@ TYPES = [
     ("Q8_K", 15, 512), ("IQ4_NL", 20, 256), ("IQ4_XS", 23, 512), ("TQ1_0", 34, 512),
     ("TQ2_0", 35, 512), ("MXFP4", 39, 256), ("IQ2_XXS", 16, 512), ("IQ2_XS", 17, 512),
     ("IQ2_S", 22, 512), ("IQ3_XXS", 18, 512), ("IQ3_S", 21, 512), ("IQ1_S", 19, 512),
-    ("IQ1_M", 29, 512),
+    ("IQ1_M", 29, 512), ("Q1_0", 41, 512), ("Q2_0", 42, 512),
 ]
 
 # ggml refuses to quantize these without an importance vector.
@@ -151,6 +151,18 @@ def grid_rows(n_per_row: int, seed: int) -> np.ndarray:
     return np.concatenate([golden_rows(n_per_row, seed), np.stack(rows).astype(np.float32)])
 
 
+def low_bit_rows(n_per_row: int, seed: int) -> np.ndarray:
+    """golden_rows, then rows for Q1_0 and Q2_0: subnormal values whose
+    largest magnitude has no finite reciprocal (Q2_0's scale then turns
+    every level into C's out-of-range conversion), and signed zeros
+    (Q1_0 keeps -0.0 as not negative)."""
+    rng = np.random.default_rng(seed)
+    signed_zeros = np.where(np.arange(n_per_row) % 2 == 0, 0.0, -0.0)
+    signed_zeros[::5] = rng.standard_normal(n_per_row)[::5]
+    rows = [rng.standard_normal(n_per_row) * 1e-40, signed_zeros]
+    return np.concatenate([golden_rows(n_per_row, seed), np.stack(rows).astype(np.float32)])
+
+
 def write_golden(path: Path, type_id: int, rows: np.ndarray, importance: np.ndarray | None) -> None:
     encoded = quantize(type_id, rows, importance)
     decoded = dequantize(type_id, encoded, rows.size)
@@ -189,7 +201,12 @@ def main() -> None:
         out = Path(sys.argv[2])
         out.mkdir(parents=True, exist_ok=True)
         for seed, (name, type_id, n_per_row) in enumerate(TYPES):
-            rows = grid_rows(n_per_row, seed) if name.startswith(("IQ1", "IQ2", "IQ3")) else golden_rows(n_per_row, seed)
+            if name.startswith(("IQ1", "IQ2", "IQ3")):
+                rows = grid_rows(n_per_row, seed)
+            elif name in ("Q1_0", "Q2_0"):
+                rows = low_bit_rows(n_per_row, seed)
+            else:
+                rows = golden_rows(n_per_row, seed)
             if name not in NEEDS_IMPORTANCE:
                 write_golden(out / f"{name}.plain.qfgv", type_id, rows, None)
             if name not in ("F16", "BF16", "Q8_0", "Q8_K", "TQ1_0", "TQ2_0", "MXFP4"):
