@@ -427,3 +427,66 @@ fn one_tensor_is_singular() {
     assert!(text.contains(", 1 tensor,") || text.contains("  1 tensor,"), "{text}");
     assert!(!text.contains(" 1 tensors"), "{text}");
 }
+
+/// `quantforge gguf-split` takes llama-gguf-split's command lines as they
+/// are: the same shards and merged file, `--delete-splits` removing the
+/// shards, and for each misuse the same exit status and message.
+#[test]
+fn gguf_split_is_a_drop_in_for_llama_gguf_split() {
+    let Some(reference) = common::reference("build/bin/llama-gguf-split") else { return };
+    let model = common::tiny_model();
+    let dir = tempfile::tempdir().unwrap();
+    // Both tools on the same arguments: (llama-gguf-split's output, ours).
+    let both = |args: &[&OsStr]| {
+        let mut ours: Vec<&OsStr> = vec!["gguf-split".as_ref()];
+        ours.extend(args);
+        (Command::new(&reference).args(args).output().unwrap(), common::quantforge(&ours))
+    };
+    let (ref_prefix, our_prefix) = (dir.path().join("ref"), dir.path().join("ours"));
+    let split: [&OsStr; 3] = ["--split_max_tensors".as_ref(), "8".as_ref(), model.as_os_str()];
+    let theirs = Command::new(&reference).args(split).arg(&ref_prefix).output().unwrap();
+    assert!(theirs.status.success());
+    run_ok(&[&["gguf-split".as_ref()], &split[..], &[our_prefix.as_os_str()]].concat());
+    let (theirs_files, ours_files) = (shards(&ref_prefix), shards(&our_prefix));
+    assert_eq!(ours_files.len(), 3);
+    for (t, o) in theirs_files.iter().zip(&ours_files) {
+        assert_same_file(t, o);
+    }
+
+    let (ref_merged, our_merged) = (dir.path().join("ref-merged.gguf"), dir.path().join("merged.gguf"));
+    let status = Command::new(&reference).arg("--merge").arg(&theirs_files[0]).arg(&ref_merged).output().unwrap();
+    assert!(status.status.success());
+    run_ok(&[
+        "gguf-split".as_ref(),
+        "--delete-splits".as_ref(),
+        "--merge".as_ref(),
+        ours_files[0].as_os_str(),
+        our_merged.as_os_str(),
+    ]);
+    assert_same_file(&our_merged, &ref_merged);
+    assert!(ours_files.iter().all(|shard| !shard.exists()), "--delete-splits deletes the shards");
+
+    // Misuse: llama-gguf-split's exit status, and its message.
+    let model = model.as_os_str();
+    let exists = our_merged.as_os_str();
+    let misuses: [(&[&OsStr], &str); 7] = [
+        (&["--split".as_ref(), "--merge".as_ref(), model, "x".as_ref()], "either --split or --merge"),
+        (&["--split-max-size".as_ref(), "2K".as_ref(), model, "x".as_ref()], "supported units are M (megabytes)"),
+        (&["--split-max-size".as_ref(), "0G".as_ref(), model, "x".as_ref()], "size must be a positive value"),
+        (&["--frobnicate".as_ref(), model, "x".as_ref()], "unknown argument: --frobnicate"),
+        (&[model], "bad arguments"),
+        (&["--split-max-tensors".as_ref()], "invalid parameter for argument: --split-max-tensors"),
+        (&["--merge".as_ref(), model, exists], "already exists"),
+    ];
+    for (args, message) in misuses {
+        let (theirs, ours) = both(args);
+        assert_eq!(ours.status.code(), theirs.status.code(), "{args:?}");
+        for (who, output) in [("llama-gguf-split", &theirs), ("quantforge", &ours)] {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(stderr.contains(message), "{who} {args:?}: {stderr}");
+        }
+    }
+    let (theirs, ours) = both(&["--help".as_ref()]);
+    assert_eq!((ours.status.code(), theirs.status.code()), (Some(0), Some(0)));
+    assert!(String::from_utf8_lossy(&ours.stdout).contains("--split-max-size N(M|G) max size per split"));
+}

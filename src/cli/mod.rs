@@ -9,6 +9,7 @@ mod cache;
 mod chart;
 mod convert;
 mod diff;
+mod gguf_split;
 mod inspect;
 mod json;
 mod logs;
@@ -34,15 +35,10 @@ use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::ops::Op;
 use crate::ops::dequantize::DequantizeOptions;
 use crate::ops::edit::{self, Edits};
-use crate::ops::export::SplitMode;
 use crate::ops::inspect::InspectOptions;
-use crate::ops::load::MergeOptions;
 use crate::quant::mixture::TensorTypeOverride;
 use crate::quant::plan::KvOverride;
 use crate::types::GgmlType;
-
-/// llama-gguf-split's tensors per shard when no limit is given.
-const LLAMA_GGUF_SPLIT_TENSORS: usize = 128;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -276,6 +272,14 @@ enum Command {
         output: PathBuf,
         #[command(flatten)]
         cache: CacheArgs,
+    },
+    /// llama-gguf-split's own command line: --split (default) or --merge, its flags, messages
+    /// and exit statuses, for scripts that call it (`quantforge gguf-split --help` lists them).
+    #[command(name = "gguf-split", disable_help_flag = true)]
+    GgufSplit {
+        /// llama-gguf-split's arguments: [options] GGUF_IN GGUF_OUT.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+        args: Vec<std::ffi::OsString>,
     },
     /// Merge the shards of a split (given any one of them) into one GGUF file.
     Merge {
@@ -684,7 +688,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let limit = match (max_size, max_tensors) {
                 (Some(bytes), _) => SplitLimit::MaxSize(bytes),
                 (None, n) => SplitLimit::MaxTensors(
-                    n.map_or(LLAMA_GGUF_SPLIT_TENSORS, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+                    n.map_or(gguf_split::DEFAULT_MAX_TENSORS, |n| usize::try_from(n).unwrap_or(usize::MAX)),
                 ),
             };
             let options = SplitOptions { limit, no_tensor_first_split };
@@ -692,14 +696,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 return split::print_plan(&input, &out_prefix, options, json)
                     .with_context(|| format!("cannot split {}", input.display()));
             }
-            // The export path's `.gguf` is what shard names replace.
-            let mut output = out_prefix.into_os_string();
-            output.push(".gguf");
-            let output = PathBuf::from(output);
-            let mut job = oneshot::job("split", &input, Vec::new(), &output);
-            job.split = SplitMode::Limit(options);
-            let report = oneshot::run(job, &cache.settings(Some(1), OpenOptions::default())?)
-                .with_context(|| format!("cannot split {}", input.display()))?;
+            let report = split::split(&input, &out_prefix, options, &cache.settings(Some(1), OpenOptions::default())?)?;
             wrote("split", &report, json)?;
         }
         Command::Assemble { parts, output, cache } => {
@@ -720,16 +717,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             .with_context(|| format!("cannot unbundle {}", bundle.display()))?;
             wrote("unbundle", &report, json)?;
         }
+        Command::GgufSplit { args } => gguf_split::run(&args, json)?,
         Command::Merge { shard, output, .. } if is_device_shard(&shard) => {
             crate::ops::device_shards::merge_shards(&shard, &output)
                 .with_context(|| format!("cannot merge the device shards of {}", shard.display()))?;
             eprintln!("wrote {}", output.display());
         }
         Command::Merge { shard, output, keep_split_keys, cache } => {
-            let mut job = oneshot::job("merge", &shard, Vec::new(), &output);
-            job.read = Op::MergeShards(MergeOptions { keep_split_keys });
-            let report = oneshot::run(job, &cache.settings(Some(1), OpenOptions::default())?)
-                .with_context(|| format!("cannot merge the split of {}", shard.display()))?;
+            let settings = cache.settings(Some(1), OpenOptions::default())?;
+            let report = split::merge(&shard, &output, keep_split_keys, &settings)?;
             wrote("merge", &report, json)?;
         }
     }
