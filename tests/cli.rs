@@ -240,18 +240,40 @@ fn edit_refusals() {
     }
 }
 
-/// `quantize --help` lists every preset it writes with its ftype number, as
-/// llama-quantize's usage does.
+/// `quantize --help` lists every type llama-quantize's usage lists, in its
+/// order, with its file type numbers and descriptions (COPY last, without a
+/// number).
 #[test]
 fn quantize_help_lists_the_types() {
     let (help, _) = run(&[OsStr::new("quantize"), OsStr::new("--help")]);
     for line in [
-        "  19  or  IQ2_XXS   : IQ2_XXS - 2.0625 bpw",
-        "  15  or  Q4_K_M    : Q4_K - Medium",
-        "  31  or  IQ1_M     : IQ1_M - 1.75 bpw",
+        "  40  or  Q1_0      :  1.125 bpw quantization",
+        "  12  or  Q3_K      : alias for Q3_K_M",
+        "  15  or  Q4_K_M    :  4.58G, +0.1754 ppl @ Llama-3-8B",
+        "          COPY      : only copy tensors, no quantizing",
     ] {
         assert!(help.contains(line), "{line:?} not in:\n{help}");
     }
+    let Some(llama) = common::reference("build/bin/llama-quantize") else { return };
+    let usage = std::process::Command::new(llama).output().unwrap();
+    // (number, name, description) of each listed type, spacing aside.
+    let entries = |text: &str| -> Vec<(String, String, String)> {
+        text.lines()
+            .filter_map(|line| {
+                let (head, description) = line.split_once(" : ")?;
+                let words: Vec<&str> = head.split_whitespace().collect();
+                let (number, name) = match words[..] {
+                    [number, "or", name] => (number, name),
+                    [name] => ("", name),
+                    _ => return None,
+                };
+                Some((number.to_owned(), name.to_owned(), description.trim().to_owned()))
+            })
+            .collect()
+    };
+    let theirs = entries(&String::from_utf8_lossy(&usage.stdout));
+    assert!(theirs.len() > 30, "llama-quantize's usage lists its types");
+    assert_eq!(entries(&help), theirs);
 }
 
 fn quantize_fails(args: &[&OsStr], message: &str) {
