@@ -12,7 +12,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::scalar::{F16, c_float_to_int};
+use super::scalar::F16;
 use crate::types::GgmlType;
 
 const QK1: usize = GgmlType::Q1_0.block_size() as usize;
@@ -134,10 +134,14 @@ fn amax(x: &[f32]) -> f32 {
 
 /// ggml's `(int)roundf(v) + 1` clamped to [0, 3], with C's conversion of
 /// NaN and out-of-range values (which a scale that overflowed to infinity
-/// produces) to `INT_MIN`, so they land on 0.
+/// produces) to `INT_MIN`, so they land on 0. Written as the rounding's
+/// thresholds (half away from zero: ±0.5, 1.5) so that it vectorizes; the
+/// tests hold it to the call-by-call definition.
 #[inline(always)]
 fn level_q2_0(v: f32) -> u8 {
-    c_float_to_int(v.round()).wrapping_add(1).clamp(0, 3) as u8
+    const INT_RANGE_END: f32 = 2_147_483_648.0;
+    let level = u8::from(v > -0.5) + u8::from(v >= 0.5) + u8::from(v >= 1.5);
+    if v < INT_RANGE_END { level } else { 0 }
 }
 
 #[cfg(test)]
@@ -152,6 +156,21 @@ mod tests {
         }
         for v in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 3e9] {
             assert_eq!(level_q2_0(v), 0, "{v}");
+        }
+    }
+
+    #[test]
+    fn level_thresholds_equal_c_rounding_and_conversion() {
+        let by_definition = |v: f32| super::super::scalar::c_float_to_int(v.round()).wrapping_add(1).clamp(0, 3) as u8;
+        let edges = [0.5f32, 1.5, 2_147_483_648.0, 1e30, f32::MIN_POSITIVE, 0.0];
+        let near_edges = edges.iter().flat_map(|&e| {
+            [e, f32::from_bits(e.to_bits() + 1), f32::from_bits(e.to_bits().max(1) - 1)]
+                .into_iter()
+                .flat_map(|v| [v, -v])
+        });
+        let spread = (0..1 << 20).map(|i: u32| f32::from_bits(i.wrapping_mul(4099)));
+        for v in near_edges.chain(spread).chain([f32::NAN, f32::INFINITY, f32::NEG_INFINITY]) {
+            assert_eq!(level_q2_0(v), by_definition(v), "{v:e}");
         }
     }
 
