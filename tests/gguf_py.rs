@@ -82,7 +82,7 @@ fn check_file(python: &str, path: &Path) {
     }
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("copy.gguf");
-    edit_file(path, &copy, Edits::default(), &OneShotSettings::default()).unwrap();
+    edit_file(path, &copy, Edits::default(), None, &OneShotSettings::default()).unwrap();
     assert!(std::fs::read(path).unwrap() == std::fs::read(&copy).unwrap(), "round trip of {} differs", path.display());
 }
 

@@ -231,10 +231,10 @@ fn conversion_matches_llama_cpp_convert_script() {
         assert!(output.status.success(), "{label}: {}", String::from_utf8_lossy(&output.stderr));
         let unnamed = dir.path().join("reference-unnamed.gguf");
         let drop_name = Edits { delete: vec!["general.name".into()], ..Edits::default() };
-        edit_file(&reference, &unnamed, drop_name, &OneShotSettings::default()).unwrap();
+        edit_file(&reference, &unnamed, drop_name, None, &OneShotSettings::default()).unwrap();
 
         let ours = dir.path().join("ours.gguf");
-        edit_file(&input, &ours, Edits::default(), &OneShotSettings::default()).unwrap();
+        edit_file(&input, &ours, Edits::default(), None, &OneShotSettings::default()).unwrap();
         assert_eq!(summary(dump(&ours)), summary(dump(&unnamed)), "{label}");
     }
 }

@@ -106,6 +106,7 @@ pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
         ops: Vec::new(),
         output,
         split: if split_asked && !args.vocab_only { SplitMode::Writer(split) } else { SplitMode::Whole },
+        byte_order: None,
     };
     let settings = args.cache.settings(Some(workers(args.threads)), OpenOptions::default())?;
     let report = oneshot::run(job, &settings).with_context(|| format!("cannot convert {}", input.display()))?;

@@ -32,6 +32,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::exec::oneshot::{self, OneShotSettings};
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
+use crate::model::Endian;
 use crate::ops::Op;
 use crate::ops::dequantize::DequantizeOptions;
 use crate::ops::edit::{self, Edits};
@@ -169,6 +170,11 @@ enum Command {
         /// Rename a tensor.
         #[arg(long = "rename-tensor", value_name = "OLD=NEW", value_parser = edit::parse_rename)]
         rename_tensor: Vec<(String, String)>,
+        /// Write the copy in this byte order (default: the input's), as
+        /// gguf_convert_endian.py converts: F32, F16, BF16, Q1_0, Q4_0, Q8_0,
+        /// Q4_K, Q6_K, TQ2_0, MXFP4 and NVFP4 tensors; any other type is refused.
+        #[arg(long = "byte-order", value_name = "ORDER", value_parser = byte_order_parser())]
+        byte_order: Option<Endian>,
         #[command(flatten)]
         load: LoadArgs,
         #[command(flatten)]
@@ -650,9 +656,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             io::stdout().lock().write_all(text.as_bytes())?;
         }
         Command::Cache(command) => cache::run(command, json)?,
-        Command::Edit { input, output, set, delete, rename_tensor, load, cache } => {
+        Command::Edit { input, output, set, delete, rename_tensor, byte_order, load, cache } => {
             let edits = Edits { set, delete, rename_tensors: rename_tensor };
-            let report = oneshot::edit_file(&input, &output, edits, &cache.settings(Some(1), load.options())?)
+            let settings = cache.settings(Some(1), load.options())?;
+            let report = oneshot::edit_file(&input, &output, edits, byte_order, &settings)
                 .with_context(|| format!("cannot edit {}", input.display()))?;
             wrote("edit", &report, json)?;
         }
@@ -792,6 +799,13 @@ fn workers(requested: Option<usize>) -> usize {
         }
         Some(n) => n,
     }
+}
+
+/// `big` or `little`.
+fn byte_order_parser() -> impl clap::builder::TypedValueParser<Value = Endian> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["big", "little"])
+        .map(|order| if order == "big" { Endian::Big } else { Endian::Little })
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use super::report::{self, NodeReport};
 use super::{Engine, NodeError, Shared};
 use crate::artifact::{HeaderEnd, Tensor, TensorSet};
 use crate::formats::{AtomicOutput, gguf};
+use crate::model::Endian;
 use crate::ops;
 use crate::ops::export::{ExportFormat, ExportOptions};
 use crate::store::fingerprint::{hash_file, stat_key};
@@ -84,6 +85,8 @@ struct FileLayout<'s> {
     offsets: Vec<u64>,
     /// Zero padding after each tensor up to this multiple.
     alignment: u64,
+    /// The tensors' bytes are swapped to big-endian once written.
+    big_endian: bool,
 }
 
 type HeaderWriter<'s> = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + 's>;
@@ -91,7 +94,11 @@ type HeaderWriter<'s> = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + 's>;
 /// One GGUF file of an export, laid out as llama.cpp and gguf-py lay it out.
 /// Its header is encoded as it is written: a ladder's exports in flight do
 /// not each hold their own copy of a large vocabulary.
-fn gguf_layout<'s>(set: &'s TensorSet, file: &'s ops::export::OutputFile) -> Result<FileLayout<'s>, WriteFailure> {
+fn gguf_layout<'s>(
+    set: &'s TensorSet,
+    file: &'s ops::export::OutputFile,
+    order: Endian,
+) -> Result<FileLayout<'s>, WriteFailure> {
     let tensors: Vec<&Tensor> = file.plan.tensors.iter().map(|&t| &set.tensors[t]).collect();
     let infos: Vec<_> = tensors.iter().map(|t| t.info()).collect();
     let mut layout = gguf::layout(&file.plan.metadata, &infos)?;
@@ -101,8 +108,8 @@ fn gguf_layout<'s>(set: &'s TensorSet, file: &'s ops::export::OutputFile) -> Res
     let offsets = layout.tensor_offsets.iter().map(|o| layout.data_offset + o).collect();
     let (file_len, alignment) = (layout.file_len, layout.alignment);
     let header =
-        Box::new(move |out: &mut dyn Write| gguf::write_header(out, set.endian, &file.plan.metadata, &infos, &layout));
-    Ok(FileLayout { header, file_len, tensors, offsets, alignment })
+        Box::new(move |out: &mut dyn Write| gguf::write_header(out, order, &file.plan.metadata, &infos, &layout));
+    Ok(FileLayout { header, file_len, tensors, offsets, alignment, big_endian: order == Endian::Big })
 }
 
 /// One SafeTensors file of an export, as the Python package lays it out.
@@ -126,6 +133,7 @@ fn safetensors_layout<'s>(set: &'s TensorSet, file: &ops::export::OutputFile) ->
         file_len: layout.file_len,
         header: Box::new(move |out: &mut dyn Write| out.write_all(&layout.header)),
         alignment: 1,
+        big_endian: false,
     })
 }
 
@@ -142,7 +150,7 @@ fn write_file(
     m.prefetch(&layout.tensors);
     (layout.header)(out.writer())?;
     let file = out.file()?;
-    place_all(m, &layout.tensors, &layout.offsets, layout.alignment, file, bar)?;
+    place_all(m, &layout.tensors, &layout.offsets, (layout.alignment, layout.big_endian), file, bar)?;
     // Every byte was placed by its layout; a file of another length holds
     // bytes nothing checked, and is never committed.
     let len = file.metadata()?.len();
@@ -182,31 +190,76 @@ impl ExportProgress {
 
 /// Puts each tensor's bytes at its offset (increasing), zeros after each up
 /// to `alignment`: runs that lie in an input file as they will lie here in
-/// one copy each, other existing bytes copied, the rest encoded.
+/// one copy each, other existing bytes copied, the rest encoded; each swapped
+/// to big-endian when `big_endian`.
 fn place_all(
     m: &Materializer<'_>,
     tensors: &[&Tensor],
     offsets: &[u64],
-    alignment: u64,
+    (alignment, big_endian): (u64, bool),
     output: &std::fs::File,
     bar: &ExportProgress,
 ) -> Result<(), WriteFailure> {
     let mut k = 0;
     while k < tensors.len() {
-        let n = match m.copy_run_at(&tensors[k..], &offsets[k..], output)? {
-            0 => {
-                if !m.copy_at(tensors[k], output, offsets[k])? {
-                    m.encode_at(tensors[k], output, offsets[k])?;
+        let n = if big_endian {
+            place_big_endian(m, tensors[k], offsets[k], output)?;
+            1
+        } else {
+            match m.copy_run_at(&tensors[k..], &offsets[k..], output)? {
+                0 => {
+                    place(m, tensors[k], offsets[k], output)?;
+                    1
                 }
-                1
+                n => n,
             }
-            n => n,
         };
         let last = k + n - 1;
         let end = offsets[last] + tensors[last].n_bytes();
         write_zeros_at(output, end, gguf::align_up(end, alignment) - end)?;
         bar.advance(n, tensors[k..=last].iter().map(|t| t.n_bytes()).sum());
         k += n;
+    }
+    Ok(())
+}
+
+/// Puts one tensor's bytes (little-endian) at `offset`: copied if they
+/// exist, encoded if not.
+fn place(m: &Materializer<'_>, tensor: &Tensor, offset: u64, output: &std::fs::File) -> Result<(), WriteFailure> {
+    if !m.copy_at(tensor, output, offset)? {
+        m.encode_at(tensor, output, offset)?;
+    }
+    Ok(())
+}
+
+/// Puts one tensor's bytes big-endian at `offset`: a big-endian input's as
+/// they are stored, any other's placed little-endian and swapped in place a
+/// slab at a time (the slabs come back from the page cache).
+fn place_big_endian(
+    m: &Materializer<'_>,
+    tensor: &Tensor,
+    offset: u64,
+    output: &std::fs::File,
+) -> Result<(), WriteFailure> {
+    if m.copy_big_endian_input_at(tensor, output, offset)? {
+        return Ok(());
+    }
+    let swap = gguf::ByteSwap::of(tensor.ggml_type).ok_or_else(|| {
+        io::Error::other(gguf::NoBigEndianLayout { tensor: tensor.name.clone(), ggml_type: tensor.ggml_type })
+    })?;
+    place(m, tensor, offset, output)?;
+    const SLAB_BYTES: u64 = 1 << 20;
+    let block = tensor.ggml_type.type_size();
+    let step = (SLAB_BYTES / block).max(1) * block;
+    let len = tensor.n_bytes();
+    let mut slab = Vec::new();
+    let mut done = 0;
+    while done < len {
+        slab.resize(step.min(len - done) as usize, 0);
+        output.read_exact_at(&mut slab, offset + done)?;
+        swap.apply(&mut slab);
+        output.write_all_at(&slab, offset + done)?;
+        done += slab.len() as u64;
     }
     Ok(())
 }
@@ -311,6 +364,18 @@ impl Shared {
         let set = inputs.first().ok_or_else(|| NodeError::Upstream(self.bound.recipe.nodes[i].id.clone()))?;
         let ops::export::Output { set, files } = ops::export::output_files(set, options)?;
         let set = &*set;
+        let m = self.materializer();
+        let order = options.byte_order.unwrap_or(set.endian);
+        if order == Endian::Big && options.format == ExportFormat::Gguf {
+            // Refused before any file is made; a big-endian input's own bytes need no swap.
+            let mut swapped = Vec::new();
+            for tensor in &set.tensors {
+                if !m.is_big_endian_input(tensor)? {
+                    swapped.push((tensor.name.as_str(), tensor.ggml_type));
+                }
+            }
+            gguf::check_big_endian(swapped)?;
+        }
         let written_tensors = files.iter().flat_map(|f| &f.plan.tensors).map(|&t| &set.tensors[t]);
         let planned: u64 = written_tensors.clone().map(Tensor::n_bytes).sum();
         let bar = ExportProgress::new(
@@ -318,13 +383,12 @@ impl Shared {
             &self.bound.recipe.nodes[i].id,
             written_tensors.count(),
         );
-        let m = self.materializer();
         let mut written = Vec::with_capacity(files.len() + 1);
         for file in &files {
             let path = &file.path;
             let mut out = self.create_output(i, path)?;
             let layout = match options.format {
-                ExportFormat::Gguf => gguf_layout(set, file),
+                ExportFormat::Gguf => gguf_layout(set, file, order),
                 ExportFormat::SafeTensors => safetensors_layout(set, file),
             };
             let len = layout.and_then(|layout| write_file(&m, layout, &mut out, &bar)).map_err(|e| e.at(path))?;

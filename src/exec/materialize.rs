@@ -21,7 +21,7 @@ use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::backend::{Backend, Slab, SlabError};
 use crate::convert::WeightScale;
 use crate::formats::{FormatError, ModelFile, OpenOptions};
-use crate::model::{AxisCut, StoredLayout, TensorInfo};
+use crate::model::{AxisCut, ElementConversion, StoredLayout, TensorInfo};
 use crate::quant::budget::{BudgetError, RowSource};
 use crate::quant::plan::importance_from_blob;
 use crate::store::fingerprint::stat_key;
@@ -392,6 +392,32 @@ impl Materializer<'_> {
         model.copy_range_to_file_at(start, end - start, out, out_start).map_err(io_err)?;
         self.counters.copied.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
+    }
+
+    /// Copies `tensor`'s bytes into `out` at `offset` as its input file
+    /// stores them when that file is big-endian (a big-endian file written
+    /// from a big-endian one: nothing swapped twice, and a type with no
+    /// swap passes through); false for any other tensor.
+    pub fn copy_big_endian_input_at(&self, tensor: &Tensor, out: &File, offset: u64) -> Result<bool, MaterializeError> {
+        let Some((model, start, len)) = self.big_endian_input(tensor)? else { return Ok(false) };
+        let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
+        model.copy_range_to_file_at(start, len, out, offset).map_err(io_err)?;
+        self.counters.copied.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Whether `tensor`'s bytes are a big-endian input file's, as stored.
+    pub fn is_big_endian_input(&self, tensor: &Tensor) -> Result<bool, MaterializeError> {
+        Ok(self.big_endian_input(tensor)?.is_some())
+    }
+
+    fn big_endian_input(&self, tensor: &Tensor) -> Result<Option<(Arc<ModelFile>, u64, u64)>, MaterializeError> {
+        let TensorData::Input { file, index } = &tensor.data else { return Ok(None) };
+        let model = self.files.model(file)?;
+        let info = self.input_info(&model, *index, tensor)?;
+        let (offset, len) = (info.file_offset, info.stored_len);
+        let big = matches!(info.layout, StoredLayout::Converted(ElementConversion::FromBigEndian(_)));
+        Ok(big.then_some((model, offset, len)))
     }
 
     /// The input file and range holding `tensor`'s bytes as they are, if any.

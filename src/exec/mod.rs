@@ -138,6 +138,8 @@ pub enum NodeError {
     Load(#[from] ops::load::LoadError),
     #[error(transparent)]
     Assemble(#[from] ops::assemble::AssembleError),
+    #[error("cannot write big-endian: {0}")]
+    ByteOrder(#[from] crate::formats::gguf::NoBigEndianLayout),
 }
 
 /// The node-cache entry: where the manifest is and what it needs.

@@ -85,16 +85,19 @@ pub fn job<'a>(name: &'a str, input: &'a Path, ops: Vec<(Op, Vec<usize>)>, outpu
         ops,
         output,
         split: SplitMode::Whole,
+        byte_order: None,
     }
 }
 
-/// `edit` as a recipe: load, the edits' ops, export.
+/// `edit` as a recipe: load, the edits' ops, export in `byte_order` (by
+/// default the input's, as gguf-py's scripts keep it).
 pub fn edit_file(
     input: &Path,
     output: &Path,
     edits: crate::ops::edit::Edits,
+    byte_order: Option<crate::model::Endian>,
     settings: &OneShotSettings,
 ) -> Result<RunReport, OneShotError> {
     let ops = edits.into_ops().into_iter().map(|op| (op, Vec::new())).collect();
-    run(job("edit", input, ops, output), settings)
+    run(OneShot { byte_order, ..job("edit", input, ops, output) }, settings)
 }

@@ -68,6 +68,8 @@ pub enum ErrorKind {
     UnknownTensorType { tensor: String, id: u32 },
     #[error("tensor `{}` has type {name} (id {id}), which ggml has removed", Name(.tensor))]
     RemovedTensorType { tensor: String, id: u32, name: &'static str },
+    #[error(transparent)]
+    NoBigEndianLayout(#[from] crate::formats::gguf::NoBigEndianLayout),
     #[error("tensor `{}` has {n_dims} dimensions (expected 1 to {max})", Name(.tensor))]
     BadDimensionCount { tensor: String, n_dims: u64, max: u64 },
     #[error("tensor `{}` shape {shape:?} has more elements than fit in 63 bits", Name(.tensor))]

@@ -192,6 +192,12 @@ impl ModelFile {
     /// they must be gathered instead (see [`ModelFile::gathered`]).
     fn run(&self, tensor: &TensorInfo) -> Result<Option<(&Source, Option<ElementConversion>)>> {
         Ok(match &tensor.layout {
+            StoredLayout::Converted(ElementConversion::FromBigEndian(ggml_type))
+                if gguf::ByteSwap::of(*ggml_type).is_none() =>
+            {
+                let refusal = gguf::NoBigEndianLayout { tensor: tensor.name.clone(), ggml_type: *ggml_type };
+                return Err(FormatError::new(self.path(), Some(tensor.file_offset), refusal.into()));
+            }
             StoredLayout::Native => Some((&self.source, None)),
             StoredLayout::Converted(conversion) => Some((&self.source, Some(*conversion))),
             StoredLayout::Placed(placement) => match placement.elements {
@@ -377,8 +383,8 @@ fn copy_converted(
     conversion: ElementConversion,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    const SLAB_ELEMENTS: u64 = 1 << 20;
-    let slab = SLAB_ELEMENTS * conversion.stored_size();
+    const SLAB_BYTES: u64 = 1 << 20;
+    let slab = (SLAB_BYTES / conversion.stored_size()).max(1) * conversion.stored_size();
     let mut done = 0;
     while done < tensor.stored_len {
         let len = slab.min(tensor.stored_len - done);

@@ -63,7 +63,8 @@ pub struct LegacyBlockLayout {
 }
 
 /// An exact element-by-element conversion from a dtype ggml lacks to one it
-/// has, applied when the tensor's bytes are read.
+/// has, or from big-endian data to ggml's, applied when the tensor's bytes
+/// are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ElementConversion {
     /// OCP FP8 E4M3 ("fn": no infinities; S.1111.111 is NaN) to f16.
@@ -82,6 +83,10 @@ pub enum ElementConversion {
     BoolToI8,
     U16ToI32,
     U32ToI64,
+    /// Big-endian blocks of this type to little-endian ones (see
+    /// `formats::gguf::ByteSwap`); a type with no big-endian layout is
+    /// refused when its bytes are asked for.
+    FromBigEndian(GgmlType),
 }
 
 /// One tensor of a model.

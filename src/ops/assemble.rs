@@ -59,8 +59,6 @@ pub enum AssembleError {
          (`unbundle` gives them back)"
     )]
     AlreadyBundle { number: usize },
-    #[error("{} is big-endian: a bundle holds little-endian parts only", part_label(*number, Some(*role)))]
-    BigEndian { number: usize, role: PartRole },
     #[error("no language model among the {count} parts (a part whose general.architecture is not clip)")]
     NoLanguageModel { count: usize },
     #[error("part {number} is a language model alone: a bundle needs at least one mmproj part")]
@@ -155,7 +153,7 @@ pub fn assemble(parts: &[&TensorSet]) -> Result<TensorSet, AssembleError> {
 }
 
 /// Each part's role, checking that no role or encoder comes twice and that
-/// every part is a little-endian model or mmproj, not a bundle.
+/// every part is a model or mmproj, not a bundle.
 fn classify<'a>(parts: &[&'a TensorSet]) -> Result<Vec<Part<'a>>, AssembleError> {
     let mut classified: Vec<Part<'a>> = Vec::with_capacity(parts.len());
     for (index, &set) in parts.iter().enumerate() {
@@ -165,9 +163,6 @@ fn classify<'a>(parts: &[&'a TensorSet]) -> Result<Vec<Part<'a>>, AssembleError>
         }
         let role =
             clip::part_role(&set.metadata).map_err(|problem| AssembleError::Part { number, role: None, problem })?;
-        if set.endian != Endian::Little {
-            return Err(AssembleError::BigEndian { number, role });
-        }
         for earlier in &classified {
             if earlier.role == role {
                 return Err(AssembleError::DuplicateRole { role, first: earlier.number, second: number });
@@ -418,10 +413,6 @@ mod tests {
     #[test]
     fn parts_that_cannot_be_bundled() {
         let (lm, v) = (language(32), vision(32));
-        let mut big = vision(32);
-        big.endian = Endian::Big;
-        let err = assemble(&[&lm, &big]).unwrap_err();
-        assert_eq!(err.to_string(), "part 2 (vision) is big-endian: a bundle holds little-endian parts only");
         let err = assemble(&[&lm]).unwrap_err();
         assert_eq!(err.to_string(), "part 1 is a language model alone: a bundle needs at least one mmproj part");
         let err = assemble(&[]).unwrap_err();

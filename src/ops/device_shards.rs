@@ -17,7 +17,7 @@ use crate::artifact::{Tensor, TensorSet};
 use crate::files::{Replaces, WriteGuard};
 use crate::formats::gguf::{self, TensorDataSource};
 use crate::formats::{AtomicOutput, FormatError, ModelFile};
-use crate::model::{Array, AxisCut, Metadata, TensorInfo, Value};
+use crate::model::{Array, AxisCut, Endian, Metadata, TensorInfo, Value};
 use crate::ops::split::ShardPlan;
 use crate::text::Name;
 
@@ -178,7 +178,7 @@ pub fn write_shards(model: &ModelFile, plan: &DevicePlan, prefix: &Path) -> Resu
         let mut source = Slices { model, cuts: &cuts };
         let io = |source: io::Error| DeviceShardError::Io { source, path: path.clone() };
         let mut out = AtomicOutput::create(checked).map_err(io)?;
-        gguf::write_gguf(out.writer(), model.endian, &shard.metadata, &tensors, &mut source).map_err(io)?;
+        gguf::write_gguf(out.writer(), Endian::Little, &shard.metadata, &tensors, &mut source).map_err(io)?;
         out.commit().map_err(io)?;
         written.push(path);
     }
@@ -257,7 +257,7 @@ pub fn merge_shards(any: &Path, out: &Path) -> Result<(), DeviceShardError> {
     let mut data = Gathered { shards: &shards, whole: &tensors, sources: &sources };
     let io = |source: io::Error| DeviceShardError::Io { source, path: out.to_owned() };
     let mut file = AtomicOutput::create(&checked).map_err(io)?;
-    gguf::write_gguf(file.writer(), shards[0].endian, &metadata, &tensors, &mut data).map_err(io)?;
+    gguf::write_gguf(file.writer(), Endian::Little, &metadata, &tensors, &mut data).map_err(io)?;
     file.commit().map_err(io)?;
     Ok(())
 }

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use crate::arch::split::Devices;
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::formats::parse_size;
+use crate::model::Endian;
 use crate::ops::device_shards;
 use crate::ops::split::{self, ShardPlan, SplitError, SplitKeyOrder, SplitLimit, SplitOptions, WriterSplit};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, ParamValue, Params};
@@ -27,6 +28,7 @@ pub const SPEC: OpSpec = OpSpec::new(
         ParamSpec::optional("split", ParamKind::Table),
         ParamSpec::optional("devices", ParamKind::Table),
         ParamSpec::optional("attest", ParamKind::Bool),
+        ParamSpec::optional("byte_order", ParamKind::Str),
     ],
 )
 .sink();
@@ -76,6 +78,9 @@ pub struct ExportOptions {
     /// after each complete run. Not part of the key: it changes no byte of
     /// the output.
     pub attest: bool,
+    /// The byte order of a GGUF written; `None` keeps the set's own (its
+    /// input's, for a set only edited; little-endian for one computed).
+    pub byte_order: Option<Endian>,
 }
 
 impl ExportOptions {
@@ -112,8 +117,22 @@ impl ExportOptions {
         {
             problems.push(p.error("split", "a SafeTensors split takes `max_size` only"));
         }
+        let byte_order = match p.str("byte_order") {
+            None => None,
+            Some(("little", _)) => Some(Endian::Little),
+            Some(("big", _)) => Some(Endian::Big),
+            Some((other, _)) => {
+                problems.push(
+                    p.error("byte_order", format!("`{other}` is not a byte order")).suggest(other, ["little", "big"]),
+                );
+                None
+            }
+        };
+        if byte_order.is_some() && format == ExportFormat::SafeTensors {
+            problems.push(p.error("byte_order", "SafeTensors is little-endian only"));
+        }
         if problems.is_empty() {
-            Ok(ExportOptions { path, format, split, attest: p.bool("attest") })
+            Ok(ExportOptions { path, format, split, attest: p.bool("attest"), byte_order })
         } else {
             Err(problems)
         }
@@ -139,7 +158,12 @@ impl ExportOptions {
             ExportFormat::Gguf => "gguf",
             ExportFormat::SafeTensors => "safetensors",
         };
-        serde_json::json!({ "format": format, "split": split })
+        let mut key = serde_json::json!({ "format": format, "split": split });
+        // Only when set: the keys of exports that keep the set's order stay as they were.
+        if let Some(order) = self.byte_order {
+            key["byte_order"] = serde_json::json!(order);
+        }
+        key
     }
 }
 

@@ -57,7 +57,8 @@ pub fn apply_split(shards: &[(&ModelFile, Key)], options: MergeOptions) -> Resul
         .flat_map(|(model, content)| model.tensors.iter().enumerate().map(|(i, t)| Tensor::from_input(*content, i, t)))
         .collect();
     Ok(TensorSet {
-        endian: first.endian,
+        // As `merge` writes it: little-endian, whatever the shards' order.
+        endian: crate::model::Endian::Little,
         metadata: merged_metadata(&first.metadata, options.keep_split_keys),
         tensors,
         header_end: HeaderEnd::Aligned,

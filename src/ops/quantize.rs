@@ -168,9 +168,6 @@ pub fn apply(
     imatrix: Option<&ImportanceMatrix>,
     store: &dyn Store,
 ) -> Result<TensorSet, QuantizeError> {
-    if input.endian == Endian::Big {
-        return Err(QuantizeError::BigEndian);
-    }
     let infos = input.infos();
     let plan = plan(&input.metadata, &infos, options, imatrix)?;
     let mut tensors = Vec::with_capacity(plan.tensors.len());
@@ -195,5 +192,7 @@ pub fn apply(
         };
         tensors.push(Tensor::convert(renamed(), planned.info.ggml_type, importance));
     }
-    Ok(TensorSet { endian: input.endian, metadata: plan.metadata, tensors, header_end: HeaderEnd::Aligned })
+    // Little-endian, as llama-quantize writes on a little-endian host (a
+    // big-endian input's bytes were swapped as they were read).
+    Ok(TensorSet { endian: Endian::Little, metadata: plan.metadata, tensors, header_end: HeaderEnd::Aligned })
 }

@@ -43,7 +43,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::formats::{ErrorKind, FormatError, ModelFile, OpenOptions, Source, detect_bytes};
-use crate::model::{Array, Endian, GgufString, Metadata, TensorInfo, Value};
+use crate::model::{Array, GgufString, Metadata, TensorInfo, Value};
 use crate::text::Name;
 use crate::types::GgmlType;
 
@@ -394,14 +394,9 @@ fn legacy_weights(stored: impl Iterator<Item = f32>, ncall: i32) -> Vec<f32> {
     }
 }
 
-fn f32s(bytes: &[u8], endian: Endian) -> impl Iterator<Item = f32> + '_ {
-    bytes.chunks_exact(4).map(move |b| {
-        let b = [b[0], b[1], b[2], b[3]];
-        match endian {
-            Endian::Little => f32::from_le_bytes(b),
-            Endian::Big => f32::from_be_bytes(b),
-        }
-    })
+/// Little-endian f32s (a big-endian file's tensors are swapped on read).
+fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// A bounds-checked cursor over a mapped (or read) file.
@@ -526,7 +521,7 @@ fn load_legacy(path: &Path, source: &Source) -> Result<ImportanceMatrix> {
         }
         let data = cur.take(nval as u64 * 4, &field("values", Some(name)))?;
         // A repeated name replaces the earlier entry, as in llama.cpp's map.
-        entries.insert(name.to_owned(), legacy_weights(f32s(&data, Endian::Little), ncall));
+        entries.insert(name.to_owned(), legacy_weights(f32s(&data), ncall));
     }
 
     // The trailer is optional, and llama.cpp reads whatever of it is there:
@@ -622,10 +617,10 @@ fn load_gguf(path: &Path) -> Result<ImportanceMatrix> {
             return Err(err(ImatrixErrorKind::SumsNotRows { entry: name.to_owned(), sums: n_sums, counts: n_counts }));
         }
         let counts_data = model.tensor_data(counts)?;
-        let counts: Vec<i64> = f32s(&counts_data, model.endian).map(lround).collect();
+        let counts: Vec<i64> = f32s(&counts_data).map(lround).collect();
         let sums_data = model.tensor_data(sums)?;
         let n_per_row = (n_sums / n_counts) as usize;
-        entries.insert(name.to_owned(), gguf_weights(f32s(&sums_data, model.endian), &counts, n_per_row));
+        entries.insert(name.to_owned(), gguf_weights(f32s(&sums_data), &counts, n_per_row));
     }
 
     let missing: Vec<String> = [KV_IMATRIX_DATASETS, KV_IMATRIX_CHUNK_COUNT, KV_IMATRIX_CHUNK_SIZE]

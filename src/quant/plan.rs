@@ -249,8 +249,6 @@ pub enum QuantizeError {
     NeedsImatrix { tensor: String, ty: GgmlType },
     #[error("tensor `{}`: {source}", Name(.tensor))]
     Codec { tensor: String, source: CodecError },
-    #[error("input tensors are big-endian; quantizing them is not supported yet")]
-    BigEndian,
 }
 
 /// One output tensor.

@@ -205,6 +205,7 @@ impl Recipe {
             format: crate::ops::export::ExportFormat::Gguf,
             split: job.split,
             attest: false,
+            byte_order: job.byte_order,
         });
         nodes.push(node("export", export, Source::Node(nodes.len() - 1), Vec::new()));
         Recipe { name: job.name.into(), inputs, nodes, source: None, remote: None, jobs: None, cache: None }
@@ -247,6 +248,7 @@ impl Recipe {
             format: crate::ops::export::ExportFormat::Gguf,
             split: crate::ops::export::SplitMode::Whole,
             attest: false,
+            byte_order: None,
         };
         nodes.push(node("export".into(), Op::Export(export), vec![Source::Node(parts.len())]));
         Recipe { name: "assemble".into(), inputs, nodes, source: None, remote: None, jobs: None, cache: None }
@@ -267,6 +269,8 @@ pub struct OneShot<'a> {
     pub ops: Vec<(Op, Vec<usize>)>,
     pub output: &'a Path,
     pub split: crate::ops::export::SplitMode,
+    /// The output's byte order; `None` keeps the result's own.
+    pub byte_order: Option<crate::model::Endian>,
 }
 
 /// An input of a one-shot command besides its model.

@@ -5,8 +5,11 @@
 //! padded to the alignment). Version 1 used 32-bit counts, lengths and
 //! dimensions where later versions use 64-bit ones.
 
+mod byte_order;
 mod reader;
 mod writer;
+
+pub use byte_order::{ByteSwap, NoBigEndianLayout, check_big_endian};
 
 pub use reader::{GgufHeader, read_header, read_header_bytes};
 pub use writer::{GgufLayout, TensorDataSource, file_len, header_len, layout, write_gguf, write_header, write_padding};

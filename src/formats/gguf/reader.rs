@@ -6,8 +6,8 @@ use crate::formats::bytes::{ByteReader, Field};
 use crate::formats::error::{ErrorKind, Result};
 use crate::formats::resolve_tensor_type;
 use crate::model::{
-    Array, Endian, GgufString, Metadata, StoredLayout, StringArray, TensorInfo, Value, ValueType, element_count,
-    tensor_bytes,
+    Array, ElementConversion, Endian, GgufString, Metadata, StoredLayout, StringArray, TensorInfo, Value, ValueType,
+    element_count, tensor_bytes,
 };
 use crate::types::GgmlType;
 
@@ -79,7 +79,12 @@ pub fn read_header(r: &mut ByteReader<'_>) -> Result<GgufHeader> {
     let infos = read_tensor_infos(r, dialect, n_tensors)?;
     let header_len = r.pos();
     let data_offset = align_up(header_len, alignment);
-    let tensors = place_tensors(r, infos, data_offset, alignment)?;
+    let mut tensors = place_tensors(r, infos, data_offset, alignment)?;
+    if endian == Endian::Big {
+        for tensor in &mut tensors {
+            tensor.layout = StoredLayout::Converted(ElementConversion::FromBigEndian(tensor.ggml_type));
+        }
+    }
     Ok(GgufHeader { version, endian, metadata, tensors, alignment, data_offset, header_len })
 }
 

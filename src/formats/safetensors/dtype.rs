@@ -175,6 +175,8 @@ impl ElementConversion {
         match self {
             ElementConversion::U16ToI32 => 2,
             ElementConversion::U32ToI64 => 4,
+            // An element here is a block.
+            ElementConversion::FromBigEndian(ty) => ty.type_size(),
             _ => 1,
         }
     }
@@ -190,6 +192,7 @@ impl ElementConversion {
             ElementConversion::BoolToI8 => GgmlType::I8,
             ElementConversion::U16ToI32 => GgmlType::I32,
             ElementConversion::U32ToI64 => GgmlType::I64,
+            ElementConversion::FromBigEndian(ty) => ty,
         }
     }
 
@@ -229,6 +232,13 @@ impl ElementConversion {
                     .chunks_exact(4)
                     .flat_map(|c| i64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes()),
             ),
+            ElementConversion::FromBigEndian(ty) => {
+                out.extend_from_slice(&stored[..n * self.stored_size() as usize]);
+                // `ModelFile` reads no bytes of a type without a swap.
+                if let Some(swap) = crate::formats::gguf::ByteSwap::of(ty) {
+                    swap.apply(&mut out);
+                }
+            }
         }
         out
     }
