@@ -213,6 +213,39 @@ fn edit_sets_deletes_and_renames() {
 }
 
 #[test]
+fn edit_refuses_to_change_a_keys_type_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("edited.gguf");
+    let tiny = common::tiny_model();
+    let edit = |extra: &[&str]| {
+        let mut args =
+            vec!["edit", tiny.to_str().unwrap(), out.to_str().unwrap(), "--set", "llama.context_length=u64:4096"];
+        args.extend_from_slice(extra);
+        common::quantforge(&args.iter().map(OsStr::new).collect::<Vec<_>>())
+    };
+    let refused = edit(&[]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("cannot set `llama.context_length` as u64: it is u32 in the input")
+            && err.contains("edit --force-type"),
+        "{err}"
+    );
+    assert!(!out.exists());
+
+    run(&[
+        OsStr::new("edit"),
+        tiny.as_os_str(),
+        out.as_os_str(),
+        OsStr::new("--set"),
+        OsStr::new("llama.context_length=u64:4096"),
+        OsStr::new("--force-type"),
+    ]);
+    let model = ModelFile::open(&out, OpenOptions::default()).unwrap();
+    assert_eq!(model.metadata.get("llama.context_length"), Some(&Value::U64(4096)));
+}
+
+#[test]
 fn edit_refusals() {
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("copy.gguf");

@@ -170,6 +170,9 @@ enum Command {
         /// Rename a tensor.
         #[arg(long = "rename-tensor", value_name = "OLD=NEW", value_parser = edit::parse_rename)]
         rename_tensor: Vec<(String, String)>,
+        /// Let --set change the type of a key the input has (refused otherwise).
+        #[arg(long = "force-type")]
+        force_type: bool,
         /// Write the copy in this byte order (default: the input's), as
         /// gguf_convert_endian.py converts: F32, F16, BF16, Q1_0, Q4_0, Q8_0,
         /// Q4_K, Q6_K, TQ2_0, MXFP4 and NVFP4 tensors; any other type is refused.
@@ -656,8 +659,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             io::stdout().lock().write_all(text.as_bytes())?;
         }
         Command::Cache(command) => cache::run(command, json)?,
-        Command::Edit { input, output, set, delete, rename_tensor, byte_order, load, cache } => {
-            let edits = Edits { set, delete, rename_tensors: rename_tensor };
+        Command::Edit { input, output, set, delete, rename_tensor, force_type, byte_order, load, cache } => {
+            let edits = Edits { set, delete, rename_tensors: rename_tensor, force_type };
             let settings = cache.settings(Some(1), load.options())?;
             let report = oneshot::edit_file(&input, &output, edits, byte_order, &settings)
                 .with_context(|| format!("cannot edit {}", input.display()))?;

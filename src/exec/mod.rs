@@ -119,7 +119,7 @@ pub enum NodeError {
     #[error(transparent)]
     Rename(#[from] ops::rename::RenameError),
     #[error(transparent)]
-    Metadata(#[from] ops::metadata::NoSuchKey),
+    Metadata(#[from] ops::metadata::MetadataError),
     #[error(transparent)]
     Materialize(#[from] MaterializeError),
     #[error(transparent)]
@@ -943,7 +943,7 @@ impl Shared {
             }
             Op::Filter(o) => ops::filter::apply(input()?, o),
             Op::Rename(o) => ops::rename::apply(input()?, o)?,
-            Op::SetMetadata(o) => o.apply(input()?),
+            Op::SetMetadata(o) => o.apply(input()?)?,
             Op::DeleteMetadata(o) => o.apply(input()?)?,
             Op::Assemble => ops::assemble::assemble(&inputs.iter().map(Arc::as_ref).collect::<Vec<_>>())?,
             Op::Unbundle(o) => ops::assemble::unbundle(input()?, o.part)?,

@@ -16,6 +16,8 @@ pub struct Edits {
     pub set: Vec<(String, Value)>,
     pub delete: Vec<String>,
     pub rename_tensors: Vec<(String, String)>,
+    /// Let `set` change an existing key's type.
+    pub force_type: bool,
 }
 
 impl Edits {
@@ -26,7 +28,7 @@ impl Edits {
             ops.push(Op::DeleteMetadata(DeleteMetadata { keys: self.delete }));
         }
         if !self.set.is_empty() {
-            ops.push(Op::SetMetadata(SetMetadata { values: self.set }));
+            ops.push(Op::SetMetadata(SetMetadata { values: self.set, force_type: self.force_type }));
         }
         if !self.rename_tensors.is_empty() {
             ops.push(Op::Rename(RenameOptions { renames: self.rename_tensors }));
