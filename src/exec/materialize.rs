@@ -412,21 +412,28 @@ impl Materializer<'_> {
     }
 
     fn big_endian_input(&self, tensor: &Tensor) -> Result<Option<(Arc<ModelFile>, u64, u64)>, MaterializeError> {
-        let TensorData::Input { file, index } = &tensor.data else { return Ok(None) };
-        let model = self.files.model(file)?;
-        let info = self.input_info(&model, *index, tensor)?;
-        let (offset, len) = (info.file_offset, info.stored_len);
-        let big = matches!(info.layout, StoredLayout::Converted(ElementConversion::FromBigEndian(_)));
-        Ok(big.then_some((model, offset, len)))
+        self.stored_input(tensor, |layout| {
+            matches!(layout, StoredLayout::Converted(ElementConversion::FromBigEndian(_)))
+        })
     }
 
     /// The input file and range holding `tensor`'s bytes as they are, if any.
     fn input_range(&self, tensor: &Tensor) -> Result<Option<(Arc<ModelFile>, u64, u64)>, MaterializeError> {
+        self.stored_input(tensor, |layout| matches!(layout, StoredLayout::Native))
+    }
+
+    /// The input file and stored range of `tensor`, when it is an input's
+    /// tensor stored in a layout `wanted` takes.
+    fn stored_input(
+        &self,
+        tensor: &Tensor,
+        wanted: fn(&StoredLayout) -> bool,
+    ) -> Result<Option<(Arc<ModelFile>, u64, u64)>, MaterializeError> {
         let TensorData::Input { file, index } = &tensor.data else { return Ok(None) };
         let model = self.files.model(file)?;
         let info = self.input_info(&model, *index, tensor)?;
-        let (offset, len) = (info.file_offset, info.stored_len);
-        Ok(matches!(info.layout, StoredLayout::Native).then_some((model, offset, len)))
+        let (offset, len, keep) = (info.file_offset, info.stored_len, wanted(&info.layout));
+        Ok(keep.then_some((model, offset, len)))
     }
 
     /// Encodes `tensor` into `out` at `offset` (and a blob), or, when
