@@ -103,6 +103,14 @@ pub fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Reads a small UTF-8 text file (a chat template) as Python's text mode
+/// does, its newlines universal: `\r\n` and `\r` read as `\n`.
+pub fn read_text(path: &Path, limit: u64) -> io::Result<String> {
+    let text = String::from_utf8(read_regular(path, limit)?)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("is not UTF-8 text: {e}")))?;
+    Ok(if text.contains('\r') { text.replace("\r\n", "\n").replace('\r', "\n") } else { text })
+}
+
 /// sha256 of a file another tool or person will check against (Hugging
 /// Face and most publishers list it), hex.
 pub fn sha256_file(path: &Path) -> io::Result<String> {

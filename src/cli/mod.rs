@@ -9,6 +9,7 @@ mod cache;
 mod chart;
 mod convert;
 mod diff;
+mod edit;
 mod gguf_split;
 mod inspect;
 mod json;
@@ -32,10 +33,8 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::exec::oneshot::{self, OneShotSettings};
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
-use crate::model::Endian;
 use crate::ops::Op;
 use crate::ops::dequantize::DequantizeOptions;
-use crate::ops::edit::{self, Edits};
 use crate::ops::inspect::InspectOptions;
 use crate::quant::mixture::TensorTypeOverride;
 use crate::quant::plan::KvOverride;
@@ -155,34 +154,7 @@ enum Command {
     ///
     /// Tensor data is copied, not decoded; with no edits the output is
     /// byte-identical to a GGUF input.
-    Edit {
-        /// The model to copy.
-        input: PathBuf,
-        /// The edited copy (GGUF).
-        output: PathBuf,
-        /// Set a metadata key: KEY=TYPE:VALUE with TYPE one of
-        /// u8 i8 u16 i16 u32 i32 u64 i64 f32 f64 bool str.
-        #[arg(long = "set", value_name = "KEY=TYPE:VALUE", value_parser = edit::parse_set)]
-        set: Vec<(String, crate::model::Value)>,
-        /// Delete a metadata key.
-        #[arg(long = "delete", value_name = "KEY")]
-        delete: Vec<String>,
-        /// Rename a tensor.
-        #[arg(long = "rename-tensor", value_name = "OLD=NEW", value_parser = edit::parse_rename)]
-        rename_tensor: Vec<(String, String)>,
-        /// Let --set change the type of a key the input has (refused otherwise).
-        #[arg(long = "force-type")]
-        force_type: bool,
-        /// Write the copy in this byte order (default: the input's), as
-        /// gguf_convert_endian.py converts: F32, F16, BF16, Q1_0, Q4_0, Q8_0,
-        /// Q4_K, Q6_K, TQ2_0, MXFP4 and NVFP4 tensors; any other type is refused.
-        #[arg(long = "byte-order", value_name = "ORDER", value_parser = byte_order_parser())]
-        byte_order: Option<Endian>,
-        #[command(flatten)]
-        load: LoadArgs,
-        #[command(flatten)]
-        cache: CacheArgs,
-    },
+    Edit(Box<edit::EditArgs>),
     /// Quantize a model: `quantize [FLAGS] IN [OUT] TYPE [NTHREADS]`, byte-identical to llama-quantize.
     #[command(after_help = quantize::preset_list())]
     Quantize(Box<QuantizeArgs>),
@@ -488,7 +460,7 @@ fn parse_ggml_type(text: &str) -> Result<GgmlType, String> {
 }
 
 #[derive(Debug, clap::Args)]
-struct LoadArgs {
+pub(super) struct LoadArgs {
     /// Read the file with plain reads instead of memory-mapping it.
     #[arg(long)]
     no_mmap: bool,
@@ -659,13 +631,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             io::stdout().lock().write_all(text.as_bytes())?;
         }
         Command::Cache(command) => cache::run(command, json)?,
-        Command::Edit { input, output, set, delete, rename_tensor, force_type, byte_order, load, cache } => {
-            let edits = Edits { set, delete, rename_tensors: rename_tensor, force_type };
-            let settings = cache.settings(Some(1), load.options())?;
-            let report = oneshot::edit_file(&input, &output, edits, byte_order, &settings)
-                .with_context(|| format!("cannot edit {}", input.display()))?;
-            wrote("edit", &report, json)?;
-        }
+        Command::Edit(args) => edit::run(*args, json)?,
         Command::Quantize(args) => quantize::run(*args, json)?,
         Command::Verify(args) => verify::run(args, json)?,
         // An attestation is a JSON document already.
@@ -805,12 +771,6 @@ fn workers(requested: Option<usize>) -> usize {
 }
 
 /// `big` or `little`.
-fn byte_order_parser() -> impl clap::builder::TypedValueParser<Value = Endian> {
-    use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(["big", "little"])
-        .map(|order| if order == "big" { Endian::Big } else { Endian::Little })
-}
-
 #[cfg(test)]
 mod help_tests {
     use super::*;

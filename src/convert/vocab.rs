@@ -13,8 +13,9 @@ use super::checkpoint::{Checkpoint, read_optional_json};
 use super::error::ConvertError;
 use super::family::Vocab;
 use super::pre_tokenizer::pre_tokenizer_name;
+use crate::files::IoText;
 use crate::formats::sentencepiece::{PieceType, SentencePieceModel};
-use crate::model::{Array, Metadata, Value};
+use crate::model::{Array, ChatTemplate, Metadata, SpecialToken, TOKENS_KEY, Value};
 
 /// GGUF token types (`tokenizer.ggml.token_type`).
 const NORMAL: i32 = 1;
@@ -150,7 +151,7 @@ fn xlm_roberta(ckpt: &Checkpoint, files: &TokenizerFiles, keys: &mut Metadata) -
     let n_vocab = tokens.len();
     keys.set("tokenizer.ggml.model", Value::string("t5"));
     keys.set("tokenizer.ggml.pre", Value::string("default"));
-    keys.set("tokenizer.ggml.tokens", string_array(tokens));
+    keys.set(TOKENS_KEY, string_array(tokens));
     keys.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
     keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     let normalizer = model.normalizer;
@@ -216,7 +217,7 @@ fn internlm2(ckpt: &Checkpoint, files: &TokenizerFiles, keys: &mut Metadata) -> 
     let n_vocab = tokens.len();
     keys.set("tokenizer.ggml.model", Value::string("llama"));
     keys.set("tokenizer.ggml.pre", Value::string("default"));
-    keys.set("tokenizer.ggml.tokens", string_array(tokens));
+    keys.set(TOKENS_KEY, string_array(tokens));
     keys.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
     keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     keys.set("tokenizer.ggml.add_space_prefix", Value::Bool(model.normalizer.add_dummy_prefix));
@@ -353,7 +354,7 @@ fn sentencepiece_keys(
     let n_vocab = tokens.len();
     keys.set("tokenizer.ggml.model", Value::string("llama"));
     keys.set("tokenizer.ggml.pre", Value::string("default"));
-    keys.set("tokenizer.ggml.tokens", string_array(tokens));
+    keys.set(TOKENS_KEY, string_array(tokens));
     keys.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
     keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     SpecialVocab::load(ckpt, files, false, Some(n_vocab))?.write(keys);
@@ -381,7 +382,7 @@ fn gpt2_tokens(
     let (tokens, types) = vocab_base(ckpt, files)?;
     keys.set("tokenizer.ggml.model", Value::string("gpt2"));
     keys.set("tokenizer.ggml.pre", Value::string(&pre_tokenizer_name(ckpt, pre)?));
-    keys.set("tokenizer.ggml.tokens", string_array(tokens));
+    keys.set(TOKENS_KEY, string_array(tokens));
     keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     Ok(())
 }
@@ -407,7 +408,7 @@ fn word_piece(
     let tokens: Vec<String> = tokens.into_iter().zip(&types).map(phantom).collect();
     keys.set("tokenizer.ggml.model", Value::string("bert"));
     keys.set("tokenizer.ggml.pre", Value::string(&pre_tokenizer_name(ckpt, pre)?));
-    keys.set("tokenizer.ggml.tokens", string_array(tokens));
+    keys.set(TOKENS_KEY, string_array(tokens));
     keys.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     SpecialVocab::load(ckpt, files, false, Some(n_vocab))?.write(keys);
     Ok(())
@@ -538,7 +539,7 @@ impl SpecialVocab {
         }
         if let Some(config) = config.as_ref().filter(|c| c.as_object().is_some_and(|o| !o.is_empty())) {
             v.chat_template = match config.get("chat_template") {
-                Some(template) => ChatTemplate::of(template, "tokenizer_config.json")?,
+                Some(template) => chat_template_of(template, "tokenizer_config.json")?,
                 None => chat_template_file(&ckpt.dir)?,
             };
             for &typ in &types {
@@ -749,25 +750,25 @@ impl SpecialVocab {
             keys.set("tokenizer.ggml.merges", string_array(self.merges));
         }
         for (typ, id) in self.ids {
-            let key = match typ.as_str() {
-                "bos" => "tokenizer.ggml.bos_token_id",
-                "eos" => "tokenizer.ggml.eos_token_id",
-                "unk" => "tokenizer.ggml.unknown_token_id",
-                "sep" => "tokenizer.ggml.seperator_token_id",
-                "pad" => "tokenizer.ggml.padding_token_id",
-                "mask" => "tokenizer.ggml.mask_token_id",
-                "eot" => "tokenizer.ggml.eot_token_id",
-                "eom" => "tokenizer.ggml.eom_token_id",
+            let token = match typ.as_str() {
+                "bos" => SpecialToken::Bos,
+                "eos" => SpecialToken::Eos,
+                "unk" => SpecialToken::Unknown,
+                "sep" => SpecialToken::Seperator,
+                "pad" => SpecialToken::Padding,
+                "mask" => SpecialToken::Mask,
+                "eot" => SpecialToken::Eot,
+                "eom" => SpecialToken::Eom,
                 _ => continue,
             };
-            keys.set(key, Value::U32(id as u32));
+            keys.set(token.key(), Value::U32(id as u32));
         }
         for (typ, add) in self.add {
             if matches!(typ.as_str(), "bos" | "eos" | "sep") {
                 keys.set(&format!("tokenizer.ggml.add_{typ}_token"), Value::Bool(add));
             }
         }
-        if let Some(template) = self.chat_template {
+        if let Some(template) = &self.chat_template {
             template.write(keys);
         }
         if let Some(lowercase) = self.normalizer_lowercase {
@@ -779,80 +780,10 @@ impl SpecialVocab {
     }
 }
 
-/// A chat template as `SpecialVocab` takes it: one, or a list of named
-/// ones (`default` the plain key's, every other `tokenizer.chat_template.NAME`).
-#[derive(Debug, Clone, PartialEq)]
-enum ChatTemplate {
-    One(String),
-    Named(Vec<(String, String)>),
-}
-
-impl ChatTemplate {
-    /// The template `value` of file `source`: a string, a list of
-    /// `{name, template}` entries, or null (none); anything else is refused
-    /// (the converter drops it with a warning).
-    fn of(value: &Json, source: &str) -> Result<Option<ChatTemplate>, ConvertError> {
-        let refuse = |what: String| ConvertError::Config(format!("{source}: `chat_template` {what}"));
-        match value {
-            Json::Null => Ok(None),
-            Json::String(template) => Ok(Some(ChatTemplate::One(template.clone()))),
-            Json::Array(entries) => {
-                let mut named = Vec::with_capacity(entries.len());
-                for entry in entries {
-                    let name = match entry.get("name") {
-                        None => "",
-                        Some(name) => name.as_str().ok_or_else(|| refuse(format!("names a template with {name}")))?,
-                    };
-                    match entry.get("template") {
-                        None | Some(Json::Null) => {}
-                        Some(Json::String(template)) => named.push((name.to_owned(), template.clone())),
-                        Some(other) => return Err(refuse(format!("has a template that is {other}, not text"))),
-                    }
-                }
-                Ok(Some(ChatTemplate::Named(named)))
-            }
-            other => Err(refuse(format!("is {other}, neither text nor a list of named templates"))),
-        }
-    }
-
-    /// gguf-py's `add_chat_template`: names kept to ASCII letters and
-    /// digits (others become `_`), unnamed ones dropped; each named one
-    /// under its own key in list order (a repeated name overwrites in
-    /// place), then the list of names, then the default as the plain key.
-    /// The converter lists the names in the order of a Python set, which
-    /// differs from run to run; this lists them in their first order.
-    fn write(self, keys: &mut Metadata) {
-        let template = match self {
-            ChatTemplate::One(template) => Some(template),
-            ChatTemplate::Named(entries) => {
-                let mut default = None;
-                let mut names: Vec<String> = Vec::new();
-                for (name, template) in entries {
-                    let name: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-                    match name.as_str() {
-                        "" => {}
-                        "default" => default = Some(template),
-                        _ => {
-                            // gguf-py's `add_string` writes no empty text.
-                            if !template.is_empty() {
-                                keys.set(&format!("tokenizer.chat_template.{name}"), Value::string(&template));
-                            }
-                            if !names.contains(&name) {
-                                names.push(name);
-                            }
-                        }
-                    }
-                }
-                if !names.is_empty() {
-                    keys.set("tokenizer.chat_templates", string_array(names));
-                }
-                default
-            }
-        };
-        if let Some(template) = template.filter(|t| !t.is_empty()) {
-            keys.set("tokenizer.chat_template", Value::string(&template));
-        }
-    }
+/// The template `value` of file `source`, refused as the file's (the
+/// converter drops a template it cannot read, with a warning).
+fn chat_template_of(value: &Json, source: &str) -> Result<Option<ChatTemplate>, ConvertError> {
+    ChatTemplate::from_json(value).map_err(|what| ConvertError::Config(format!("{source}: `chat_template` {what}")))
 }
 
 /// `chat_template.jinja` (read, as every template file, with universal
@@ -862,9 +793,8 @@ impl ChatTemplate {
 /// order), or `chat_template.json`'s.
 fn chat_template_file(dir: &Path) -> Result<Option<ChatTemplate>, ConvertError> {
     let read = |path: &Path| -> Result<String, ConvertError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| ConvertError::Config(format!("{}: {e}", path.display())))?;
-        Ok(text.replace("\r\n", "\n").replace('\r', "\n"))
+        crate::files::read_text(path, ChatTemplate::FILE_LIMIT)
+            .map_err(|e| ConvertError::Config(format!("{}: {}", path.display(), IoText(&e))))
     };
     let jinja = dir.join("chat_template.jinja");
     if jinja.is_file() {
@@ -891,7 +821,7 @@ fn chat_template_file(dir: &Path) -> Result<Option<ChatTemplate>, ConvertError> 
         return Ok(Some(ChatTemplate::Named(named)));
     }
     match read_optional_json(&dir.join("chat_template.json"))? {
-        Some(json) => json.get("chat_template").map_or(Ok(None), |t| ChatTemplate::of(t, "chat_template.json")),
+        Some(json) => json.get("chat_template").map_or(Ok(None), |t| chat_template_of(t, "chat_template.json")),
         None => Ok(None),
     }
 }
@@ -899,25 +829,6 @@ fn chat_template_file(dir: &Path) -> Result<Option<ChatTemplate>, ConvertError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn named_chat_templates_list_their_names_once_in_first_order() {
-        let named = |entries: &[(&str, &str)]| {
-            ChatTemplate::Named(entries.iter().map(|&(n, t)| (n.to_owned(), t.to_owned())).collect())
-        };
-        let mut keys = Metadata::default();
-        named(&[("rag", "r1"), ("tool use", "t"), ("rag", "r2"), ("default", "d")]).write(&mut keys);
-        let got: Vec<(&str, Value)> = keys.iter().map(|(k, v)| (k, v.clone())).collect();
-        assert_eq!(
-            got,
-            [
-                ("tokenizer.chat_template.rag", Value::string("r2")),
-                ("tokenizer.chat_template.tool_use", Value::string("t")),
-                ("tokenizer.chat_templates", string_array(vec!["rag".to_owned(), "tool_use".to_owned()])),
-                ("tokenizer.chat_template", Value::string("d")),
-            ]
-        );
-    }
 
     #[test]
     fn normalizer_flags_nest_like_gguf_py() {

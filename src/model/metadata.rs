@@ -263,6 +263,10 @@ pub enum Value {
     F64(f64),
 }
 
+/// Arrays nested deeper than this are refused: real files nest at most one
+/// level, and unbounded recursion on hostile input would blow the stack.
+pub const MAX_ARRAY_NESTING: u32 = 32;
+
 /// A homogeneous array; arrays of arrays hold inner arrays of any element type.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Array {
@@ -325,33 +329,6 @@ impl Value {
             Value::I64(v) => u64::try_from(v).ok(),
             _ => None,
         }
-    }
-
-    /// Parses the `VALUE` of a command-line `KEY=TYPE:VALUE`.
-    pub fn parse(value_type: ValueType, text: &str) -> Result<Value, String> {
-        fn num<T: std::str::FromStr>(text: &str, ty: ValueType) -> Result<T, String> {
-            text.trim().parse().map_err(|_| format!("`{text}` is not a valid {ty} value"))
-        }
-        let ty = value_type;
-        Ok(match ty {
-            ValueType::U8 => Value::U8(num(text, ty)?),
-            ValueType::I8 => Value::I8(num(text, ty)?),
-            ValueType::U16 => Value::U16(num(text, ty)?),
-            ValueType::I16 => Value::I16(num(text, ty)?),
-            ValueType::U32 => Value::U32(num(text, ty)?),
-            ValueType::I32 => Value::I32(num(text, ty)?),
-            ValueType::U64 => Value::U64(num(text, ty)?),
-            ValueType::I64 => Value::I64(num(text, ty)?),
-            ValueType::F32 => Value::F32(num(text, ty)?),
-            ValueType::F64 => Value::F64(num(text, ty)?),
-            ValueType::Bool => match text.trim() {
-                "true" | "1" => Value::Bool(true),
-                "false" | "0" => Value::Bool(false),
-                _ => return Err(format!("`{text}` is not a bool (use true or false)")),
-            },
-            ValueType::String => Value::string(text),
-            ValueType::Array => return Err("arrays cannot be set from the command line".into()),
-        })
     }
 }
 
@@ -477,6 +454,11 @@ impl Metadata {
     pub fn remove(&mut self, key: &str) -> bool {
         let idx = self.entries.iter().position(|(k, _)| k == key);
         idx.map(|idx| self.entries.remove(idx)).is_some()
+    }
+
+    /// Keeps the keys `keep` accepts, in order.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.entries.retain(|(k, _)| keep(k));
     }
 
     pub fn get_str(&self, key: &str) -> Option<&str> {

@@ -7,10 +7,14 @@
 mod metadata;
 mod slice;
 mod tensor;
+mod tokenizer_keys;
+mod written_value;
 
-pub use metadata::{Array, GgufString, Metadata, StringArray, Value, ValueType};
+pub use metadata::{Array, GgufString, MAX_ARRAY_NESTING, Metadata, StringArray, Value, ValueType};
 pub use slice::AxisCut;
 pub use tensor::{
     ElementConversion, Endian, LegacyBlockLayout, PlacedElements, Placement, StoredLayout, TensorInfo, element_count,
     tensor_bytes,
 };
+pub use tokenizer_keys::{ChatTemplate, SpecialToken, TOKENS_KEY};
+pub use written_value::parse_typed_value;

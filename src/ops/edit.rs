@@ -5,15 +5,18 @@
 //! input's round trip: byte-identical for any file llama.cpp or gguf-py wrote.
 
 use super::Op;
-use super::metadata::{DeleteMetadata, SetMetadata};
+use super::metadata::{DeleteMetadata, SetMetadata, TokenRef};
 use super::rename::RenameOptions;
 use crate::formats::gguf;
-use crate::model::{Value, ValueType};
+use crate::model::{ChatTemplate, SpecialToken, Value, parse_typed_value};
 
-/// The edits, applied in this order: deletions, then settings, then renames.
+/// The edits, applied in this order: deletions, then settings (the chat
+/// template, the values, the special tokens), then renames.
 #[derive(Debug, Clone, Default)]
 pub struct Edits {
+    pub chat_template: Option<ChatTemplate>,
     pub set: Vec<(String, Value)>,
+    pub special_tokens: Vec<(SpecialToken, TokenRef)>,
     pub delete: Vec<String>,
     pub rename_tensors: Vec<(String, String)>,
     /// Let `set` change an existing key's type.
@@ -27,8 +30,13 @@ impl Edits {
         if !self.delete.is_empty() {
             ops.push(Op::DeleteMetadata(DeleteMetadata { keys: self.delete }));
         }
-        if !self.set.is_empty() {
-            ops.push(Op::SetMetadata(SetMetadata { values: self.set, force_type: self.force_type }));
+        if !self.set.is_empty() || self.chat_template.is_some() || !self.special_tokens.is_empty() {
+            ops.push(Op::SetMetadata(SetMetadata {
+                chat_template: self.chat_template,
+                values: self.set,
+                special_tokens: self.special_tokens,
+                force_type: self.force_type,
+            }));
         }
         if !self.rename_tensors.is_empty() {
             ops.push(Op::Rename(RenameOptions { renames: self.rename_tensors }));
@@ -37,18 +45,15 @@ impl Edits {
     }
 }
 
-/// Parses `KEY=TYPE:VALUE`, e.g. `general.name=str:tiny` or `llama.context_length=u32:4096`.
+/// Parses `KEY=TYPE:VALUE`, e.g. `general.name=str:tiny`,
+/// `llama.context_length=u32:4096` or `general.tags=arr[str]:a,b` (the
+/// written form `model::parse_typed_value` reads).
 pub fn parse_set(text: &str) -> Result<(String, Value), String> {
     let (key, typed) = text.split_once('=').ok_or_else(|| format!("`{text}` is not KEY=TYPE:VALUE"))?;
-    let (ty, value) = typed.split_once(':').ok_or_else(|| format!("`{text}` is not KEY=TYPE:VALUE"))?;
-    let value_type = ValueType::from_name(ty).ok_or_else(|| {
-        let names: Vec<&str> = ValueType::ALL.iter().filter(|t| **t != ValueType::Array).map(|t| t.name()).collect();
-        format!("unknown type `{ty}` in `{text}` (expected one of {})", names.join(", "))
-    })?;
     if key.is_empty() {
         return Err(format!("`{text}` has an empty key"));
     }
-    let value = Value::parse(value_type, value)?;
+    let value = parse_typed_value(typed).map_err(|e| format!("cannot set `{key}`: {e}"))?;
     if key == gguf::ALIGNMENT_KEY && !matches!(value, Value::U32(a) if a.is_power_of_two()) {
         return Err(format!("cannot set `{key}`: must be a u32 power of two"));
     }

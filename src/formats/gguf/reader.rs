@@ -6,16 +6,12 @@ use crate::formats::bytes::{ByteReader, Field};
 use crate::formats::error::{ErrorKind, Result};
 use crate::formats::resolve_tensor_type;
 use crate::model::{
-    Array, ElementConversion, Endian, GgufString, Metadata, StoredLayout, StringArray, TensorInfo, Value, ValueType,
-    element_count, tensor_bytes,
+    Array, ElementConversion, Endian, GgufString, MAX_ARRAY_NESTING, Metadata, StoredLayout, StringArray, TensorInfo,
+    Value, ValueType, element_count, tensor_bytes,
 };
 use crate::types::GgmlType;
 
 use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, align_up};
-
-/// Arrays nested deeper than this are refused: real files nest at most one
-/// level, and unbounded recursion on a hostile file would blow the stack.
-const MAX_ARRAY_NESTING: u32 = 32;
 
 /// Everything before the tensor data.
 #[derive(Debug, Clone)]
