@@ -14,8 +14,10 @@
 
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::codecs::CODEC_VERSION;
+use crate::formats::ggml_legacy::LegacyHeader;
 use crate::formats::gguf;
 use crate::model::{AxisCut, Endian, Metadata, TensorInfo};
 use crate::store::{Key, KeyBuilder};
@@ -28,6 +30,10 @@ pub struct TensorSet {
     pub metadata: Metadata,
     pub tensors: Vec<Tensor>,
     pub header_end: HeaderEnd,
+    /// The facts of the legacy file the set was read from that its metadata
+    /// lacks, kept by every op that keeps the model (a GGJT export uses them
+    /// where they still hold).
+    pub legacy: Option<Arc<LegacyHeader>>,
 }
 
 /// Where a GGUF written from a set ends its header. Not carried by the ops
@@ -292,6 +298,8 @@ struct ManifestHead {
     // Absent when aligned: manifests written before the field read the same.
     #[serde(default, skip_serializing_if = "is_aligned")]
     header_end: HeaderEnd,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    legacy: Option<LegacyHeader>,
 }
 
 fn is_aligned(end: &HeaderEnd) -> bool {
@@ -323,6 +331,7 @@ impl TensorSet {
             endian: self.endian,
             tensors: self.tensors.clone(),
             header_end: self.header_end,
+            legacy: self.legacy.as_deref().cloned(),
         })?;
         let layout = gguf::layout(&self.metadata, &[])?;
         let mut out = Vec::with_capacity(MANIFEST_MAGIC.len() + 8 + head.len() + layout.file_len as usize);
@@ -350,6 +359,7 @@ impl TensorSet {
             metadata: header.metadata,
             tensors: head.tensors,
             header_end: head.header_end,
+            legacy: head.legacy.map(Arc::new),
         })
     }
 }
@@ -368,9 +378,24 @@ mod tests {
         let file = Key::of_bytes(b"model");
         let input = Tensor::from_input(file, 3, &TensorInfo::new("w", vec![256, 2], GgmlType::F16));
         let q = Tensor::convert(input, GgmlType::Q4_K, Some(Key::of_bytes(b"weights")));
-        let set = TensorSet { endian: Endian::Little, metadata, tensors: vec![q], header_end: HeaderEnd::Aligned };
+        let legacy = LegacyHeader {
+            n_mult: 256,
+            n_rot: 64,
+            n_embd: 4096,
+            n_head: 32,
+            n_ff: 11008,
+            token_texts: vec![(0, b" \xe2\x81\x87 ".to_vec())],
+        };
+        let set = TensorSet {
+            endian: Endian::Little,
+            metadata,
+            tensors: vec![q],
+            header_end: HeaderEnd::Aligned,
+            legacy: Some(Arc::new(legacy)),
+        };
         let back = TensorSet::decode(&set.encode().unwrap(), "test").unwrap();
         assert_eq!(back.tensors, set.tensors);
+        assert_eq!(back.legacy, set.legacy);
         assert_eq!(back.metadata.len(), 3);
         assert!(matches!(back.metadata.get("f"), Some(Value::F32(v)) if v.is_nan()));
         assert_eq!(back.metadata.get("tokens"), set.metadata.get("tokens"));

@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use quantforge::exec::oneshot::{OneShotSettings, edit_file};
+use quantforge::exec::oneshot::{OneShotSettings, WriteAs, edit_file};
 use quantforge::formats::{ModelFile, OpenOptions};
 use quantforge::model::{Array, Value};
 use quantforge::ops::edit::Edits;
@@ -82,7 +82,7 @@ fn check_file(python: &str, path: &Path) {
     }
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("copy.gguf");
-    edit_file(path, &copy, Edits::default(), None, &OneShotSettings::default()).unwrap();
+    edit_file(path, &copy, Edits::default(), WriteAs::default(), &OneShotSettings::default()).unwrap();
     assert!(std::fs::read(path).unwrap() == std::fs::read(&copy).unwrap(), "round trip of {} differs", path.display());
 }
 

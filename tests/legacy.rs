@@ -10,10 +10,12 @@ use std::process::Command;
 
 use common::{LegacyFile, LegacyTensor, noise};
 use half::f16;
-use quantforge::exec::oneshot::{OneShotSettings, edit_file};
+use quantforge::exec::oneshot::{OneShotSettings, WriteAs, edit_file};
+use quantforge::formats::ggml_legacy::GGJT_TYPES;
 use quantforge::formats::{ContainerFormat, LegacyVariant, ModelFile, OpenOptions};
 use quantforge::model::Value;
 use quantforge::ops::edit::Edits;
+use quantforge::ops::export::ExportFormat;
 use quantforge::types::GgmlType;
 
 const N_VOCAB: u32 = 300;
@@ -61,26 +63,37 @@ fn with_sane_scales(mut data: Vec<u8>, block_bytes: usize) -> Vec<u8> {
 /// A one-layer LLaMA in a legacy container, weights of `weight_type` (with
 /// its current block geometry) and F32 norms.
 fn llama(magic: &[u8; 4], version: u32, ftype: u32, weight_type: GgmlType) -> LegacyFile {
+    llama_of_width(magic, version, ftype, weight_type, (N_EMBD, N_FF))
+}
+
+/// [`llama`] with rows as wide as a K-quant's blocks, and the feed-forward
+/// width LLaMA's rule gives (n_mult 768).
+fn wide_llama(ftype: u32, weight_type: GgmlType) -> LegacyFile {
+    llama_of_width(b"tjgg", 3, ftype, weight_type, (256, 768))
+}
+
+fn llama_of_width(magic: &[u8; 4], version: u32, ftype: u32, weight_type: GgmlType, widths: (u32, u32)) -> LegacyFile {
+    let (n_embd, n_ff) = widths;
     let (block, bytes) = (weight_type.block_size() as u32, weight_type.type_size() as usize);
     let w = |name: &str, dims: &[u32], seed| tensor(name, dims, weight_type.id(), block, bytes, seed);
-    let norm = |name: &str| tensor(name, &[N_EMBD], 0, 1, 4, 0);
+    let norm = |name: &str| tensor(name, &[n_embd], 0, 1, 4, 0);
     LegacyFile {
         magic: *magic,
         version,
-        hparams: [N_VOCAB, N_EMBD, 256, 4, 1, 16, ftype],
+        hparams: [N_VOCAB, n_embd, 256, 4, 1, n_embd / 4, ftype],
         vocab: vocab(),
         tensors: vec![
-            w("tok_embeddings.weight", &[N_EMBD, N_VOCAB], 1),
+            w("tok_embeddings.weight", &[n_embd, N_VOCAB], 1),
             norm("norm.weight"),
-            w("output.weight", &[N_EMBD, N_VOCAB], 2),
-            w("layers.0.attention.wq.weight", &[N_EMBD, N_EMBD], 3),
-            w("layers.0.attention.wk.weight", &[N_EMBD, N_EMBD], 4),
-            w("layers.0.attention.wv.weight", &[N_EMBD, N_EMBD], 5),
-            w("layers.0.attention.wo.weight", &[N_EMBD, N_EMBD], 6),
+            w("output.weight", &[n_embd, N_VOCAB], 2),
+            w("layers.0.attention.wq.weight", &[n_embd, n_embd], 3),
+            w("layers.0.attention.wk.weight", &[n_embd, n_embd], 4),
+            w("layers.0.attention.wv.weight", &[n_embd, n_embd], 5),
+            w("layers.0.attention.wo.weight", &[n_embd, n_embd], 6),
             norm("layers.0.attention_norm.weight"),
-            w("layers.0.feed_forward.w1.weight", &[N_EMBD, N_FF], 7),
-            w("layers.0.feed_forward.w2.weight", &[N_FF, N_EMBD], 8),
-            w("layers.0.feed_forward.w3.weight", &[N_EMBD, N_FF], 9),
+            w("layers.0.feed_forward.w1.weight", &[n_embd, n_ff], 7),
+            w("layers.0.feed_forward.w2.weight", &[n_ff, n_embd], 8),
+            w("layers.0.feed_forward.w3.weight", &[n_embd, n_ff], 9),
             norm("layers.0.ffn_norm.weight"),
         ],
     }
@@ -219,9 +232,7 @@ fn conversion_matches_llama_cpp_convert_script() {
         let metadata = v["metadata"].take();
         (metadata, tensors)
     };
-    for (magic, version, ftype, ty) in cases {
-        let label = format!("{}v{version} {ty}", String::from_utf8_lossy(magic));
-        let input = common::write_temp(dir.path(), "legacy.bin", &llama(magic, version, ftype, ty).bytes());
+    let same_as_script = |input: &Path, label: &str| {
         let reference = dir.path().join("reference.gguf");
         let output = Command::new(&python)
             .arg(&script)
@@ -231,10 +242,150 @@ fn conversion_matches_llama_cpp_convert_script() {
         assert!(output.status.success(), "{label}: {}", String::from_utf8_lossy(&output.stderr));
         let unnamed = dir.path().join("reference-unnamed.gguf");
         let drop_name = Edits { delete: vec!["general.name".into()], ..Edits::default() };
-        edit_file(&reference, &unnamed, drop_name, None, &OneShotSettings::default()).unwrap();
+        edit_file(&reference, &unnamed, drop_name, WriteAs::default(), &OneShotSettings::default()).unwrap();
 
         let ours = dir.path().join("ours.gguf");
-        edit_file(&input, &ours, Edits::default(), None, &OneShotSettings::default()).unwrap();
+        edit_file(input, &ours, Edits::default(), WriteAs::default(), &OneShotSettings::default()).unwrap();
         assert_eq!(summary(dump(&ours)), summary(dump(&unnamed)), "{label}");
+    };
+    for (magic, version, ftype, ty) in cases {
+        let label = format!("{}v{version} {ty}", String::from_utf8_lossy(magic));
+        let input = common::write_temp(dir.path(), "legacy.bin", &llama(magic, version, ftype, ty).bytes());
+        same_as_script(&input, &label);
+        // The GGJT v3 file we write of it reads in the script as in ours.
+        let ggjt = dir.path().join("ours-ggjt.bin");
+        edit_file(&input, &ggjt, Edits::default(), GGJT, &OneShotSettings::default()).unwrap();
+        same_as_script(&ggjt, &format!("{label} written as GGJT v3"));
     }
+}
+
+const GGJT: WriteAs = WriteAs { format: ExportFormat::Ggjt, byte_order: None };
+
+/// Checks that two models hold the same metadata but their descriptions
+/// (and the keys in `besides`), in any order (GGJT's is its reader's), and
+/// the same tensors, bytes included.
+fn assert_same_model(ours: &Path, expected: &Path, besides: &[&str], label: &str) {
+    let open = |path: &Path| ModelFile::open(path, OpenOptions::default()).unwrap();
+    let (a, b) = (open(ours), open(expected));
+    let keys = |m: &ModelFile| -> Vec<(String, Value)> {
+        let kept = |k: &str| k != "general.description" && !besides.contains(&k);
+        let mut keys: Vec<_> =
+            m.metadata.iter().filter(|(k, _)| kept(k)).map(|(k, v)| (k.to_owned(), v.clone())).collect();
+        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        keys
+    };
+    let (ka, kb) = (keys(&a), keys(&b));
+    let names = |keys: &[(String, Value)]| keys.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&ka), names(&kb), "{label}: metadata keys");
+    for ((key, va), (_, vb)) in ka.iter().zip(&kb) {
+        assert!(va.is_identical(vb), "{label}: `{key}` differs");
+    }
+    assert_eq!(a.tensors.len(), b.tensors.len(), "{label}: tensor count");
+    for (ta, tb) in a.tensors.iter().zip(&b.tensors) {
+        assert_eq!((&ta.name, ta.ggml_type, &ta.dims), (&tb.name, tb.ggml_type, &tb.dims), "{label}");
+        assert!(a.tensor_data(ta).unwrap() == b.tensor_data(tb).unwrap(), "{label}: `{}` differs", ta.name);
+    }
+}
+
+#[test]
+fn a_ggjt_v3_file_comes_back_byte_for_byte_in_every_type_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    for ty in GGJT_TYPES {
+        let file = if ty.block_size() == 256 { wide_llama(1, ty) } else { llama(b"tjgg", 3, 1, ty) };
+        let input = common::write_temp(dir.path(), "model.bin", &file.bytes());
+        let output = dir.path().join("back.bin");
+        edit_file(&input, &output, Edits::default(), GGJT, &OneShotSettings::default()).unwrap();
+        assert!(std::fs::read(&output).unwrap() == file.bytes(), "{ty}: the files differ");
+    }
+}
+
+/// Older containers, a GGUF without the legacy facts, and a quantized
+/// legacy model are written as GGJT v3 files that read back as the model.
+#[test]
+fn models_written_as_ggjt_v3_read_back_as_themselves() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let write = |input: &Path, name: &str| {
+        let output = d.join(name);
+        edit_file(input, &output, Edits::default(), GGJT, &OneShotSettings::default()).unwrap();
+        output
+    };
+    for (magic, version) in [(b"lmgg", 1), (b"fmgg", 1), (b"tjgg", 1), (b"tjgg", 2)] {
+        let input = common::write_temp(d, "old.bin", &llama(magic, version, 1, GgmlType::F16).bytes());
+        assert_same_model(&write(&input, "v3.bin"), &input, &[], &format!("{magic:?} v{version}"));
+    }
+
+    // Through GGUF, which keeps no n_mult: the one LLaMA's rule gives.
+    let legacy = common::write_temp(d, "wide.bin", &wide_llama(1, GgmlType::F16).bytes());
+    let gguf = d.join("wide.gguf");
+    edit_file(&legacy, &gguf, Edits::default(), WriteAs::default(), &OneShotSettings::default()).unwrap();
+    let via_gguf = write(&gguf, "via-gguf.bin");
+    assert_same_model(&via_gguf, &legacy, &[], "through GGUF");
+    let n_mult = |path: &Path| u32::from_le_bytes(std::fs::read(path).unwrap()[16..20].try_into().unwrap());
+    assert_eq!((n_mult(&legacy), n_mult(&via_gguf)), (256, 768));
+
+    // Quantized in a recipe, which keeps the legacy facts from load to
+    // export: the K-quant mixture, the new file type, and n_mult.
+    let quantized = d.join("q4_k_m.gguf");
+    common::stdout_of_success(common::quantforge_with(&[&"quantize", &legacy, &quantized, &"Q4_K_M"]));
+    let recipe = d.join("ggjt.toml");
+    let text = format!(
+        "[input.m]\npath = {:?}\n\n[step.q]\nop = \"quantize\"\nfrom = \"m\"\npreset = \"Q4_K_M\"\n\n\
+         [step.out]\nop = \"export\"\nfrom = \"q\"\npath = \"q4_k_m.bin\"\nformat = \"ggjt\"\n",
+        legacy.display().to_string()
+    );
+    std::fs::write(&recipe, text).unwrap();
+    common::stdout_of_success(common::quantforge_with(&[&"run", &recipe, &"--cache-dir", &d.join("cache")]));
+    let back = d.join("q4_k_m.bin");
+    assert_eq!(n_mult(&back), 256);
+    assert_same_model(&back, &quantized, &["general.quantization_version"], "quantized");
+}
+
+#[test]
+fn what_ggjt_cannot_hold_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let legacy = common::write_temp(d, "model.bin", &llama(b"tjgg", 3, 1, GgmlType::F16).bytes());
+    let wide = common::write_temp(d, "wide.bin", &wide_llama(1, GgmlType::F16).bytes());
+    let iq4 = d.join("iq4_nl.gguf");
+    common::stdout_of_success(common::quantforge_with(&[&"quantize", &"--pure", &wide, &iq4, &"IQ4_NL"]));
+    let output = d.join("out.bin");
+    let tiny = common::tiny_model();
+    let cases: Vec<(&Path, Vec<&str>, &str)> = vec![
+        (&tiny, vec![], "grouped-query attention (4 heads, 2 key/value heads)"),
+        (
+            &legacy,
+            vec!["--set", "general.name=str:x"],
+            "cannot hold this metadata key (reading the file back would not give its value): `general.name`",
+        ),
+        (&legacy, vec!["--set", "llama.context_length=u32:4096"], "`llama.context_length`"),
+        (&iq4, vec![], "weight` of type IQ4_NL (it holds F32, F16, Q4_0"),
+        (
+            &legacy,
+            vec!["--rename-tensor", "blk.0.attn_q.weight=layers.0.attention.wq.weight"],
+            "reads back as `blk.0.attn_q.weight`",
+        ),
+        (&legacy, vec!["--byte-order", "big"], "GGJT is little-endian only"),
+    ];
+    for (input, options, expected) in cases {
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"edit", &input, &output, &"--format", &"ggjt"];
+        args.extend(options.iter().map(|o| o as &dyn AsRef<std::ffi::OsStr>));
+        let out = common::quantforge_with(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(expected), "{options:?}: {stderr}");
+        assert!(!output.exists(), "{options:?} left an output");
+    }
+    let recipe = d.join("split.toml");
+    let text = format!(
+        "[input.m]\npath = {:?}\n\n[step.out]\nop = \"export\"\nfrom = \"m\"\npath = \"m.bin\"\n\
+         format = \"ggjt\"\nsplit = {{ max_size = \"1M\" }}\n",
+        legacy.display().to_string()
+    );
+    std::fs::write(&recipe, text).unwrap();
+    let out = common::quantforge_with(&[&"run", &recipe, &"--cache-dir", &d.join("cache")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("GGJT is one little-endian file: `split` does not apply"),
+        "{stderr}"
+    );
 }

@@ -106,6 +106,7 @@ pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
         ops: Vec::new(),
         output,
         split: if split_asked && !args.vocab_only { SplitMode::Writer(split) } else { SplitMode::Whole },
+        format: crate::ops::export::ExportFormat::Gguf,
         byte_order: None,
     };
     let settings = args.cache.settings(Some(workers(args.threads)), OpenOptions::default())?;

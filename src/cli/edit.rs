@@ -8,10 +8,11 @@ use anyhow::{Context, bail};
 use serde_json::Value as Json;
 
 use super::{CacheArgs, LoadArgs, wrote};
-use crate::exec::oneshot;
+use crate::exec::oneshot::{self, WriteAs};
 use crate::files::IoText;
 use crate::model::{ChatTemplate, Endian, SpecialToken, Value};
 use crate::ops::edit::{self, Edits};
+use crate::ops::export::ExportFormat;
 use crate::ops::metadata::TokenRef;
 
 #[derive(Debug, clap::Args)]
@@ -19,7 +20,7 @@ use crate::ops::metadata::TokenRef;
 pub(super) struct EditArgs {
     /// The model to copy.
     input: PathBuf,
-    /// The edited copy (GGUF).
+    /// The edited copy.
     output: PathBuf,
     /// Set a metadata key: KEY=TYPE:VALUE with TYPE one of u8 i8 u16 i16
     /// u32 i32 u64 i64 f32 f64 bool str, or an array arr[TYPE] whose VALUE is
@@ -63,6 +64,10 @@ pub(super) struct EditArgs {
     /// Let an edit change the type of a key the input has (refused otherwise).
     #[arg(long = "force-type")]
     force_type: bool,
+    /// The copy's container: gguf, or ggjt (GGJT v3, llama.cpp's last
+    /// legacy format, for a LLaMA model whose every key and tensor it holds).
+    #[arg(long = "format", value_name = "FORMAT", default_value = "gguf", value_parser = format_parser())]
+    format: ExportFormat,
     /// Write the copy in this byte order (default: the input's), as
     /// gguf_convert_endian.py converts: F32, F16, BF16, Q1_0, Q4_0, Q8_0,
     /// Q4_K, Q6_K, TQ2_0, MXFP4 and NVFP4 tensors; any other type is refused.
@@ -80,11 +85,22 @@ fn byte_order_parser() -> impl clap::builder::TypedValueParser<Value = Endian> {
         .map(|order| if order == "big" { Endian::Big } else { Endian::Little })
 }
 
+fn format_parser() -> impl clap::builder::TypedValueParser<Value = ExportFormat> {
+    use clap::builder::TypedValueParser;
+    let names = [ExportFormat::Gguf, ExportFormat::Ggjt].map(ExportFormat::name);
+    clap::builder::PossibleValuesParser::new(names)
+        .try_map(|name| ExportFormat::from_name(&name).ok_or("unknown format"))
+}
+
 pub(super) fn run(args: EditArgs, json: bool) -> anyhow::Result<()> {
     let settings = args.cache.settings(Some(1), args.load.options())?;
-    let (input, output, byte_order) = (args.input.clone(), args.output.clone(), args.byte_order);
+    let (input, output) = (args.input.clone(), args.output.clone());
+    let write_as = WriteAs { format: args.format, byte_order: args.byte_order };
+    if write_as.format == ExportFormat::Ggjt && write_as.byte_order.is_some() {
+        bail!("--byte-order: GGJT is little-endian only");
+    }
     let edits = edits(args)?;
-    let report = oneshot::edit_file(&input, &output, edits, byte_order, &settings)
+    let report = oneshot::edit_file(&input, &output, edits, write_as, &settings)
         .with_context(|| format!("cannot edit {}", input.display()))?;
     wrote("edit", &report, json)
 }

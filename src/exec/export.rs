@@ -1,6 +1,7 @@
 //! Exports: writing a tensor set as GGUF or SafeTensors files (whole or
-//! split), every tensor at its final offset, and the export-cache entry that
-//! lets a rerun find the files still there, unchanged.
+//! split) or one GGJT file, every tensor at its final offset, and the
+//! export-cache entry that lets a rerun find the files still there,
+//! unchanged.
 
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
@@ -14,7 +15,7 @@ use super::materialize::{MaterializeError, Materializer};
 use super::report::{self, NodeReport};
 use super::{Engine, NodeError, Shared};
 use crate::artifact::{HeaderEnd, Tensor, TensorSet};
-use crate::formats::{AtomicOutput, gguf};
+use crate::formats::{AtomicOutput, ggml_legacy, gguf};
 use crate::model::Endian;
 use crate::ops;
 use crate::ops::export::{ExportFormat, ExportOptions};
@@ -51,6 +52,7 @@ enum WriteFailure {
     Io(io::Error),
     Materialize(MaterializeError),
     SafeTensors(crate::formats::safetensors::WriteError),
+    Ggjt(ggml_legacy::GgjtError),
 }
 
 impl WriteFailure {
@@ -59,6 +61,7 @@ impl WriteFailure {
             WriteFailure::Io(source) => NodeError::Write { path: path.to_owned(), source },
             WriteFailure::Materialize(e) => NodeError::Materialize(e),
             WriteFailure::SafeTensors(e) => NodeError::SafeTensors(e),
+            WriteFailure::Ggjt(e) => NodeError::Ggjt(e),
         }
     }
 }
@@ -83,10 +86,17 @@ struct FileLayout<'s> {
     file_len: u64,
     tensors: Vec<&'s Tensor>,
     offsets: Vec<u64>,
-    /// Zero padding after each tensor up to this multiple.
-    alignment: u64,
+    between: Between,
     /// The tensors' bytes are swapped to big-endian once written.
     big_endian: bool,
+}
+
+/// What follows each tensor's bytes.
+enum Between {
+    /// Zeros up to this multiple.
+    Padding(u64),
+    /// These bytes after each tensor (in GGJT, the next one's header).
+    Bytes(Vec<Vec<u8>>),
 }
 
 type HeaderWriter<'s> = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + 's>;
@@ -106,10 +116,26 @@ fn gguf_layout<'s>(
         layout = layout.ending_at_metadata();
     }
     let offsets = layout.tensor_offsets.iter().map(|o| layout.data_offset + o).collect();
-    let (file_len, alignment) = (layout.file_len, layout.alignment);
+    let (file_len, between) = (layout.file_len, Between::Padding(layout.alignment));
     let header =
         Box::new(move |out: &mut dyn Write| gguf::write_header(out, order, &file.plan.metadata, &infos, &layout));
-    Ok(FileLayout { header, file_len, tensors, offsets, alignment, big_endian: order == Endian::Big })
+    Ok(FileLayout { header, file_len, tensors, offsets, between, big_endian: order == Endian::Big })
+}
+
+/// The GGJT v3 file of an export, which must read back as the set.
+fn ggjt_layout<'s>(set: &'s TensorSet, file: &ops::export::OutputFile) -> Result<FileLayout<'s>, WriteFailure> {
+    let tensors: Vec<&Tensor> = file.plan.tensors.iter().map(|&t| &set.tensors[t]).collect();
+    let infos: Vec<_> = tensors.iter().map(|t| t.info()).collect();
+    let layout =
+        ggml_legacy::ggjt_layout(&file.plan.metadata, &infos, set.legacy.as_deref()).map_err(WriteFailure::Ggjt)?;
+    Ok(FileLayout {
+        tensors,
+        offsets: layout.tensor_offsets,
+        file_len: layout.file_len,
+        header: Box::new(move |out: &mut dyn Write| out.write_all(&layout.header)),
+        between: Between::Bytes(layout.after),
+        big_endian: false,
+    })
 }
 
 /// One SafeTensors file of an export, as the Python package lays it out.
@@ -132,7 +158,7 @@ fn safetensors_layout<'s>(set: &'s TensorSet, file: &ops::export::OutputFile) ->
         offsets: layout.order.iter().map(|&e| data + layout.data_offsets[e].0).collect(),
         file_len: layout.file_len,
         header: Box::new(move |out: &mut dyn Write| out.write_all(&layout.header)),
-        alignment: 1,
+        between: Between::Padding(1),
         big_endian: false,
     })
 }
@@ -150,7 +176,7 @@ fn write_file(
     m.prefetch(&layout.tensors);
     (layout.header)(out.writer())?;
     let file = out.file()?;
-    place_all(m, &layout.tensors, &layout.offsets, (layout.alignment, layout.big_endian), file, bar)?;
+    place_all(m, &layout.tensors, &layout.offsets, (&layout.between, layout.big_endian), file, bar)?;
     // Every byte was placed by its layout; a file of another length holds
     // bytes nothing checked, and is never committed.
     let len = file.metadata()?.len();
@@ -188,35 +214,39 @@ impl ExportProgress {
     }
 }
 
-/// Puts each tensor's bytes at its offset (increasing), zeros after each up
-/// to `alignment`: runs that lie in an input file as they will lie here in
-/// one copy each, other existing bytes copied, the rest encoded; each swapped
-/// to big-endian when `big_endian`.
+/// Puts each tensor's bytes at its offset (increasing), what follows each
+/// after it: runs that lie in an input file as they will lie here (only
+/// zeros between) in one copy each, other existing bytes copied, the rest
+/// encoded; each swapped to big-endian when `big_endian`.
 fn place_all(
     m: &Materializer<'_>,
     tensors: &[&Tensor],
     offsets: &[u64],
-    (alignment, big_endian): (u64, bool),
+    (between, big_endian): (&Between, bool),
     output: &std::fs::File,
     bar: &ExportProgress,
 ) -> Result<(), WriteFailure> {
     let mut k = 0;
     while k < tensors.len() {
+        let copied = match between {
+            Between::Padding(_) if !big_endian => m.copy_run_at(&tensors[k..], &offsets[k..], output)?,
+            _ => 0,
+        };
         let n = if big_endian {
             place_big_endian(m, tensors[k], offsets[k], output)?;
             1
+        } else if copied > 0 {
+            copied
         } else {
-            match m.copy_run_at(&tensors[k..], &offsets[k..], output)? {
-                0 => {
-                    place(m, tensors[k], offsets[k], output)?;
-                    1
-                }
-                n => n,
-            }
+            place(m, tensors[k], offsets[k], output)?;
+            1
         };
         let last = k + n - 1;
         let end = offsets[last] + tensors[last].n_bytes();
-        write_zeros_at(output, end, gguf::align_up(end, alignment) - end)?;
+        match between {
+            Between::Padding(alignment) => write_zeros_at(output, end, gguf::align_up(end, *alignment) - end)?,
+            Between::Bytes(after) => output.write_all_at(&after[last], end)?,
+        }
         bar.advance(n, tensors[k..=last].iter().map(|t| t.n_bytes()).sum());
         k += n;
     }
@@ -390,6 +420,7 @@ impl Shared {
             let layout = match options.format {
                 ExportFormat::Gguf => gguf_layout(set, file, order),
                 ExportFormat::SafeTensors => safetensors_layout(set, file),
+                ExportFormat::Ggjt => ggjt_layout(set, file),
             };
             let len = layout.and_then(|layout| write_file(&m, layout, &mut out, &bar)).map_err(|e| e.at(path))?;
             written.push((path.clone(), out, len, file.plan.tensors.len()));

@@ -135,6 +135,8 @@ pub enum NodeError {
     #[error(transparent)]
     SafeTensors(crate::formats::safetensors::WriteError),
     #[error(transparent)]
+    Ggjt(crate::formats::ggml_legacy::GgjtError),
+    #[error(transparent)]
     Load(#[from] ops::load::LoadError),
     #[error(transparent)]
     Assemble(#[from] ops::assemble::AssembleError),

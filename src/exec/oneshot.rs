@@ -11,7 +11,7 @@ use super::report::{RunReport, Status};
 use super::{Engine, RunError};
 use crate::formats::OpenOptions;
 use crate::ops::Op;
-use crate::ops::export::SplitMode;
+use crate::ops::export::{ExportFormat, SplitMode};
 use crate::recipe::{OneShot, Recipe};
 use crate::store::OpenError;
 use crate::store::remote::{RemoteMode, RemoteUrl};
@@ -85,6 +85,7 @@ pub fn job<'a>(name: &'a str, input: &'a Path, ops: Vec<(Op, Vec<usize>)>, outpu
         ops,
         output,
         split: SplitMode::Whole,
+        format: ExportFormat::Gguf,
         byte_order: None,
     }
 }
@@ -95,9 +96,23 @@ pub fn edit_file(
     input: &Path,
     output: &Path,
     edits: crate::ops::edit::Edits,
-    byte_order: Option<crate::model::Endian>,
+    write_as: WriteAs,
     settings: &OneShotSettings,
 ) -> Result<RunReport, OneShotError> {
     let ops = edits.into_ops().into_iter().map(|op| (op, Vec::new())).collect();
-    run(OneShot { byte_order, ..job("edit", input, ops, output) }, settings)
+    let WriteAs { format, byte_order } = write_as;
+    run(OneShot { format, byte_order, ..job("edit", input, ops, output) }, settings)
+}
+
+/// The file an edit writes: GGUF in its input's byte order unless told.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteAs {
+    pub format: ExportFormat,
+    pub byte_order: Option<crate::model::Endian>,
+}
+
+impl Default for WriteAs {
+    fn default() -> WriteAs {
+        WriteAs { format: ExportFormat::Gguf, byte_order: None }
+    }
 }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::files::{OutputPath, Replaces, WriteGuard, resolve};
 use crate::ops::Op;
-use crate::ops::export::{ExportFormat, ExportOptions, SplitMode};
+use crate::ops::export::{ExportOptions, SplitMode};
 use crate::recipe::Recipe;
 
 #[derive(Debug, thiserror::Error)]
@@ -195,10 +195,7 @@ fn claims(options: &ExportOptions) -> Vec<(Claim, PathBuf)> {
         out.extend(attestation(options));
         return out;
     }
-    let extension = match options.format {
-        ExportFormat::Gguf => "gguf",
-        ExportFormat::SafeTensors => "safetensors",
-    };
+    let extension = options.format.extension();
     let prefix = crate::ops::export::shard_prefix(options);
     let mut out = vec![(Claim::Shards { prefix: resolve(&prefix), extension }, path.clone())];
     if let SplitMode::Writer(_) = options.split {

@@ -106,6 +106,8 @@ pub struct ModelFile {
     /// Files beside the model that hold some of its tensors (ONNX external
     /// data), as [`PlacedElements::External`] numbers them.
     externals: Vec<Source>,
+    /// What a legacy file says that its GGUF metadata does not.
+    pub legacy: Option<std::sync::Arc<ggml_legacy::LegacyHeader>>,
 }
 
 impl ModelFile {
@@ -124,6 +126,7 @@ impl ModelFile {
             FormatError::at(path, 0, ErrorKind::UnknownFormat { first_bytes: HexBytes(head.to_vec()) })
         })?;
         let mut externals = Vec::new();
+        let mut legacy = None;
         let ((format, endian, alignment, metadata, tensors, data_offset), bytes_parsed) = match detected {
             DetectedFormat::Gguf => front_to_back(&source, |r| {
                 let h = gguf::read_header(r)?;
@@ -132,6 +135,7 @@ impl ModelFile {
             })?,
             DetectedFormat::GgmlLegacy(_) => front_to_back(&source, |r| {
                 let m = ggml_legacy::read(r)?;
+                legacy = Some(std::sync::Arc::new(m.legacy));
                 let format = ContainerFormat::Legacy { variant: m.variant, version: m.version };
                 Ok((format, Endian::Little, gguf::DEFAULT_ALIGNMENT, m.metadata, m.tensors, m.header_len))
             })?,
@@ -161,7 +165,7 @@ impl ModelFile {
             duration: started.elapsed(),
         };
         tracing::debug!("loaded {}: {} tensors, {load}", path.display(), tensors.len());
-        Ok(ModelFile { format, endian, alignment, metadata, tensors, data_offset, load, source, externals })
+        Ok(ModelFile { format, endian, alignment, metadata, tensors, data_offset, load, source, externals, legacy })
     }
 
     pub fn path(&self) -> &Path {

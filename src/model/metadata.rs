@@ -332,7 +332,29 @@ impl Value {
     }
 }
 
+impl Value {
+    /// Whether the two are the same bytes in a file: floats compared by
+    /// their bits, so a NaN is itself and `-0.0` is not `0.0`.
+    pub fn is_identical(&self, other: &Value) -> bool {
+        match (self, other) {
+            (Value::F32(a), Value::F32(b)) => a.to_bits() == b.to_bits(),
+            (Value::F64(a), Value::F64(b)) => a.to_bits() == b.to_bits(),
+            (Value::Array(a), Value::Array(b)) => a.is_identical(b),
+            (a, b) => a == b,
+        }
+    }
+}
+
 impl Array {
+    fn is_identical(&self, other: &Array) -> bool {
+        match (self, other) {
+            (Array::F32(a), Array::F32(b)) => a.iter().map(|v| v.to_bits()).eq(b.iter().map(|v| v.to_bits())),
+            (Array::F64(a), Array::F64(b)) => a.iter().map(|v| v.to_bits()).eq(b.iter().map(|v| v.to_bits())),
+            (Array::Array(a), Array::Array(b)) => a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.is_identical(b)),
+            (a, b) => a == b,
+        }
+    }
+
     pub fn element_type(&self) -> ValueType {
         match self {
             Array::U8(_) => ValueType::U8,

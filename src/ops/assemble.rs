@@ -149,7 +149,7 @@ pub fn assemble(parts: &[&TensorSet]) -> Result<TensorSet, AssembleError> {
             tensors.push(Tensor { name, ..tensor.clone() });
         }
     }
-    Ok(TensorSet { endian: Endian::Little, metadata, tensors, header_end: HeaderEnd::Aligned })
+    Ok(TensorSet { endian: Endian::Little, metadata, tensors, header_end: HeaderEnd::Aligned, legacy: None })
 }
 
 /// Each part's role, checking that no role or encoder comes twice and that
@@ -217,7 +217,7 @@ pub fn unbundle(bundle: &TensorSet, part: PartRole) -> Result<TensorSet, Assembl
         .iter()
         .filter_map(|tensor| Some(Tensor { name: name_in_part(&tensor.name, part)?.to_owned(), ..tensor.clone() }))
         .collect();
-    Ok(TensorSet { endian: bundle.endian, metadata, tensors, header_end: HeaderEnd::Aligned })
+    Ok(TensorSet { endian: bundle.endian, metadata, tensors, header_end: HeaderEnd::Aligned, legacy: None })
 }
 
 /// The roles of a bundle's parts in bundle order (`bundle.parts`), once the
@@ -287,7 +287,7 @@ mod tests {
             .enumerate()
             .map(|(i, (name, dims))| Tensor::from_input(file, i, &TensorInfo::new(*name, dims.to_vec(), GgmlType::F16)))
             .collect();
-        TensorSet { endian: Endian::Little, metadata, tensors, header_end: HeaderEnd::Aligned }
+        TensorSet { endian: Endian::Little, metadata, tensors, header_end: HeaderEnd::Aligned, legacy: None }
     }
 
     fn language(width: u32) -> TensorSet {

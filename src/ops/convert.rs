@@ -217,5 +217,5 @@ pub fn apply(
         })
         .collect::<Result<Vec<_>, ConvertOpError>>()?;
     let header_end = if options.vocab_only { HeaderEnd::AtMetadata } else { HeaderEnd::Aligned };
-    Ok(TensorSet { endian: Endian::Little, metadata, tensors, header_end })
+    Ok(TensorSet { endian: Endian::Little, metadata, tensors, header_end, legacy: None })
 }

@@ -33,7 +33,7 @@ pub const SPEC: OpSpec = OpSpec::new(
 )
 .sink();
 
-pub const FORMATS: [&str; 2] = ["gguf", "safetensors"];
+pub const FORMATS: [&str; 3] = ["gguf", "safetensors", "ggjt"];
 
 /// The container an export writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +42,32 @@ pub enum ExportFormat {
     /// SafeTensors as the Python package writes it; a split is sharded as
     /// Hugging Face checkpoints are, with a `.index.json`.
     SafeTensors,
+    /// GGJT v3, the last legacy container (one file, little-endian), for
+    /// what it can hold.
+    Ggjt,
+}
+
+impl ExportFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            ExportFormat::Gguf => "gguf",
+            ExportFormat::SafeTensors => "safetensors",
+            ExportFormat::Ggjt => "ggjt",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<ExportFormat> {
+        [ExportFormat::Gguf, ExportFormat::SafeTensors, ExportFormat::Ggjt].into_iter().find(|f| f.name() == name)
+    }
+
+    /// The extension a split's shards get after their number.
+    pub fn extension(self) -> &'static str {
+        match self {
+            ExportFormat::Gguf => "gguf",
+            ExportFormat::SafeTensors => "safetensors",
+            ExportFormat::Ggjt => "bin",
+        }
+    }
 }
 
 const SPLIT_FIELDS: [&str; 4] = ["max_size", "max_tensors", "no_tensor_first_split", "like"];
@@ -89,13 +115,19 @@ impl ExportOptions {
     pub fn from_params(p: &Params, path: PathBuf) -> Result<ExportOptions, Vec<Diagnostic>> {
         let mut problems = Vec::new();
         let format = match p.str("format") {
-            None | Some(("gguf", _)) => ExportFormat::Gguf,
-            Some(("safetensors", _)) => ExportFormat::SafeTensors,
-            Some((other, _)) => {
-                problems.push(p.error("format", format!("cannot export as `{other}`")).suggest(other, FORMATS));
+            None => ExportFormat::Gguf,
+            Some((name, _)) => ExportFormat::from_name(name).unwrap_or_else(|| {
+                problems.push(p.error("format", format!("cannot export as `{name}`")).suggest(name, FORMATS));
                 ExportFormat::Gguf
-            }
+            }),
         };
+        if format == ExportFormat::Ggjt {
+            for param in ["split", "devices", "byte_order"] {
+                if p.get(param).is_some() {
+                    problems.push(p.error(param, format!("GGJT is one little-endian file: `{param}` does not apply")));
+                }
+            }
+        }
         let mut split = split_from_params(p, &mut problems);
         if p.get("devices").is_some() && p.get("split").is_some() {
             problems.push(p.error("devices", "an export is cut by `split` or by `devices`, not both"));
@@ -154,11 +186,7 @@ impl ExportOptions {
                 "no_tensor_first_split": o.no_tensor_first_split,
             }),
         };
-        let format = match self.format {
-            ExportFormat::Gguf => "gguf",
-            ExportFormat::SafeTensors => "safetensors",
-        };
-        let mut key = serde_json::json!({ "format": format, "split": split });
+        let mut key = serde_json::json!({ "format": self.format.name(), "split": split });
         // Only when set: the keys of exports that keep the set's order stay as they were.
         if let Some(order) = self.byte_order {
             key["byte_order"] = serde_json::json!(order);
@@ -303,7 +331,10 @@ pub fn output_files<'s>(set: &'s TensorSet, options: &ExportOptions) -> Result<O
     let mut with_slices = None;
     let plans = match (options.format, &options.split) {
         (_, SplitMode::Whole) => whole(),
-        (ExportFormat::Gguf, SplitMode::Limit(o)) => split::plan_split(&set.metadata, &set.infos(), *o)?,
+        // GGJT is never split (refused with its parameters).
+        (ExportFormat::Gguf | ExportFormat::Ggjt, SplitMode::Limit(o)) => {
+            split::plan_split(&set.metadata, &set.infos(), *o)?
+        }
         (_, SplitMode::Writer(o)) => split::plan_writer_split(&set.metadata, &set.infos(), *o)?,
         (ExportFormat::SafeTensors, SplitMode::Limit(o)) => {
             let max = match o.limit {
@@ -370,12 +401,13 @@ pub fn output_path(options: &ExportOptions, no: usize, count: usize) -> PathBuf 
         SplitMode::Limit(_) | SplitMode::LikeInput | SplitMode::Writer(_) => shard_prefix(options),
     };
     match options.format {
-        ExportFormat::Gguf => crate::formats::shard_path(&prefix, no, count),
         ExportFormat::SafeTensors => {
             let mut name = prefix.into_os_string();
             name.push(format!("-{:05}-of-{:05}.safetensors", no + 1, count));
             PathBuf::from(name)
         }
+        // GGJT is never split (refused with its parameters).
+        ExportFormat::Gguf | ExportFormat::Ggjt => crate::formats::shard_path(&prefix, no, count),
     }
 }
 
@@ -396,12 +428,9 @@ pub fn shard_prefix(options: &ExportOptions) -> PathBuf {
     if let SplitMode::Writer(_) = options.split {
         return options.path.with_file_name(options.path.file_stem().unwrap_or_default());
     }
-    let extension = match options.format {
-        ExportFormat::Gguf => ".gguf",
-        ExportFormat::SafeTensors => ".safetensors",
-    };
+    let extension = format!(".{}", options.format.extension());
     let text = options.path.as_os_str().to_string_lossy();
-    PathBuf::from(text.strip_suffix(extension).unwrap_or(&text))
+    PathBuf::from(text.strip_suffix(&extension).unwrap_or(&text))
 }
 
 /// Hugging Face's sharding: tensors in order, a new shard when the next

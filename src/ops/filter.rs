@@ -57,5 +57,6 @@ pub fn apply(input: &TensorSet, options: &FilterOptions) -> TensorSet {
         metadata: input.metadata.clone(),
         tensors: input.tensors.iter().filter(|t| options.keeps(&t.name)).cloned().collect(),
         header_end: HeaderEnd::Aligned,
+        legacy: input.legacy.clone(),
     }
 }

@@ -42,6 +42,7 @@ pub fn apply(model: &ModelFile, content: Key) -> TensorSet {
         metadata: model.metadata.clone(),
         tensors: model.tensors.iter().enumerate().map(|(i, t)| Tensor::from_input(content, i, t)).collect(),
         header_end: HeaderEnd::Aligned,
+        legacy: model.legacy.clone(),
     }
 }
 
@@ -62,6 +63,7 @@ pub fn apply_split(shards: &[(&ModelFile, Key)], options: MergeOptions) -> Resul
         metadata: merged_metadata(&first.metadata, options.keep_split_keys),
         tensors,
         header_end: HeaderEnd::Aligned,
+        legacy: None,
     })
 }
 
@@ -154,5 +156,5 @@ pub fn apply_safetensors_shards(
         || (crate::model::Endian::Little, crate::model::Metadata::new()),
         |(m, _)| (m.endian, m.metadata.clone()),
     );
-    Ok(TensorSet { endian, metadata, tensors, header_end: HeaderEnd::Aligned })
+    Ok(TensorSet { endian, metadata, tensors, header_end: HeaderEnd::Aligned, legacy: None })
 }

@@ -259,7 +259,13 @@ mod tests {
         for (key, value) in entries {
             metadata.set(key, value.clone());
         }
-        TensorSet { endian: Endian::Little, metadata, tensors: Vec::new(), header_end: HeaderEnd::Aligned }
+        TensorSet {
+            endian: Endian::Little,
+            metadata,
+            tensors: Vec::new(),
+            header_end: HeaderEnd::Aligned,
+            legacy: None,
+        }
     }
 
     #[test]

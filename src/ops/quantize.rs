@@ -194,5 +194,11 @@ pub fn apply(
     }
     // Little-endian, as llama-quantize writes on a little-endian host (a
     // big-endian input's bytes were swapped as they were read).
-    Ok(TensorSet { endian: Endian::Little, metadata: plan.metadata, tensors, header_end: HeaderEnd::Aligned })
+    Ok(TensorSet {
+        endian: Endian::Little,
+        metadata: plan.metadata,
+        tensors,
+        header_end: HeaderEnd::Aligned,
+        legacy: input.legacy.clone(),
+    })
 }

@@ -202,7 +202,7 @@ impl Recipe {
         }
         let export = Op::Export(crate::ops::export::ExportOptions {
             path: job.output.to_owned(),
-            format: crate::ops::export::ExportFormat::Gguf,
+            format: job.format,
             split: job.split,
             attest: false,
             byte_order: job.byte_order,
@@ -269,6 +269,7 @@ pub struct OneShot<'a> {
     pub ops: Vec<(Op, Vec<usize>)>,
     pub output: &'a Path,
     pub split: crate::ops::export::SplitMode,
+    pub format: crate::ops::export::ExportFormat,
     /// The output's byte order; `None` keeps the result's own.
     pub byte_order: Option<crate::model::Endian>,
 }

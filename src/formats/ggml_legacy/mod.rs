@@ -12,6 +12,15 @@
 //! Q8_0 scales from f32 to f16. Older tensors are repacked into the current
 //! layout when their bytes are read; the f32 → f16 narrowing of scales is the
 //! one lossy step (round to nearest even), and inspect says when it applies.
+//!
+//! What a GGUF model cannot say about the file it was read from — `n_mult`,
+//! `n_rot`, vocabulary texts the GGUF rewrites beyond recovery — travels
+//! beside it as a [`LegacyHeader`], so [`writer`] gives a GGJT v3 file read
+//! in back byte for byte.
+
+mod writer;
+
+pub use writer::{GGJT_TYPES, GgjtError, GgjtLayout, layout as ggjt_layout};
 
 use std::borrow::Cow;
 
@@ -20,8 +29,8 @@ use half::f16;
 use super::bytes::{ByteReader, Field};
 use super::error::{ErrorKind, Result};
 use crate::model::{
-    Array, Endian, LegacyBlockLayout, Metadata, StoredLayout, StringArray, TensorInfo, Value, element_count,
-    tensor_bytes,
+    Array, Endian, LegacyBlockLayout, Metadata, StoredLayout, StringArray, TOKENS_KEY, TensorInfo, Value,
+    element_count, tensor_bytes,
 };
 use crate::types::{FileType, GgmlType};
 
@@ -146,6 +155,24 @@ pub struct LegacyModel {
     pub tensors: Vec<TensorInfo>,
     /// Bytes before the first tensor.
     pub header_len: u64,
+    pub legacy: LegacyHeader,
+}
+
+/// The facts of a legacy file its GGUF metadata does not keep, each with
+/// what it was derived against: a writer uses them only while those still
+/// hold.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct LegacyHeader {
+    /// Rounds the feed-forward width (old llama.cpp computed it from this).
+    pub n_mult: u32,
+    pub n_rot: u32,
+    /// `embedding_length`, `head_count` and `feed_forward_length` as read.
+    pub n_embd: u32,
+    pub n_head: u32,
+    pub n_ff: u32,
+    /// Token texts that the GGUF vocabulary does not give back (the first
+    /// three, which it renames; a text that held `▁`), by id.
+    pub token_texts: Vec<(u32, Vec<u8>)>,
 }
 
 struct Hyperparameters {
@@ -154,7 +181,13 @@ struct Hyperparameters {
     n_mult: u32,
     n_head: u32,
     n_layer: u32,
+    n_rot: u32,
     ftype: u32,
+}
+
+/// Reads a legacy file held in memory; `path` names it in errors.
+pub fn read_bytes(bytes: &[u8], path: &std::path::Path) -> Result<LegacyModel> {
+    read(&mut ByteReader::over_bytes(bytes, path))
 }
 
 pub fn read(r: &mut ByteReader<'_>) -> Result<LegacyModel> {
@@ -190,9 +223,9 @@ pub fn read(r: &mut ByteReader<'_>) -> Result<LegacyModel> {
     let n_mult = r.u32(what)?;
     let n_head = r.u32(what)?;
     let n_layer = r.u32(what)?;
-    let _n_rot = r.u32(what)?;
+    let n_rot = r.u32(what)?;
     let ftype = r.u32(what)?;
-    let hp = Hyperparameters { n_vocab, n_embd, n_mult, n_head, n_layer, ftype };
+    let hp = Hyperparameters { n_vocab, n_embd, n_mult, n_head, n_layer, n_rot, ftype };
     if hp.n_head == 0 {
         return Err(r.error_at(hp_offset, ErrorKind::Invalid("n_head is 0".into())));
     }
@@ -201,8 +234,16 @@ pub fn read(r: &mut ByteReader<'_>) -> Result<LegacyModel> {
     let vocab = read_vocab(r, hp.n_vocab, has_scores)?;
     let header_len = r.pos();
     let tensors = read_tensors(r, variant, version)?;
+    let token_texts = vocab
+        .iter()
+        .enumerate()
+        .filter(|(id, entry)| legacy_token_text(*id, &gguf_token_text(*id, &entry.text).0) != entry.text)
+        .map(|(id, entry)| (id as u32, entry.text.clone()))
+        .collect();
+    let n_ff = feed_forward_length(&hp, &tensors);
+    let legacy = LegacyHeader { n_mult, n_rot, n_embd, n_head, n_ff, token_texts };
     let metadata = build_metadata(variant, version, &hp, vocab, &tensors);
-    Ok(LegacyModel { variant, version, metadata, tensors, header_len })
+    Ok(LegacyModel { variant, version, metadata, tensors, header_len, legacy })
 }
 
 struct VocabEntry {
@@ -295,7 +336,8 @@ fn read_tensors(r: &mut ByteReader<'_>, variant: LegacyVariant, version: u32) ->
     Ok(tensors)
 }
 
-/// Legacy LLaMA tensor names and their GGUF names; `N` is the layer number.
+/// Legacy LLaMA tensor names and their GGUF names (both ways); `N` is the
+/// layer number.
 const TENSOR_NAMES: &[(&str, &str)] = &[
     ("tok_embeddings", "token_embd"),
     ("norm", "output_norm"),
@@ -314,26 +356,42 @@ const TENSOR_NAMES: &[(&str, &str)] = &[
 
 /// The GGUF name of a legacy tensor; unknown names are kept as they are.
 fn gguf_tensor_name(legacy: &str) -> String {
-    let (base, suffix) = match legacy.rsplit_once('.') {
+    renamed(legacy, "layers.", |(old, new)| (old, new))
+}
+
+/// The legacy name of a GGUF tensor; unknown names are kept as they are.
+fn legacy_tensor_name(gguf: &str) -> String {
+    renamed(gguf, "blk.", |(old, new)| (new, old))
+}
+
+/// `name` renamed by the [`TENSOR_NAMES`] row whose `from` side (as `sides`
+/// orders a row) matches it, the layer number (after `layer_prefix`) and a
+/// `.weight`/`.bias` suffix carried over.
+fn renamed(
+    name: &str,
+    layer_prefix: &str,
+    sides: fn((&'static str, &'static str)) -> (&'static str, &'static str),
+) -> String {
+    let (base, suffix) = match name.rsplit_once('.') {
         Some((base, suffix @ ("weight" | "bias"))) => (base, Some(suffix)),
-        _ => (legacy, None),
+        _ => (name, None),
     };
-    let (pattern, layer) = match base.strip_prefix("layers.").and_then(|rest| rest.split_once('.')) {
-        Some((n, rest)) if n.parse::<u32>().is_ok() => (format!("layers.N.{rest}"), Some(n)),
+    let (pattern, layer) = match base.strip_prefix(layer_prefix).and_then(|rest| rest.split_once('.')) {
+        Some((n, rest)) if n.parse::<u32>().is_ok() => (format!("{layer_prefix}N.{rest}"), Some(n)),
         _ => (base.to_owned(), None),
     };
-    let Some(&(_, gguf)) = TENSOR_NAMES.iter().find(|(old, _)| *old == pattern) else {
-        return legacy.to_owned();
+    let Some((_, to)) = TENSOR_NAMES.iter().map(|&row| sides(row)).find(|(from, _)| *from == pattern) else {
+        return name.to_owned();
     };
-    let mut name = match layer {
-        Some(n) => gguf.replacen('N', n, 1),
-        None => gguf.to_owned(),
+    let mut renamed = match layer {
+        Some(n) => to.replacen('N', n, 1),
+        None => to.to_owned(),
     };
     if let Some(suffix) = suffix {
-        name.push('.');
-        name.push_str(suffix);
+        renamed.push('.');
+        renamed.push_str(suffix);
     }
-    name
+    renamed
 }
 
 /// The name `convert_llama_ggml_to_gguf.py` gives a legacy ftype.
@@ -347,6 +405,17 @@ fn ftype_label(ftype: u32) -> String {
     }
 }
 
+/// Layer 0's feed-forward width, or what `n_mult` makes of the embedding
+/// width for a file without one.
+fn feed_forward_length(hp: &Hyperparameters, tensors: &[TensorInfo]) -> u32 {
+    tensors
+        .iter()
+        .find(|t| t.name == "blk.0.ffn_gate.weight")
+        .and_then(|t| t.dims.get(1).copied())
+        .and_then(|d| u32::try_from(d).ok())
+        .unwrap_or_else(|| llama_n_ff(hp.n_embd, hp.n_mult))
+}
+
 fn build_metadata(
     variant: LegacyVariant,
     version: u32,
@@ -354,12 +423,7 @@ fn build_metadata(
     vocab: Vec<VocabEntry>,
     tensors: &[TensorInfo],
 ) -> Metadata {
-    let n_ff = tensors
-        .iter()
-        .find(|t| t.name == "blk.0.ffn_gate.weight")
-        .and_then(|t| t.dims.get(1).copied())
-        .and_then(|d| u32::try_from(d).ok())
-        .unwrap_or_else(|| llama_n_ff(hp.n_embd, hp.n_mult));
+    let n_ff = feed_forward_length(hp, tensors);
     let mut m = Metadata::new();
     m.set("general.architecture", Value::string("llama"));
     m.set(
@@ -378,7 +442,7 @@ fn build_metadata(
     m.set("tokenizer.ggml.model", Value::string("llama"));
     m.set("tokenizer.ggml.pre", Value::string("default"));
     let (tokens, scores, types) = gguf_vocab(vocab);
-    m.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
+    m.set(TOKENS_KEY, Value::Array(Array::String(tokens)));
     m.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
     m.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     m.set("tokenizer.ggml.unknown_token_id", Value::U32(0));
@@ -412,16 +476,7 @@ fn gguf_vocab(vocab: Vec<VocabEntry>) -> (StringArray, Vec<f32>, Vec<i32>) {
     let mut scores = Vec::with_capacity(vocab.len());
     let mut types = Vec::with_capacity(vocab.len());
     for (id, entry) in vocab.into_iter().enumerate() {
-        let (text, ty): (Cow<'_, [u8]>, i32) = match id {
-            0 => (Cow::Borrowed(b"<unk>"), TOKEN_UNKNOWN),
-            1 => (Cow::Borrowed(b"<s>"), TOKEN_CONTROL),
-            2 => (Cow::Borrowed(b"</s>"), TOKEN_CONTROL),
-            _ if entry.text.is_empty() => (Cow::Borrowed(b""), TOKEN_CONTROL),
-            3..=258 if entry.text.len() == 1 => {
-                (Cow::Owned(format!("<0x{:02X}>", entry.text[0]).into_bytes()), TOKEN_BYTE)
-            }
-            _ => (Cow::Owned(replace_spaces(&entry.text)), TOKEN_NORMAL),
-        };
+        let (text, ty) = gguf_token_text(id, &entry.text);
         tokens.push(&text);
         scores.push(entry.score);
         types.push(ty);
@@ -429,13 +484,49 @@ fn gguf_vocab(vocab: Vec<VocabEntry>) -> (StringArray, Vec<f32>, Vec<i32>) {
     (tokens, scores, types)
 }
 
-fn replace_spaces(text: &[u8]) -> Vec<u8> {
+/// Token `id`'s GGUF text and type.
+fn gguf_token_text(id: usize, text: &[u8]) -> (Cow<'static, [u8]>, i32) {
+    match id {
+        0 => (Cow::Borrowed(b"<unk>"), TOKEN_UNKNOWN),
+        1 => (Cow::Borrowed(b"<s>"), TOKEN_CONTROL),
+        2 => (Cow::Borrowed(b"</s>"), TOKEN_CONTROL),
+        _ if text.is_empty() => (Cow::Borrowed(b""), TOKEN_CONTROL),
+        3..=258 if text.len() == 1 => (Cow::Owned(format!("<0x{:02X}>", text[0]).into_bytes()), TOKEN_BYTE),
+        _ => (Cow::Owned(replaced(text, b" ", SPM_SPACE.as_bytes())), TOKEN_NORMAL),
+    }
+}
+
+/// Token `id`'s legacy text from its GGUF text, as llama.cpp's GGJT-era
+/// `convert.py` wrote a SentencePiece vocabulary: the unknown token ` ⁇ `,
+/// control tokens empty, byte tokens their byte, `▁` a space.
+fn legacy_token_text(id: usize, text: &[u8]) -> Vec<u8> {
+    match (id, byte_token(text)) {
+        (0, _) => " \u{2047} ".as_bytes().to_vec(),
+        (1 | 2, _) => Vec::new(),
+        (3..=258, Some(byte)) => vec![byte],
+        _ => replaced(text, SPM_SPACE.as_bytes(), b" "),
+    }
+}
+
+/// The byte of a `<0xXX>` token.
+fn byte_token(text: &[u8]) -> Option<u8> {
+    let hex = text.strip_prefix(b"<0x")?.strip_suffix(b">")?;
+    (hex.len() == 2 && hex.iter().all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c)))
+        .then(|| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok())
+        .flatten()
+}
+
+/// `text` with every `from` replaced by `to`.
+fn replaced(text: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(text.len());
-    for &b in text {
-        if b == b' ' {
-            out.extend_from_slice(SPM_SPACE.as_bytes());
+    let mut rest = text;
+    while !rest.is_empty() {
+        if rest.starts_with(from) {
+            out.extend_from_slice(to);
+            rest = &rest[from.len()..];
         } else {
-            out.push(b);
+            out.push(rest[0]);
+            rest = &rest[1..];
         }
     }
     out
