@@ -257,3 +257,89 @@ fn gemma_presets() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// `(tensor, columns, block, wanted, written)` of each fallback a run
+/// warned about, and its closing `N of M` count, from text in either tool's
+/// words.
+type Warned = (Vec<(String, u64, u64, String, String)>, Option<(u64, u64)>);
+
+fn warned(stderr: &str) -> Warned {
+    let mut fallbacks = Vec::new();
+    let mut count = None;
+    for line in stderr.lines() {
+        let line = line.trim_start_matches("warning: ");
+        // `NAME - [ncols] C [columns] not divisible by B (required for type T) -> falling back to U`
+        if let Some((name, rest)) = line.split_once(" - ")
+            && let Some((numbers, rest)) = rest.split_once("(required for type")
+            && let Some((wanted, written)) = rest.split_once(") -> falling back to")
+        {
+            let numbers: Vec<u64> = numbers.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+            // llama.cpp names types in ggml's case (`q4_K`).
+            let (wanted, written) = (wanted.trim().to_uppercase(), written.trim().to_uppercase());
+            fallbacks.push((name.trim().to_owned(), numbers[0], numbers[1], wanted, written));
+        }
+        let counted = line.rsplit("WARNING: ").next().unwrap_or(line);
+        if let Some((counts, _)) = counted.split_once(" tensor(s) required fallback quantization")
+            && let Some((n, of)) = counts.split_once(" of ")
+        {
+            count = Some((n.trim().parse().unwrap(), of.trim().parse().unwrap()));
+        }
+    }
+    (fallbacks, count)
+}
+
+/// A quantization whose rows do not fit the type's blocks says, tensor by
+/// tensor, what llama-quantize says — on the first run and on a run that
+/// takes the result from the cache — and `--json` carries the same.
+#[test]
+fn fallbacks_are_said_as_llama_quantize_says_them() {
+    let Some(llama) = llama_quantize() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let input = common::repo().join("tests/data/arch/gemma3.gguf");
+    let theirs = Command::new(&llama).arg(&input).arg(d.join("theirs.gguf")).arg("Q4_K_M").output().unwrap();
+    assert!(theirs.status.success(), "{}", String::from_utf8_lossy(&theirs.stderr));
+    let expected = warned(&String::from_utf8_lossy(&theirs.stderr));
+    assert!(!expected.0.is_empty() && expected.1.is_some(), "the fixture falls back in llama-quantize");
+
+    let cache = d.join("cache");
+    for run in ["first", "cached"] {
+        let ours =
+            common::quantforge_with(&[&"quantize", &"--cache-dir", &cache, &input, &d.join("ours.gguf"), &"Q4_K_M"]);
+        assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
+        assert_eq!(warned(&String::from_utf8_lossy(&ours.stderr)), expected, "{run} run");
+    }
+    let json = common::quantforge_with(&[&"--json", &"quantize", &input, &d.join("json.gguf"), &"Q4_K_M"]);
+    let report: serde_json::Value = serde_json::from_str(&common::stdout_of_success(json)).unwrap();
+    let fallbacks = &report["fallbacks"];
+    let from_json: Vec<_> = fallbacks["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let text = |k: &str| f[k].as_str().unwrap().to_owned();
+            let (wanted, written) = (text("wanted").to_uppercase(), text("written").to_uppercase());
+            (text("tensor"), f["columns"].as_u64().unwrap(), f["block"].as_u64().unwrap(), wanted, written)
+        })
+        .collect();
+    let count = (fallbacks["tensors"].as_array().unwrap().len() as u64, fallbacks["of"].as_u64().unwrap());
+    assert_eq!((from_json, Some(count)), expected);
+
+    // A recipe says it per quantization, naming the step's node.
+    let recipe = d.join("ladder.toml");
+    let text = format!(
+        "[input.m]\npath = {:?}\n\n[step.q]\nop = \"quantize\"\nfrom = \"m\"\npreset = [\"Q4_K_M\", \"Q8_0\"]\n\n\
+         [step.out]\nop = \"export\"\nfrom = \"q\"\npath = \"out-{{preset}}.gguf\"\n",
+        input.display().to_string()
+    );
+    std::fs::write(&recipe, text).unwrap();
+    for run in ["first", "cached"] {
+        let out = common::quantforge_with(&[&"run", &recipe, &"--cache-dir", &cache]);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        let q4: String =
+            stderr.lines().filter_map(|l| l.strip_prefix("warning: q[preset=Q4_K_M]: ")).collect::<Vec<_>>().join("\n");
+        assert_eq!(warned(&q4), expected, "{run} recipe run: {stderr}");
+        assert!(!stderr.contains("q[preset=Q8_0]"), "Q8_0's blocks of 32 fit: {stderr}");
+    }
+}

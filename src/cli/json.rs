@@ -16,6 +16,7 @@ use crate::ops::diff::DiffReport;
 use crate::ops::inspect::InspectReport;
 use crate::params::RecipeError;
 use crate::quant::budget::BudgetPlan;
+use crate::quant::plan::Fallbacks;
 use crate::slurm::Submission;
 use crate::store::remote::{RemoteGcReport, RemoteUsage, RemoteVerifyReport, TransferReport};
 use crate::store::{GcReport, StoreUsage, VerifyReport};
@@ -56,6 +57,9 @@ pub(super) struct Written {
     /// What moved to and from the remote cache, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote: Option<TransferReport>,
+    /// The tensors the quantization wrote in fallback types, if any.
+    #[serde(skip_serializing_if = "Fallbacks::is_empty")]
+    pub fallbacks: Fallbacks,
 }
 
 impl Written {
@@ -67,6 +71,8 @@ impl Written {
             totals: report.totals.clone(),
             wall_ms: report.wall_ms,
             remote: report.remote.clone(),
+            // A one-shot command quantizes once at most.
+            fallbacks: report.nodes.iter().map(|n| &n.fallbacks).find(|f| !f.is_empty()).cloned().unwrap_or_default(),
         }
     }
 }

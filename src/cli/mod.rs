@@ -754,6 +754,20 @@ fn print_schema(name: Option<&str>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Says, as llama-quantize does, every tensor a quantization wrote in a
+/// fallback type and how many fell back — on every run, a result taken from
+/// the cache included (cargo replays a cached crate's warnings too). Each
+/// line names its node when `by_node` (a recipe may quantize many times).
+fn warn_fallbacks(report: &crate::exec::report::RunReport, by_node: bool) {
+    for node in report.nodes.iter().filter(|n| !n.fallbacks.is_empty()) {
+        let at = if by_node { format!("{}: ", crate::text::for_terminal(&node.id)) } else { String::new() };
+        for fallback in &node.fallbacks.tensors {
+            tracing::warn!("{at}{fallback}");
+        }
+        tracing::warn!("{at}{}", node.fallbacks.warning());
+    }
+}
+
 /// Worker threads: as asked, or one per core; more than
 /// [`crate::exec::max_jobs`] is capped with a warning (each thread is spawned
 /// one at a time, and past a few per core they only contend).
@@ -770,7 +784,6 @@ fn workers(requested: Option<usize>) -> usize {
     }
 }
 
-/// `big` or `little`.
 #[cfg(test)]
 mod help_tests {
     use super::*;

@@ -220,7 +220,7 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
     match summary {
         Summary::Silent => return Ok(()),
         Summary::Json => return super::json::print(&super::json::Written::of("quantize", &report)),
-        Summary::Text => {}
+        Summary::Text => super::warn_fallbacks(&report, false),
     }
     let totals = &report.totals;
     let kind = match args.target_size {
@@ -301,13 +301,9 @@ fn print_plan(out: &mut dyn Write, plan: &QuantizePlan) -> io::Result<()> {
         human_bytes(plan.file_size as f64),
         plan.ftype.description()
     )?;
-    if plan.n_fallback() > 0 {
-        writeln!(
-            out,
-            "warning: {} of {} tensors required fallback quantization",
-            plan.n_fallback(),
-            plan.tensors.len()
-        )?;
+    let fallbacks = plan.fallbacks();
+    if !fallbacks.is_empty() {
+        writeln!(out, "warning: {}", fallbacks.warning())?;
     }
     if plan.tensors.iter().any(|t| t.converts() && t.requires_imatrix) {
         writeln!(out, "warning: this quantization will need an importance matrix (--imatrix)")?;

@@ -211,6 +211,7 @@ pub(super) fn run(args: RunArgs, json: bool, verbose: bool) -> anyhow::Result<()
     } else {
         let mut out = io::stdout().lock();
         print_text(&mut out, &report, verbose)?;
+        super::warn_fallbacks(&report, true);
         out.flush()?;
     }
     if let Some(page) = &args.report {

@@ -38,6 +38,7 @@ use crate::formats::{FormatError, InputShape, OpenOptions, gguf};
 use crate::ops::split::SplitError;
 use crate::ops::{self, Op};
 use crate::quant::budget;
+use crate::quant::plan::Fallbacks;
 use crate::recipe::{NodeDecl, Recipe, Source};
 use crate::store::{ActionKind, Key, KeyBuilder, Store, StoreError, fingerprint};
 use materialize::{Backends, Fanout, InFlight, InputFiles, MaterializeError, Materializer, PinnedFile, SetRows};
@@ -156,6 +157,10 @@ struct NodeEntry {
     bytes: u64,
     /// Every derived tensor is in the store (`keep = true`).
     kept: bool,
+    /// Tensors its quantization wrote in a fallback type, said again when
+    /// the result is taken from the cache.
+    #[serde(default, skip_serializing_if = "Fallbacks::is_empty")]
+    fallbacks: Fallbacks,
 }
 
 /// An input bound to its content: one file, or every shard of a split.
@@ -470,7 +475,11 @@ impl Engine {
         for (i, report) in reports.into_iter().enumerate() {
             let report = report.unwrap_or_else(|| {
                 let status = if fresh[i] || cached[i] { Status::Hit } else { Status::Skipped };
-                shared.report(i, status)
+                let mut report = shared.report(i, status);
+                if status == Status::Hit {
+                    report.fallbacks = shared.cached_fallbacks(i);
+                }
+                report
             });
             if matches!(report.status, Status::Hit | Status::Ran) {
                 shared.remember(i);
@@ -602,7 +611,7 @@ impl Engine {
                 }
                 _ => {
                     let hit = self.node_entry(&key).is_some();
-                    let set = shared.manifest(i, inputs.unwrap_or_default(), true).ok();
+                    let set = shared.manifest(i, inputs.unwrap_or_default(), true).ok().map(|(set, _)| set);
                     let mut report = shared.report(i, Status::Miss);
                     report.bytes_out = set.as_ref().map_or(0, |s| total_bytes(s));
                     sets[i] = set;
@@ -811,6 +820,7 @@ impl Shared {
                 _ => None,
             },
             files: Vec::new(),
+            fallbacks: Fallbacks::default(),
             why: Vec::new(),
             error: None,
         }
@@ -823,9 +833,10 @@ impl Shared {
         report.bytes_in = inputs.iter().map(|s| total_bytes(s)).sum();
         let result = match &self.bound.recipe.nodes[i].op {
             Op::Export(o) => self.export(i, &inputs, o, &mut report).map(|()| Outcome::Written),
-            _ => self.manifest(i, inputs, false).and_then(|set| {
+            _ => self.manifest(i, inputs, false).and_then(|(set, fallbacks)| {
                 self.fanout.register(&set.tensors);
                 report.bytes_out = total_bytes(&set);
+                report.fallbacks = fallbacks;
                 if self.bound.recipe.nodes[i].keep && run { self.keep(i, set, &mut report) } else { Ok(set) }
                     .map(Outcome::Set)
             }),
@@ -847,32 +858,43 @@ impl Shared {
         }
     }
 
-    /// Node `i`'s tensor set: from the node cache, or computed from `inputs`
-    /// and cached. `dry` computes without caching (for `plan`).
-    fn manifest(&self, i: usize, inputs: Vec<Arc<TensorSet>>, dry: bool) -> Result<Arc<TensorSet>, NodeError> {
+    /// Node `i`'s tensor set and its fallbacks: from the node cache, or
+    /// computed from `inputs` and cached. `dry` computes without caching
+    /// (for `plan`).
+    fn manifest(
+        &self,
+        i: usize,
+        inputs: Vec<Arc<TensorSet>>,
+        dry: bool,
+    ) -> Result<(Arc<TensorSet>, Fallbacks), NodeError> {
         if let Some(set) = &self.loaded[i] {
-            return Ok(Arc::clone(set));
+            return Ok((Arc::clone(set), self.cached_fallbacks(i)));
         }
         if !self.rebuild
             && let Some(set) = cached_set(&*self.store, &self.bound.keys[i])
         {
-            return Ok(set);
+            return Ok((set, self.cached_fallbacks(i)));
         }
-        let mut set = self.compute(i, &inputs)?;
+        let (mut set, fallbacks) = self.compute(i, &inputs)?;
         claim_conversions(&mut set, &self.bound.keys[i], &inputs);
         let derived = set.tensors.iter().any(Tensor::is_derived);
         // A kept node's entry is written once, by `keep`, when its tensors
         // are stored: an entry is never replaced by a better one under the
         // same key (a shared cache keeps the first).
         if !dry && self.store.keeps_results() && !(self.bound.recipe.nodes[i].keep && derived) {
-            self.cache_manifest(i, &set, !derived)?;
+            self.cache_manifest(i, &set, !derived, &fallbacks)?;
         }
-        Ok(Arc::new(set))
+        Ok((Arc::new(set), fallbacks))
+    }
+
+    /// The fallbacks node `i`'s cached result was made with.
+    fn cached_fallbacks(&self, i: usize) -> Fallbacks {
+        node_entry(&*self.store, &self.bound.keys[i]).map(|e| e.fallbacks).unwrap_or_default()
     }
 
     /// Records node `i`'s result; `kept` when every derived tensor of it is
     /// in the store.
-    fn cache_manifest(&self, i: usize, set: &TensorSet, kept: bool) -> Result<(), NodeError> {
+    fn cache_manifest(&self, i: usize, set: &TensorSet, kept: bool, fallbacks: &Fallbacks) -> Result<(), NodeError> {
         let node = &self.bound.recipe.nodes[i];
         let encoded = set.encode().map_err(|source| NodeError::Write { path: self.store.location().into(), source })?;
         let manifest = self.store.put_blob(&encoded)?;
@@ -887,6 +909,7 @@ impl Shared {
             tensors: set.tensors.len(),
             bytes: total_bytes(set),
             kept,
+            fallbacks: fallbacks.clone(),
         };
         let json = serde_json::to_vec(&entry)
             .map_err(|e| NodeError::Write { path: self.store.location().into(), source: e.into() })?;
@@ -894,11 +917,13 @@ impl Shared {
         Ok(())
     }
 
-    /// Applies node `i`'s op: pure, apart from importance weights stored as blobs.
-    fn compute(&self, i: usize, inputs: &[Arc<TensorSet>]) -> Result<TensorSet, NodeError> {
+    /// Applies node `i`'s op: pure, apart from importance weights stored as
+    /// blobs. A quantization also says which tensors fell back.
+    fn compute(&self, i: usize, inputs: &[Arc<TensorSet>]) -> Result<(TensorSet, Fallbacks), NodeError> {
         let node: &NodeDecl = &self.bound.recipe.nodes[i];
         let input = || inputs.first().map(Arc::as_ref).ok_or_else(|| NodeError::Upstream(node.id.clone()));
-        Ok(match &node.op {
+        let quantized = |q: ops::quantize::Quantized| Ok((q.set, q.fallbacks));
+        let set = match &node.op {
             Op::Load | Op::MergeShards(_) => {
                 let Some(&Source::Input(j)) = node.from.first() else {
                     return Err(NodeError::Upstream(node.id.clone()));
@@ -926,7 +951,9 @@ impl Shared {
                 let metadata = node.uses.first().map(|&m| self.bound.recipe.inputs[m].path.as_path());
                 ops::convert::apply(&self.bound.recipe.inputs[j].path, o, metadata, &*self.store, &file_key)?
             }
-            Op::Dequantize(o) => ops::quantize::apply(input()?, &o.quantize_options(), None, &*self.store)?,
+            Op::Dequantize(o) => {
+                return quantized(ops::quantize::apply(input()?, &o.quantize_options(), None, &*self.store)?);
+            }
             Op::Quantize(o) => {
                 let imatrix = match node.uses.first() {
                     Some(&j) => {
@@ -939,9 +966,9 @@ impl Shared {
                 let m = self.materializer();
                 let rows = SetRows { materializer: &m, set: input };
                 let backend = self.backends.of(Some(&self.bound.keys[i]));
-                self.pool.install(|| {
+                return quantized(self.pool.install(|| {
                     ops::quantize::apply_planned(input, o, imatrix.as_ref(), &rows, backend, &*self.store)
-                })?
+                })?);
             }
             Op::Filter(o) => ops::filter::apply(input()?, o),
             Op::Rename(o) => ops::rename::apply(input()?, o)?,
@@ -950,7 +977,8 @@ impl Shared {
             Op::Assemble => ops::assemble::assemble(&inputs.iter().map(Arc::as_ref).collect::<Vec<_>>())?,
             Op::Unbundle(o) => ops::assemble::unbundle(input()?, o.part)?,
             Op::Export(_) => return Err(NodeError::Upstream(node.id.clone())),
-        })
+        };
+        Ok((set, Fallbacks::default()))
     }
 
     fn materializer(&self) -> Materializer<'_> {
@@ -971,7 +999,7 @@ impl Shared {
     fn keep(&self, i: usize, set: Arc<TensorSet>, report: &mut NodeReport) -> Result<Arc<TensorSet>, NodeError> {
         let m = self.materializer();
         set.tensors.iter().try_for_each(|t| m.persist(t))?;
-        self.cache_manifest(i, &set, true)?;
+        self.cache_manifest(i, &set, true, &report.fallbacks)?;
         report.tensors_encoded = m.counters.encoded.load(Ordering::Relaxed);
         report.tensors_reused = m.counters.reused.load(Ordering::Relaxed);
         report.tensors_decoded = m.counters.decoded.load(Ordering::Relaxed);

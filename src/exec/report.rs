@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::quant::plan::Fallbacks;
 use crate::store::Incident;
 use crate::store::remote::TransferReport;
 
@@ -93,6 +94,10 @@ pub struct NodeReport {
     /// The files an export wrote (one, or a split's shards).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<FileReport>,
+    /// Tensors a quantization wrote in another type than their rule chose
+    /// (their rows do not divide into its blocks), as llama-quantize warns.
+    #[serde(skip_serializing_if = "Fallbacks::is_empty")]
+    pub fallbacks: Fallbacks,
     /// (plan) Why the node is not a hit.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub why: Vec<String>,

@@ -254,7 +254,7 @@ impl Engine {
                     Source::Input(_) => None,
                 })
                 .collect();
-            let set = shared
+            let (set, _) = shared
                 .manifest(i, inputs, !record)
                 .map_err(|e| RunError::Step { node: node.id.clone(), source: Box::new(e) })?;
             shared.loaded[i] = Some(set);

@@ -13,7 +13,7 @@ use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::quant::budget::{BudgetError, Model, RowSource, Target, plan_budget};
 use crate::quant::imatrix::ImportanceMatrix;
 use crate::quant::mixture::{MixtureError, MixtureOptions, TensorTypeOverride};
-use crate::quant::plan::{KvOverride, QuantizeError, QuantizeOptions, mixture_for, plan};
+use crate::quant::plan::{Fallbacks, KvOverride, QuantizeError, QuantizeOptions, mixture_for, plan};
 use crate::quant::prune;
 use crate::store::Store;
 use crate::types::GgmlType;
@@ -151,12 +151,19 @@ pub fn apply_planned(
     rows: &dyn RowSource,
     backend: &dyn Backend,
     store: &dyn Store,
-) -> Result<TensorSet, BudgetError> {
+) -> Result<Quantized, BudgetError> {
     let Some(budget) = options.budget else { return Ok(apply(input, options, imatrix, store)?) };
     let infos = input.infos();
     let model = Model { metadata: &input.metadata, tensors: &infos, rows, backend };
     let plan = plan_budget(&model, options, imatrix, Target::Size(budget), true)?;
     Ok(apply(input, &plan.options, imatrix, store)?)
+}
+
+/// A quantized set, with the tensors that fell back to another type than
+/// their rule chose (each run says so, as llama-quantize does).
+pub struct Quantized {
+    pub set: TensorSet,
+    pub fallbacks: Fallbacks,
 }
 
 /// The quantized tensor set: `input`'s tensors in llama-quantize's order,
@@ -167,9 +174,10 @@ pub fn apply(
     options: &QuantizeOptions,
     imatrix: Option<&ImportanceMatrix>,
     store: &dyn Store,
-) -> Result<TensorSet, QuantizeError> {
+) -> Result<Quantized, QuantizeError> {
     let infos = input.infos();
     let plan = plan(&input.metadata, &infos, options, imatrix)?;
+    let fallbacks = plan.fallbacks();
     let mut tensors = Vec::with_capacity(plan.tensors.len());
     for planned in &plan.tensors {
         let source = &input.tensors[planned.input_idx];
@@ -194,11 +202,12 @@ pub fn apply(
     }
     // Little-endian, as llama-quantize writes on a little-endian host (a
     // big-endian input's bytes were swapped as they were read).
-    Ok(TensorSet {
+    let set = TensorSet {
         endian: Endian::Little,
         metadata: plan.metadata,
         tensors,
         header_end: HeaderEnd::Aligned,
         legacy: input.legacy.clone(),
-    })
+    };
+    Ok(Quantized { set, fallbacks })
 }

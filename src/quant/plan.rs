@@ -285,6 +285,69 @@ impl QuantizePlan {
     pub fn n_fallback(&self) -> usize {
         self.tensors.iter().filter(|t| t.fallback_from.is_some()).count()
     }
+
+    /// The tensors written in another type than their rule chose, in order.
+    pub fn fallbacks(&self) -> Fallbacks {
+        let fallback = |t: &PlannedTensor| {
+            let wanted = t.fallback_from?;
+            Some(Fallback {
+                tensor: t.info.name.clone(),
+                columns: t.info.dims.first().copied().unwrap_or(0),
+                wanted: wanted.name().to_owned(),
+                block: wanted.block_size(),
+                written: t.info.ggml_type.name().to_owned(),
+            })
+        };
+        Fallbacks { of: self.tensors.len(), tensors: self.tensors.iter().filter_map(fallback).collect() }
+    }
+}
+
+/// The tensors of a quantized model that fell back to another type.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Fallbacks {
+    /// Tensors in the model.
+    pub of: usize,
+    pub tensors: Vec<Fallback>,
+}
+
+impl Fallbacks {
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+
+    /// llama-quantize's closing warning.
+    pub fn warning(&self) -> String {
+        format!("{} of {} tensor(s) required fallback quantization", self.tensors.len(), self.of)
+    }
+}
+
+/// A tensor whose rows do not divide into its chosen type's blocks, written
+/// in the type llama-quantize falls back to.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Fallback {
+    pub tensor: String,
+    /// Elements per row.
+    pub columns: u64,
+    /// The type its rule chose, and that type's block.
+    pub wanted: String,
+    pub block: u64,
+    /// The type written.
+    pub written: String,
+}
+
+/// In llama-quantize's words.
+impl std::fmt::Display for Fallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} - {} columns not divisible by {} (required for type {}) -> falling back to {}",
+            Name(&self.tensor),
+            self.columns,
+            self.block,
+            self.wanted,
+            self.written
+        )
+    }
 }
 
 /// Plans a quantization of a model with this metadata and these tensors:
