@@ -588,3 +588,53 @@ fn a_missing_input_names_its_fetch_command() {
                     `./scripts/fetch-models.sh` fetches it (the recipe's `fetch`)";
     assert!(stderr.contains(expected), "{stderr}");
 }
+
+/// `quantize IN OUT TYPE,TYPE,…` is a ladder in one run: each file the bytes
+/// of its own `quantize`, each tensor decoded once for every rung, and the
+/// same files as a recipe's fan-out.
+#[test]
+fn quantize_writes_a_ladder_in_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let tiny = d.join("tiny.gguf");
+    std::fs::copy(common::tiny_model(), &tiny).unwrap();
+    let presets = ["Q4_K_M", "Q6_K", "Q8_0"];
+    let template = d.join("ladder/m-{preset}.gguf");
+    let out = common::quantforge_with(&[&"--json", &"quantize", &tiny, &template, &presets.join(",")]);
+    let report: Json = serde_json::from_str(&common::stdout_of_success(out)).unwrap();
+    let totals = &report["totals"];
+    assert!(totals["tensors_decoded"].as_u64().unwrap() < totals["tensors_encoded"].as_u64().unwrap(), "{report}");
+    assert_eq!(report["files"].as_array().unwrap().len(), 3, "{report}");
+    let left: Vec<_> = std::fs::read_dir(d.join("ladder")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 3, "the scratch cache is gone: {left:?}");
+
+    let recipe = d.join("ladder.toml");
+    std::fs::write(&recipe, common::LADDER.replace(r#"["Q8_0", "Q4_K_M", "Q3_K_S"]"#, r#"["Q4_K_M", "Q6_K", "Q8_0"]"#))
+        .unwrap();
+    common::stdout_of_success(common::quantforge_with(&[&"run", &recipe, &"--cache-dir", &d.join("cache")]));
+    for preset in presets {
+        let single = d.join(format!("single-{preset}.gguf"));
+        common::stdout_of_success(common::quantforge_with(&[&"quantize", &tiny, &single, &preset]));
+        let ladder = std::fs::read(d.join(format!("ladder/m-{preset}.gguf"))).unwrap();
+        assert!(ladder == std::fs::read(&single).unwrap(), "{preset}: the ladder's file is not quantize's");
+        assert!(
+            ladder == std::fs::read(d.join(format!("out/tiny-{preset}.gguf"))).unwrap(),
+            "{preset}: not the recipe's"
+        );
+    }
+
+    // Without OUT, llama-quantize's names beside the input; NTHREADS after.
+    common::stdout_of_success(common::quantforge_with(&[&"quantize", &tiny, &"Q8_0,q4_0", &"2"]));
+    for name in ["Q8_0", "Q4_0"] {
+        assert!(d.join(format!("ggml-model-{name}.gguf")).exists(), "{name}");
+    }
+
+    let out = d.join("x.gguf");
+    quantize_fails(&[tiny.as_os_str(), out.as_os_str(), "Q8_0,Q6_K".as_ref()], "put {preset} in OUT");
+    quantize_fails(&[tiny.as_os_str(), template.as_os_str(), "Q8_0,Q8_0".as_ref()], "Q8_0 is listed twice");
+    quantize_fails(&[tiny.as_os_str(), template.as_os_str(), "Q8_0,Q6K".as_ref()], "did you mean `Q6_K`?");
+    quantize_fails(
+        &["--dry-run".as_ref(), tiny.as_os_str(), template.as_os_str(), "Q8_0,Q6_K".as_ref()],
+        "give one TYPE",
+    );
+}

@@ -360,6 +360,8 @@ struct QuantizeArgs {
     #[arg(value_name = "OUT")]
     output: PathBuf,
     /// A preset (Q4_K_M, Q8_0, …) or its llama ftype number; left out with --target-size.
+    /// Several, comma-separated (Q4_K_M,Q6_K,Q8_0), make a ladder in one run: OUT names
+    /// each file with {preset}.
     #[arg(value_name = "TYPE")]
     preset: Option<String>,
     /// Worker threads, as llama-quantize's last positional (0: all cores).

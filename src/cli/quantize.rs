@@ -2,7 +2,7 @@
 
 use std::ffi::OsString;
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
 
@@ -20,7 +20,7 @@ use crate::quant::budget::Target;
 use crate::quant::mixture::{MixtureOptions, TensorTypeOverride};
 use crate::quant::plan::{self as quantize, QuantizeOptions, QuantizePlan, QuantizeType, parse_preset};
 use crate::quant::prune;
-use crate::recipe::ExtraInput;
+use crate::recipe::{ExtraInput, OneShot, Rung};
 use crate::text::{Name, name_width};
 
 /// How a quantization reports what it did.
@@ -112,10 +112,62 @@ fn refuse_other_inputs(input: &Path) -> anyhow::Result<()> {
     }
 }
 
+/// The options of a quantization to `preset` (none: the budget planner's
+/// base) with `args`' flags; `read_only` learns the files it reads.
+fn options_for(
+    args: &QuantizeArgs,
+    preset: Option<&str>,
+    read_only: &mut WriteGuard,
+) -> anyhow::Result<QuantizeOptions> {
+    let mut mixture = match preset {
+        Some(preset) => quantize::mixture_for(preset).map_err(|e| match nearest(preset, quantize::preset_names()) {
+            Some(near) => anyhow::anyhow!("{e}\n  did you mean `{near}`?"),
+            None => anyhow::anyhow!("{e}"),
+        })?,
+        None => MixtureOptions::new(plan_quant::base_options().mixture.ftype),
+    };
+    mixture.pure = args.pure;
+    mixture.leave_output_tensor = args.leave_output_tensor;
+    mixture.output_tensor_type = args.output_tensor_type;
+    mixture.token_embedding_type = args.token_embedding_type;
+    mixture.tensor_types = args.tensor_type.clone();
+    for path in &args.tensor_type_file {
+        mixture.tensor_types.extend(tensor_types_from(path)?);
+        read_only.protect(path, "a --tensor-type-file");
+    }
+    mixture.keep_split = args.keep_split;
+    // A budget is planned inside the run, as a recipe's `budget` is: one path.
+    Ok(QuantizeOptions {
+        mixture,
+        allow_requantize: args.allow_requantize,
+        include_weights: args.include_weights.clone(),
+        exclude_weights: args.exclude_weights.clone(),
+        override_kv: args.override_kv.clone(),
+        budget: args.target_size,
+        prune_layers: match &args.prune_layers {
+            Some(layers) => prune::parse_layers(layers).map_err(|e| anyhow::anyhow!("--prune-layers: {e}"))?,
+            None => Vec::new(),
+        },
+    })
+}
+
 /// Quantizes as `args` say, and says what was written as `summary` asks.
 fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
     refuse_other_inputs(&args.input)?;
     if args.target_size.is_none() {
+        if let Some(types) = args.output.to_str().and_then(ladder_types) {
+            // `IN TYPES [NTHREADS]`: the third positional is the thread count.
+            if let Some(third) = args.preset.take() {
+                anyhow::ensure!(args.nthreads.is_none(), "unexpected argument after NTHREADS");
+                args.nthreads = Some(third.parse().map_err(|_| anyhow::anyhow!("invalid NTHREADS `{third}`"))?);
+            }
+            return ladder(args, types, None, summary);
+        }
+        if let Some(list) = args.preset.as_deref().filter(|p| p.contains(',')) {
+            let types = list.split(',').map(str::to_owned).collect();
+            let template = args.output.clone();
+            return ladder(args, types, Some(&template), summary);
+        }
         name_output_after_type(&mut args)?;
         anyhow::ensure!(args.preset.is_some(), "missing TYPE: give a preset (Q4_K_M, …) or --target-size");
     }
@@ -127,43 +179,14 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
         args.nthreads = args.nthreads.or(Some(threads));
         args.preset = None;
     }
-    let mut mixture = match &args.preset {
-        Some(preset) => quantize::mixture_for(preset).map_err(|e| match nearest(preset, quantize::preset_names()) {
-            Some(near) => anyhow::anyhow!("{e}\n  did you mean `{near}`?"),
-            None => anyhow::anyhow!("{e}"),
-        })?,
-        None => MixtureOptions::new(plan_quant::base_options().mixture.ftype),
-    };
-    mixture.pure = args.pure;
-    mixture.leave_output_tensor = args.leave_output_tensor;
-    mixture.output_tensor_type = args.output_tensor_type;
-    mixture.token_embedding_type = args.token_embedding_type;
-    mixture.tensor_types = args.tensor_type;
-    // The run's guard knows its model and matrix; these files it never sees.
-    let mut read_only = WriteGuard::default();
-    for path in &args.tensor_type_file {
-        mixture.tensor_types.extend(tensor_types_from(path)?);
-        read_only.protect(path, "a --tensor-type-file");
-    }
-    read_only.check(&args.output, Replaces::AnyFile)?;
-    mixture.keep_split = args.keep_split;
     anyhow::ensure!(
         args.target_size.is_none() || args.preset.is_none(),
         "give either a TYPE or --target-size, not both"
     );
-    // A budget is planned inside the run, as a recipe's `budget` is: one path.
-    let options = QuantizeOptions {
-        mixture,
-        allow_requantize: args.allow_requantize,
-        include_weights: args.include_weights,
-        exclude_weights: args.exclude_weights,
-        override_kv: args.override_kv,
-        budget: args.target_size,
-        prune_layers: match &args.prune_layers {
-            Some(layers) => prune::parse_layers(layers).map_err(|e| anyhow::anyhow!("--prune-layers: {e}"))?,
-            None => Vec::new(),
-        },
-    };
+    // The run's guard knows its model and matrix; these files it never sees.
+    let mut read_only = WriteGuard::default();
+    let options = options_for(&args, args.preset.as_deref(), &mut read_only)?;
+    read_only.check(&args.output, Replaces::AnyFile)?;
     if args.dry_run
         && let Some(size) = args.target_size
     {
@@ -217,17 +240,28 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
             report.output_bytes()
         );
     }
-    match summary {
-        Summary::Silent => return Ok(()),
-        Summary::Json => return super::json::print(&super::json::Written::of("quantize", &report)),
-        Summary::Text => super::warn_fallbacks(&report, false),
-    }
-    let totals = &report.totals;
     let kind = match args.target_size {
         Some(budget) => format!("types planned for a budget of {}", human_bytes(budget as f64)),
         None if copy => "every tensor copied".to_owned(),
         None => ftype.description().to_owned(),
     };
+    say_written(&report, summary, &kind, started)
+}
+
+/// Says what a run wrote, as `summary` asks: its fallbacks, then its files.
+fn say_written(
+    report: &crate::exec::report::RunReport,
+    summary: Summary,
+    kind: &str,
+    started: std::time::Instant,
+) -> anyhow::Result<()> {
+    let ladder = report.files().count() > 1 && report.nodes.iter().filter(|n| n.op == "quantize").count() > 1;
+    match summary {
+        Summary::Silent => return Ok(()),
+        Summary::Json => return super::json::print(&super::json::Written::of("quantize", report)),
+        Summary::Text => super::warn_fallbacks(report, ladder),
+    }
+    let totals = &report.totals;
     let files: Vec<String> = report.files().map(|f| f.path.display().to_string()).collect();
     eprintln!(
         "wrote {}: {kind} ({}), {} encoded, {} from cache, {} copied, in {:.2} s",
@@ -239,6 +273,75 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `TYPE,TYPE,…` where OUT would be (`IN TYPES [NTHREADS]`): a ladder's
+/// types, when every one is a type.
+fn ladder_types(text: &str) -> Option<Vec<String>> {
+    let types: Vec<String> = text.split(',').map(str::to_owned).collect();
+    let is_type = |t: &String| quantize::is_copy(t) || parse_preset(t).is_ok();
+    (types.len() > 1 && types.iter().all(is_type)).then_some(types)
+}
+
+/// `quantize IN OUT TYPE,TYPE,…`: a ladder, as one run — each tensor read
+/// and decoded once for every rung, as a recipe's fan-out is. OUT names each
+/// rung's file with `{preset}`; without OUT, each is llama-quantize's
+/// `ggml-model-TYPE.gguf` beside the input.
+fn ladder(args: QuantizeArgs, types: Vec<String>, template: Option<&Path>, summary: Summary) -> anyhow::Result<()> {
+    anyhow::ensure!(!args.dry_run, "--dry-run plans one type: give one TYPE");
+    anyhow::ensure!(!args.keep_split, "--keep-split writes one type's shards: give one TYPE");
+    if let Some(template) = template {
+        anyhow::ensure!(
+            template.to_string_lossy().contains("{preset}"),
+            "a ladder writes a file per type: put {{preset}} in OUT ({} has none)",
+            template.display()
+        );
+    }
+    let extra: Vec<ExtraInput> = args
+        .imatrix
+        .iter()
+        .map(|path| ExtraInput { name: "imatrix", path, as_written: args.imatrix_name.as_deref().unwrap_or(path) })
+        .collect();
+    let uses = if extra.is_empty() { Vec::new() } else { vec![1] };
+    let mut read_only = WriteGuard::default();
+    let mut rungs: Vec<Rung> = Vec::with_capacity(types.len());
+    for ty in &types {
+        let options = options_for(&args, Some(ty), &mut read_only)?;
+        let name = QuantizeType::parse(ty).map_or(quantize::COPY, |t| t.name);
+        if rungs.iter().any(|r| r.name == format!("preset={name}")) {
+            anyhow::bail!("{name} is listed twice");
+        }
+        let output = match template {
+            Some(template) => PathBuf::from(template.to_string_lossy().replace("{preset}", name)),
+            None => args.input.with_file_name(format!("ggml-model-{name}.gguf")),
+        };
+        read_only.check(&output, Replaces::AnyFile)?;
+        let op = Op::Quantize(Box::new(options));
+        rungs.push(Rung { name: format!("preset={name}"), op, uses: uses.clone(), output });
+    }
+    let first = rungs[0].output.clone();
+    let job = OneShot { extra_inputs: &extra, ..oneshot::job("quantize", &args.input, Vec::new(), &first) };
+    let started = std::time::Instant::now();
+    let jobs = workers(args.threads.or(args.nthreads).filter(|&n| n > 0));
+    let mut settings = args.cache.settings(Some(jobs), OpenOptions::default())?;
+    settings.buffer_limit = args.max_buffer_size.map(|mib| mib << 20);
+    // Rungs share their decoding through stored results: without a cache, a
+    // scratch one beside the outputs, gone when the run ends.
+    let scratch = match settings.cache_dir {
+        Some(_) => None,
+        None => {
+            let dir = first.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot make {}", dir.display()))?;
+            let scratch = tempfile::Builder::new().prefix(".quantforge-ladder-").tempdir_in(dir)?;
+            settings.cache_dir = Some(scratch.path().to_owned());
+            Some(scratch)
+        }
+    };
+    let report = oneshot::run_ladder(job, rungs, &settings)
+        .with_context(|| format!("cannot quantize {}", args.input.display()))?;
+    drop(scratch);
+    super::cache::report_transfers(report.remote.as_ref(), false)?;
+    say_written(&report, summary, &format!("a ladder of {} types", types.len()), started)
 }
 /// Runs `quantize [FLAGS] BASE OUT TYPE [NTHREADS]` as the command line
 /// would, without a word to the terminal: how `verify --as` and `pack` derive.

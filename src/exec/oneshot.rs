@@ -12,7 +12,7 @@ use super::{Engine, RunError};
 use crate::formats::OpenOptions;
 use crate::ops::Op;
 use crate::ops::export::{ExportFormat, SplitMode};
-use crate::recipe::{OneShot, Recipe};
+use crate::recipe::{OneShot, Recipe, Rung};
 use crate::store::OpenError;
 use crate::store::remote::{RemoteMode, RemoteUrl};
 
@@ -66,6 +66,12 @@ fn run_recipe(recipe: &Recipe, settings: &OneShotSettings) -> Result<RunReport, 
         }
         _ => Ok(report),
     }
+}
+
+/// Runs a one-shot ladder: `job`'s input read once, each rung quantized
+/// (or otherwise converted) and exported, in one run.
+pub fn run_ladder(job: OneShot<'_>, rungs: Vec<Rung>, settings: &OneShotSettings) -> Result<RunReport, OneShotError> {
+    run_recipe(&Recipe::one_shot_ladder(job, rungs), settings)
 }
 
 /// `assemble`: the parts (a language model and its mmproj files, in any

@@ -166,6 +166,39 @@ impl Recipe {
         Ok(Recipe { source: Some(path.to_owned()), ..recipe })
     }
 
+    /// The recipe a one-shot ladder runs: read the input once, then each
+    /// rung's op and its export, in one run (each tensor decoded once for
+    /// every rung, as a recipe's fan-out is). `job`'s own ops and output are
+    /// not used.
+    pub fn one_shot_ladder(job: OneShot<'_>, rungs: Vec<Rung>) -> Recipe {
+        let mut recipe = Recipe::one_shot(OneShot { ops: Vec::new(), ..job });
+        recipe.nodes.truncate(1);
+        let template = recipe.nodes[0].clone();
+        for rung in rungs {
+            let id = |step: &str| format!("{step}[{}]", rung.name);
+            let step = rung.op.name();
+            let op = NodeDecl {
+                id: id(step),
+                step: step.into(),
+                op: rung.op,
+                from: vec![Source::Node(0)],
+                uses: rung.uses,
+                ..template.clone()
+            };
+            let export = Op::Export(crate::ops::export::ExportOptions {
+                path: rung.output,
+                format: crate::ops::export::ExportFormat::Gguf,
+                split: crate::ops::export::SplitMode::Whole,
+                attest: false,
+                byte_order: None,
+            });
+            let from = vec![Source::Node(recipe.nodes.len())];
+            let export = NodeDecl { id: id("export"), step: "export".into(), op: export, from, ..template.clone() };
+            recipe.nodes.extend([op, export]);
+        }
+        recipe
+    }
+
     /// The recipe a one-shot command runs: read the input, apply the ops in
     /// order, export.
     pub fn one_shot(job: OneShot<'_>) -> Recipe {
@@ -272,6 +305,16 @@ pub struct OneShot<'a> {
     pub format: crate::ops::export::ExportFormat,
     /// The output's byte order; `None` keeps the result's own.
     pub byte_order: Option<crate::model::Endian>,
+}
+
+/// One rung of a one-shot ladder: an op on the model (its inputs' indices
+/// as in [`OneShot::ops`]) and the file it is exported to.
+pub struct Rung {
+    /// Names the rung's nodes (`quantize[Q4_K_M]`).
+    pub name: String,
+    pub op: Op,
+    pub uses: Vec<usize>,
+    pub output: PathBuf,
 }
 
 /// An input of a one-shot command besides its model.
