@@ -712,3 +712,41 @@ path = "b.gguf"
     assert!(std::fs::read(ws.path("a.gguf")).unwrap() == files[0]);
     assert!(std::fs::read(ws.path("b.gguf")).unwrap() == files[1]);
 }
+
+/// `plan` says what became of an output, as DVC does: `deleted` or
+/// `modified`, naming the file; and a step whose exports are up to date is
+/// skipped, not a miss to explain, even when its result left the cache.
+#[test]
+fn plan_says_which_output_was_deleted_or_modified() {
+    let ws = Workspace::new();
+    let recipe = ws.recipe("ladder.toml", LADDER);
+    run(&recipe, &ws.cache(), &[]);
+    let plan = || ok(common::quantforge(&[os("plan"), recipe.as_os_str(), os("--cache-dir"), ws.cache().as_os_str()]));
+    std::fs::remove_file(ws.path("out/tiny-Q8_0.gguf")).unwrap();
+    let mut modified = std::fs::read(ws.path("out/tiny-Q4_K_M.gguf")).unwrap();
+    let last = modified.len() - 1;
+    modified[last] ^= 1;
+    std::fs::write(ws.path("out/tiny-Q4_K_M.gguf"), modified).unwrap();
+    let text = plan();
+    assert!(text.contains("out/tiny-Q8_0.gguf` was deleted"), "{text}");
+    assert!(text.contains("out/tiny-Q4_K_M.gguf` was modified"), "{text}");
+    assert!(!text.contains("tiny-Q3_K_S.gguf` was"), "{text}");
+
+    // The exports back as they were, every intermediate result gone: the
+    // quantizations are not misses, since run would not execute them.
+    run(&recipe, &ws.cache(), &[]);
+    std::fs::remove_dir_all(ws.cache().join("actions/nodes")).unwrap();
+    let report: Value = serde_json::from_str(&ok(common::quantforge(&[
+        os("plan"),
+        recipe.as_os_str(),
+        os("--cache-dir"),
+        ws.cache().as_os_str(),
+        os("--json"),
+    ])))
+    .unwrap();
+    let nodes = report["report"]["nodes"].as_array().or(report["nodes"].as_array()).unwrap().clone();
+    for node in nodes {
+        assert_ne!(node["status"], "miss", "{node}");
+        assert!(node.get("why").is_none(), "{node}");
+    }
+}

@@ -526,11 +526,12 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
     let verb = if report.dry_run { "would run" } else { "ran" };
     writeln!(
         out,
-        "{}: {}, {} hit, {} {verb}{}; {} encoded{}, {} from cache, {} copied; {:.0} ms",
+        "{}: {}, {} hit, {} {verb}{}{}; {} encoded{}, {} from cache, {} copied; {:.0} ms",
         crate::text::for_terminal(&report.recipe),
         crate::text::count(t.nodes as u64, "node"),
         t.hit,
         if report.dry_run { t.miss } else { t.ran },
+        if t.skipped > 0 { format!(", {} skipped (not needed)", t.skipped) } else { String::new() },
         if t.failed > 0 { format!(", {} failed", t.failed) } else { String::new() },
         crate::text::count(t.tensors_encoded, "tensor"),
         if t.tensors_decoded > 0 && t.tensors_decoded < t.tensors_encoded {

@@ -1,11 +1,16 @@
 //! Why a node misses: each run records, per recipe node, the parts its key
 //! was built from; `plan` compares today's parts with those and names what
-//! changed (an input's content, a parameter, the codec or op version).
+//! changed (an input's content, a parameter, the codec or op version), or,
+//! for an export whose key did not change, which of its files was deleted
+//! or modified.
 
 use crate::codecs::CODEC_VERSION;
+use crate::ops::Op;
 use crate::recipe::Source;
+use crate::store::fingerprint::hash_file;
 use crate::store::{ActionKind, KEY_SCHEME_VERSION, Key, KeyBuilder};
 
+use super::export::exported_files;
 use super::{Shared, input_hash};
 
 #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -65,6 +70,24 @@ impl Shared {
         }
     }
 
+    /// What became of the files export node `i` wrote last, as DVC says it:
+    /// each `deleted` or `modified`; none for another node.
+    fn changed_outputs(&self, i: usize) -> Vec<String> {
+        let Op::Export(options) = &self.bound.recipe.nodes[i].op else { return Vec::new() };
+        let Some(files) = exported_files(&*self.store, &self.bound.keys[i], options) else { return Vec::new() };
+        let changed = files.into_iter().filter_map(|(path, len, hash)| {
+            let shown = crate::text::for_terminal(&path.display().to_string()).into_owned();
+            match std::fs::metadata(&path) {
+                Err(_) => Some(format!("`{shown}` was deleted")),
+                Ok(meta) if meta.len() != len || hash_file(&path).ok() != Some(hash) => {
+                    Some(format!("`{shown}` was modified"))
+                }
+                Ok(_) => None,
+            }
+        });
+        changed.collect()
+    }
+
     /// Why node `i` is not in the cache, as short sentences.
     pub(super) fn why(&self, i: usize) -> Vec<String> {
         let now = self.key_parts(i);
@@ -76,7 +99,11 @@ impl Shared {
             return vec!["never built with this cache".into()];
         };
         if before.key == now.key {
-            return vec!["its cached result was removed (cache gc, or an output file changed)".into()];
+            let changed = self.changed_outputs(i);
+            if changed.is_empty() {
+                return vec!["its cached result was removed (cache gc)".into()];
+            }
+            return changed;
         }
         let mut reasons = Vec::new();
         if before.scheme != now.scheme {

@@ -305,6 +305,19 @@ fn write_zeros_at(file: &std::fs::File, mut offset: u64, mut n: u64) -> std::io:
     Ok(())
 }
 
+/// The files the export keyed `key` last wrote, in output order, with their
+/// sizes and blake3, as `store` recorded them; `None` without a record.
+pub(super) fn exported_files(
+    store: &dyn crate::store::Store,
+    key: &Key,
+    options: &ExportOptions,
+) -> Option<Vec<(PathBuf, u64, Key)>> {
+    let entry: ExportEntry = serde_json::from_slice(&store.get_action(ActionKind::Export, key)?).ok()?;
+    let paths = ops::export::all_paths(options, entry.data_files);
+    (paths.len() == entry.files.len())
+        .then(|| paths.into_iter().zip(&entry.files).map(|(path, f)| (path, f.len, f.file_hash)).collect())
+}
+
 /// Fingerprints kept per export entry (one per place the file was written).
 const MAX_FINGERPRINTS: usize = 16;
 
@@ -312,10 +325,7 @@ impl Engine {
     /// The files an export last wrote, in output order, with their sizes and
     /// blake3, as the store recorded them; `None` without a record.
     pub(super) fn exported_files(&self, key: &Key, options: &ExportOptions) -> Option<Vec<(PathBuf, u64, Key)>> {
-        let entry: ExportEntry = serde_json::from_slice(&self.store.get_action(ActionKind::Export, key)?).ok()?;
-        let paths = ops::export::all_paths(options, entry.data_files);
-        (paths.len() == entry.files.len())
-            .then(|| paths.into_iter().zip(&entry.files).map(|(path, f)| (path, f.len, f.file_hash)).collect())
+        exported_files(&*self.store, key, options)
     }
 
     /// The recipe files whose exports wrote `output` (their export path),

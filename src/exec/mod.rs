@@ -584,6 +584,10 @@ impl Engine {
         let started = Instant::now();
         let (bound, input_reports) = self.bind(recipe)?;
         let n = bound.recipe.nodes.len();
+        // A node run would not execute (what it feeds is up to date) is
+        // skipped, not a miss to explain.
+        let (fresh, cached) = self.done(&bound);
+        let (_, must_run) = demand(&bound, &fresh, &cached, None);
         let shared = self.shared(bound, vec![None; n], false)?;
         let mut sets: Vec<Option<Arc<TensorSet>>> = vec![None; n];
         let mut nodes = Vec::with_capacity(n);
@@ -620,6 +624,8 @@ impl Engine {
             };
             if hit {
                 report.status = Status::Hit;
+            } else if !must_run[i] {
+                report.status = Status::Skipped;
             } else {
                 report.why = shared.why(i);
             }
