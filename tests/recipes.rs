@@ -702,11 +702,15 @@ path = "b.gguf"
 "#,
     );
     // The tiny model has 16 tensors to quantize, 5 to copy, per export.
+    // Counted as cargo counts: encoded once, shared with the other export,
+    // nothing from an earlier run — on a first run, and under --force.
+    let counts =
+        |report: &Value| ["tensors_encoded", "tensors_shared", "tensors_reused"].map(|field| totals(report, field));
     let concurrent = run(&recipe, &ws.cache(), &["-j", "2"]);
-    assert_eq!((totals(&concurrent, "tensors_encoded"), totals(&concurrent, "tensors_reused")), (16, 16));
+    assert_eq!(counts(&concurrent), [16, 16, 0], "{concurrent}");
     let files = [std::fs::read(ws.path("a.gguf")).unwrap(), std::fs::read(ws.path("b.gguf")).unwrap()];
     let forced = run(&recipe, &ws.cache(), &["-j", "2", "--force"]);
-    assert_eq!((totals(&forced, "tensors_encoded"), totals(&forced, "tensors_reused")), (16, 16));
+    assert_eq!(counts(&forced), [16, 16, 0], "{forced}");
     let sequential = run(&recipe, &ws.path("other-cache"), &["-j", "1"]);
     assert_eq!(totals(&sequential, "tensors_encoded"), 16);
     assert!(std::fs::read(ws.path("a.gguf")).unwrap() == files[0]);
@@ -748,5 +752,28 @@ fn plan_says_which_output_was_deleted_or_modified() {
     for node in nodes {
         assert_ne!(node["status"], "miss", "{node}");
         assert!(node.get("why").is_none(), "{node}");
+    }
+}
+
+/// A ladder's first run encodes every conversion once and takes nothing
+/// from the cache; each export counts its own tensors (a sibling encoded
+/// alongside another export's counts for the export that needs it), so no
+/// export reads "0 encoded" while another takes every encode.
+#[test]
+fn a_ladders_counters_add_up() {
+    let ws = Workspace::new();
+    let recipe = ws.recipe("ladder.toml", LADDER);
+    for extra in [&[][..], &["--force"][..]] {
+        let report = run(&recipe, &ws.cache(), extra);
+        assert_eq!(totals(&report, "tensors_reused"), 0, "{extra:?}: {report}");
+        let exports: Vec<&Value> = report["nodes"].as_array().unwrap().iter().filter(|n| n["op"] == "export").collect();
+        for export in &exports {
+            let (encoded, shared) =
+                (export["tensors_encoded"].as_u64().unwrap(), export["tensors_shared"].as_u64().unwrap());
+            assert_eq!(encoded + shared, 16, "{extra:?}: every quantized tensor of {}", export["id"]);
+            assert!(encoded > 0, "{extra:?}: {} encoded nothing of its own", export["id"]);
+        }
+        let (decoded, encoded) = (totals(&report, "tensors_decoded"), totals(&report, "tensors_encoded"));
+        assert!(decoded < encoded, "{extra:?}: sources decoded for several types at once: {report}");
     }
 }

@@ -264,10 +264,11 @@ fn say_written(
     let totals = &report.totals;
     let files: Vec<String> = report.files().map(|f| f.path.display().to_string()).collect();
     eprintln!(
-        "wrote {}: {kind} ({}), {} encoded, {} from cache, {} copied, in {:.2} s",
+        "wrote {}: {kind} ({}), {} encoded{}, {} from cache, {} copied, in {:.2} s",
         files.join(", "),
         human_bytes(report.output_bytes() as f64),
         crate::text::count(totals.tensors_encoded, "tensor"),
+        if totals.tensors_shared > 0 { format!(" ({} shared by rungs)", totals.tensors_shared) } else { String::new() },
         totals.tensors_reused,
         totals.tensors_copied,
         started.elapsed().as_secs_f64()

@@ -120,7 +120,7 @@ fn run_section(document: &Document) -> String {
     let _ = writeln!(
         out,
         "<p class=\"summary\">{} nodes: {} hit, {} ran, {} to run, {} skipped, {} failed; {} tensors encoded, \
-         {} reused, {} copied; {:.2} s on {} workers</p>",
+         {} shared within the run, {} from earlier runs, {} copied; {:.2} s on {} workers</p>",
         number(totals, "nodes"),
         number(totals, "hit"),
         number(totals, "ran"),
@@ -128,6 +128,7 @@ fn run_section(document: &Document) -> String {
         number(totals, "skipped"),
         number(totals, "failed"),
         number(totals, "tensors_encoded"),
+        number(totals, "tensors_shared"),
         number(totals, "tensors_reused"),
         number(totals, "tensors_copied"),
         number(report, "wall_ms") / 1e3,

@@ -499,11 +499,12 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
             continue;
         }
         let mut line = format!("{:7}  {:width$}  {:16}", node.status.name(), shown(&node.id), node.op);
-        if node.tensors_encoded + node.tensors_reused + node.tensors_copied > 0 {
-            line += &format!(
-                "  {} encoded, {} cached, {} copied",
-                node.tensors_encoded, node.tensors_reused, node.tensors_copied
-            );
+        if node.tensors_encoded + node.tensors_shared + node.tensors_reused + node.tensors_copied > 0 {
+            line += &format!("  {} encoded", node.tensors_encoded);
+            if node.tensors_shared > 0 {
+                line += &format!(", {} shared", node.tensors_shared);
+            }
+            line += &format!(", {} cached, {} copied", node.tensors_reused, node.tensors_copied);
         }
         if node.bytes_out > 0 {
             line += &format!("  {}", human_bytes(node.bytes_out as f64));
@@ -526,7 +527,7 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
     let verb = if report.dry_run { "would run" } else { "ran" };
     writeln!(
         out,
-        "{}: {}, {} hit, {} {verb}{}{}; {} encoded{}, {} from cache, {} copied; {:.0} ms",
+        "{}: {}, {} hit, {} {verb}{}{}; {} encoded{}{}, {} from cache, {} copied; {:.0} ms",
         crate::text::for_terminal(&report.recipe),
         crate::text::count(t.nodes as u64, "node"),
         t.hit,
@@ -539,6 +540,7 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
         } else {
             String::new()
         },
+        if t.tensors_shared > 0 { format!(", {} shared", t.tensors_shared) } else { String::new() },
         t.tensors_reused,
         t.tensors_copied,
         report.wall_ms

@@ -473,6 +473,7 @@ impl Shared {
             self.store.put_action(ActionKind::Export, &self.bound.keys[i], &json)?;
         }
         report.tensors_encoded = m.counters.encoded.load(Ordering::Relaxed);
+        report.tensors_shared = m.counters.shared.load(Ordering::Relaxed);
         report.tensors_reused = m.counters.reused.load(Ordering::Relaxed);
         report.tensors_copied = m.counters.copied.load(Ordering::Relaxed);
         report.tensors_decoded = m.counters.decoded.load(Ordering::Relaxed);

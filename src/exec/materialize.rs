@@ -53,10 +53,15 @@ pub enum MaterializeError {
     InputChanged(PathBuf),
 }
 
-/// What the tensors written so far cost.
+/// What the tensors written so far cost, as cargo tells Compiling from
+/// Fresh: each conversion computed in this run is `encoded` once, for the
+/// first node that needs it (a sibling encoded alongside another node's
+/// tensor counts for its own node); a later node copying it again counts it
+/// `shared`; only bytes from an earlier run count as `reused`.
 #[derive(Debug, Default)]
 pub struct Counters {
     pub encoded: AtomicU64,
+    pub shared: AtomicU64,
     pub reused: AtomicU64,
     pub copied: AtomicU64,
     /// Source tensors read and decoded for conversions: one for a tensor
@@ -237,6 +242,8 @@ struct InFlightState {
     encoding: HashSet<Key>,
     /// Encoded this run: in the store even under `--force`.
     encoded: HashSet<Key>,
+    /// Counted as encoded by some node's counters.
+    credited: HashSet<Key>,
 }
 
 /// What [`InFlight::claim`] found.
@@ -289,6 +296,11 @@ impl InFlight {
     fn encoded_this_run(&self, key: &Key) -> bool {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).encoded.contains(key)
     }
+
+    /// Marks `key` counted as encoded; false when a node counted it before.
+    fn credit(&self, key: Key) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).credited.insert(key)
+    }
 }
 
 impl Drop for ClaimGuard<'_> {
@@ -332,15 +344,7 @@ impl Materializer<'_> {
         };
         match self.store.copy_blob_into(&hash, tensor.n_bytes(), out, offset) {
             Ok(()) => {
-                self.counters.reused.fetch_add(1, Ordering::Relaxed);
-                // Encoded this run for this node (with a sibling, or by another
-                // export): the report names the backend that computed it.
-                if let TensorData::Convert { producer, .. } = &tensor.data
-                    && self.in_flight.encoded_this_run(&tensor.key)
-                {
-                    let name = self.backends.of(producer.as_ref()).name();
-                    self.counters.backends.lock().unwrap_or_else(|e| e.into_inner()).insert(name);
-                }
+                self.count_stored(tensor);
                 Ok(true)
             }
             Err(e) if recomputable && e.is_recoverable() => Ok(false),
@@ -554,11 +558,37 @@ impl Materializer<'_> {
         }
         match self.cached(tensor) {
             Some(_) => {
-                self.counters.reused.fetch_add(1, Ordering::Relaxed);
+                self.count_stored(tensor);
                 Ok(())
             }
             None => self.encode(tensor, &mut io::sink()),
         }
+    }
+
+    /// Counts a tensor whose bytes were found stored: encoded in this run
+    /// (for this node, alongside another's; or shared, when a node counted
+    /// it already), or reused from an earlier run.
+    fn count_stored(&self, tensor: &Tensor) {
+        let TensorData::Convert { producer, .. } = &tensor.data else {
+            self.counters.reused.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if !self.in_flight.encoded_this_run(&tensor.key) {
+            self.counters.reused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let counter = if self.in_flight.credit(tensor.key) { &self.counters.encoded } else { &self.counters.shared };
+        counter.fetch_add(1, Ordering::Relaxed);
+        // The report names the backend that computed it.
+        let name = self.backends.of(producer.as_ref()).name();
+        self.counters.backends.lock().unwrap_or_else(|e| e.into_inner()).insert(name);
+    }
+
+    /// Counts a tensor this node encoded itself (work done, whoever else
+    /// may have needed it).
+    fn count_encoded(&self, tensor: &Tensor) {
+        self.in_flight.credit(tensor.key);
+        self.counters.encoded.fetch_add(1, Ordering::Relaxed);
     }
 
     /// True when a derived tensor's bytes are in the store.
@@ -654,7 +684,7 @@ impl Materializer<'_> {
         if let Some(blob) = blob {
             self.record(tensor, blob)?;
         }
-        self.counters.encoded.fetch_add(1, Ordering::Relaxed);
+        self.count_encoded(tensor);
         Ok(())
     }
 
@@ -782,7 +812,8 @@ impl Materializer<'_> {
         for guard in &mut guards {
             guard.done = true;
         }
-        self.counters.encoded.fetch_add(targets.len() as u64, Ordering::Relaxed);
+        // The siblings count for the nodes that copy them.
+        self.count_encoded(tensor);
         self.counters.decoded.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

@@ -818,6 +818,7 @@ impl Shared {
             bytes_in: 0,
             bytes_out: 0,
             tensors_encoded: 0,
+            tensors_shared: 0,
             tensors_reused: 0,
             tensors_copied: 0,
             tensors_decoded: 0,
@@ -1007,6 +1008,7 @@ impl Shared {
         set.tensors.iter().try_for_each(|t| m.persist(t))?;
         self.cache_manifest(i, &set, true, &report.fallbacks)?;
         report.tensors_encoded = m.counters.encoded.load(Ordering::Relaxed);
+        report.tensors_shared = m.counters.shared.load(Ordering::Relaxed);
         report.tensors_reused = m.counters.reused.load(Ordering::Relaxed);
         report.tensors_decoded = m.counters.decoded.load(Ordering::Relaxed);
         Ok(set)

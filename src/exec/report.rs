@@ -80,9 +80,15 @@ pub struct NodeReport {
     pub bytes_in: u64,
     /// Tensor bytes of its result; for an export, the file's length.
     pub bytes_out: u64,
-    /// Tensors whose bytes were computed by a codec.
+    /// Tensors whose bytes were computed by a codec in this run, each
+    /// counted once: by the node that encoded it, or, for a sibling encoded
+    /// alongside another node's tensor, by the first node that needed it.
     pub tensors_encoded: u64,
-    /// Tensors copied from cached blobs.
+    /// Tensors encoded in this run that another node counted already (two
+    /// exports of one quantization): the bytes copied, not computed again.
+    #[serde(default)]
+    pub tensors_shared: u64,
+    /// Tensors copied from blobs an earlier run stored.
     pub tensors_reused: u64,
     /// Tensors copied unchanged from input files.
     pub tensors_copied: u64,
@@ -121,6 +127,8 @@ pub struct Totals {
     pub skipped: usize,
     pub failed: usize,
     pub tensors_encoded: u64,
+    #[serde(default)]
+    pub tensors_shared: u64,
     pub tensors_reused: u64,
     pub tensors_copied: u64,
     pub tensors_decoded: u64,
@@ -164,6 +172,7 @@ impl RunReport {
                 Status::Failed => totals.failed += 1,
             }
             totals.tensors_encoded += n.tensors_encoded;
+            totals.tensors_shared += n.tensors_shared;
             totals.tensors_reused += n.tensors_reused;
             totals.tensors_copied += n.tensors_copied;
             totals.tensors_decoded += n.tensors_decoded;

@@ -75,12 +75,13 @@ pub(super) async fn schedule(
             match &report.error {
                 Some(error) => tracing::info!("{}: {} ({error})", report.id, report.status.name()),
                 None => tracing::info!(
-                    "{}: {} in {:.0} ms on {}, {} tensors encoded, {} reused, {} copied",
+                    "{}: {} in {:.0} ms on {}, {} tensors encoded, {} shared, {} reused, {} copied",
                     report.id,
                     report.status.name(),
                     report.duration_ms,
                     report.backend,
                     report.tensors_encoded,
+                    report.tensors_shared,
                     report.tensors_reused,
                     report.tensors_copied
                 ),
