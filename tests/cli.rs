@@ -446,7 +446,7 @@ fn progress_shows_on_a_terminal_only() {
     assert!(shown.contains("/21 tensors") && shown.contains("MiB"), "{shown}");
     let quiet = under_terminal("-q", "b.gguf");
     assert!(!quiet.contains("/21 tensors"), "{quiet}");
-    assert!(quiet.contains("wrote "), "the result line stays: {quiet}");
+    assert!(!quiet.contains("wrote "), "-q prints nothing but errors: {quiet}");
 
     let out = dir.path().join("c.gguf");
     let piped = common::quantforge(&[
@@ -528,9 +528,42 @@ fn log_levels_follow_the_flags_and_rust_log() {
     let args = ["quantize", "--threads", "100000", tiny.to_str().unwrap(), out.to_str().unwrap(), "Q8_0"];
     let warned = stderr_of(&args, None);
     assert!(warned.contains("warning: 100000 worker threads asked; using "), "{warned}");
+    // -q prints nothing but errors: no warning, no `wrote` line, for any
+    // command that writes.
     let silenced = stderr_of(&[&["-q"], &args[..]].concat(), None);
-    assert!(!silenced.contains("warning:"), "{silenced}");
-    assert!(silenced.contains("wrote "), "the result line stays: {silenced}");
+    assert_eq!(silenced, "");
+    let edited = project.path().join("e.gguf");
+    assert_eq!(stderr_of(&["-q", "edit", tiny.to_str().unwrap(), edited.to_str().unwrap()], None), "");
+    assert_eq!(stderr_of(&["-q", "inspect", tiny.to_str().unwrap()], None), "");
+}
+
+/// A one-shot command's refusal names the file, not the step the command
+/// runs inside; a remote cache without credentials says which variables
+/// give them, not where the S3 client looked last.
+#[test]
+fn messages_name_what_the_user_wrote() {
+    let tiny = common::tiny_model();
+    let out = common::quantforge_with(&[&"edit", &tiny, &"/dev/full"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("/dev/full: is a character device"), "{stderr}");
+    assert!(!stderr.contains("export `"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_quantforge"));
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
+        command.env_remove(key);
+    }
+    let out = command
+        .args(["quantize", "--cache-url", "s3://quantforge-no-such-bucket/x"])
+        .arg(&tiny)
+        .arg(dir.path().join("q.gguf"))
+        .arg("Q8_0")
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"), "{stderr}");
+    assert!(!stderr.contains("169.254") && !stderr.contains("x: s3://"), "{stderr}");
 }
 
 /// Quantizing a Hugging Face checkpoint (its directory or a SafeTensors

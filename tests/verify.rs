@@ -57,6 +57,30 @@ fn every_export_of_a_recipe_verifies_and_a_flipped_byte_names_its_tensor() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not an export of"), "{out:?}");
 }
 
+/// A metadata difference is said in words: a file type by its number and
+/// name, never as `U32(15)`.
+#[test]
+fn a_metadata_difference_names_the_values() {
+    let (dir, recipe) = built_quickstart();
+    let file = dir.path().join("recipes/out/tiny-llama-Q4_K_M.gguf");
+    let edited = dir.path().join("recipes/out/edited.gguf");
+    let out = common::quantforge(&[
+        "edit".as_ref(),
+        file.as_os_str(),
+        edited.as_os_str(),
+        "--set".as_ref(),
+        "general.file_type=u32:17".as_ref(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::rename(&edited, &file).unwrap();
+    let out = verify(&[file.as_os_str(), "--recipe".as_ref(), recipe.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("metadata key `general.file_type` is 17 (Q5_K_M); the derivation has 15 (Q4_K_M)"),
+        "{stderr}"
+    );
+}
+
 /// Files llama-quantize made from the tiny model are recognised as what
 /// they are, with and without flags and an imatrix, and not as another preset.
 #[test]

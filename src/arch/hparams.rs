@@ -45,7 +45,7 @@ pub fn count(metadata: &Metadata, key: &str) -> Result<Option<u64>, HparamError>
         None => Ok(None),
         Some(v) => v.as_u64().map(Some).ok_or_else(|| HparamError {
             key: key.to_owned(),
-            problem: format!("expected a non-negative integer, found {v:?}"),
+            problem: format!("expected a non-negative integer, found {v} ({})", v.value_type().name()),
         }),
     }
 }

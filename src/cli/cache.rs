@@ -160,7 +160,7 @@ pub(super) fn report_transfers(transfers: Option<&TransferReport>, required: boo
     let Some(t) = transfers else { return Ok(()) };
     if t.blobs_fetched + t.entries_fetched + t.blobs_uploaded + t.entries_published > 0 {
         let rate = t.bytes_fetched as f64 / t.fetch_seconds.max(1e-9);
-        eprintln!(
+        say!(
             "remote {}: fetched {} entries and {} blobs ({}, {}/s); uploaded {} blobs ({}), published {} entries",
             t.location,
             t.entries_fetched,
@@ -172,7 +172,9 @@ pub(super) fn report_transfers(transfers: Option<&TransferReport>, required: boo
             t.entries_published,
         );
     }
-    match (&t.failure, required) {
+    // A failure of the whole remote names it first; once is enough.
+    let failure = t.failure.as_deref().map(|f| f.strip_prefix(&format!("{}: ", t.location)).unwrap_or(f));
+    match (failure, required) {
         (Some(failure), true) => anyhow::bail!("remote cache {}: {}", t.location, crate::text::for_terminal(failure)),
         (Some(failure), false) => tracing::warn!(
             "remote cache {}: {}; went on with the local cache only",

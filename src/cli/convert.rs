@@ -118,13 +118,13 @@ pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
     let tensors: usize = report.files().map(|f| f.tensors).sum();
     let files: Vec<_> = report.files().collect();
     if split_asked && files.len() == 1 {
-        eprintln!("note: the model fits one shard (the split limits are not reached); not splitting");
+        say!("note: the model fits one shard (the split limits are not reached); not splitting");
     }
     let written = match files.as_slice() {
         [first, _, ..] => format!("{} … ({} shards)", first.path.display(), files.len()),
         _ => output.display().to_string(),
     };
-    eprintln!(
+    say!(
         "wrote {written}: {}, {}, in {:.2} s",
         crate::text::count(tensors as u64, "tensor"),
         human_bytes(report.output_bytes() as f64),

@@ -160,7 +160,7 @@ pub(super) fn run(args: &[OsString], json: bool) -> anyhow::Result<()> {
     match action {
         Action::Help => print!("{}", usage()),
         Action::Version => {
-            eprintln!(
+            say!(
                 "version: quantforge {} (llama-gguf-split's command line of the {REFERENCE_LLAMA_CPP})",
                 env!("CARGO_PKG_VERSION")
             )
@@ -206,7 +206,7 @@ fn delete(shards: &[PathBuf]) -> anyhow::Result<()> {
     let mut kept = Vec::new();
     for shard in shards {
         match std::fs::remove_file(shard) {
-            Ok(()) => eprintln!("deleted file {}", shard.display()),
+            Ok(()) => say!("deleted file {}", shard.display()),
             Err(e) => kept.push(format!("{}: {}", shard.display(), crate::files::IoText(&e))),
         }
     }

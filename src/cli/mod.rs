@@ -3,6 +3,16 @@
 //! The only module that knows about clap and about stdout/stderr. Data goes to
 //! stdout, logs to stderr; a closed pipe ends the program quietly.
 
+/// A status line on stderr (`wrote …`, `loaded …`), unless `--quiet`:
+/// `-q` leaves nothing on the terminal but errors and what was asked for.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        if !$crate::cli::quiet() {
+            eprintln!($($arg)*);
+        }
+    };
+}
+
 mod attest;
 mod backends;
 mod cache;
@@ -100,10 +110,14 @@ fn long_version() -> &'static str {
 /// `--quiet`, decided once when the command line is read.
 static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+fn quiet() -> bool {
+    QUIET.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Progress bars go to stderr when it is a terminal, unless `--quiet`.
 fn show_progress() -> bool {
     use std::io::IsTerminal;
-    !QUIET.load(std::sync::atomic::Ordering::Relaxed) && io::stderr().is_terminal()
+    !quiet() && io::stderr().is_terminal()
 }
 
 #[derive(Debug, Subcommand)]
@@ -600,7 +614,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if json {
                 return json::print(&report);
             }
-            eprintln!("loaded {}: {}", file.display(), report.load);
+            say!("loaded {}: {}", file.display(), report.load);
             let mut out = io::stdout().lock();
             inspect::print_text(&mut out, &report)?;
             out.flush()?;
@@ -699,7 +713,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Merge { shard, output, .. } if is_device_shard(&shard) => {
             crate::ops::device_shards::merge_shards(&shard, &output)
                 .with_context(|| format!("cannot merge the device shards of {}", shard.display()))?;
-            eprintln!("wrote {}", output.display());
+            say!("wrote {}", output.display());
         }
         Command::Merge { shard, output, keep_split_keys, cache } => {
             let settings = cache.settings(Some(1), OpenOptions::default())?;
@@ -724,7 +738,7 @@ fn wrote(command: &str, report: &crate::exec::report::RunReport, json: bool) -> 
     }
     for file in report.files() {
         let size = human_bytes(file.bytes as f64);
-        eprintln!("wrote {}: {}, {size}", file.path.display(), crate::text::count(file.tensors as u64, "tensor"));
+        say!("wrote {}: {}, {size}", file.path.display(), crate::text::count(file.tensors as u64, "tensor"));
     }
     Ok(())
 }

@@ -93,7 +93,7 @@ pub(super) fn pack(args: PackArgs, json: bool) -> anyhow::Result<()> {
             (Some(d), _) => format!("{d}, {} of its bytes stored", human_bytes(stored as f64)),
             (None, _) => "stored (no derivation from the base reproduces it)".to_owned(),
         };
-        eprintln!("{name}: {how}");
+        say!("{name}: {how}");
         let _ = std::fs::remove_file(&derived);
         files.push(LadderFile { name, size, sha256, derivation, pieces });
     }
@@ -151,7 +151,7 @@ fn best_derivation(
         tried.push(derivation.clone());
         let attempt = scratch_name(derived, tried.len());
         if let Err(e) = derive(&derivation, base, imatrix, &attempt) {
-            eprintln!("  {derivation}: {e:#}");
+            say!("  {derivation}: {e:#}");
             continue;
         }
         let spans = pack::delta(claimed, &attempt)?;
@@ -304,7 +304,7 @@ pub(super) fn unpack(args: UnpackArgs, json: bool) -> anyhow::Result<()> {
         let out = guard.check(&outdir.join(&file.name), Replaces::AnyFile)?;
         pack.assemble(file, file.derivation.as_ref().map(|_| derived.as_path()), &out)?;
         let _ = std::fs::remove_file(&derived);
-        eprintln!("{}: {} bytes, sha256 checked", file.name, file.size);
+        say!("{}: {} bytes, sha256 checked", file.name, file.size);
     }
     if json {
         let files = entries(manifest).into_iter().filter(|e| wanted.contains(&e.name.as_str())).collect();

@@ -81,7 +81,7 @@ pub fn shard(args: ShardDevicesArgs, as_json: bool) -> anyhow::Result<()> {
         return json::print(&plan);
     }
     for (path, bytes) in paths.iter().zip(&plan.device_bytes) {
-        eprintln!("wrote {}: {} of tensor data", path.display(), human_bytes(*bytes as f64));
+        say!("wrote {}: {} of tensor data", path.display(), human_bytes(*bytes as f64));
     }
     Ok(())
 }

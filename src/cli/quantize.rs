@@ -194,7 +194,7 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
         if summary == Summary::Json {
             return super::json::print(&plan);
         }
-        eprintln!(
+        say!(
             "planned {} for a budget of {}, predicted weighted squared error {:.4e}",
             human_bytes(plan.file_size as f64),
             human_bytes(size as f64),
@@ -263,7 +263,7 @@ fn say_written(
     }
     let totals = &report.totals;
     let files: Vec<String> = report.files().map(|f| f.path.display().to_string()).collect();
-    eprintln!(
+    say!(
         "wrote {}: {kind} ({}), {} encoded{}, {} from cache, {} copied, in {:.2} s",
         files.join(", "),
         human_bytes(report.output_bytes() as f64),

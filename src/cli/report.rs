@@ -49,7 +49,7 @@ pub(super) fn run(args: ReportArgs) -> anyhow::Result<()> {
     }
     let output = guard.check(&args.output, crate::exec::outputs::REPORT_PAGE)?;
     super::write_output(&output, page(&documents)?.as_bytes())?;
-    eprintln!("wrote {}", args.output.display());
+    say!("wrote {}", args.output.display());
     Ok(())
 }
 

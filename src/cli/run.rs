@@ -343,7 +343,7 @@ fn run_on_slurm(args: &RunArgs, recipe: &Recipe, json: bool) -> anyhow::Result<(
     drop(out);
     if !args.slurm.wait {
         let ids: Vec<&str> = submission.jobs.iter().map(|j| j.job_id.as_str()).collect();
-        eprintln!(
+        say!(
             "follow with `squeue --jobs {}`; run the same command again to resubmit whatever is missing",
             ids.join(",")
         );

@@ -17,10 +17,12 @@ use crate::ops::Op;
 use crate::ops::export::{ExportOptions, SplitMode};
 use crate::recipe::Recipe;
 
+/// An export's file, refused. A one-shot command's export has no step
+/// name a user wrote, so none is said (`id` is `None`).
 #[derive(Debug, thiserror::Error)]
-#[error("export `{id}` to {}: {problem}", path.display())]
+#[error("{}{}: {problem}", .id.as_ref().map_or_else(String::new, |id| format!("export `{id}` to ")), path.display())]
 pub struct OutputError {
-    pub id: String,
+    pub id: Option<String>,
     pub path: PathBuf,
     pub problem: String,
 }
@@ -48,6 +50,8 @@ pub struct RunOutputs {
     guard: WriteGuard,
     claims: Vec<(Claim, String)>,
     lock: Option<PathBuf>,
+    /// The recipe is a one-shot command's: its step names are not the user's.
+    one_shot: bool,
 }
 
 impl RunOutputs {
@@ -83,11 +87,13 @@ impl RunOutputs {
         if let Some(lock) = &lock {
             guard.protect(lock, "the recipe's lock file");
         }
+        let one_shot = recipe.source.is_none();
         let mut claimed: Vec<(Claim, String)> = Vec::new();
         for node in &recipe.nodes {
             let Op::Export(options) = &node.op else { continue };
+            let id = (!one_shot).then(|| node.id.clone());
             for (claim, shown) in claims(options) {
-                let fail = |problem: String| OutputError { id: node.id.clone(), path: shown.clone(), problem };
+                let fail = |problem: String| OutputError { id: id.clone(), path: shown.clone(), problem };
                 let checked = match &claim {
                     Claim::File(_) => shown.clone(),
                     // The family's directory stands for its shards: each is
@@ -101,7 +107,7 @@ impl RunOutputs {
                 claimed.push((claim, node.id.clone()));
             }
         }
-        Ok(RunOutputs { guard, claims: claimed, lock })
+        Ok(RunOutputs { guard, claims: claimed, lock, one_shot })
     }
 
     /// A file of export `id` (or the attestation beside it), checked again
@@ -109,7 +115,7 @@ impl RunOutputs {
     /// run was planned.
     pub fn export_file(&self, id: &str, path: &Path, replaces: Replaces) -> Result<OutputPath, OutputError> {
         self.guard.check(path, replaces).map_err(|e| OutputError {
-            id: id.to_owned(),
+            id: (!self.one_shot).then(|| id.to_owned()),
             path: path.to_owned(),
             problem: e.problem,
         })

@@ -345,6 +345,43 @@ impl Value {
     }
 }
 
+/// A value as a message says it: `15`, `1e-5`, `"text"` (quoted, escaped),
+/// `[1, 2, 3, … 512 elements]` — never the Rust shape `U32(15)`.
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::U8(v) => write!(f, "{v}"),
+            Value::I8(v) => write!(f, "{v}"),
+            Value::U16(v) => write!(f, "{v}"),
+            Value::I16(v) => write!(f, "{v}"),
+            Value::U32(v) => write!(f, "{v}"),
+            Value::I32(v) => write!(f, "{v}"),
+            Value::U64(v) => write!(f, "{v}"),
+            Value::I64(v) => write!(f, "{v}"),
+            Value::F32(v) => write!(f, "{v}"),
+            Value::F64(v) => write!(f, "{v}"),
+            Value::Bool(v) => write!(f, "{v}"),
+            Value::String(s) => write!(f, "{:?}", String::from_utf8_lossy(s.as_bytes())),
+            Value::Array(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+impl fmt::Display for Array {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 8;
+        f.write_str("[")?;
+        for i in 0..self.len().min(SHOWN) {
+            let element = self.get(i).expect("every index below len has an element");
+            write!(f, "{}{element}", if i > 0 { ", " } else { "" })?;
+        }
+        match self.len() {
+            n if n > SHOWN => write!(f, ", … {n} elements]"),
+            _ => f.write_str("]"),
+        }
+    }
+}
+
 impl Array {
     fn is_identical(&self, other: &Array) -> bool {
         match (self, other) {
@@ -519,6 +556,16 @@ mod tests {
 
     fn keys(metadata: &Metadata) -> Vec<&str> {
         metadata.iter().map(|(k, _)| k).collect()
+    }
+
+    #[test]
+    fn values_display_as_messages_say_them() {
+        assert_eq!(Value::U32(15).to_string(), "15");
+        assert_eq!(Value::F32(1e-5).to_string(), "0.00001");
+        assert_eq!(Value::string("a \"b\"\n").to_string(), r#""a \"b\"\n""#);
+        assert_eq!(Value::Array(Array::I32(vec![1, -2])).to_string(), "[1, -2]");
+        let long = Value::Array(Array::U8((0..10).collect()));
+        assert_eq!(long.to_string(), "[0, 1, 2, 3, 4, 5, 6, 7, … 10 elements]");
     }
 
     #[test]

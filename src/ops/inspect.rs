@@ -323,6 +323,16 @@ pub fn inspect_split(shards: &[&ModelFile], options: InspectOptions) -> Option<I
     Some(report)
 }
 
+/// A metadata value as a message says it, with what a number stands for
+/// where its key says: `general.file_type` 15 is `15 (Q4_K_M)`.
+pub fn value_text(key: &str, value: &Value) -> String {
+    let file_type = value.as_u64().and_then(|id| u32::try_from(id).ok()).and_then(FileType::from_id);
+    match (key, file_type) {
+        ("general.file_type", Some(file_type)) => format!("{value} ({})", file_type.name()),
+        _ => value.to_string(),
+    }
+}
+
 fn metadata_entry(key: &str, value: &Value) -> MetadataEntry {
     let mut entry = MetadataEntry {
         key: key.to_owned(),

@@ -293,7 +293,7 @@ fn key_u64(shard: &ModelFile, key: &'static str) -> Result<u64, SplitError> {
         path: shard.path().to_owned(),
         key,
         expected: "a non-negative integer".into(),
-        found: format!("{value:?}"),
+        found: value.to_string(),
     })
 }
 

@@ -7,6 +7,7 @@ use std::io::Read;
 use std::path::Path;
 
 use crate::formats::{FormatError, ModelFile, OpenOptions};
+use crate::ops::inspect::value_text;
 use crate::text::Name;
 
 #[derive(Debug, thiserror::Error)]
@@ -29,9 +30,13 @@ pub fn first_difference(claimed: &Path, derived: &Path) -> Result<Option<String>
         if ka != kb {
             return Ok(Some(format!("metadata key `{}` where the derivation has `{}`", Name(ka), Name(kb))));
         }
-        if va != vb {
-            let (va, vb) = (format!("{va:?}"), format!("{vb:?}"));
-            return Ok(Some(format!("metadata key `{}` is {}; the derivation has {}", Name(ka), Name(&va), Name(&vb))));
+        if !va.is_identical(vb) {
+            let (mut ta, mut tb) = (value_text(ka, va), value_text(kb, vb));
+            // The same text of two types: say the types.
+            if ta == tb {
+                (ta, tb) = (format!("{ta} ({})", va.value_type().name()), format!("{tb} ({})", vb.value_type().name()));
+            }
+            return Ok(Some(format!("metadata key `{}` is {}; the derivation has {}", Name(ka), Name(&ta), Name(&tb))));
         }
     }
     if a.metadata.len() != b.metadata.len() {

@@ -157,7 +157,7 @@ fn hyperparameters(
     if let Some(kv) = metadata.get("llama.attention.head_count_kv")
         && *kv != Value::U32(n_head)
     {
-        let head_count_kv = kv.as_u64().map_or_else(|| format!("{kv:?}"), |n| n.to_string());
+        let head_count_kv = kv.to_string();
         return Err(GgjtError::GroupedQueryAttention { head_count: n_head, head_count_kv });
     }
     let n_vocab = match metadata.get(TOKENS_KEY) {

@@ -171,7 +171,7 @@ fn alignment_of(metadata: &Metadata) -> io::Result<u64> {
         Some(other) => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{ALIGNMENT_KEY} must be a u32 power of two, found {other:?}"),
+                format!("{ALIGNMENT_KEY} must be a u32 power of two, found {other} ({})", other.value_type().name()),
             ));
         }
     };

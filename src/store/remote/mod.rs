@@ -50,7 +50,7 @@ const CONCURRENCY: usize = 16;
 /// Why a remote operation failed (after the client's retries).
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
-    #[error("{location}: {source}")]
+    #[error("{location}: {}", ObjectErrorText(source))]
     Object { location: String, source: object_store::Error },
     #[error("{location}: {}", crate::files::IoText(source))]
     Local { location: String, source: std::io::Error },
@@ -348,6 +348,27 @@ impl Client {
         })
     }
 }
+
+/// An object-store error in words: credentials that are missing are said
+/// so, with the variables that set them, not as the client's last attempt
+/// to find some (the instance-metadata service's address).
+struct ObjectErrorText<'a>(&'a object_store::Error);
+
+impl std::fmt::Display for ObjectErrorText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.0.to_string();
+        if text.contains(INSTANCE_METADATA) {
+            return f.write_str(
+                "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for \
+                 temporary ones), or AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN; on EC2, give the instance a role",
+            );
+        }
+        f.write_str(&text)
+    }
+}
+
+/// Where the S3 client looks for credentials last, when no variable gives them.
+const INSTANCE_METADATA: &str = "169.254.169.254";
 
 /// One object in a listing.
 #[derive(Debug, Clone, Copy)]
