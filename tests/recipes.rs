@@ -777,3 +777,40 @@ fn a_ladders_counters_add_up() {
         assert!(decoded < encoded, "{extra:?}: sources decoded for several types at once: {report}");
     }
 }
+
+/// An export is named as a target however its path is spelled, from the
+/// recipe's directory, its parent and the output directory; `attest` finds
+/// the run that wrote it from anywhere.
+#[test]
+fn a_path_names_its_export_however_spelled() {
+    let ws = Workspace::new();
+    let recipe = ws.recipe("ladder.toml", LADDER);
+    let cache = ws.cache();
+    run(&recipe, &cache, &[]);
+    let root = ws.path("");
+    let parent = root.parent().unwrap().to_owned();
+    let name = root.file_name().unwrap().to_str().unwrap().to_owned();
+    let out_dir = ws.path("out");
+    let absolute = ws.path("out/tiny-Q8_0.gguf");
+    let cases: Vec<(&Path, String, String)> = vec![
+        (&root, "ladder.toml".into(), "out/tiny-Q8_0.gguf".into()),
+        (&root, "ladder.toml".into(), "./out/tiny-Q8_0.gguf".into()),
+        (&root, "./ladder.toml".into(), "out//tiny-Q8_0.gguf".into()),
+        (&root, "ladder.toml".into(), absolute.display().to_string()),
+        (&parent, format!("{name}/ladder.toml"), format!("{name}/out/tiny-Q8_0.gguf")),
+        (&parent, format!("{name}/ladder.toml"), "out/tiny-Q8_0.gguf".into()),
+        (&out_dir, "../ladder.toml".into(), "tiny-Q8_0.gguf".into()),
+        (&out_dir, "../ladder.toml".into(), "../out/tiny-Q8_0.gguf".into()),
+    ];
+    for (cwd, recipe, target) in &cases {
+        let args = [os("run"), os(recipe), os(target), os("--cache-dir"), cache.as_os_str()];
+        let out = common::quantforge_in(cwd, &args);
+        assert!(out.status.success(), "{} {recipe} {target}: {}", cwd.display(), String::from_utf8_lossy(&out.stderr));
+    }
+    for (cwd, file) in
+        [(&root, "out/tiny-Q8_0.gguf"), (&out_dir, "tiny-Q8_0.gguf"), (&parent, &*format!("{name}/out/tiny-Q8_0.gguf"))]
+    {
+        let out = common::quantforge_in(cwd, &[os("attest"), os(file), os("--cache-dir"), cache.as_os_str()]);
+        assert!(out.status.success(), "attest {file} in {}: {}", cwd.display(), String::from_utf8_lossy(&out.stderr));
+    }
+}

@@ -463,7 +463,8 @@ impl Shared {
                 recipe: self.bound.recipe.name.clone(),
                 recipe_file: self.bound.recipe.source.as_deref().map(crate::files::resolve),
                 id: self.bound.recipe.nodes[i].id.clone(),
-                path: options.path.clone(),
+                // Resolved: `attest` may ask from any directory.
+                path: crate::files::resolve(&options.path),
                 bytes: report.bytes_out,
                 data_files: files.len(),
                 files: records,

@@ -24,7 +24,7 @@ mod schedule;
 pub mod units;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -670,13 +670,15 @@ fn select(recipe: &Recipe, targets: &[String]) -> Result<Option<Vec<bool>>, RunE
     }
     let mut roots = vec![false; recipe.nodes.len()];
     let recipe_dir = recipe.source.as_deref().and_then(std::path::Path::parent);
+    let resolve = crate::files::resolve;
     for target in targets {
-        // A path as written in the recipe, or as the shell completes it.
-        let paths = [recipe_dir.map(|d| d.join(target)), std::path::absolute(target).ok()];
+        // A path as written in the recipe, or as the shell completes it,
+        // however spelled (`./`, `//`, `..`, absolute, through a link).
+        let paths = [recipe_dir.map(|d| resolve(&d.join(target))), Some(resolve(Path::new(target)))];
         let mut found = false;
         for (i, node) in recipe.nodes.iter().enumerate() {
             let names_export = match &node.op {
-                Op::Export(o) => paths.iter().flatten().any(|p| *p == o.path),
+                Op::Export(o) => paths.iter().flatten().any(|p| *p == resolve(&o.path)),
                 _ => false,
             };
             if node.step == *target || node.id == *target || names_export {
