@@ -73,6 +73,23 @@ fn a_run_report_is_one_self_contained_page() {
         3,
         "one chart per export"
     );
+    // Bits per weight by layer, weighted by bytes: one bar per layer (two
+    // blocks and the rest), not a 32-bit bar per norm.
+    let bars = html.matches("<title>blk.").count() + html.matches("<title>other tensors ").count();
+    assert_eq!(bars, 3 * 3, "three bars per export: {html}");
+    assert!(!html.contains("<title>blk.0.attn_norm.weight"), "a bar per tensor");
+    // A hit's size is its cached result's, not 0 B.
+    let doc = stdout_of_success(quantforge_with(&[&"run", &recipe, &"--json"]));
+    let report: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    for node in report["nodes"].as_array().unwrap() {
+        assert_eq!(node["status"], "hit", "{node}");
+        assert!(node["bytes_out"].as_u64().unwrap() > 0, "{node}");
+    }
+    // Every node that ran says why, --force too.
+    stdout_of_success(quantforge_with(&[&"run", &recipe, &"--force", &"--report", &page]));
+    let html = std::fs::read_to_string(&page).unwrap();
+    // Once in the table's reason column, once in the DAG's tooltip.
+    assert_eq!(html.matches("--force: nothing is taken from the cache").count(), 2 * NODES.len(), "{html}");
 }
 
 #[test]

@@ -308,8 +308,55 @@ fn status_colour(status: &str) -> &'static str {
     }
 }
 
-/// An export's file: each tensor's type and bits per weight by layer, and
-/// the types in all, from its header.
+/// One layer's tensors in all: what a reader of the chart wants, since a
+/// bar per tensor draws a few KiB of F32 norms tallest.
+struct Layer<'a> {
+    name: String,
+    block: Option<u64>,
+    /// The type holding most of its bytes: the bar's colour.
+    ty: &'a str,
+    elements: u64,
+    bytes: u64,
+}
+
+impl Layer<'_> {
+    fn bits_per_weight(&self) -> f64 {
+        self.bytes as f64 * 8.0 / self.elements.max(1) as f64
+    }
+}
+
+/// `(name, type, elements, bytes)` rows summed by layer (`blk.N`, the rest
+/// as "other"), in order of first appearance.
+fn by_layer<'a>(rows: &[(&str, &'a str, u64, u64)]) -> Vec<Layer<'a>> {
+    let mut layers: Vec<(Layer<'a>, Vec<(&'a str, u64)>)> = Vec::new();
+    for &(name, ty, elements, bytes) in rows {
+        let block = block_of(name);
+        let index = match layers.iter().position(|(l, _)| l.block == block) {
+            Some(index) => index,
+            None => {
+                let name = block.map_or_else(|| "other tensors".to_owned(), |n| format!("blk.{n}"));
+                layers.push((Layer { name, block, ty, elements: 0, bytes: 0 }, Vec::new()));
+                layers.len() - 1
+            }
+        };
+        let (layer, types) = &mut layers[index];
+        (layer.elements, layer.bytes) = (layer.elements + elements, layer.bytes + bytes);
+        match types.iter_mut().find(|(t, _)| *t == ty) {
+            Some(entry) => entry.1 += bytes,
+            None => types.push((ty, bytes)),
+        }
+    }
+    layers
+        .into_iter()
+        .map(|(mut layer, types)| {
+            layer.ty = types.iter().max_by_key(|(_, bytes)| *bytes).map_or(layer.ty, |(ty, _)| ty);
+            layer
+        })
+        .collect()
+}
+
+/// An export's file: bits per weight by layer (weighted by bytes, coloured
+/// by the type holding most of them), and the types in all, from its header.
 fn export_section(id: &str, path: &Path, base: &Path) -> String {
     let mut out = format!("<h3>{} → <code>{}</code></h3>\n", escape(id), escape(&path.display().to_string()));
     let found = [path.to_owned(), base.join(path)].into_iter().find(|p| p.is_file());
@@ -320,14 +367,10 @@ fn export_section(id: &str, path: &Path, base: &Path) -> String {
     };
     let rows: Vec<(&str, &str, u64, u64)> =
         model.tensors.iter().map(|t| (t.name.as_str(), t.ggml_type.name(), t.n_elements(), t.n_bytes())).collect();
-    let bars: Vec<Bar> = rows
+    let layers = by_layer(&rows);
+    let bars: Vec<Bar> = layers
         .iter()
-        .map(|(name, ty, elements, bytes)| Bar {
-            name,
-            ty,
-            block: block_of(name),
-            value: *bytes as f64 * 8.0 / (*elements).max(1) as f64,
-        })
+        .map(|layer| Bar { name: &layer.name, ty: layer.ty, block: layer.block, value: layer.bits_per_weight() })
         .collect();
     let (elements, bytes): (u64, u64) = rows.iter().fold((0, 0), |(e, b), r| (e + r.2, b + r.3));
     let title = format!(

@@ -516,7 +516,8 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
             line += &format!("  → {}", path.display());
         }
         writeln!(out, "{}", crate::text::for_terminal(line.trim_end()))?;
-        for reason in &node.why {
+        // A plan says why each node would run; a run says why with -v.
+        for reason in node.why.iter().filter(|_| report.dry_run || all) {
             writeln!(out, "{:9}{:width$}  because {}", "", "", crate::text::for_terminal(reason))?;
         }
         if let Some(error) = &node.error {

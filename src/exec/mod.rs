@@ -455,6 +455,15 @@ impl Engine {
         };
         let prefetch = self.prefetch_exports(&bound, &loaded, &must_run);
         let shared = Arc::new(self.shared(bound, loaded, progress)?);
+        // Why each node that will run must: said now, before running
+        // changes what the cache and the outputs hold.
+        let reasons: Vec<Vec<String>> = (0..n)
+            .map(|i| match (must_run[i], self.force) {
+                (false, _) => Vec::new(),
+                (true, true) => vec!["--force: nothing is taken from the cache".into()],
+                (true, false) => shared.why(i),
+            })
+            .collect();
         let mut reports: Vec<Option<NodeReport>> = vec![None; n];
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -473,14 +482,18 @@ impl Engine {
         let shared = &*shared;
         let mut nodes = Vec::with_capacity(n);
         for (i, report) in reports.into_iter().enumerate() {
-            let report = report.unwrap_or_else(|| {
+            let mut report = report.unwrap_or_else(|| {
                 let status = if fresh[i] || cached[i] { Status::Hit } else { Status::Skipped };
                 let mut report = shared.report(i, status);
                 if status == Status::Hit {
                     report.fallbacks = shared.cached_fallbacks(i);
+                    report.bytes_out = shared.cached_bytes(i);
                 }
                 report
             });
+            if report.status == Status::Ran {
+                report.why = reasons[i].clone();
+            }
             if matches!(report.status, Status::Hit | Status::Ran) {
                 shared.remember(i);
             }
@@ -894,6 +907,18 @@ impl Shared {
             self.cache_manifest(i, &set, !derived, &fallbacks)?;
         }
         Ok((Arc::new(set), fallbacks))
+    }
+
+    /// The size of node `i`'s cached result: an export's files as recorded,
+    /// another node's tensor bytes.
+    fn cached_bytes(&self, i: usize) -> u64 {
+        let key = &self.bound.keys[i];
+        match &self.bound.recipe.nodes[i].op {
+            Op::Export(o) => {
+                export::exported_files(&*self.store, key, o).map_or(0, |files| files.iter().map(|f| f.1).sum())
+            }
+            _ => node_entry(&*self.store, key).map_or(0, |e| e.bytes),
+        }
     }
 
     /// The fallbacks node `i`'s cached result was made with.
