@@ -471,6 +471,21 @@ fn version_completions_and_manual() {
     let (man, _) = run(&["man".as_ref()]);
     assert!(man.starts_with(".ie") || man.contains(".TH quantforge"), "{man}");
     assert!(man.contains("quantize"), "{man}");
+    // Every page a page lists is written, and printed by its command's name.
+    let dir = tempfile::tempdir().unwrap();
+    run(&["man".as_ref(), "--dir".as_ref(), dir.path().as_os_str()]);
+    let mut listed = 0;
+    for page in std::fs::read_dir(dir.path()).unwrap() {
+        let text = std::fs::read_to_string(page.unwrap().path()).unwrap();
+        for reference in text.split_whitespace().filter(|w| w.starts_with("quantforge\\-") && w.ends_with("(1)")) {
+            let file = reference.trim_end_matches("(1)").replace("\\-", "-") + ".1";
+            assert!(dir.path().join(&file).is_file(), "{reference} is listed but {file} is not written");
+            listed += 1;
+        }
+    }
+    assert!(listed > 30, "{listed} pages listed");
+    let (gc, _) = run(&["man".as_ref(), "cache".as_ref(), "gc".as_ref()]);
+    assert!(gc.contains(".TH quantforge-cache-gc 1"), "{gc}");
     let (help, _) = run(&["--help".as_ref()]);
     for variable in
         ["QUANTFORGE_CACHE", "QUANTFORGE_CACHE_URL", "QUANTFORGE_SIMD", "AWS_ENDPOINT_URL", "XDG_CACHE_HOME"]

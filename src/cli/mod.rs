@@ -24,6 +24,7 @@ mod gguf_split;
 mod inspect;
 mod json;
 mod logs;
+mod manual;
 mod pack;
 mod plan_devices;
 mod plan_quant;
@@ -135,8 +136,9 @@ enum Command {
         /// The shell: bash, elvish, fish, powershell or zsh.
         shell: clap_complete::Shell,
     },
-    /// Print the manual page (roff): `quantforge man > quantforge.1`.
-    Man,
+    /// Print a manual page (roff): `quantforge man > quantforge.1`, `quantforge man run`;
+    /// `--dir DIR` writes every page the main one lists.
+    Man(manual::ManArgs),
     /// Print the JSON Schema of a `--json` document (without NAME: every name, and its commands).
     Schema {
         /// The document's name (`quantforge schema` lists them).
@@ -628,7 +630,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Schema { name } => print_schema(name.as_deref())?,
         Command::Backends(_) if json => anyhow::bail!("--json: `backends` prints text only"),
         Command::Backends(args) => backends::run(args)?,
-        Command::Completions { .. } | Command::Man | Command::Graph { .. } if json => {
+        Command::Completions { .. } | Command::Man(_) | Command::Graph { .. } if json => {
             anyhow::bail!("--json: this command prints a document of another kind (a script, a page, a graph)")
         }
         Command::Completions { shell } => {
@@ -637,7 +639,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             clap_complete::generate(shell, &mut Cli::command(), "quantforge", &mut script);
             io::stdout().lock().write_all(&script)?;
         }
-        Command::Man => clap_mangen::Man::new(Cli::command()).render(&mut io::stdout().lock())?,
+        Command::Man(args) => manual::run(args)?,
         Command::Graph { recipe, format } => {
             let recipe = crate::recipe::Recipe::load(&recipe)?;
             let text = match format {
