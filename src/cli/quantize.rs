@@ -216,21 +216,13 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
         return print_plan(&mut io::stdout().lock(), &plan).map_err(Into::into);
     }
     let started = std::time::Instant::now();
-    let extra: Vec<ExtraInput> = args
-        .imatrix
-        .iter()
-        .map(|path| ExtraInput { name: "imatrix", path, as_written: args.imatrix_name.as_deref().unwrap_or(path) })
-        .collect();
-    let uses = if extra.is_empty() { Vec::new() } else { vec![1] };
+    let (extra, uses) = imatrix_input(&args);
     let mut job = oneshot::job("quantize", &args.input, vec![(Op::Quantize(Box::new(options)), uses)], &args.output);
     job.extra_inputs = &extra;
     if args.keep_split {
         job.split = SplitMode::LikeInput;
     }
-    // 0 threads is llama-quantize's "all cores".
-    let jobs = workers(args.threads.or(args.nthreads).filter(|&n| n > 0));
-    let mut settings = args.cache.settings(Some(jobs), OpenOptions::default())?;
-    settings.buffer_limit = args.max_buffer_size.map(|mib| mib << 20);
+    let settings = run_settings(&args)?;
     let report = oneshot::run(job, &settings).with_context(|| format!("cannot quantize {}", args.input.display()))?;
     super::cache::report_transfers(report.remote.as_ref(), false)?;
     if let Some(budget) = args.target_size {
@@ -246,6 +238,27 @@ fn quantize(mut args: QuantizeArgs, summary: Summary) -> anyhow::Result<()> {
         None => ftype.description().to_owned(),
     };
     say_written(&report, summary, &kind, started)
+}
+
+/// The importance matrix as the run's second input, and the quantize op's
+/// use of it.
+fn imatrix_input(args: &QuantizeArgs) -> (Vec<ExtraInput<'_>>, Vec<usize>) {
+    let extra: Vec<ExtraInput> = args
+        .imatrix
+        .iter()
+        .map(|path| ExtraInput { name: "imatrix", path, as_written: args.imatrix_name.as_deref().unwrap_or(path) })
+        .collect();
+    let uses = if extra.is_empty() { Vec::new() } else { vec![1] };
+    (extra, uses)
+}
+
+/// How the run goes: its threads (0 is llama-quantize's "all cores"), cache
+/// and buffer limit.
+fn run_settings(args: &QuantizeArgs) -> anyhow::Result<oneshot::OneShotSettings> {
+    let jobs = workers(args.threads.or(args.nthreads).filter(|&n| n > 0));
+    let mut settings = args.cache.settings(Some(jobs), OpenOptions::default())?;
+    settings.buffer_limit = args.max_buffer_size.map(|mib| mib << 20);
+    Ok(settings)
 }
 
 /// Says what a run wrote, as `summary` asks: its fallbacks, then its files.
@@ -298,12 +311,7 @@ fn ladder(args: QuantizeArgs, types: Vec<String>, template: Option<&Path>, summa
             template.display()
         );
     }
-    let extra: Vec<ExtraInput> = args
-        .imatrix
-        .iter()
-        .map(|path| ExtraInput { name: "imatrix", path, as_written: args.imatrix_name.as_deref().unwrap_or(path) })
-        .collect();
-    let uses = if extra.is_empty() { Vec::new() } else { vec![1] };
+    let (extra, uses) = imatrix_input(&args);
     let mut read_only = WriteGuard::default();
     let mut rungs: Vec<Rung> = Vec::with_capacity(types.len());
     for ty in &types {
@@ -323,9 +331,7 @@ fn ladder(args: QuantizeArgs, types: Vec<String>, template: Option<&Path>, summa
     let first = rungs[0].output.clone();
     let job = OneShot { extra_inputs: &extra, ..oneshot::job("quantize", &args.input, Vec::new(), &first) };
     let started = std::time::Instant::now();
-    let jobs = workers(args.threads.or(args.nthreads).filter(|&n| n > 0));
-    let mut settings = args.cache.settings(Some(jobs), OpenOptions::default())?;
-    settings.buffer_limit = args.max_buffer_size.map(|mib| mib << 20);
+    let mut settings = run_settings(&args)?;
     // Rungs share their decoding through stored results: without a cache, a
     // scratch one beside the outputs, gone when the run ends.
     let scratch = match settings.cache_dir {
