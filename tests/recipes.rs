@@ -595,14 +595,29 @@ fn verify_finds_corruption_and_gc_collects() {
     let name = blob.file_name().unwrap().to_str().unwrap();
     assert!(String::from_utf8_lossy(&verify.stdout).contains(&format!("corrupt blob {name}")));
 
+    // A bare gc removes nothing a run can use (the hints that spare a
+    // rehash included), and says so; a dry run says what would go and why,
+    // and removes nothing.
+    let before = ok(cache_cmd(&["du"]));
+    let bare = ok(cache_cmd(&["gc"]));
+    assert!(bare.starts_with("removed 0 entries (0 broken), 0 blobs no entry names (0 B)"), "{bare}");
+    let dry = ok(cache_cmd(&["gc", "--max-size", "0", "--dry-run"]));
+    assert!(
+        dry.starts_with("would remove ") && !dry.starts_with("would remove 0 ") && dry.contains(" beyond 0 B"),
+        "{dry}"
+    );
+    assert_eq!(ok(cache_cmd(&["du"])), before, "a dry run removes nothing");
+
     // Collecting everything, then running again, rebuilds what is needed.
     std::fs::remove_file(&blob).unwrap();
-    // Nothing is two weeks old (ages take weeks as they take days): no blob goes.
+    // Nothing is two weeks old (ages take weeks as they take days): only
+    // the entries naming the removed blob go, as broken.
     let young = ok(cache_cmd(&["gc", "--older-than", "2w"]));
-    assert!(young.contains(", 0 blobs (0 B)"), "{young}");
+    assert!(young.contains("(0 unused for 2w, ") && !young.contains(" 0 broken)"), "{young}");
+    assert!(young.contains(", 0 blobs no entry names (0 B)"), "{young}");
     std::fs::write(ws.cache().join("tmp/stray"), b"left by a killed run").unwrap();
     let gc = ok(cache_cmd(&["gc", "--max-size", "0"]));
-    assert!(gc.contains("1 temporary files"), "{gc}");
+    assert!(gc.contains("1 temporary file of killed runs"), "{gc}");
     let usage = ok(cache_cmd(&["du"]));
     assert!(usage.contains("0 B in 0 blobs"), "{usage}");
     std::fs::remove_dir_all(ws.path("out")).unwrap();

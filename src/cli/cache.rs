@@ -46,6 +46,9 @@ pub(super) enum CacheCommand {
         /// --older-than, then blobs no remaining entry names that are as old.
         #[arg(long, requires = "older_than", conflicts_with = "max_size")]
         remote: bool,
+        /// Say what would be removed, and why, removing nothing.
+        #[arg(long, conflicts_with = "remote")]
+        dry_run: bool,
     },
     /// Upload what a recipe's outputs are made of (the results in the local cache) to the remote.
     Push {
@@ -376,20 +379,33 @@ pub(super) fn run(command: CacheCommand, json: bool) -> anyhow::Result<()> {
                 usage.quarantined
             )?;
         }
-        CacheCommand::Gc { dir, max_size, older_than, .. } => {
+        CacheCommand::Gc { dir, max_size, older_than, dry_run, .. } => {
             let store = LocalStore::open_exclusive(&dir.path(None))?;
-            let report = store.gc(GcOptions { older_than, max_size })?;
+            let report = store.gc(GcOptions { older_than, max_size, dry_run })?;
             if json {
                 return json::print(&report);
             }
+            let mut why = Vec::new();
+            if let Some(age) = older_than {
+                why.push(format!("{} unused for {}", report.entries_expired, age_text(age)));
+            }
+            if let Some(max) = max_size {
+                why.push(format!("{} beyond {}", report.entries_evicted, human_bytes(max as f64)));
+            }
+            why.push(format!("{} broken", report.entries_broken));
             writeln!(
                 out,
-                "removed {} entries, {} blobs ({}), {} temporary files, {} quarantined files",
-                report.entries_removed,
-                report.blobs_removed,
+                "{} {} ({}), {} no entry names ({}), {} of killed runs, {}",
+                if dry_run { "would remove" } else { "removed" },
+                match report.entries_removed {
+                    1 => "1 entry".to_owned(),
+                    n => format!("{n} entries"),
+                },
+                why.join(", "),
+                crate::text::count(report.blobs_removed, "blob"),
                 human_bytes(report.bytes_freed as f64),
-                report.temp_files_removed,
-                report.quarantined_removed
+                crate::text::count(report.temp_files_removed, "temporary file"),
+                crate::text::count(report.quarantined_removed, "quarantined file"),
             )?;
         }
         CacheCommand::Verify { dir, repair, remote: false } => {
@@ -445,6 +461,16 @@ fn format_age(age: Duration) -> String {
 }
 
 /// `90s`, `15m`, `12h`, `30d`, `2w`.
+/// An age as `--older-than` takes it, in its largest whole unit (`30d`).
+fn age_text(age: Duration) -> String {
+    let seconds = age.as_secs();
+    let units = [("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)];
+    match units.iter().find(|(_, size)| seconds > 0 && seconds.is_multiple_of(*size)) {
+        Some((unit, size)) => format!("{}{unit}", seconds / size),
+        None => format!("{seconds}s"),
+    }
+}
+
 fn parse_age(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let (number, unit) = t.split_at(t.len().saturating_sub(1));

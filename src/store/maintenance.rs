@@ -50,13 +50,28 @@ pub struct GcOptions {
     pub older_than: Option<Duration>,
     /// Then drop the least recently used entries until the blobs fit.
     pub max_size: Option<u64>,
+    /// Say what would go, removing nothing.
+    pub dry_run: bool,
 }
 
+/// What a collection removed (or, in a dry run, would remove), and why.
 #[derive(Debug, Default, Clone, Copy, serde::Serialize, schemars::JsonSchema)]
 pub struct GcReport {
+    /// Nothing was removed: these are what a collection would remove.
+    pub dry_run: bool,
+    /// Every entry removed, by the reasons below.
     pub entries_removed: u64,
+    /// Not used for `--older-than`.
+    pub entries_expired: u64,
+    /// Beyond `--max-size`, least recently used first.
+    pub entries_evicted: u64,
+    /// Unreadable, not sealed for their key, or naming a blob the cache lacks:
+    /// useless to any run.
+    pub entries_broken: u64,
+    /// Blobs no remaining entry names.
     pub blobs_removed: u64,
     pub bytes_freed: u64,
+    /// Left by runs that were killed.
     pub temp_files_removed: u64,
     pub quarantined_removed: u64,
 }
@@ -179,42 +194,45 @@ impl LocalStore {
     /// needs. Call on a store opened with [`LocalStore::open_exclusive`]: no
     /// run holds the store, so every temporary file is a dead run's.
     pub fn gc(&self, options: GcOptions) -> Result<GcReport> {
-        let mut report = GcReport::default();
+        let mut report = GcReport { dry_run: options.dry_run, ..GcReport::default() };
+        let remove = |path: &Path| options.dry_run || remove_any(path).is_ok();
         for file in self.temp_files()? {
-            if remove_any(&file.path).is_ok() {
+            if remove(&file.path) {
                 report.temp_files_removed += 1;
             }
         }
         for file in flat_files(&self.quarantine_dir())? {
-            if remove_any(&file.path).is_ok() {
+            if remove(&file.path) {
                 report.quarantined_removed += 1;
             }
         }
         let now = SystemTime::now();
-        let mut entries = Vec::new();
-        for kind in ActionKind::ALL {
-            for (key, file) in self.action_files(kind)? {
-                let blobs = read_entry(kind, &key, &file)
-                    .and_then(|b| serde_json::from_slice::<Envelope>(&b).ok())
-                    .map(|e| e.blobs);
-                entries.push((file, blobs));
-            }
-        }
         let blobs: Vec<_> = sharded_files(&self.root().join("blobs"))?.into_iter().filter(|(_, f)| f.regular).collect();
         let blob_len: std::collections::HashMap<Key, u64> = blobs.iter().map(|(k, f)| (*k, f.len)).collect();
         let expired =
             |f: &FileEntry| options.older_than.is_some_and(|age| now.duration_since(f.modified).is_ok_and(|d| d > age));
-        // Keep entries that parse, are young enough and whose blobs all exist.
+        // Keep entries that are sound and young enough. A result names its
+        // blobs; a hint (a stat fingerprint, a digest, a run's key record)
+        // names none, and is sound when it is sealed for its key.
         let mut kept = Vec::new();
-        for (file, blobs) in entries {
-            match blobs {
-                Some(blobs) if !expired(&file) && blobs.iter().all(|b| blob_len.contains_key(b)) => {
-                    kept.push((file, blobs))
-                }
-                _ => {
-                    if fs::remove_file(&file.path).is_ok() {
-                        report.entries_removed += 1;
-                    }
+        for kind in ActionKind::ALL {
+            for (key, file) in self.action_files(kind)? {
+                let sound = read_entry(kind, &key, &file).and_then(|bytes| match ActionKind::RESULTS.contains(&kind) {
+                    true => serde_json::from_slice::<Envelope>(&bytes).ok().map(|e| e.blobs),
+                    false => Some(Vec::new()),
+                });
+                let counter = match sound {
+                    Some(blobs) if blobs.iter().all(|b| blob_len.contains_key(b)) => match expired(&file) {
+                        false => {
+                            kept.push((file, blobs));
+                            continue;
+                        }
+                        true => &mut report.entries_expired,
+                    },
+                    _ => &mut report.entries_broken,
+                };
+                if remove(&file.path) {
+                    *counter += 1;
                 }
             }
         }
@@ -233,14 +251,15 @@ impl LocalStore {
                 within += 1;
             }
             for (file, _) in kept.drain(within..) {
-                if fs::remove_file(&file.path).is_ok() {
-                    report.entries_removed += 1;
+                if remove(&file.path) {
+                    report.entries_evicted += 1;
                 }
             }
         }
+        report.entries_removed = report.entries_expired + report.entries_evicted + report.entries_broken;
         let live: HashSet<Key> = kept.iter().flat_map(|(_, blobs)| blobs.iter().copied()).collect();
         for (key, file) in blobs {
-            if !live.contains(&key) && remove_any(&file.path).is_ok() {
+            if !live.contains(&key) && remove(&file.path) {
                 report.blobs_removed += 1;
                 report.bytes_freed += file.len;
             }
