@@ -507,6 +507,6 @@ fn onnx_models() {
     .concat();
     check(
         &onnx_model(initializer(tensor("w", &[2], 1, external))),
-        expect!["FILE: at byte 6: tensor `w`: external data file `w.bin`: No such file or directory (os error 2)"],
+        expect!["FILE: at byte 6: tensor `w`: external data file `w.bin`: no such file or directory"],
     );
 }

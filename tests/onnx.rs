@@ -73,7 +73,7 @@ fn bad_external_data_is_refused_with_the_tensor_and_the_numbers() {
     let dir = fixtures().join("external");
     expect_test::expect![[r#"
         [
-            "tensor `raw.float`: external data file `no-such.weights`: No such file or directory (os error 2)",
+            "tensor `raw.float`: external data file `no-such.weights`: no such file or directory",
             "tensor `raw.float`: external data bytes 752..812 are past the end of `shared.weights` (760 bytes)",
             "tensor `raw.float`: external data location `../model.onnx` leaves the model's directory; refused",
             "tensor `raw.float`: external data location `/etc/hostname` leaves the model's directory; refused",

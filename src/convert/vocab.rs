@@ -803,9 +803,11 @@ fn chat_template_file(dir: &Path) -> Result<Option<ChatTemplate>, ConvertError> 
         let mut named = Vec::new();
         if additional.is_dir() {
             let listing = std::fs::read_dir(&additional)
-                .map_err(|e| ConvertError::Config(format!("{}: {e}", additional.display())))?;
+                .map_err(|e| ConvertError::Config(format!("{}: {}", additional.display(), IoText(&e))))?;
             for entry in listing {
-                let path = entry.map_err(|e| ConvertError::Config(format!("{}: {e}", additional.display())))?.path();
+                let path = entry
+                    .map_err(|e| ConvertError::Config(format!("{}: {}", additional.display(), IoText(&e))))?
+                    .path();
                 if let (Some(stem), Some("jinja")) =
                     (path.file_stem().and_then(|s| s.to_str()), path.extension().and_then(|e| e.to_str()))
                 {

@@ -120,7 +120,7 @@ pub enum StoreError {
     #[error("cache blob {hash} holds {len} bytes where {expected} were expected")]
     Misfit { hash: Key, len: u64, expected: u64 },
     /// Writing a blob's bytes into the output failed (a full disk, say).
-    #[error("writing the output: {0}")]
+    #[error("writing the output: {}", crate::files::IoText(.0))]
     Output(io::Error),
 }
 

@@ -305,7 +305,9 @@ impl TensorProto {
         }
         let dir = externals.model.parent().unwrap_or(Path::new("."));
         let path = dir.join(relative);
-        let resolved = path.canonicalize().map_err(|e| format!("external data file `{location}`: {e}"))?;
+        let resolved = path
+            .canonicalize()
+            .map_err(|e| format!("external data file `{location}`: {}", crate::files::IoText(&e)))?;
         let inside = dir.canonicalize().is_ok_and(|dir| resolved.starts_with(dir));
         if !inside {
             return Err(format!("external data location `{location}` resolves outside the model's directory; refused"));

@@ -93,7 +93,7 @@ pub enum WriteError {
     HeaderTooLarge { len: u64 },
     #[error("tensor `{}`: wrote {written} bytes, expected {expected}", Name(.tensor))]
     WrongLength { tensor: String, written: u64, expected: u64 },
-    #[error(transparent)]
+    #[error("{}", crate::files::IoText(.0))]
     Io(#[from] io::Error),
 }
 

@@ -354,7 +354,7 @@ pub enum LayeredError {
     Url(#[from] UrlError),
     #[error("the remote cache does not answer: {0}")]
     Unreachable(RemoteError),
-    #[error("cannot make a local cache for this run: {0}")]
+    #[error("cannot make a local cache for this run: {}", crate::files::IoText(.0))]
     Scratch(std::io::Error),
 }
 
