@@ -445,7 +445,7 @@ impl Engine {
                     continue;
                 }
                 match cached_set(&*self.store, &bound.keys[i]) {
-                    Some(set) => loaded[i] = Some(set),
+                    Some((set, _)) => loaded[i] = Some(set),
                     None => (cached[i], changed) = (false, true),
                 }
             }
@@ -486,8 +486,7 @@ impl Engine {
                 let status = if fresh[i] || cached[i] { Status::Hit } else { Status::Skipped };
                 let mut report = shared.report(i, status);
                 if status == Status::Hit {
-                    report.fallbacks = shared.cached_fallbacks(i);
-                    report.bytes_out = shared.cached_bytes(i);
+                    (report.bytes_out, report.fallbacks) = shared.cached_record(i);
                 }
                 report
             });
@@ -522,7 +521,7 @@ impl Engine {
                 continue;
             }
             entries.push((ActionKind::Node, *key));
-            if let Some(set) = cached_set(&*self.store, key) {
+            if let Some((set, _)) = cached_set(&*self.store, key) {
                 let derived = set.tensors.iter().filter(|t| t.is_derived());
                 entries.extend(derived.map(|t| (ActionKind::Tensor, t.key)));
             }
@@ -756,22 +755,29 @@ fn demand(bound: &Bound, fresh: &[bool], cached: &[bool], roots: Option<&[bool]>
     (needed, must_run)
 }
 
-/// A node's cached result, read and checked; `None` when absent or unusable
-/// (the store quarantines what is corrupt).
-fn cached_set(store: &dyn Store, key: &Key) -> Option<Arc<TensorSet>> {
+/// A node's cached result, read and checked, with the fallbacks it was made
+/// with; `None` when absent or unusable (the store quarantines what is
+/// corrupt).
+fn cached_set(store: &dyn Store, key: &Key) -> Option<(Arc<TensorSet>, Fallbacks)> {
     let entry = node_entry(store, key)?;
     let bytes = store.read_blob(&entry.manifest).ok()?;
     let set = TensorSet::decode(&bytes, &entry.manifest.hex()).ok()?;
     store.touch_action(ActionKind::Node, key);
-    Some(Arc::new(set))
+    Some((Arc::new(set), entry.fallbacks))
 }
 
 /// A node's cache entry, if it, its manifest and every blob it names are in
 /// the store.
 fn node_entry(store: &dyn Store, key: &Key) -> Option<NodeEntry> {
-    let entry: NodeEntry = serde_json::from_slice(&store.get_action(ActionKind::Node, key)?).ok()?;
+    let entry = node_record(store, key)?;
     let complete = store.has_blob(&entry.manifest) && store.has_blobs(&entry.blobs);
     complete.then_some(entry)
+}
+
+/// A node's cache entry as recorded, its blobs unchecked: what a report
+/// says of a result already checked (or not needed) this run.
+fn node_record(store: &dyn Store, key: &Key) -> Option<NodeEntry> {
+    serde_json::from_slice(&store.get_action(ActionKind::Node, key)?).ok()
 }
 
 fn input_hash(inputs: &[Option<BoundInput>], i: usize) -> Key {
@@ -890,12 +896,13 @@ impl Shared {
         dry: bool,
     ) -> Result<(Arc<TensorSet>, Fallbacks), NodeError> {
         if let Some(set) = &self.loaded[i] {
-            return Ok((Arc::clone(set), self.cached_fallbacks(i)));
+            let fallbacks = node_record(&*self.store, &self.bound.keys[i]).map(|e| e.fallbacks);
+            return Ok((Arc::clone(set), fallbacks.unwrap_or_default()));
         }
         if !self.rebuild
-            && let Some(set) = cached_set(&*self.store, &self.bound.keys[i])
+            && let Some(cached) = cached_set(&*self.store, &self.bound.keys[i])
         {
-            return Ok((set, self.cached_fallbacks(i)));
+            return Ok(cached);
         }
         let (mut set, fallbacks) = self.compute(i, &inputs)?;
         claim_conversions(&mut set, &self.bound.keys[i], &inputs);
@@ -909,21 +916,17 @@ impl Shared {
         Ok((Arc::new(set), fallbacks))
     }
 
-    /// The size of node `i`'s cached result: an export's files as recorded,
-    /// another node's tensor bytes.
-    fn cached_bytes(&self, i: usize) -> u64 {
+    /// What the record of node `i`'s cached result says: its size (an
+    /// export's files, another node's tensor bytes) and its fallbacks.
+    fn cached_record(&self, i: usize) -> (u64, Fallbacks) {
         let key = &self.bound.keys[i];
         match &self.bound.recipe.nodes[i].op {
             Op::Export(o) => {
-                export::exported_files(&*self.store, key, o).map_or(0, |files| files.iter().map(|f| f.1).sum())
+                let files = export::exported_files(&*self.store, key, o);
+                (files.map_or(0, |files| files.iter().map(|f| f.1).sum()), Fallbacks::default())
             }
-            _ => node_entry(&*self.store, key).map_or(0, |e| e.bytes),
+            _ => node_record(&*self.store, key).map_or_else(Default::default, |e| (e.bytes, e.fallbacks)),
         }
-    }
-
-    /// The fallbacks node `i`'s cached result was made with.
-    fn cached_fallbacks(&self, i: usize) -> Fallbacks {
-        node_entry(&*self.store, &self.bound.keys[i]).map(|e| e.fallbacks).unwrap_or_default()
     }
 
     /// Records node `i`'s result; `kept` when every derived tensor of it is
