@@ -228,15 +228,16 @@ fn runs_killed_during_uploads_leave_no_entry_naming_a_missing_blob() {
 /// and cuts the open ones — the server going away, as a client sees it.
 struct Proxy {
     port: u16,
-    stopped: Arc<AtomicBool>,
 }
 
 impl Proxy {
-    fn start() -> Proxy {
+    /// A proxy that goes away once it has forwarded `cut_after` bytes: mid
+    /// run however fast the run is, where a timer may fire after it ended.
+    fn start(cut_after: u64) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let stopped = Arc::new(AtomicBool::new(false));
-        let flag = stopped.clone();
+        let flag = Arc::new(AtomicBool::new(false));
+        let forwarded = Arc::new(std::sync::atomic::AtomicU64::new(0));
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -248,12 +249,15 @@ impl Proxy {
                     (client.try_clone().unwrap(), server.try_clone().unwrap()),
                     (server.try_clone().unwrap(), client.try_clone().unwrap()),
                 ] {
-                    let flag = flag.clone();
+                    let (flag, forwarded) = (flag.clone(), forwarded.clone());
                     std::thread::spawn(move || {
                         let mut buf = [0u8; 65536];
                         while let Ok(n) = from.read(&mut buf) {
                             if n == 0 || flag.load(Ordering::SeqCst) || to.write_all(&buf[..n]).is_err() {
                                 break;
+                            }
+                            if forwarded.fetch_add(n as u64, Ordering::SeqCst) + n as u64 >= cut_after {
+                                flag.store(true, Ordering::SeqCst);
                             }
                         }
                         let _ = to.shutdown(std::net::Shutdown::Both);
@@ -262,20 +266,15 @@ impl Proxy {
                 }
             }
         });
-        Proxy { port, stopped }
-    }
-
-    fn stop(&self) {
-        self.stopped.store(true, Ordering::SeqCst);
-        // Wake the accept loop so it sees the flag, and closes.
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        Proxy { port }
     }
 }
 
 #[test]
 fn a_server_that_goes_away_mid_run_leaves_a_local_run_and_a_warning() {
     let Some(mut env) = s3_env() else { return };
-    let proxy = Proxy::start();
+    // The run uploads about 3 MiB: the proxy goes away a sixth of the way.
+    let proxy = Proxy::start(512 << 10);
     for (k, v) in &mut env {
         if k == "AWS_ENDPOINT_URL" {
             *v = format!("http://127.0.0.1:{}", proxy.port);
@@ -291,8 +290,6 @@ fn a_server_that_goes_away_mid_run_leaves_a_local_run_and_a_warning() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    proxy.stop();
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
