@@ -8,6 +8,7 @@
 //! write is [`guard`]'s.
 
 mod guard;
+pub mod link;
 
 pub use guard::{OutputPath, Replaces, WriteGuard, WriteRefused, resolve, same_file};
 

@@ -29,6 +29,9 @@ fn run(recipe: &Path, cache: &Path, extra: &[&str]) -> Value {
     serde_json::from_str(&ok(common::quantforge(&args))).unwrap()
 }
 
+/// Runs whose cache keeps every encoded tensor as a blob of its own.
+const WHOLE: &[&str] = &["--link", "whole"];
+
 fn totals(report: &Value, field: &str) -> u64 {
     report["totals"][field].as_u64().unwrap()
 }
@@ -131,13 +134,13 @@ fn run_equals_one_shot_quantize_for_any_job_count() {
 fn rerun_is_all_hits_even_after_touching_the_input() {
     let ws = Workspace::new();
     let recipe = ws.recipe("ladder.toml", LADDER);
-    let first = run(&recipe, &ws.cache(), &[]);
+    let first = run(&recipe, &ws.cache(), WHOLE);
     assert!(totals(&first, "tensors_encoded") > 0);
     // Seed 002's start-up metrics of each input the run opened.
     let load = &first["inputs"][0]["files"][0]["load"];
     assert_eq!(load["mode"], "mmap", "{first}");
     assert!(load["duration"].as_f64().unwrap() > 0.0 && load["bytes_parsed"].as_u64().unwrap() > 0, "{load}");
-    let second = run(&recipe, &ws.cache(), &[]);
+    let second = run(&recipe, &ws.cache(), WHOLE);
     assert_eq!(totals(&second, "tensors_encoded"), 0, "{second}");
     assert!(second["inputs"][0]["files"][0].get("load").is_none(), "a run of hits opens no model: {second}");
     assert_eq!(totals(&second, "ran"), 0, "{second}");
@@ -145,15 +148,16 @@ fn rerun_is_all_hits_even_after_touching_the_input() {
 
     let input = std::fs::File::options().write(true).open(ws.path("tiny.gguf")).unwrap();
     input.set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
-    let touched = run(&recipe, &ws.cache(), &[]);
+    let touched = run(&recipe, &ws.cache(), WHOLE);
     assert!(touched["inputs"][0]["rehashed"].as_bool().unwrap(), "a new mtime means a new fingerprint");
     assert_eq!(totals(&touched, "ran"), 0, "same bytes, same keys: {touched}");
-    let again = run(&recipe, &ws.cache(), &[]);
+    let again = run(&recipe, &ws.cache(), WHOLE);
     assert!(!again["inputs"][0]["rehashed"].as_bool().unwrap(), "the settled fingerprint is remembered");
 
-    // A deleted output is rebuilt from cached tensors, without codec work.
+    // A deleted output is rebuilt from cached tensors, without codec work
+    // (the cache keeps them whole; with --link copy, tests/link_modes.rs).
     std::fs::remove_file(ws.path("out/tiny-Q8_0.gguf")).unwrap();
-    let rebuilt = run(&recipe, &ws.cache(), &[]);
+    let rebuilt = run(&recipe, &ws.cache(), WHOLE);
     assert_eq!(totals(&rebuilt, "ran"), 1);
     assert_eq!(totals(&rebuilt, "tensors_encoded"), 0);
     assert!(totals(&rebuilt, "tensors_reused") > 0);
@@ -573,7 +577,7 @@ path = "q4.gguf"
 fn verify_finds_corruption_and_gc_collects() {
     let ws = Workspace::new();
     let recipe = ws.recipe("ladder.toml", LADDER);
-    run(&recipe, &ws.cache(), &[]);
+    run(&recipe, &ws.cache(), WHOLE);
     let cache = ws.cache();
     let cache_cmd = |args: &[&str]| {
         let mut full = vec![os("cache")];
@@ -621,10 +625,85 @@ fn verify_finds_corruption_and_gc_collects() {
     let usage = ok(cache_cmd(&["du"]));
     assert!(usage.contains("0 B in 0 blobs"), "{usage}");
     std::fs::remove_dir_all(ws.path("out")).unwrap();
-    let report = run(&recipe, &ws.cache(), &[]);
+    let report = run(&recipe, &ws.cache(), WHOLE);
     assert_eq!(totals(&report, "failed"), 0);
     assert!(totals(&report, "tensors_encoded") > 0);
     ok(cache_cmd(&["verify"]));
+}
+
+#[test]
+fn superseded_results_are_marked_and_evicted_before_the_latest_builds() {
+    let ws = Workspace::new();
+    let recipe = ws.recipe("ladder.toml", LADDER);
+    run(&recipe, &ws.cache(), &[]);
+    // The same nodes built again under other keys: the first build's
+    // quantizations and exports are superseded.
+    let changed =
+        LADDER.replace("preset = [", "override = [{ match = \"output\\\\.weight\", type = \"Q8_0\" }]\npreset = [");
+    std::fs::write(&recipe, changed).unwrap();
+    run(&recipe, &ws.cache(), &[]);
+    let cache = ws.cache();
+    let cache_cmd = |args: &[&str]| {
+        let mut full = vec![os("cache")];
+        full.extend(args.iter().map(|a| os(a)));
+        full.extend([os("--cache-dir"), cache.as_os_str()]);
+        ok(common::quantforge(&full))
+    };
+    let listing = cache_cmd(&["ls"]);
+    assert!(listing.starts_with("KEY "), "a header first: {listing}");
+    assert_eq!(listing.lines().filter(|l| l.contains("  superseded  ")).count(), 6, "{listing}");
+    assert!(listing.ends_with("6 superseded (`cache gc --superseded` removes them)\n"), "{listing}");
+    let entries: Value = serde_json::from_str(&ok(common::quantforge(&[
+        os("--json"),
+        os("cache"),
+        os("ls"),
+        os("--cache-dir"),
+        cache.as_os_str(),
+    ])))
+    .unwrap();
+    let entries = entries.as_array().unwrap();
+
+    // The latest builds' entries made to look least recently used: an
+    // eviction by age alone would take them first.
+    let day_ago = SystemTime::now() - Duration::from_secs(86_400);
+    for entry in entries.iter().filter(|e| e["superseded"] == false) {
+        let hex = entry["key"].as_str().unwrap();
+        let kind = entry["kind"].as_str().unwrap();
+        let path = cache.join("actions").join(kind).join(&hex[..2]).join(hex);
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(day_ago).unwrap();
+    }
+    let usage: Value = serde_json::from_str(&ok(common::quantforge(&[
+        os("--json"),
+        os("cache"),
+        os("du"),
+        os("--cache-dir"),
+        cache.as_os_str(),
+    ])))
+    .unwrap();
+    let total = usage["blob_bytes"].as_u64().unwrap();
+    let dry = cache_cmd(&["gc", "--superseded", "--dry-run"]);
+    assert!(dry.starts_with("would remove 6 entries (6 superseded, 0 broken)"), "{dry}");
+    let freed: Value = serde_json::from_str(&ok(common::quantforge(&[
+        os("--json"),
+        os("cache"),
+        os("gc"),
+        os("--superseded"),
+        os("--dry-run"),
+        os("--cache-dir"),
+        cache.as_os_str(),
+    ])))
+    .unwrap();
+    let budget = total - freed["bytes_freed"].as_u64().unwrap();
+    let latest = |listing: &str| listing.lines().filter(|l| l.contains("  latest  ")).count();
+    let latest_before = latest(&listing);
+    // What the superseded entries alone hold goes (the quantizations'
+    // manifests); a superseded export whose tensors lie in the latest
+    // exports costs nothing, and may stay.
+    let evicted = cache_cmd(&["gc", "--max-size", &budget.to_string()]);
+    assert!(evicted.starts_with("removed 3 entries (3 beyond"), "{evicted}");
+    assert_eq!(latest(&cache_cmd(&["ls"])), latest_before, "every latest build's entry stays");
+    let rerun = run(&recipe, &ws.cache(), &[]);
+    assert_eq!(totals(&rerun, "hit"), totals(&rerun, "nodes"), "the latest build was kept: {rerun:#}");
 }
 
 #[test]

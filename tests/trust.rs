@@ -64,6 +64,9 @@ impl Workspace {
         self.dir.path().join(name)
     }
 
+    /// A run whose cache keeps every encoded tensor as a blob of its own
+    /// (`--link whole`): the blobs these tests tamper with. Ranges of
+    /// exports are tampered with in tests/link_modes.rs.
     fn run(&self) -> Output {
         let recipe = self.path("recipe.toml");
         let cache = self.path("cache");
@@ -71,6 +74,8 @@ impl Workspace {
             OsStr::new("run"),
             recipe.as_os_str(),
             OsStr::new("--json"),
+            OsStr::new("--link"),
+            OsStr::new("whole"),
             OsStr::new("--cache-dir"),
             cache.as_os_str(),
         ])

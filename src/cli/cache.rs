@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use super::json;
+use crate::files::link::LinkMode;
 use crate::formats::human_bytes;
 use crate::recipe::Recipe;
 use std::sync::Arc;
@@ -49,6 +50,10 @@ pub(super) enum CacheCommand {
         /// Say what would be removed, and why, removing nothing.
         #[arg(long, conflicts_with = "remote")]
         dry_run: bool,
+        /// Remove every superseded entry: a result of a recipe node built since under another
+        /// key (`cache ls` marks them). --max-size evicts these first either way.
+        #[arg(long, conflicts_with = "remote")]
+        superseded: bool,
     },
     /// Upload what a recipe's outputs are made of (the results in the local cache) to the remote.
     Push {
@@ -97,6 +102,27 @@ pub(super) struct CacheDir {
     pub(super) cache_dir: Option<PathBuf>,
     #[command(flatten)]
     pub(super) remote: RemoteArgs,
+}
+
+/// How exports share their bytes with the cache.
+#[derive(Debug, Clone, clap::Args)]
+pub(super) struct LinkArgs {
+    /// How the cache takes in what an export writes, the first of MODES that works here:
+    /// reflink (a clone sharing the file's blocks, on XFS or btrfs), hardlink (the file
+    /// itself, made read-only; never as root, who could still write it), copy (no second
+    /// copy: the cache finds the encoded tensors in the export, checked on every read),
+    /// whole (a second copy of every encoded tensor: the cache alone rebuilds any output).
+    #[arg(long, value_name = "MODES", env = "QUANTFORGE_LINK", default_value = LinkMode::DEFAULT,
+          value_parser = parse_link_modes)]
+    pub(super) link: LinkModes,
+}
+
+/// Link modes in the order they are tried.
+#[derive(Debug, Clone)]
+pub(super) struct LinkModes(pub(super) Vec<LinkMode>);
+
+fn parse_link_modes(text: &str) -> Result<LinkModes, String> {
+    LinkMode::parse_list(text).map(LinkModes)
 }
 
 impl CacheDir {
@@ -190,7 +216,13 @@ pub(super) fn report_transfers(transfers: Option<&TransferReport>, required: boo
 }
 
 /// A cache entry as `cache ls` shows it.
-fn cache_entry(kind: ActionKind, key: &Key, modified: SystemTime, detail: &serde_json::Value) -> json::CacheEntry {
+fn cache_entry(
+    kind: ActionKind,
+    key: &Key,
+    modified: SystemTime,
+    detail: &serde_json::Value,
+    superseded: bool,
+) -> json::CacheEntry {
     let text = |name: &str| detail.get(name).and_then(|v| v.as_str()).map(str::to_owned);
     json::CacheEntry {
         kind: kind.name(),
@@ -200,23 +232,37 @@ fn cache_entry(kind: ActionKind, key: &Key, modified: SystemTime, detail: &serde
         recipe: text("recipe"),
         id: text("id"),
         path: text("path"),
+        superseded,
     }
 }
 
 fn print_entries(out: &mut dyn Write, entries: &[json::CacheEntry]) -> io::Result<()> {
+    if entries.is_empty() {
+        return writeln!(out, "no node or export entries");
+    }
+    writeln!(
+        out,
+        "{:12}  {:>12}  {:7}  {:>10}  {:10}  RECIPE/NODE  OUTPUT",
+        "KEY", "LAST USED", "KIND", "SIZE", "STATE"
+    )?;
     for entry in entries {
         let unknown = || "?".to_owned();
         writeln!(
             out,
-            "{}  {:>8} ago  {:7}  {:>10}  {}/{}  {}",
+            "{}  {:>8} ago  {:7}  {:>10}  {:10}  {}/{}  {}",
             &entry.key[..12],
             format_age(Duration::from_secs(entry.age_seconds)),
             entry.kind,
             entry.bytes.map_or(String::new(), |b| human_bytes(b as f64)),
+            if entry.superseded { "superseded" } else { "latest" },
             entry.recipe.clone().unwrap_or_else(unknown),
             entry.id.clone().unwrap_or_else(unknown),
             entry.path.as_deref().unwrap_or(""),
         )?;
+    }
+    let superseded = entries.iter().filter(|e| e.superseded).count();
+    if superseded > 0 {
+        writeln!(out, "{superseded} superseded (`cache gc --superseded` removes them)")?;
     }
     Ok(())
 }
@@ -229,12 +275,12 @@ pub(super) fn run(command: CacheCommand, json: bool) -> anyhow::Result<()> {
                 true => remote_of(&dir)?
                     .listing()?
                     .iter()
-                    .map(|(kind, listed, detail)| cache_entry(*kind, &listed.key, listed.modified, detail))
+                    .map(|(kind, listed, detail)| cache_entry(*kind, &listed.key, listed.modified, detail, false))
                     .collect(),
                 false => LocalStore::open_existing(&dir.path(None))?
                     .list()?
                     .iter()
-                    .map(|e| cache_entry(e.kind, &e.key, e.modified, &e.detail))
+                    .map(|e| cache_entry(e.kind, &e.key, e.modified, &e.detail, e.superseded))
                     .collect(),
             };
             match json {
@@ -379,15 +425,18 @@ pub(super) fn run(command: CacheCommand, json: bool) -> anyhow::Result<()> {
                 usage.quarantined
             )?;
         }
-        CacheCommand::Gc { dir, max_size, older_than, dry_run, .. } => {
+        CacheCommand::Gc { dir, max_size, older_than, dry_run, superseded, .. } => {
             let store = LocalStore::open_exclusive(&dir.path(None))?;
-            let report = store.gc(GcOptions { older_than, max_size, dry_run })?;
+            let report = store.gc(GcOptions { older_than, max_size, dry_run, superseded })?;
             if json {
                 return json::print(&report);
             }
             let mut why = Vec::new();
             if let Some(age) = older_than {
                 why.push(format!("{} unused for {}", report.entries_expired, age_text(age)));
+            }
+            if superseded {
+                why.push(format!("{} superseded", report.entries_superseded));
             }
             if let Some(max) = max_size {
                 why.push(format!("{} beyond {}", report.entries_evicted, human_bytes(max as f64)));
@@ -433,6 +482,14 @@ pub(super) fn run(command: CacheCommand, json: bool) -> anyhow::Result<()> {
                     human_bytes(report.bytes_checked as f64),
                     report.entries_checked
                 )?;
+                if report.stale_entries > 0 {
+                    writeln!(
+                        out,
+                        "{} entries name tensors kept only in exports since deleted or edited: \
+                         the next run that needs them encodes them again (`cache gc` removes these)",
+                        report.stale_entries
+                    )?;
+                }
             }
             out.flush()?;
             if !report.is_clean() && !repair {

@@ -162,6 +162,9 @@ pub(super) struct CacheEntry {
     pub id: Option<String>,
     /// For an export, the file it wrote.
     pub path: Option<String>,
+    /// Its recipe's node was built since under another key (never said of
+    /// a remote's entries).
+    pub superseded: bool,
 }
 
 /// `cache dir`.

@@ -398,6 +398,8 @@ pub(super) struct CacheArgs {
     user_cache: bool,
     #[command(flatten)]
     remote: cache::RemoteArgs,
+    #[command(flatten)]
+    link: cache::LinkArgs,
 }
 
 impl CacheArgs {
@@ -413,6 +415,7 @@ impl CacheArgs {
             open,
             progress: show_progress(),
             buffer_limit: None,
+            link: self.link.link.0.clone(),
         })
     }
 }

@@ -49,6 +49,8 @@ pub(super) struct RunArgs {
     locked: bool,
     #[command(flatten)]
     cache: CacheDir,
+    #[command(flatten)]
+    link: super::cache::LinkArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -188,7 +190,8 @@ pub(super) fn run(args: RunArgs, json: bool, verbose: bool) -> anyhow::Result<()
     let store = crate::store::open(Some(&cache_dir), remote.as_ref().map(|(url, mode)| (url, *mode)))?;
     let engine = Engine::new(store, super::workers(args.jobs.or(recipe.jobs)))?
         .with_pins(args.pins.pins()?)
-        .with_force(args.force);
+        .with_force(args.force)
+        .with_link(args.link.link.0.clone());
     if let Some(page) = &args.report {
         check_page(&engine, &recipe, page)?;
     }
@@ -508,6 +511,10 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
         }
         if node.bytes_out > 0 {
             line += &format!("  {}", human_bytes(node.bytes_out as f64));
+        }
+        if let Some(file) = node.files.iter().find(|f| f.restored) {
+            let link = file.link.map_or("", |mode| mode.name());
+            line += &format!("  restored from the cache ({link})");
         }
         if node.status == Status::Ran {
             line += &format!("  {:.2} s", node.duration_ms / 1e3);

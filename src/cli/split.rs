@@ -52,7 +52,7 @@ pub(super) fn print_plan(input: &Path, out_prefix: &Path, options: SplitOptions,
         let tensors: Vec<TensorInfo> = plan.tensors.iter().map(|&i| model.tensors[i].clone()).collect();
         let bytes = gguf::file_len(&plan.metadata, &tensors)?;
         let path = crate::formats::shard_path(out_prefix, no, plans.len());
-        files.push(FileReport { path, bytes, tensors: tensors.len() });
+        files.push(FileReport::new(path, bytes, tensors.len()));
     }
     if json {
         return super::json::print(&super::json::SplitPlan { files });

@@ -332,7 +332,8 @@ fn derive_export(args: &VerifyArgs, recipe_path: &Path, scratch: &Path) -> anyho
         true => Arc::new(MemoryStore::new()),
         false => crate::store::open(Some(&args.cache.path(Some(&recipe))), None)?,
     };
-    let engine = Engine::new(store, super::workers(recipe.jobs))?;
+    // The derived file is scratch: the cache keeps its tensors whole.
+    let engine = Engine::new(store, super::workers(recipe.jobs))?.with_link(Vec::new());
     let id = recipe.nodes[index].id.clone();
     let report = engine.run_targets(&recipe, &[id], false)?;
     if report.failed() {

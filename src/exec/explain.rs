@@ -8,7 +8,7 @@ use crate::codecs::CODEC_VERSION;
 use crate::ops::Op;
 use crate::recipe::Source;
 use crate::store::fingerprint::hash_file;
-use crate::store::{ActionKind, KEY_SCHEME_VERSION, Key, KeyBuilder};
+use crate::store::{ActionKind, KEY_SCHEME_VERSION, Key};
 
 use super::export::exported_files;
 use super::{Shared, input_hash};
@@ -27,7 +27,7 @@ struct KeyParts {
 
 impl Shared {
     fn recent_key(&self, i: usize) -> Key {
-        KeyBuilder::new("recent").str(&self.bound.recipe.name).str(&self.bound.recipe.nodes[i].id).finish()
+        crate::store::recent_key(&self.bound.recipe.name, &self.bound.recipe.nodes[i].id)
     }
 
     fn key_parts(&self, i: usize) -> KeyParts {

@@ -1,7 +1,11 @@
 //! Exports: writing a tensor set as GGUF or SafeTensors files (whole or
 //! split) or one GGJT file, every tensor at its final offset, and the
 //! export-cache entry that lets a rerun find the files still there,
-//! unchanged.
+//! unchanged. A written file is taken into the cache by `--link` (a reflink
+//! or hard link where the file system and the trust model allow, else
+//! nothing), and the encoded tensors it holds are kept as ranges of it
+//! rather than as second copies; a linked file the user deleted or edited
+//! is put back from the cache without encoding anything.
 
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
@@ -15,17 +19,22 @@ use super::materialize::{MaterializeError, Materializer};
 use super::report::{self, NodeReport};
 use super::{Engine, NodeError, Shared};
 use crate::artifact::{HeaderEnd, Tensor, TensorSet};
+use crate::files::link::{LinkMode, hardlinks_are_safe};
 use crate::formats::{AtomicOutput, ggml_legacy, gguf};
 use crate::model::Endian;
 use crate::ops;
 use crate::ops::export::{ExportFormat, ExportOptions};
 use crate::store::fingerprint::{hash_file, stat_key};
-use crate::store::{ActionKind, Key};
+use crate::store::{ActionKind, Key, Span, SpanHost};
 
 /// The export-cache entry: the files an export wrote, by content and stat.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub(super) struct ExportEntry {
+    /// The files linked into the cache, in output order (none with `copy`).
     blobs: Vec<Key>,
+    /// How the files were linked into the cache (none: as `copy`).
+    #[serde(default)]
+    link: Option<LinkMode>,
     recipe: String,
     /// The recipe file, resolved (none for a one-shot command's recipe).
     #[serde(default)]
@@ -163,15 +172,20 @@ fn safetensors_layout<'s>(set: &'s TensorSet, file: &ops::export::OutputFile) ->
     })
 }
 
-/// Writes one output file; returns its length. The layout is known, so the
-/// file's blocks are reserved first and every tensor goes straight to its
-/// offset, its padding written after it, in file order.
-fn write_file(
+/// Each tensor of a written file with its offset there.
+type Placed<'s> = Vec<(&'s Tensor, u64)>;
+
+/// Writes one output file; returns its length, and where each tensor lies
+/// in it as the store holds its bytes (none when they were swapped). The
+/// layout is known, so the file's blocks are reserved first and every
+/// tensor goes straight to its offset, its padding written after it, in
+/// file order.
+fn write_file<'s>(
     m: &Materializer<'_>,
-    layout: FileLayout<'_>,
+    layout: FileLayout<'s>,
     out: &mut AtomicOutput,
     bar: &ExportProgress,
-) -> Result<u64, WriteFailure> {
+) -> Result<(u64, Placed<'s>), WriteFailure> {
     out.preallocate(layout.file_len)?;
     m.prefetch(&layout.tensors);
     (layout.header)(out.writer())?;
@@ -184,7 +198,11 @@ fn write_file(
         let problem = format!("the file is {len} bytes where its layout has {}", layout.file_len);
         return Err(std::io::Error::other(problem).into());
     }
-    Ok(layout.file_len)
+    let placed = match layout.big_endian {
+        true => Vec::new(),
+        false => layout.tensors.into_iter().zip(layout.offsets).collect(),
+    };
+    Ok((layout.file_len, placed))
 }
 
 /// An export's progress bar: bytes written, rate and ETA, and tensors done.
@@ -318,6 +336,13 @@ pub(super) fn exported_files(
         .then(|| paths.into_iter().zip(&entry.files).map(|(path, f)| (path, f.len, f.file_hash)).collect())
 }
 
+/// A file put back from the cache, ready to appear.
+enum Restored {
+    Written(AtomicOutput),
+    /// A hard link to the cache's blob, made at the checked path.
+    Link(crate::files::OutputPath, PathBuf),
+}
+
 /// Fingerprints kept per export entry (one per place the file was written).
 const MAX_FINGERPRINTS: usize = 16;
 
@@ -384,6 +409,88 @@ impl Engine {
 }
 
 impl Shared {
+    /// Keeps the store's copies of the tensors `placed` in a file as ranges
+    /// of it (`host`), so their bytes lie on disk once. Best effort: a blob
+    /// that cannot be replaced by its range stays whole.
+    fn keep_as_spans(&self, m: &Materializer<'_>, placed: &[(&Tensor, u64)], host: &SpanHost) {
+        for &(tensor, offset) in placed {
+            let Some(blob) = m.stored_blob(tensor) else { continue };
+            let span = Span { host: host.clone(), offset, len: tensor.n_bytes() };
+            if let Err(e) = self.store.keep_as_span(&blob, span) {
+                tracing::debug!("cache: blob {} kept whole: {e}", blob.short());
+            }
+        }
+    }
+
+    /// Puts back the files export `i` last wrote from the cache, when it
+    /// linked every one of them in (`reflink`, `hardlink`): by the same
+    /// link where the file system allows, else copied, each blob checked
+    /// first. False (nothing written) without such an entry.
+    fn restore(&self, i: usize, options: &ExportOptions, report: &mut NodeReport) -> Result<bool, NodeError> {
+        let key = &self.bound.keys[i];
+        let Some(entry) =
+            self.store.get_action(ActionKind::Export, key).and_then(|b| serde_json::from_slice::<ExportEntry>(&b).ok())
+        else {
+            return Ok(false);
+        };
+        let paths = ops::export::all_paths(options, entry.data_files);
+        let linked = entry.link.is_some() && entry.blobs.len() == entry.files.len() && paths.len() == entry.files.len();
+        if self.rebuild || !linked || !self.store.has_blobs(&entry.blobs) {
+            return Ok(false);
+        }
+        let mut restored = Vec::with_capacity(paths.len());
+        for ((path, file), blob) in paths.iter().zip(&entry.files).zip(&entry.blobs) {
+            let write_err = |source| NodeError::Write { path: path.clone(), source };
+            if entry.link == Some(LinkMode::Hardlink) && hardlinks_are_safe() {
+                match self.store.blob_to_link(blob) {
+                    Ok(Some(target)) => {
+                        let id = &self.bound.recipe.nodes[i].id;
+                        let checked = self.bound.outputs.export_file(id, path, crate::files::Replaces::AnyFile)?;
+                        restored.push((path.clone(), Restored::Link(checked, target), file.len));
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) if e.is_recoverable() => return Ok(false),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let mut out = self.create_output(i, path)?;
+            let done = match entry.link {
+                Some(LinkMode::Reflink) => self.store.reflink_blob_into(blob, out.file().map_err(write_err)?),
+                _ => Ok(false),
+            };
+            let done = match done {
+                Ok(done) => done,
+                Err(e) if e.is_recoverable() => return Ok(false),
+                Err(e) => return Err(e.into()),
+            };
+            if !done {
+                match self.store.copy_blob_into(blob, file.len, out.file().map_err(write_err)?, 0) {
+                    Ok(()) => {}
+                    Err(e) if e.is_recoverable() => return Ok(false),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            restored.push((path.clone(), Restored::Written(out), file.len));
+        }
+        // Every file appears only once all are ready, as a written export's.
+        for (path, file, len) in restored {
+            let write_err = |source| NodeError::Write { path: path.clone(), source };
+            match file {
+                Restored::Written(out) => drop(out.commit().map_err(write_err)?),
+                Restored::Link(checked, target) => {
+                    crate::formats::link_into_place(&target, &checked).map_err(write_err)?
+                }
+            }
+            report.bytes_out += len;
+            let mut file_report = report::FileReport::new(path, len, 0);
+            (file_report.link, file_report.restored) = (entry.link, true);
+            report.files.push(file_report);
+        }
+        self.store.touch_action(ActionKind::Export, key);
+        Ok(true)
+    }
+
     /// A new output file of export node `i` (its directory made), checked
     /// again by the run's guard as it is created.
     fn create_output(&self, i: usize, path: &Path) -> Result<AtomicOutput, NodeError> {
@@ -402,6 +509,9 @@ impl Shared {
         report: &mut NodeReport,
     ) -> Result<(), NodeError> {
         let set = inputs.first().ok_or_else(|| NodeError::Upstream(self.bound.recipe.nodes[i].id.clone()))?;
+        if self.restore(i, options, report)? {
+            return Ok(());
+        }
         let ops::export::Output { set, files } = ops::export::output_files(set, options)?;
         let set = &*set;
         let m = self.materializer();
@@ -432,34 +542,59 @@ impl Shared {
                 ExportFormat::SafeTensors => safetensors_layout(set, file),
                 ExportFormat::Ggjt => ggjt_layout(set, file),
             };
-            let len = layout.and_then(|layout| write_file(&m, layout, &mut out, &bar)).map_err(|e| e.at(path))?;
-            written.push((path.clone(), out, len, file.plan.tensors.len()));
+            let (len, placed) =
+                layout.and_then(|layout| write_file(&m, layout, &mut out, &bar)).map_err(|e| e.at(path))?;
+            written.push((path.clone(), out, len, placed));
         }
         if let Some(path) = ops::export::index_path(options) {
             let mut out = self.create_output(i, &path)?;
             let index = ops::export::safetensors_index(set, &files);
             out.writer().write_all(&index).map_err(|source| NodeError::Write { path: path.clone(), source })?;
-            written.push((path, out, index.len() as u64, 0));
+            written.push((path, out, index.len() as u64, Vec::new()));
         }
         bar.bar.finish_and_clear();
         // An input that moved under the run may have fed these bytes.
         self.bound.files.check_unchanged()?;
         let count = written.len();
         let mut records = Vec::with_capacity(count);
-        for (path, out, len, tensors) in written {
+        let (mut linked, mut link) = (Vec::new(), None);
+        for (path, out, len, placed) in written {
             let write_err = |source| NodeError::Write { path: path.clone(), source };
             out.commit().map_err(write_err)?;
             report.bytes_out += len;
-            report.files.push(report::FileReport { path: path.clone(), bytes: len, tensors });
+            let mut file_report = report::FileReport::new(path.clone(), len, placed.len());
             if self.store.keeps_results() {
-                let meta = std::fs::metadata(&path).map_err(write_err)?;
                 let file_hash = hash_file(&path).map_err(write_err)?;
+                let mode = match self.link.is_empty() {
+                    // Scratch: nothing of the cache may depend on this file.
+                    true => LinkMode::Whole,
+                    false => self.store.adopt_file(&path, &file_hash, &self.link)?,
+                };
+                let host = match mode {
+                    LinkMode::Whole => None,
+                    LinkMode::Copy => Some(SpanHost::File(crate::files::resolve(&path))),
+                    LinkMode::Reflink | LinkMode::Hardlink => {
+                        linked.push(file_hash);
+                        Some(SpanHost::Blob(file_hash))
+                    }
+                };
+                if let Some(host) = host {
+                    self.keep_as_spans(&m, &placed, &host);
+                }
+                // After the link: a hard link made the file read-only.
+                let meta = std::fs::metadata(&path).map_err(write_err)?;
                 records.push(ExportedFile { file_hash, len, fingerprints: vec![stat_key(&meta)] });
+                file_report.link = Some(mode);
+                link = Some(mode);
             }
+            report.files.push(file_report);
         }
         if self.store.keeps_results() {
+            // Linked only when every file is: a restore puts back all or none.
+            let whole = linked.len() == records.len();
             let entry = ExportEntry {
-                blobs: Vec::new(),
+                blobs: if whole { linked } else { Vec::new() },
+                link: link.filter(|_| whole),
                 recipe: self.bound.recipe.name.clone(),
                 recipe_file: self.bound.recipe.source.as_deref().map(crate::files::resolve),
                 id: self.bound.recipe.nodes[i].id.clone(),

@@ -596,6 +596,16 @@ impl Materializer<'_> {
         self.cached(tensor).is_some()
     }
 
+    /// The blob holding `tensor`'s bytes in the store: a derived tensor's,
+    /// or the blob a converted tensor was stored as.
+    pub fn stored_blob(&self, tensor: &Tensor) -> Option<Key> {
+        match &tensor.data {
+            TensorData::Blob { hash } => Some(*hash),
+            TensorData::Convert { .. } => self.cached(tensor),
+            _ => None,
+        }
+    }
+
     /// The blob holding a derived tensor's bytes, if the store has it.
     fn cached(&self, tensor: &Tensor) -> Option<Key> {
         if self.rebuild && !self.in_flight.encoded_this_run(&tensor.key) {

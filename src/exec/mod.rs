@@ -33,6 +33,7 @@ use indicatif::{MultiProgress, ProgressDrawTarget};
 
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::codecs::CODEC_VERSION;
+use crate::files::link::LinkMode;
 use crate::formats::safetensors::CheckpointIndex;
 use crate::formats::{FormatError, InputShape, OpenOptions, gguf};
 use crate::ops::split::SplitError;
@@ -63,6 +64,8 @@ pub struct Engine {
     force: bool,
     /// The most bytes of one tensor's rows held at once (`--max-buffer-size`).
     buffer_limit: Option<u64>,
+    /// How the cache takes in what exports write (`--link`), in the order tried.
+    link: Vec<LinkMode>,
 }
 
 /// How an error about an input starts: where the recipe declares it
@@ -203,6 +206,7 @@ impl Engine {
             pins: HashMap::new(),
             force: false,
             buffer_limit: None,
+            link: LinkMode::DEFAULT_MODES.to_vec(),
         })
     }
 
@@ -233,6 +237,14 @@ impl Engine {
     /// (llama-quantize's `--max-buffer-size`); a slab is never less than one row.
     pub fn with_buffer_limit(mut self, limit: Option<u64>) -> Engine {
         self.buffer_limit = limit;
+        self
+    }
+
+    /// How the cache takes in what exports write (`--link`): the first of
+    /// `modes` the file system allows; none for exports that are scratch,
+    /// whose tensors the cache then keeps whole.
+    pub fn with_link(mut self, modes: Vec<LinkMode>) -> Engine {
+        self.link = modes;
         self
     }
 
@@ -662,6 +674,7 @@ impl Engine {
             pool: Arc::clone(&self.pool),
             rebuild: self.force,
             buffer_limit: self.buffer_limit,
+            link: self.link.clone(),
             in_flight: InFlight::default(),
             fanout: Fanout::default(),
             progress: MultiProgress::with_draw_target(if progress {
@@ -804,6 +817,7 @@ struct Shared {
     /// Nothing is taken from the cache (`--force`).
     rebuild: bool,
     buffer_limit: Option<u64>,
+    link: Vec<LinkMode>,
     /// Conversions being encoded by some node, so no other encodes them again.
     in_flight: InFlight,
     /// Every conversion of the sets produced so far, for encoding siblings together.

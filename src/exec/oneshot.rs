@@ -28,6 +28,8 @@ pub struct OneShotSettings {
     pub progress: bool,
     /// The most bytes of one tensor's rows held at once (`--max-buffer-size`).
     pub buffer_limit: Option<u64>,
+    /// How the cache takes in what exports write (`--link`).
+    pub link: Vec<crate::files::link::LinkMode>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -53,8 +55,10 @@ pub fn run(job: OneShot<'_>, settings: &OneShotSettings) -> Result<RunReport, On
 fn run_recipe(recipe: &Recipe, settings: &OneShotSettings) -> Result<RunReport, OneShotError> {
     let remote = settings.remote.as_ref().map(|(url, mode)| (url, *mode));
     let store = crate::store::open(settings.cache_dir.as_deref(), remote)?;
-    let engine =
-        Engine::new(store, settings.jobs)?.with_open_options(settings.open).with_buffer_limit(settings.buffer_limit);
+    let engine = Engine::new(store, settings.jobs)?
+        .with_open_options(settings.open)
+        .with_buffer_limit(settings.buffer_limit)
+        .with_link(settings.link.clone());
     let report = engine.run(recipe, settings.progress)?;
     if let Some(failed) = report.nodes.iter().find(|n| n.status == Status::Failed) {
         return Err(OneShotError::Failed(failed.error.clone().unwrap_or_default()));

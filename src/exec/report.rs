@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::files::link::LinkMode;
 use crate::quant::plan::Fallbacks;
 use crate::store::Incident;
 use crate::store::remote::TransferReport;
@@ -116,6 +117,19 @@ pub struct FileReport {
     pub path: PathBuf,
     pub bytes: u64,
     pub tensors: usize,
+    /// How the cache holds the file (`--link`): a reflink or hard link of
+    /// it, or no copy (`copy`: its encoded tensors are found in the file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link: Option<LinkMode>,
+    /// Put back from the cache, nothing encoded or copied tensor by tensor.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub restored: bool,
+}
+
+impl FileReport {
+    pub fn new(path: PathBuf, bytes: u64, tensors: usize) -> FileReport {
+        FileReport { path, bytes, tensors, link: None, restored: false }
+    }
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize, schemars::JsonSchema)]

@@ -35,7 +35,7 @@ pub use input::{
     InputShape, checkpoint_weights, hub_cache_dir, hub_model_name, hub_repo_snapshot, hub_snapshot,
     is_checkpoint_index, model_path, parse_shard_path, shard_path, shard_set,
 };
-pub use output::{AtomicOutput, remove_dead_temporaries, scratch_dir};
+pub use output::{AtomicOutput, link_into_place, remove_dead_temporaries, scratch_dir};
 pub use safetensors::ElementConversion;
 pub use source::{AccessMode, LoadReport, OpenOptions, Source, copy_file_at, human_bytes, parse_size};
 

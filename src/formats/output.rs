@@ -85,6 +85,22 @@ impl AtomicOutput {
 
 const TEMP_PREFIX: &str = ".quantforge-";
 
+/// Puts a hard link to `target` at `destination` (a path the write guard
+/// let through), replacing what is there in one rename.
+pub fn link_into_place(target: &Path, destination: &OutputPath) -> io::Result<()> {
+    let destination = destination.resolved();
+    let dir = match destination.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let temp = dir.join(format!("{TEMP_PREFIX}{}-link{stamp}.tmp", std::process::id()));
+    std::fs::hard_link(target, &temp)?;
+    std::fs::rename(&temp, destination).inspect_err(|_| {
+        let _ = std::fs::remove_file(&temp);
+    })
+}
+
 /// A scratch directory in `parent` for the files a command makes on its way
 /// to its outputs (a derivation to compare or to diff against), removed when
 /// dropped; named as temporary outputs are, so one a killed process left

@@ -3,7 +3,8 @@
 //! ```text
 //! blobs/ab/abcd…           bytes whose blake3 is the file name
 //! actions/KIND/ab/abcd…    a sealed entry for a derived key (KIND: tensors,
-//!                          nodes, exports, stat, recent, kernels, sha256)
+//!                          nodes, exports, stat, recent, kernels, sha256,
+//!                          spans: a blob kept as a range of another file)
 //! quarantine/              blobs and entries found corrupt (gc empties it)
 //! tmp/                     files being written; renamed into place when complete
 //! lock                     shared by runs, exclusive for gc
@@ -37,13 +38,26 @@ use crate::files::{Symlinks, open_regular};
 pub struct LocalStore {
     root: PathBuf,
     _lock: File,
-    incidents: Incidents,
-    /// Blobs hashed whole in this process, by the identity of the file then.
-    checked: Mutex<HashMap<Key, FileIdentity>>,
+    pub(super) incidents: Incidents,
+    /// Blobs hashed whole in this process, by the identity of the file then
+    /// and where in it they lie.
+    checked: Mutex<HashMap<Key, (FileIdentity, u64)>>,
+}
+
+/// A blob's bytes found: its own file, or a range of a span's host.
+pub(super) struct Located {
+    pub(super) file: File,
+    pub(super) identity: FileIdentity,
+    /// The file, for messages.
+    pub(super) path: PathBuf,
+    /// Where the bytes start in `file`, and how many there are.
+    pub(super) base: u64,
+    pub(super) len: u64,
+    pub(super) span: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FileIdentity {
+pub(super) struct FileIdentity {
     dev: u64,
     ino: u64,
     len: u64,
@@ -51,7 +65,7 @@ struct FileIdentity {
 }
 
 impl FileIdentity {
-    fn of(meta: &fs::Metadata) -> FileIdentity {
+    pub(super) fn of(meta: &fs::Metadata) -> FileIdentity {
         let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
         FileIdentity { dev: meta.dev(), ino: meta.ino(), len: meta.size(), mtime_ns }
     }
@@ -150,7 +164,7 @@ impl LocalStore {
         self.root.join("actions").join(kind.name())
     }
 
-    fn action_path(&self, kind: ActionKind, key: &Key) -> PathBuf {
+    pub(super) fn action_path(&self, kind: ActionKind, key: &Key) -> PathBuf {
         sharded(&self.action_dir(kind), key)
     }
 
@@ -194,30 +208,59 @@ impl LocalStore {
         }
     }
 
-    /// Hashes an open blob whole, unless this process already did for the
-    /// same file.
-    fn check_whole(&self, hash: &Key, file: &File, meta: &fs::Metadata) -> Result<()> {
-        let identity = FileIdentity::of(meta);
+    /// Where blob `hash`'s bytes are: its own file, else one of its spans.
+    pub(super) fn locate(&self, hash: &Key) -> Result<Located> {
+        match self.open_blob(hash) {
+            Ok((file, meta)) => Ok(Located {
+                file,
+                identity: FileIdentity::of(&meta),
+                path: self.blob_path(hash),
+                base: 0,
+                len: meta.len(),
+                span: false,
+            }),
+            Err(StoreError::Missing(_)) => self.locate_span(hash).ok_or(StoreError::Missing(*hash)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The problem of located bytes that do not hash to `hash`: a blob's
+    /// own file is quarantined; a span is dropped (its host may be an
+    /// export someone edited, and holds other blobs).
+    fn mismatch(&self, hash: &Key, located: &Located) -> StoreError {
+        let problem = "its bytes do not match its hash".to_string();
+        match located.span {
+            false => self.corrupt(hash, &located.path, problem),
+            true => {
+                self.drop_span(hash, &located.path, "its bytes there do not match its hash");
+                StoreError::Missing(*hash)
+            }
+        }
+    }
+
+    /// Hashes located bytes whole, unless this process already did for the
+    /// same file and range.
+    pub(super) fn check_located(&self, hash: &Key, located: &Located) -> Result<()> {
         let mut checked = lock(&self.checked);
-        if checked.get(hash) == Some(&identity) {
+        if checked.get(hash) == Some(&(located.identity, located.base)) {
             return Ok(());
         }
-        let path = self.blob_path(hash);
-        let mut hasher = blake3::Hasher::new();
-        let mut reader = io::BufReader::with_capacity(COPY_CHUNK, file);
-        io::copy(&mut reader, &mut hasher).map_err(at(&path))?;
-        if Key(*hasher.finalize().as_bytes()) != *hash {
-            return Err(self.corrupt(hash, &path, "its bytes do not match its hash".into()));
+        match LocalStore::hash_located(located) {
+            Ok(actual) if actual == *hash => {}
+            Ok(_) => return Err(self.mismatch(hash, located)),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(self.mismatch(hash, located)),
+            Err(e) => return Err(StoreError::io(&located.path, e)),
         }
-        checked.insert(*hash, identity);
+        checked.insert(*hash, (located.identity, located.base));
         Ok(())
     }
 }
 
 impl LocalStore {
-    /// The blob's file and length, for a reader that checks it itself.
-    pub(super) fn blob_file(&self, hash: &Key) -> Result<(File, u64)> {
-        self.open_blob(hash).map(|(file, meta)| (file, meta.len()))
+    /// The file holding the blob, where in it the blob starts, and its
+    /// length, for a reader that checks it itself.
+    pub(super) fn blob_file(&self, hash: &Key) -> Result<(File, u64, u64)> {
+        self.locate(hash).map(|located| (located.file, located.base, located.len))
     }
 
     /// Stores a blob that `fill` writes into a new file (at any offsets, in
@@ -241,7 +284,7 @@ impl LocalStore {
         let file = file.persist(&path).map_err(|e| Imported::Store(StoreError::io(&path, e.error)))?;
         // Hashed as it was written: as good as a check of the whole file.
         if let Ok(meta) = file.metadata() {
-            lock(&self.checked).insert(*expected, FileIdentity::of(&meta));
+            lock(&self.checked).insert(*expected, (FileIdentity::of(&meta), 0));
         }
         Ok(len)
     }
@@ -263,42 +306,43 @@ impl BlobStore for LocalStore {
             Ok(meta) => {
                 let problem = format!("is {}, not a regular file", crate::files::describe(meta.file_type()));
                 self.quarantine(&path, format!("blob {hash}"), &problem);
-                false
+                self.has_span(hash)
             }
-            Err(_) => false,
+            Err(_) => self.has_span(hash),
         }
     }
 
     fn read_blob(&self, hash: &Key) -> Result<Vec<u8>> {
-        let (mut file, meta) = self.open_blob(hash)?;
-        let path = self.blob_path(hash);
-        let mut bytes = Vec::with_capacity(meta.len() as usize);
-        file.read_to_end(&mut bytes).map_err(at(&path))?;
+        let located = self.locate(hash)?;
+        let mut bytes = vec![0u8; located.len as usize];
+        located.file.read_exact_at(&mut bytes, located.base).map_err(at(&located.path))?;
         if Key::of_bytes(&bytes) != *hash {
-            return Err(self.corrupt(hash, &path, "its bytes do not match its hash".into()));
+            return Err(self.mismatch(hash, &located));
         }
         Ok(bytes)
     }
 
     fn read_blob_range(&self, hash: &Key, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let (file, meta) = self.open_blob(hash)?;
-        self.check_whole(hash, &file, &meta)?;
+        let located = self.locate(hash)?;
+        self.check_located(hash, &located)?;
+        if offset.checked_add(len).is_none_or(|end| end > located.len) {
+            return Err(StoreError::Misfit { hash: *hash, len: located.len, expected: offset.saturating_add(len) });
+        }
         let mut buf = vec![0u8; len as usize];
-        file.read_exact_at(&mut buf, offset).map_err(at(&self.blob_path(hash)))?;
+        located.file.read_exact_at(&mut buf, located.base + offset).map_err(at(&located.path))?;
         Ok(buf)
     }
 
     fn copy_blob_into(&self, hash: &Key, len: u64, out: &File, offset: u64) -> Result<()> {
-        let (file, meta) = self.open_blob(hash)?;
-        let path = self.blob_path(hash);
-        if meta.len() != len {
+        let located = self.locate(hash)?;
+        if located.len != len {
             // Appended to, cut short, or another tensor's: which, its hash says.
-            self.check_whole(hash, &file, &meta)?;
-            return Err(StoreError::Misfit { hash: *hash, len: meta.len(), expected: len });
+            self.check_located(hash, &located)?;
+            return Err(StoreError::Misfit { hash: *hash, len: located.len, expected: len });
         }
-        if lock(&self.checked).get(hash) == Some(&FileIdentity::of(&meta)) {
+        if lock(&self.checked).get(hash) == Some(&(located.identity, located.base)) {
             // Checked whole in this process and unchanged since: a kernel copy.
-            crate::formats::copy_file_at(&file, 0, out, offset, len).map_err(StoreError::Output)?;
+            crate::formats::copy_file_at(&located.file, located.base, out, offset, len).map_err(StoreError::Output)?;
             return Ok(());
         }
         let mut hasher = blake3::Hasher::new();
@@ -306,20 +350,21 @@ impl BlobStore for LocalStore {
         let mut done = 0u64;
         while done < len {
             let want = buf.len().min(usize::try_from(len - done).unwrap_or(usize::MAX));
-            let n = match file.read_at(&mut buf[..want], done) {
+            let n = match located.file.read_at(&mut buf[..want], located.base + done) {
                 // Cut short since it was opened: the hash below fails.
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(StoreError::io(path, e)),
+                Err(e) => return Err(StoreError::io(&located.path, e)),
             };
             hasher.update(&buf[..n]);
             out.write_all_at(&buf[..n], offset + done).map_err(StoreError::Output)?;
             done += n as u64;
         }
         if done != len || Key(*hasher.finalize().as_bytes()) != *hash {
-            return Err(self.corrupt(hash, &path, "its bytes do not match its hash".into()));
+            return Err(self.mismatch(hash, &located));
         }
+        lock(&self.checked).insert(*hash, (located.identity, located.base));
         Ok(())
     }
 
@@ -412,6 +457,32 @@ impl Store for LocalStore {
     fn take_incidents(&self) -> Vec<Incident> {
         self.incidents.take()
     }
+
+    fn adopt_file(
+        &self,
+        path: &Path,
+        hash: &Key,
+        modes: &[crate::files::link::LinkMode],
+    ) -> Result<crate::files::link::LinkMode> {
+        self.adopt(path, hash, modes)
+    }
+
+    fn keep_as_span(&self, hash: &Key, span: super::Span) -> Result<bool> {
+        self.keep_span(hash, span)
+    }
+
+    fn reflink_blob_into(&self, hash: &Key, out: &File) -> Result<bool> {
+        self.reflink_blob(hash, out)
+    }
+
+    fn blob_to_link(&self, hash: &Key) -> Result<Option<PathBuf>> {
+        let located = self.locate(hash)?;
+        if located.span {
+            return Ok(None);
+        }
+        self.check_located(hash, &located)?;
+        Ok(Some(located.path))
+    }
 }
 
 struct LocalBlobWriter {
@@ -455,7 +526,7 @@ pub(super) fn sharded(dir: &Path, key: &Key) -> PathBuf {
     dir.join(&hex[..2]).join(hex)
 }
 
-fn create_parent(path: &Path) -> Result<()> {
+pub(super) fn create_parent(path: &Path) -> Result<()> {
     match path.parent() {
         Some(parent) => fs::create_dir_all(parent).map_err(at(parent)),
         None => Ok(()),
@@ -466,7 +537,7 @@ fn create_parent(path: &Path) -> Result<()> {
 /// default of 0600 would lock the rest of a group out of a shared cache),
 /// named `PREFIXpPID@HOST-…` so that a later run on this host can tell its
 /// writer is gone.
-fn temp_file(prefix: &str, tmp: &Path) -> Result<NamedTempFile> {
+pub(super) fn temp_file(prefix: &str, tmp: &Path) -> Result<NamedTempFile> {
     tempfile::Builder::new()
         .prefix(&format!("{prefix}{}-", crate::files::process_tag()))
         .permissions(fs::Permissions::from_mode(0o666))

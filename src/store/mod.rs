@@ -21,6 +21,7 @@ mod maintenance;
 mod memory;
 pub mod remote;
 mod seal;
+pub mod span;
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -32,6 +33,9 @@ pub use key::{KEY_SCHEME_VERSION, Key, KeyBuilder};
 pub use local::LocalStore;
 pub use maintenance::{GcOptions, GcReport, ListedEntry, StoreUsage, VerifyReport};
 pub use memory::{Ephemeral, MemoryStore};
+pub use span::{Span, SpanHost};
+
+use crate::files::link::LinkMode;
 
 /// The store a run uses: the cache directory (if any) in front of the
 /// remote (if any); with neither, an [`Ephemeral`] store.
@@ -56,6 +60,13 @@ pub enum OpenError {
     Remote(#[from] remote::LayeredError),
 }
 
+/// The key of the [`ActionKind::Recent`] entry of node `id` of `recipe`:
+/// what its latest build's key was. A node or export entry of that node
+/// under another key is superseded.
+pub fn recent_key(recipe: &str, id: &str) -> Key {
+    KeyBuilder::new("recent").str(recipe).str(id).finish()
+}
+
 /// The kinds of action-cache entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ActionKind {
@@ -75,10 +86,13 @@ pub enum ActionKind {
     /// A file content's blake3 and size → its sha256, computed here (what
     /// lock files and attestations state).
     Sha256,
+    /// A blob's hash → the ranges of other files that hold its bytes
+    /// ([`span`]).
+    Span,
 }
 
 impl ActionKind {
-    pub const ALL: [ActionKind; 7] = [
+    pub const ALL: [ActionKind; 8] = [
         ActionKind::Tensor,
         ActionKind::Node,
         ActionKind::Export,
@@ -86,6 +100,7 @@ impl ActionKind {
         ActionKind::Recent,
         ActionKind::Kernel,
         ActionKind::Sha256,
+        ActionKind::Span,
     ];
 
     /// The kinds whose entries name blobs (the rest are hints).
@@ -100,6 +115,7 @@ impl ActionKind {
             ActionKind::Recent => "recent",
             ActionKind::Kernel => "kernels",
             ActionKind::Sha256 => "sha256",
+            ActionKind::Span => "spans",
         }
     }
 }
@@ -227,6 +243,33 @@ pub trait Store: BlobStore + ActionCache {
     /// What moved to and from a remote store so far, for a store with one.
     fn transfers(&self) -> Option<remote::TransferReport> {
         None
+    }
+
+    /// Takes the finished file at `path` (whose bytes hash to `hash`) in
+    /// as a blob without writing its bytes again, by the first of `modes`
+    /// that works here; [`LinkMode::Copy`] when none does,
+    /// [`LinkMode::Whole`] from a store that keeps its blobs whole (a remote
+    /// cache's, one in memory) or when asked to.
+    fn adopt_file(&self, _path: &std::path::Path, _hash: &Key, _modes: &[LinkMode]) -> Result<LinkMode> {
+        Ok(LinkMode::Whole)
+    }
+
+    /// Serves blob `hash` from `span` from now on, dropping the blob's own
+    /// copy: its bytes already lie there. False from a store that keeps
+    /// its blobs whole.
+    fn keep_as_span(&self, _hash: &Key, _span: Span) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Puts blob `hash`, checked, into `out` (an empty file) as a reflink;
+    /// false where that cannot be done (the caller copies).
+    fn reflink_blob_into(&self, _hash: &Key, _out: &File) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// The path of blob `hash`'s own file, checked, for a hard link to it.
+    fn blob_to_link(&self, _hash: &Key) -> Result<Option<PathBuf>> {
+        Ok(None)
     }
 }
 

@@ -258,11 +258,11 @@ impl Layered {
         if !overwrite && self.remote_has(hash) {
             return Ok(());
         }
-        let (file, len) = self.local.blob_file(hash).map_err(|e| RemoteError::Local {
+        let (file, base, len) = self.local.blob_file(hash).map_err(|e| RemoteError::Local {
             location: self.local.location(),
             source: std::io::Error::other(e.to_string()),
         })?;
-        self.remote.upload_blob(hash, file, len)?;
+        self.remote.upload_blob(hash, file, base, len)?;
         tracing::debug!("remote: uploaded blob {} ({len} bytes)", hash.short());
         lock(&self.bad_blobs).remove(hash);
         lock(&self.present).insert(*hash);

@@ -201,15 +201,15 @@ impl Remote {
         }
     }
 
-    /// Uploads a blob from `file` (read from its start), in parallel parts
+    /// Uploads a blob from `file` (`len` bytes from `base`), in parallel parts
     /// when it is large. The bytes are hashed as they are read: a file that
     /// does not hold the blob is never uploaded under its name.
-    pub fn upload_blob(&self, hash: &Key, file: File, len: u64) -> Result<()> {
+    pub fn upload_blob(&self, hash: &Key, file: File, base: u64, len: u64) -> Result<()> {
         let (objects, path, expected) = (self.client()?.objects.clone(), self.blob_path(hash), *hash);
         let result = self.client()?.wait(async move {
             let mut hasher = blake3::Hasher::new();
             if len <= PART {
-                let bytes = read_at(&file, 0, len as usize).map_err(Transfer::Local)?;
+                let bytes = read_at(&file, base, len as usize).map_err(Transfer::Local)?;
                 hasher.update(&bytes);
                 if Key(*hasher.finalize().as_bytes()) != expected {
                     return Err(Transfer::Mismatch(NOT_UPLOADED.into()));
@@ -221,7 +221,7 @@ impl Remote {
             let mut writer = WriteMultipart::new_with_chunk_size(upload, PART as usize);
             let mut offset = 0;
             while offset < len {
-                let chunk = read_at(&file, offset, PART.min(len - offset) as usize).map_err(Transfer::Local)?;
+                let chunk = read_at(&file, base + offset, PART.min(len - offset) as usize).map_err(Transfer::Local)?;
                 hasher.update(&chunk);
                 offset += chunk.len() as u64;
                 writer.wait_for_capacity(CONCURRENCY).await?;
