@@ -84,6 +84,7 @@ const ENVIRONMENT: &str = "\
 Environment:
   QUANTFORGE_CACHE       the cache directory (as --cache-dir)
   QUANTFORGE_CACHE_URL   the shared cache behind it (as --cache-url)
+  QUANTFORGE_LINK        how exports share their bytes with the cache (as --link)
   QUANTFORGE_SIMD        scalar, avx2 or avx512: the highest vector level the CPU codecs use
   QUANTFORGE_BACKEND     what `auto` steps and one-shot commands run on (as --backend)
   QUANTFORGE_CUDA_LIBS   directories searched first for libcuda and libnvrtc (docs/CUDA.md)
