@@ -409,6 +409,7 @@ impl CacheArgs {
             true => Some(user_cache_dir()?),
             false => self.cache_dir.clone(),
         };
+        signals::on_interrupt(cache_dir.as_deref());
         Ok(OneShotSettings {
             cache_dir,
             remote: self.remote.remote(None)?,

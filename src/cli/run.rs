@@ -188,6 +188,7 @@ pub(super) fn run(args: RunArgs, json: bool, verbose: bool) -> anyhow::Result<()
     let remote = args.cache.remote.remote(Some(&recipe))?;
     let cache_dir = args.cache.path(Some(&recipe));
     let store = crate::store::open(Some(&cache_dir), remote.as_ref().map(|(url, mode)| (url, *mode)))?;
+    super::signals::on_interrupt(Some(&cache_dir));
     let engine = Engine::new(store, super::workers(args.jobs.or(recipe.jobs)))?
         .with_pins(args.pins.pins()?)
         .with_force(args.force)

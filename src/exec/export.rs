@@ -205,30 +205,42 @@ fn write_file<'s>(
     Ok((layout.file_len, placed))
 }
 
-/// An export's progress bar: bytes written, rate and ETA, and tensors done.
+/// An export's progress bar, one line whatever the terminal's width (the
+/// bar takes what the rest leaves): the export's id, bytes written of the
+/// total, rate, and the time left at that rate. Encodes move it slab by
+/// slab, so a large tensor does not hold it still.
 struct ExportProgress {
     bar: ProgressBar,
-    tensors: usize,
-    done: std::sync::atomic::AtomicUsize,
+    /// Bytes of the tensor being placed already counted slab by slab.
+    streamed: std::sync::atomic::AtomicU64,
 }
 
+/// The export's label (`export FILE`), at most this many columns.
+const LABEL_COLUMNS: usize = 28;
+
 impl ExportProgress {
-    fn new(bar: ProgressBar, id: &str, tensors: usize) -> ExportProgress {
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{msg:24!} {bar:30} {prefix} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    /// The bar of an export writing `path`, labelled with its file name.
+    fn new(bar: ProgressBar, path: &Path) -> ExportProgress {
+        let template = format!(
+            "{{msg:{LABEL_COLUMNS}!}} {{wide_bar}} {{bytes:>9}}/{{total_bytes:<9}} {{binary_bytes_per_sec:>11}} {{eta:>3}}"
         );
-        bar.set_message(crate::text::for_terminal(id).into_owned());
-        bar.set_prefix(format!("0/{tensors} tensors"));
-        ExportProgress { bar, tensors, done: Default::default() }
+        bar.set_style(ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar()));
+        let name = path.file_name().unwrap_or(path.as_os_str()).to_string_lossy();
+        let label = format!("export {}", crate::text::for_terminal(&name));
+        bar.set_message(crate::text::shorten(&label, LABEL_COLUMNS).into_owned());
+        ExportProgress { bar, streamed: Default::default() }
     }
 
-    fn advance(&self, tensors: usize, bytes: u64) {
-        let done = self.done.fetch_add(tensors, std::sync::atomic::Ordering::Relaxed) + tensors;
-        self.bar.set_prefix(format!("{done}/{} tensors", self.tensors));
-        self.bar.inc(bytes);
+    /// `len` bytes of the tensor being placed were written.
+    fn stream(&self, len: u64) {
+        self.streamed.fetch_add(len, Ordering::Relaxed);
+        self.bar.inc(len);
+    }
+
+    /// Tensors of `bytes` in all were placed: what their slabs did not count yet.
+    fn advance(&self, bytes: u64) {
+        let streamed = self.streamed.swap(0, Ordering::Relaxed);
+        self.bar.inc(bytes.saturating_sub(streamed));
     }
 }
 
@@ -265,7 +277,7 @@ fn place_all(
             Between::Padding(alignment) => write_zeros_at(output, end, gguf::align_up(end, *alignment) - end)?,
             Between::Bytes(after) => output.write_all_at(&after[last], end)?,
         }
-        bar.advance(n, tensors[k..=last].iter().map(|t| t.n_bytes()).sum());
+        bar.advance(tensors[k..=last].iter().map(|t| t.n_bytes()).sum());
         k += n;
     }
     Ok(())
@@ -526,13 +538,10 @@ impl Shared {
             }
             gguf::check_big_endian(swapped)?;
         }
-        let written_tensors = files.iter().flat_map(|f| &f.plan.tensors).map(|&t| &set.tensors[t]);
-        let planned: u64 = written_tensors.clone().map(Tensor::n_bytes).sum();
-        let bar = ExportProgress::new(
-            self.progress.add(ProgressBar::new(planned)),
-            &self.bound.recipe.nodes[i].id,
-            written_tensors.count(),
-        );
+        let planned: u64 = files.iter().flat_map(|f| &f.plan.tensors).map(|&t| set.tensors[t].n_bytes()).sum();
+        let bar = ExportProgress::new(self.progress.add(ProgressBar::new(planned)), &options.path);
+        let stream = |len| bar.stream(len);
+        let m = Materializer { on_written: Some(&stream), ..m };
         let mut written = Vec::with_capacity(files.len() + 1);
         for file in &files {
             let path = &file.path;

@@ -187,6 +187,9 @@ pub struct Materializer<'a> {
     /// The most bytes of one tensor's rows held at once (`--max-buffer-size`):
     /// slabs shrink to fit it, down to one row.
     pub buffer_limit: Option<u64>,
+    /// Told the length of each slab an encode writes to its output, as it
+    /// is written: progress within a tensor.
+    pub on_written: Option<&'a (dyn Fn(u64) + Sync)>,
 }
 
 /// The conversions in the run's tensor sets, by the key of the tensor each
@@ -685,6 +688,7 @@ impl Materializer<'_> {
             },
             |bytes| {
                 out.write_all(&bytes).map_err(io_err)?;
+                self.written(bytes.len());
                 if let Some(blob) = &mut blob {
                     blob.write_all(&bytes).map_err(io_err)?;
                 }
@@ -696,6 +700,12 @@ impl Materializer<'_> {
         }
         self.count_encoded(tensor);
         Ok(())
+    }
+
+    fn written(&self, len: usize) {
+        if let Some(on_written) = self.on_written {
+            on_written(len as u64);
+        }
     }
 
     /// The slabs `tensor` is computed in from `source`: (first row, rows),
@@ -747,6 +757,9 @@ impl Materializer<'_> {
         // An entry already there names these same bytes (a key names its
         // bytes by derivation): the first writer's stands.
         self.store.put_action_if_absent(ActionKind::Tensor, &tensor.key, &json)?;
+        if self.store.keeps_results() {
+            super::TENSORS_KEPT.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -810,6 +823,7 @@ impl Materializer<'_> {
                     let io_err = |source| MaterializeError::Io { tensor: target.name.clone(), source };
                     if k == 0 {
                         out.write_all(&bytes).map_err(io_err)?;
+                        self.written(bytes.len());
                     }
                     blob.write_all(&bytes).map_err(io_err)?;
                 }

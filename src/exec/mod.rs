@@ -68,6 +68,10 @@ pub struct Engine {
     link: Vec<LinkMode>,
 }
 
+/// Tensors this process encoded and kept in a lasting store: what an
+/// interrupted command says it leaves for the next run.
+pub static TENSORS_KEPT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// How an error about an input starts: where the recipe declares it
 /// (`recipes/x.toml:4:8: input `m`: `); nothing for a one-shot command's
 /// file, which the path after it names.
@@ -1043,6 +1047,7 @@ impl Shared {
             fanout: &self.fanout,
             counters: Default::default(),
             buffer_limit: self.buffer_limit,
+            on_written: None,
         }
     }
 
