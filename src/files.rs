@@ -38,6 +38,18 @@ impl std::fmt::Display for IoText<'_> {
     }
 }
 
+/// An error of the `tempfile` crate without the temporary file's name it
+/// appends (`… at path "/out/.quantforge-123-x.tmp"`): a message names the
+/// file the user asked for, never a scratch name of ours. Any other error
+/// is returned as it is.
+pub fn without_temp_name(error: io::Error) -> io::Error {
+    let Some(wrapped) = error.get_ref() else { return error };
+    match wrapped.source().and_then(|e| e.downcast_ref::<io::Error>()).and_then(io::Error::raw_os_error) {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::from(error.kind()),
+    }
+}
+
 /// Whether a symlink as the last component of a path is followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Symlinks {

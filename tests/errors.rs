@@ -147,3 +147,32 @@ fn a_misspelt_type_gets_a_suggestion() {
                     did you mean `Q8_0`?\n";
     assert!(stderr.starts_with(expected), "{stderr}");
 }
+
+/// An output directory the user cannot write: the message names the
+/// output and says why in words, never our temporary file's name or the
+/// OS's error number (issue 44, item 9). Run as `nobody` when the tests
+/// run as root, whom no mode bit stops.
+#[test]
+fn an_unwritable_output_directory_is_said_without_temporary_names() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let locked = dir.path().join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let mut command = match unsafe { libc::geteuid() } {
+        0 => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_quantforge")]);
+            c
+        }
+        _ => Command::new(env!("CARGO_BIN_EXE_quantforge")),
+    };
+    let out =
+        command.arg("quantize").arg(common::tiny_model()).arg(locked.join("x.gguf")).arg("Q4_K_M").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("x.gguf") && stderr.contains("permission denied"), "{stderr}");
+    assert!(!stderr.contains(".quantforge-") && !stderr.contains("os error"), "{stderr}");
+}

@@ -339,7 +339,10 @@ fn ladder(args: QuantizeArgs, types: Vec<String>, template: Option<&Path>, summa
         None => {
             let dir = first.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             std::fs::create_dir_all(dir).with_context(|| format!("cannot make {}", dir.display()))?;
-            let scratch = tempfile::Builder::new().prefix(".quantforge-ladder-").tempdir_in(dir)?;
+            let scratch = tempfile::Builder::new()
+                .prefix(".quantforge-ladder-")
+                .tempdir_in(dir)
+                .map_err(crate::files::without_temp_name)?;
             settings.cache_dir = Some(scratch.path().to_owned());
             Some(scratch)
         }

@@ -296,6 +296,12 @@ impl InFlight {
         Some(ClaimGuard { in_flight: self, key, done: false })
     }
 
+    /// Marks `key` encoded in this run before its entry makes it visible:
+    /// a node that finds it stored never takes it for an earlier run's.
+    fn mark_encoded(&self, key: Key) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).encoded.insert(key);
+    }
+
     fn encoded_this_run(&self, key: &Key) -> bool {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).encoded.contains(key)
     }
@@ -754,6 +760,7 @@ impl Materializer<'_> {
         let entry = TensorEntry { blob: hash, len, blobs: vec![hash] };
         let json = serde_json::to_vec(&entry)
             .map_err(|e| MaterializeError::Io { tensor: tensor.name.clone(), source: e.into() })?;
+        self.in_flight.mark_encoded(tensor.key);
         // An entry already there names these same bytes (a key names its
         // bytes by derivation): the first writer's stands.
         self.store.put_action_if_absent(ActionKind::Tensor, &tensor.key, &json)?;

@@ -31,7 +31,11 @@ impl AtomicOutput {
         std::fs::create_dir_all(dir)?;
         remove_dead_temporaries(dir);
         let prefix = format!("{TEMP_PREFIX}{}-", std::process::id());
-        let temp = tempfile::Builder::new().prefix(&prefix).suffix(".tmp").tempfile_in(dir)?;
+        let temp = tempfile::Builder::new()
+            .prefix(&prefix)
+            .suffix(".tmp")
+            .tempfile_in(dir)
+            .map_err(crate::files::without_temp_name)?;
         Ok(AtomicOutput { destination: destination.to_owned(), writer: BufWriter::with_capacity(1 << 20, temp) })
     }
 
@@ -108,7 +112,7 @@ pub fn link_into_place(target: &Path, destination: &OutputPath) -> io::Result<()
 pub fn scratch_dir(parent: &Path) -> io::Result<tempfile::TempDir> {
     remove_dead_temporaries(parent);
     let prefix = format!("{TEMP_PREFIX}{}-", std::process::id());
-    tempfile::Builder::new().prefix(&prefix).suffix(".tmp").tempdir_in(parent)
+    tempfile::Builder::new().prefix(&prefix).suffix(".tmp").tempdir_in(parent).map_err(crate::files::without_temp_name)
 }
 
 /// Removes the temporary outputs and scratch directories that killed runs

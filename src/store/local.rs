@@ -542,7 +542,7 @@ pub(super) fn temp_file(prefix: &str, tmp: &Path) -> Result<NamedTempFile> {
         .prefix(&format!("{prefix}{}-", crate::files::process_tag()))
         .permissions(fs::Permissions::from_mode(0o666))
         .tempfile_in(tmp)
-        .map_err(at(tmp))
+        .map_err(|e| StoreError::io(tmp, crate::files::without_temp_name(e)))
 }
 
 /// Removes what is at `path`, never following a link: a file, a link, or a
