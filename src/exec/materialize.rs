@@ -296,14 +296,17 @@ impl InFlight {
         Some(ClaimGuard { in_flight: self, key, done: false })
     }
 
-    /// Marks `key` encoded in this run before its entry makes it visible:
-    /// a node that finds it stored never takes it for an earlier run's.
-    fn mark_encoded(&self, key: Key) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).encoded.insert(key);
-    }
-
     fn encoded_this_run(&self, key: &Key) -> bool {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).encoded.contains(key)
+    }
+
+    /// Whether `key` was encoded in this run or is being encoded: a node
+    /// that finds it stored while its encoder still holds the claim (the
+    /// entry is written before the claim is released) counts it as this
+    /// run's work, never as an earlier run's.
+    fn made_this_run(&self, key: &Key) -> bool {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.encoded.contains(key) || state.encoding.contains(key)
     }
 
     /// Marks `key` counted as encoded; false when a node counted it before.
@@ -356,7 +359,10 @@ impl Materializer<'_> {
                 self.count_stored(tensor);
                 Ok(true)
             }
-            Err(e) if recomputable && e.is_recoverable() => Ok(false),
+            Err(e) if recomputable && e.is_recoverable() => {
+                tracing::debug!("cache: tensor `{}` not copied ({e}); encoding it again", tensor.name);
+                Ok(false)
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -582,7 +588,7 @@ impl Materializer<'_> {
             self.counters.reused.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        if !self.in_flight.encoded_this_run(&tensor.key) {
+        if !self.in_flight.made_this_run(&tensor.key) {
             self.counters.reused.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -702,6 +708,8 @@ impl Materializer<'_> {
             },
         )?;
         if let Some(blob) = blob {
+            // Credited to this node before others can find it stored.
+            self.in_flight.credit(tensor.key);
             self.record(tensor, blob)?;
         }
         self.count_encoded(tensor);
@@ -760,7 +768,6 @@ impl Materializer<'_> {
         let entry = TensorEntry { blob: hash, len, blobs: vec![hash] };
         let json = serde_json::to_vec(&entry)
             .map_err(|e| MaterializeError::Io { tensor: tensor.name.clone(), source: e.into() })?;
-        self.in_flight.mark_encoded(tensor.key);
         // An entry already there names these same bytes (a key names its
         // bytes by derivation): the first writer's stands.
         self.store.put_action_if_absent(ActionKind::Tensor, &tensor.key, &json)?;
@@ -837,6 +844,9 @@ impl Materializer<'_> {
                 Ok(())
             },
         )?;
+        // `tensor` is credited to this node before others can find it stored;
+        // the siblings count for the nodes that copy them.
+        self.in_flight.credit(tensor.key);
         for (target, blob) in targets.iter().zip(blobs) {
             self.record(target, blob)?;
         }
