@@ -4,8 +4,8 @@
 #
 #   $QUANTFORGE_REFS/llama.cpp             llama.cpp source, from the llama-cpp-python
 #                                          0.3.36 sdist (convert scripts, gguf-py, ggml)
-#   $QUANTFORGE_REFS/llama.cpp/build/bin   llama-quantize, llama-gguf-split and libggml-base
-#                                          (with --build; ~5 min on 2 cores)
+#   $QUANTFORGE_REFS/llama.cpp/build/bin   llama-quantize, llama-gguf-split, llama-export-lora
+#                                          and libggml-base (with --build; ~6 min on 2 cores)
 #
 # QUANTFORGE_REFS defaults to ~/.cache/quantforge/refs. Safe to rerun: what is
 # there is kept. Tests find the references through the same variable and skip
@@ -36,8 +36,13 @@ fi
 
 if $build; then
     bin=$src/build/bin
-    if [ -x "$bin/llama-quantize" ] && [ -x "$bin/llama-gguf-split" ]; then
-        echo "have $bin/llama-quantize and llama-gguf-split"
+    targets=(llama-quantize llama-gguf-split llama-export-lora)
+    missing=()
+    for target in "${targets[@]}"; do
+        [ -x "$bin/$target" ] || missing+=("$target")
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
+        echo "have ${targets[*]} in $bin"
     else
         command -v cmake >/dev/null || { apt-get update -qq && apt-get install -y -qq cmake; }
         # The reference semantics: ggml's C evaluated as written, no fused
@@ -47,10 +52,10 @@ if $build; then
             -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF \
             -DCMAKE_C_FLAGS=-ffp-contract=off -DCMAKE_CXX_FLAGS=-ffp-contract=off >/dev/null
         # One retry: a parallel make has been seen to fail once and then succeed.
-        for target in llama-quantize llama-gguf-split; do
+        for target in "${missing[@]}"; do
             cmake --build "$src/build" --target "$target" -j "$(nproc)" >/dev/null ||
                 cmake --build "$src/build" --target "$target" -j 1 >/dev/null
         done
-        echo "built $bin/llama-quantize and llama-gguf-split"
+        echo "built ${missing[*]} in $bin"
     fi
 fi

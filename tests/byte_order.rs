@@ -222,7 +222,18 @@ byte_order = "big"
     )
     .unwrap();
     let cache = d.join("cache");
-    run_ok(&[&"run", &recipe, &"--cache-dir", &cache]);
+    let first = common::quantforge_with(&[&"run", &recipe, &"--cache-dir", &cache, &"--json"]);
+    let first: serde_json::Value = serde_json::from_str(&common::stdout_of_success(first)).unwrap();
+    // Both files report the tensors they hold, whatever their byte order.
+    let counts: Vec<u64> = first["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|n| n["files"].as_array().into_iter().flatten())
+        .map(|f| f["tensors"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 2, "{first}");
+    assert!(counts[0] > 0 && counts[0] == counts[1], "{first}");
     let theirs = converted_copy(&python, &script, &d.join("little.gguf"), "big", &d.join("theirs.gguf"));
     assert_same_file(&d.join("big.gguf"), &theirs);
 

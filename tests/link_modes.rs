@@ -15,32 +15,15 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-const LADDER: &str = r#"
-[recipe]
-name = "ladder"
-
-[input.tiny]
-path = "tiny.gguf"
-
-[step.q]
-op = "quantize"
-from = "tiny"
-preset = ["Q8_0", "Q6_K", "Q4_K_M"]
-
-[step.out]
-op = "export"
-from = "q"
-path = "out/tiny-{preset}.gguf"
-"#;
-
-const PRESETS: [&str; 3] = ["Q8_0", "Q6_K", "Q4_K_M"];
+/// The presets of `common::LADDER`.
+const PRESETS: [&str; 3] = ["Q8_0", "Q4_K_M", "Q3_K_S"];
 
 /// A project (the tiny model and the ladder recipe) in `dir`.
 fn project(dir: &Path) -> PathBuf {
     std::fs::copy(common::tiny_model(), dir.join("tiny.gguf")).unwrap();
     std::fs::write(dir.join("quantforge.toml"), "").unwrap();
     let recipe = dir.join("ladder.toml");
-    std::fs::write(&recipe, LADDER).unwrap();
+    std::fs::write(&recipe, common::LADDER).unwrap();
     recipe
 }
 
@@ -136,7 +119,7 @@ fn with_copy_the_cache_keeps_no_second_copy_and_checks_what_it_finds_in_the_expo
 
     // Deleted: what only that export held is encoded again, what another
     // export holds (the tensors the presets share) is copied from there.
-    std::fs::remove_file(output(dir.path(), "Q6_K")).unwrap();
+    std::fs::remove_file(output(dir.path(), "Q3_K_S")).unwrap();
     let rebuilt = run(dir.path(), "copy");
     assert!(totals(&rebuilt, "tensors_encoded") > 0, "{rebuilt:#}");
     assert!(totals(&rebuilt, "tensors_reused") > 0, "{rebuilt:#}");
@@ -224,7 +207,7 @@ fn with_reflink_the_cache_shares_the_exports_blocks_and_puts_back_what_was_delet
     assert!(kept >= exported && kept < exported + exported / 20, "{kept} bytes of blobs for {exported} exported");
 
     // Deleted and edited: put back from the cache, nothing encoded.
-    std::fs::remove_file(output(&dir, "Q6_K")).unwrap();
+    std::fs::remove_file(output(&dir, "Q3_K_S")).unwrap();
     edit_in_place(&output(&dir, "Q4_K_M"));
     // An edit of a reflinked export never reaches the cache's clone.
     let verified = cache_verify(&dir);
@@ -235,7 +218,7 @@ fn with_reflink_the_cache_shares_the_exports_blocks_and_puts_back_what_was_delet
     let put_back: Vec<&Value> = files(&restored).into_iter().filter(|f| f["restored"] == true).collect();
     assert_eq!(put_back.len(), 2, "{restored:#}");
     assert_eq!(outputs(&dir), written);
-    assert!(blocks_shared(&output(&dir, "Q6_K")));
+    assert!(blocks_shared(&output(&dir, "Q3_K_S")));
 }
 
 #[test]

@@ -649,18 +649,17 @@ fn superseded_results_are_marked_and_evicted_before_the_latest_builds() {
         full.extend([os("--cache-dir"), cache.as_os_str()]);
         ok(common::quantforge(&full))
     };
+    let cache_json = |args: &[&str]| -> Value {
+        let mut full = vec![os("--json"), os("cache")];
+        full.extend(args.iter().map(|a| os(a)));
+        full.extend([os("--cache-dir"), cache.as_os_str()]);
+        serde_json::from_str(&ok(common::quantforge(&full))).unwrap()
+    };
     let listing = cache_cmd(&["ls"]);
     assert!(listing.starts_with("KEY "), "a header first: {listing}");
     assert_eq!(listing.lines().filter(|l| l.contains("  superseded  ")).count(), 6, "{listing}");
     assert!(listing.ends_with("6 superseded (`cache gc --superseded` removes them)\n"), "{listing}");
-    let entries: Value = serde_json::from_str(&ok(common::quantforge(&[
-        os("--json"),
-        os("cache"),
-        os("ls"),
-        os("--cache-dir"),
-        cache.as_os_str(),
-    ])))
-    .unwrap();
+    let entries = cache_json(&["ls"]);
     let entries = entries.as_array().unwrap();
 
     // The latest builds' entries made to look least recently used: an
@@ -672,28 +671,10 @@ fn superseded_results_are_marked_and_evicted_before_the_latest_builds() {
         let path = cache.join("actions").join(kind).join(&hex[..2]).join(hex);
         std::fs::File::options().write(true).open(&path).unwrap().set_modified(day_ago).unwrap();
     }
-    let usage: Value = serde_json::from_str(&ok(common::quantforge(&[
-        os("--json"),
-        os("cache"),
-        os("du"),
-        os("--cache-dir"),
-        cache.as_os_str(),
-    ])))
-    .unwrap();
-    let total = usage["blob_bytes"].as_u64().unwrap();
+    let total = cache_json(&["du"])["blob_bytes"].as_u64().unwrap();
     let dry = cache_cmd(&["gc", "--superseded", "--dry-run"]);
     assert!(dry.starts_with("would remove 6 entries (6 superseded, 0 broken)"), "{dry}");
-    let freed: Value = serde_json::from_str(&ok(common::quantforge(&[
-        os("--json"),
-        os("cache"),
-        os("gc"),
-        os("--superseded"),
-        os("--dry-run"),
-        os("--cache-dir"),
-        cache.as_os_str(),
-    ])))
-    .unwrap();
-    let budget = total - freed["bytes_freed"].as_u64().unwrap();
+    let budget = total - cache_json(&["gc", "--superseded", "--dry-run"])["bytes_freed"].as_u64().unwrap();
     let latest = |listing: &str| listing.lines().filter(|l| l.contains("  latest  ")).count();
     let latest_before = latest(&listing);
     // What the superseded entries alone hold goes (the quantizations'

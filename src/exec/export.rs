@@ -25,7 +25,7 @@ use crate::model::Endian;
 use crate::ops;
 use crate::ops::export::{ExportFormat, ExportOptions};
 use crate::store::fingerprint::{hash_file, stat_key};
-use crate::store::{ActionKind, Key, Span, SpanHost};
+use crate::store::{ActionKind, Key, Span, SpanHost, StoreError};
 
 /// The export-cache entry: the files an export wrote, by content and stat.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -206,7 +206,7 @@ fn write_file<'s>(
 }
 
 /// An export's progress bar, one line whatever the terminal's width (the
-/// bar takes what the rest leaves): the export's id, bytes written of the
+/// bar takes what the rest leaves): the file's name, bytes written of the
 /// total, rate, and the time left at that rate. Encodes move it slab by
 /// slab, so a large tensor does not hold it still.
 struct ExportProgress {
@@ -355,6 +355,16 @@ enum Restored {
     Link(crate::files::OutputPath, PathBuf),
 }
 
+/// A store call's result as a restore takes it: `None` where the blob is
+/// unusable as stored (the export is written again instead).
+fn usable<T>(result: Result<T, StoreError>) -> Result<Option<T>, NodeError> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.is_recoverable() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Fingerprints kept per export entry (one per place the file was written).
 const MAX_FINGERPRINTS: usize = 16;
 
@@ -438,7 +448,13 @@ impl Shared {
     /// linked every one of them in (`reflink`, `hardlink`): by the same
     /// link where the file system allows, else copied, each blob checked
     /// first. False (nothing written) without such an entry.
-    fn restore(&self, i: usize, options: &ExportOptions, report: &mut NodeReport) -> Result<bool, NodeError> {
+    fn restore(
+        &self,
+        i: usize,
+        options: &ExportOptions,
+        files: &[ops::export::OutputFile],
+        report: &mut NodeReport,
+    ) -> Result<bool, NodeError> {
         let key = &self.bound.keys[i];
         let Some(entry) =
             self.store.get_action(ActionKind::Export, key).and_then(|b| serde_json::from_slice::<ExportEntry>(&b).ok())
@@ -454,39 +470,30 @@ impl Shared {
         for ((path, file), blob) in paths.iter().zip(&entry.files).zip(&entry.blobs) {
             let write_err = |source| NodeError::Write { path: path.clone(), source };
             if entry.link == Some(LinkMode::Hardlink) && hardlinks_are_safe() {
-                match self.store.blob_to_link(blob) {
-                    Ok(Some(target)) => {
-                        let id = &self.bound.recipe.nodes[i].id;
-                        let checked = self.bound.outputs.export_file(id, path, crate::files::Replaces::AnyFile)?;
-                        restored.push((path.clone(), Restored::Link(checked, target), file.len));
-                        continue;
-                    }
-                    Ok(None) => {}
-                    Err(e) if e.is_recoverable() => return Ok(false),
-                    Err(e) => return Err(e.into()),
+                let Some(target) = usable(self.store.blob_to_link(blob))? else { return Ok(false) };
+                if let Some(target) = target {
+                    let id = &self.bound.recipe.nodes[i].id;
+                    let checked = self.bound.outputs.export_file(id, path, crate::files::Replaces::AnyFile)?;
+                    restored.push((path.clone(), Restored::Link(checked, target), file.len));
+                    continue;
                 }
             }
             let mut out = self.create_output(i, path)?;
-            let done = match entry.link {
+            let reflinked = match entry.link {
                 Some(LinkMode::Reflink) => self.store.reflink_blob_into(blob, out.file().map_err(write_err)?),
                 _ => Ok(false),
             };
-            let done = match done {
-                Ok(done) => done,
-                Err(e) if e.is_recoverable() => return Ok(false),
-                Err(e) => return Err(e.into()),
-            };
-            if !done {
-                match self.store.copy_blob_into(blob, file.len, out.file().map_err(write_err)?, 0) {
-                    Ok(()) => {}
-                    Err(e) if e.is_recoverable() => return Ok(false),
-                    Err(e) => return Err(e.into()),
+            let Some(reflinked) = usable(reflinked)? else { return Ok(false) };
+            if !reflinked {
+                let copied = self.store.copy_blob_into(blob, file.len, out.file().map_err(write_err)?, 0);
+                if usable(copied)?.is_none() {
+                    return Ok(false);
                 }
             }
             restored.push((path.clone(), Restored::Written(out), file.len));
         }
         // Every file appears only once all are ready, as a written export's.
-        for (path, file, len) in restored {
+        for (j, (path, file, len)) in restored.into_iter().enumerate() {
             let write_err = |source| NodeError::Write { path: path.clone(), source };
             match file {
                 Restored::Written(out) => drop(out.commit().map_err(write_err)?),
@@ -495,7 +502,9 @@ impl Shared {
                 }
             }
             report.bytes_out += len;
-            let mut file_report = report::FileReport::new(path, len, 0);
+            // An index file past the data files holds no tensor.
+            let tensors = files.get(j).map_or(0, |f| f.plan.tensors.len());
+            let mut file_report = report::FileReport::new(path, len, tensors);
             (file_report.link, file_report.restored) = (entry.link, true);
             report.files.push(file_report);
         }
@@ -521,10 +530,10 @@ impl Shared {
         report: &mut NodeReport,
     ) -> Result<(), NodeError> {
         let set = inputs.first().ok_or_else(|| NodeError::Upstream(self.bound.recipe.nodes[i].id.clone()))?;
-        if self.restore(i, options, report)? {
+        let ops::export::Output { set, files } = ops::export::output_files(set, options)?;
+        if self.restore(i, options, &files, report)? {
             return Ok(());
         }
-        let ops::export::Output { set, files } = ops::export::output_files(set, options)?;
         let set = &*set;
         let m = self.materializer();
         let order = options.byte_order.unwrap_or(set.endian);
@@ -553,13 +562,13 @@ impl Shared {
             };
             let (len, placed) =
                 layout.and_then(|layout| write_file(&m, layout, &mut out, &bar)).map_err(|e| e.at(path))?;
-            written.push((path.clone(), out, len, placed));
+            written.push((path.clone(), out, len, file.plan.tensors.len(), placed));
         }
         if let Some(path) = ops::export::index_path(options) {
             let mut out = self.create_output(i, &path)?;
             let index = ops::export::safetensors_index(set, &files);
             out.writer().write_all(&index).map_err(|source| NodeError::Write { path: path.clone(), source })?;
-            written.push((path, out, index.len() as u64, Vec::new()));
+            written.push((path, out, index.len() as u64, 0, Vec::new()));
         }
         bar.bar.finish_and_clear();
         // An input that moved under the run may have fed these bytes.
@@ -567,11 +576,11 @@ impl Shared {
         let count = written.len();
         let mut records = Vec::with_capacity(count);
         let (mut linked, mut link) = (Vec::new(), None);
-        for (path, out, len, placed) in written {
+        for (path, out, len, tensors, placed) in written {
             let write_err = |source| NodeError::Write { path: path.clone(), source };
             out.commit().map_err(write_err)?;
             report.bytes_out += len;
-            let mut file_report = report::FileReport::new(path.clone(), len, placed.len());
+            let mut file_report = report::FileReport::new(path.clone(), len, tensors);
             if self.store.keeps_results() {
                 let file_hash = hash_file(&path).map_err(write_err)?;
                 let mode = match self.link.is_empty() {

@@ -616,22 +616,28 @@ impl Materializer<'_> {
     pub fn stored_blob(&self, tensor: &Tensor) -> Option<Key> {
         match &tensor.data {
             TensorData::Blob { hash } => Some(*hash),
-            TensorData::Convert { .. } => self.cached(tensor),
+            TensorData::Convert { .. } => self.lookup(tensor),
             _ => None,
         }
     }
 
-    /// The blob holding a derived tensor's bytes, if the store has it.
+    /// The blob holding a derived tensor's bytes, if the store has it,
+    /// its entry marked used.
     fn cached(&self, tensor: &Tensor) -> Option<Key> {
+        let blob = self.lookup(tensor)?;
+        self.store.touch_action(ActionKind::Tensor, &tensor.key);
+        Some(blob)
+    }
+
+    /// [`Self::cached`] without marking the entry used: for a tensor this
+    /// run has already taken.
+    fn lookup(&self, tensor: &Tensor) -> Option<Key> {
         if self.rebuild && !self.in_flight.encoded_this_run(&tensor.key) {
             return None;
         }
-        let key = &tensor.key;
-        let entry: TensorEntry = serde_json::from_slice(&self.store.get_action(ActionKind::Tensor, key)?).ok()?;
-        (entry.len == tensor.n_bytes() && self.store.has_blob(&entry.blob)).then(|| {
-            self.store.touch_action(ActionKind::Tensor, key);
-            entry.blob
-        })
+        let entry: TensorEntry =
+            serde_json::from_slice(&self.store.get_action(ActionKind::Tensor, &tensor.key)?).ok()?;
+        (entry.len == tensor.n_bytes() && self.store.has_blob(&entry.blob)).then_some(entry.blob)
     }
 
     /// Rows `first..first + n` of `tensor`, the `index`th tensor of input

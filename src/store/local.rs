@@ -476,12 +476,7 @@ impl Store for LocalStore {
     }
 
     fn blob_to_link(&self, hash: &Key) -> Result<Option<PathBuf>> {
-        let located = self.locate(hash)?;
-        if located.span {
-            return Ok(None);
-        }
-        self.check_located(hash, &located)?;
-        Ok(Some(located.path))
+        Ok(self.own_checked(hash)?.map(|located| located.path))
     }
 }
 

@@ -462,15 +462,7 @@ impl LocalStore {
                 .and_then(|bytes| serde_json::from_slice::<Spans>(&bytes).ok())
                 .unwrap_or_default();
             for span in &spans.spans {
-                let Some((host, meta, path)) = self.open_host(span) else { continue };
-                let located = super::local::Located {
-                    file: host,
-                    identity: super::local::FileIdentity::of(&meta),
-                    path,
-                    base: span.offset,
-                    len: span.len,
-                    span: true,
-                };
+                let Some(located) = self.open_host(span) else { continue };
                 report.blobs_checked += 1;
                 report.bytes_checked += span.len;
                 if LocalStore::hash_located(&located).is_ok_and(|hash| hash == key) {

@@ -63,31 +63,28 @@ impl LocalStore {
         self.put_action(ActionKind::Span, hash, &json)
     }
 
-    /// The host file of `span` and its path, opened as a regular file
-    /// (never through a link) when it is long enough to hold the range.
-    pub(super) fn open_host(&self, span: &Span) -> Option<(File, fs::Metadata, PathBuf)> {
+    /// `span`'s bytes in their host file, opened as a regular file (never
+    /// through a link) when it is long enough to hold the range; not checked.
+    pub(super) fn open_host(&self, span: &Span) -> Option<Located> {
         let path = match &span.host {
             SpanHost::Blob(host) => self.blob_path(host),
             SpanHost::File(path) => path.clone(),
         };
         let file = open_regular(&path, Symlinks::Refuse).ok()?;
         let meta = file.metadata().ok()?;
-        (meta.len() >= span.offset.checked_add(span.len)?).then_some((file, meta, path))
+        (meta.len() >= span.offset.checked_add(span.len)?).then(|| Located {
+            file,
+            identity: FileIdentity::of(&meta),
+            path,
+            base: span.offset,
+            len: span.len,
+            span: true,
+        })
     }
 
     /// Blob `hash` found in one of its spans, not yet checked.
     pub(super) fn locate_span(&self, hash: &Key) -> Option<Located> {
-        self.spans(hash).spans.into_iter().find_map(|span| {
-            let (file, meta, path) = self.open_host(&span)?;
-            Some(Located {
-                file,
-                identity: FileIdentity::of(&meta),
-                path,
-                base: span.offset,
-                len: span.len,
-                span: true,
-            })
-        })
+        self.spans(hash).spans.iter().find_map(|span| self.open_host(span))
     }
 
     /// Whether some span of `hash` has a host that can hold it (not checked).
@@ -167,18 +164,27 @@ impl LocalStore {
         Ok(LinkMode::Copy)
     }
 
+    /// Blob `hash`'s own file, checked whole; `None` when the store holds
+    /// it only as a span (another file's range cannot be linked to).
+    pub(super) fn own_checked(&self, hash: &Key) -> Result<Option<Located>> {
+        let located = self.locate(hash)?;
+        if located.span {
+            return Ok(None);
+        }
+        self.check_located(hash, &located)?;
+        Ok(Some(located))
+    }
+
     /// Puts blob `hash` (checked whole first) into `out`, an empty file, by
     /// a reflink; false where the file system cannot (the caller copies).
     pub(super) fn reflink_blob(&self, hash: &Key, out: &File) -> Result<bool> {
-        let located = self.locate(hash)?;
-        if located.span {
-            return Ok(false);
+        match self.own_checked(hash)? {
+            Some(located) => reflink(&located.file, out).map_err(StoreError::Output),
+            None => Ok(false),
         }
-        self.check_located(hash, &located)?;
-        reflink(&located.file, out).map_err(StoreError::Output)
     }
 
-    /// Hashes the located bytes whole; false when they are not `hash`'s.
+    /// The blake3 of the located bytes, read whole.
     pub(super) fn hash_located(located: &Located) -> io::Result<Key> {
         let mut hasher = blake3::Hasher::new();
         let mut buf = vec![0u8; (located.len as usize).clamp(1, COPY_CHUNK)];
