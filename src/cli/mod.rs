@@ -18,6 +18,7 @@ mod backends;
 mod cache;
 mod chart;
 mod convert;
+mod convert_lora;
 mod diff;
 mod edit;
 mod gguf_split;
@@ -192,6 +193,8 @@ enum Command {
     },
     /// Convert a Hugging Face checkpoint to GGUF, as convert_hf_to_gguf.py writes it (or quantized straight away).
     Convert(convert::ConvertArgs),
+    /// Convert a PEFT LoRA adapter to a GGUF adapter, as convert_lora_to_gguf.py writes it.
+    ConvertLora(convert_lora::ConvertLoraArgs),
     /// Plan per-tensor types that fit a file-size budget with the least weighted error.
     PlanQuant(plan_quant::PlanQuantArgs),
     /// Show how llama.cpp's tensor split mode would cut a model across N devices: per tensor its
@@ -663,6 +666,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Unpack(args) => pack::unpack(args, json)?,
         Command::PlanQuant(args) => plan_quant::run(args, json)?,
         Command::Convert(args) => convert::run(args, json)?,
+        Command::ConvertLora(args) => convert_lora::run(args, json)?,
         Command::Dequantize { input, output, ty, threads, cache } => {
             // clap allows only the float type names.
             let options = DequantizeOptions::from_name(&ty).with_context(|| format!("unknown float type `{ty}`"))?;

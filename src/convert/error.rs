@@ -39,6 +39,11 @@ pub enum ConvertError {
         .dir.display()
     )]
     UnknownPreTokenizer { dir: std::path::PathBuf, hash: String },
+    /// A PEFT adapter's `adapter_config.json` or layout.
+    #[error("{}: {problem}", .path.display())]
+    Adapter { path: std::path::PathBuf, problem: String },
+    #[error("adapter tensor `{}`: {problem}", Name(.tensor))]
+    AdapterTensor { tensor: String, problem: String },
     #[error(transparent)]
     Rope(#[from] RopeError),
     #[error("tensor `{}`: {source}", Name(.tensor))]

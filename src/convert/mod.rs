@@ -14,6 +14,7 @@ mod error;
 pub mod family;
 mod fp8;
 mod hparams;
+mod lora;
 pub mod model_card;
 mod naming;
 mod pre_tokenizer;
@@ -25,6 +26,7 @@ pub use checkpoint::{Checkpoint, CheckpointError};
 pub use error::ConvertError;
 pub use fp8::{Fp8, ScaleAt, WeightScale};
 pub use hparams::architecture_keys;
+pub use lora::{Adapter, AdapterConfig, convert_lora};
 pub use naming::MetadataOverride;
 pub use pre_tokenizer::{check_hash, check_hash_of, known_name};
 pub use rope::RopeError;
@@ -72,7 +74,7 @@ pub fn convert(
         // The converter writes these while it makes the tensors, before anything else.
         metadata.append_prefixed("", &hparams::generated_tensor_keys(ckpt, conversion, arch)?);
     }
-    naming::general_keys(ckpt, &counts, ckpt.metadata_override.as_ref(), &mut metadata)?;
+    naming::general_keys(&naming::NamingSource::of_model(ckpt, &counts), &counts, ckpt, &mut metadata)?;
     metadata.append_prefixed("", &hparams::parameter_keys(ckpt, conversion, arch, outtype)?);
     tokenizer_keys(ckpt, conversion.vocab, pre, &mut metadata)?;
     Ok((metadata, tensors))

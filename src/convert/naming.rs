@@ -380,16 +380,52 @@ impl ParameterCounts {
     }
 }
 
+/// What a file's naming keys are derived from: gguf-py's `Metadata.load`
+/// arguments as a conversion passes them.
+pub struct NamingSource<'a> {
+    /// The directory whose model card and generation config are read.
+    pub card_dir: &'a Path,
+    /// That directory's `config.json`, for its `_name_or_path`.
+    pub config: Option<&'a Json>,
+    /// The name read as a model id (the directory's, or a Hub cache's repository).
+    pub dir_name: String,
+    /// The name written when nothing else gives one.
+    pub fallback_name: String,
+    /// gguf-py's parameter count; negative for an adapter, whose count is
+    /// not exact (no size label is derived from it then).
+    pub total: i64,
+    /// `general.type`: `model`, or `adapter` (then `adapter.type` is `lora`).
+    pub gguf_type: &'static str,
+}
+
+impl NamingSource<'_> {
+    /// A model converted from `ckpt`'s own directory.
+    pub fn of_model<'c>(ckpt: &'c Checkpoint, counts: &ParameterCounts) -> NamingSource<'c> {
+        let dir_name = match &ckpt.repository {
+            Some(name) => name.clone(),
+            None => ckpt.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        };
+        NamingSource {
+            card_dir: &ckpt.dir,
+            config: Some(&ckpt.config),
+            fallback_name: dir_name.clone(),
+            dir_name,
+            total: counts.total as i64,
+            gguf_type: "model",
+        }
+    }
+}
+
 /// `general.type`, the sampling keys and the naming keys, in the converter's order.
 pub fn general_keys(
-    ckpt: &Checkpoint,
+    source: &NamingSource<'_>,
     counts: &ParameterCounts,
-    metadata_override: Option<&MetadataOverride>,
+    ckpt: &Checkpoint,
     keys: &mut Metadata,
 ) -> Result<(), ConvertError> {
     let mut m = Naming::default();
-    let total = counts.total as i64;
-    from_model_card(&mut m, &model_card::front_matter(&ckpt.dir)?, total);
+    let total = source.total;
+    from_model_card(&mut m, &model_card::front_matter(source.card_dir)?, total);
     let fill = |m: &mut Naming, components: Components| {
         let (full, org, basename, finetune, version, size_label) = components;
         let from = "the model's id";
@@ -400,17 +436,17 @@ pub fn general_keys(
         m.set_if_none("general.version", version, from);
         m.set_if_none("general.size_label", size_label, from);
     };
-    if let Some(id) = ckpt.config.get("_name_or_path").and_then(Json::as_str).filter(|id| id.matches('/').count() <= 1)
+    if let Some(id) = source
+        .config
+        .and_then(|c| c.get("_name_or_path"))
+        .and_then(Json::as_str)
+        .filter(|id| id.matches('/').count() <= 1)
     {
         fill(&mut m, model_id_components(id, total));
     }
-    let dir_name = match &ckpt.repository {
-        Some(name) => name.clone(),
-        None => ckpt.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-    };
-    fill(&mut m, model_id_components(&dir_name, total));
-    from_generation_config(&mut m, &ckpt.dir);
-    if let Some(file) = metadata_override {
+    fill(&mut m, model_id_components(&source.dir_name, total));
+    from_generation_config(&mut m, source.card_dir);
+    if let Some(file) = &ckpt.metadata_override {
         for (key, value) in &file.values {
             let Some(&(key, _)) = FIELDS.iter().find(|(k, _)| k == key) else { continue };
             m.set(key, value.clone(), &format!("metadata file {}", file.source));
@@ -419,11 +455,14 @@ pub fn general_keys(
     if let Some(name) = &ckpt.model_name {
         m.set("general.name", Json::String(name.clone()), "--model-name");
     }
-    m.set_if_none("general.name", Some(dir_name), "the directory");
-    if m.is_none("general.size_label") && counts.total > 0 {
+    m.set_if_none("general.name", Some(source.fallback_name.clone()), "the directory");
+    if m.is_none("general.size_label") && total > 0 {
         m.set("general.size_label", Json::String(counts.size_label()), "the parameter count");
     }
-    keys.set("general.type", Value::string("model"));
+    keys.set("general.type", Value::string(source.gguf_type));
+    if source.gguf_type == "adapter" {
+        keys.set("adapter.type", Value::string("lora"));
+    }
     for &(key, kind) in FIELDS {
         if let Some((value, from)) = m.values.get(key) {
             write_field(keys, key, kind, value, from)?;

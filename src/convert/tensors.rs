@@ -97,6 +97,10 @@ pub struct CheckpointPart {
 }
 
 impl ConvertedTensor {
+    pub(super) fn new(info: TensorInfo, values: Values) -> ConvertedTensor {
+        ConvertedTensor { info, values }
+    }
+
     /// Where the tensor's values come from.
     pub fn values_source(&self) -> &Values {
         &self.values
@@ -374,8 +378,6 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
         .find(|f| f.id == conversion.family)
         .ok_or_else(|| ConvertError::Config(format!("no registry family `{}`", conversion.family)))?;
     let number = |keys: &[&str]| ckpt.hparam(keys).and_then(serde_json::Value::as_u64);
-    let n_head = number(&["n_heads", "num_attention_heads"]);
-    let n_head_kv = number(&["n_kv_heads", "num_key_value_heads"]);
     // The converter's generated tensors come first (`generate_extra_tensors`).
     let mut out = Vec::new();
     if conversion.generates(Generated::Llama3RopeFreqs)
@@ -442,18 +444,7 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
         let name = gguf_name(names, hf)
             .ok_or_else(|| ConvertError::Unmapped { tensor: hf.to_owned(), family: conversion.family })?;
         let mut dims = source.dims.clone();
-        let mut transform = RowTransform::default();
-        if conversion.has(Transform::PermuteQk) {
-            // K rows group by KV head, Q rows by head.
-            let heads = if hf.ends_with("q_proj.weight") || hf.ends_with("q_proj.bias") {
-                n_head
-            } else if hf.ends_with("k_proj.weight") || hf.ends_with("k_proj.bias") {
-                n_head_kv.or(n_head)
-            } else {
-                None
-            };
-            transform.permute_heads = heads.map(|h| h as usize);
-        }
+        let mut transform = RowTransform { permute_heads: permuted_heads(conversion, ckpt, hf), ..Default::default() };
         if conversion.squeezes(hf) && dims.len() == 3 && dims[1] == 1 {
             dims.remove(1);
         }
@@ -492,6 +483,24 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
     Ok(out)
 }
 
+/// The heads LLaMA's Q/K row permutation groups `hf`'s rows by: Q rows by
+/// head, K rows by KV head; `None` for another tensor or family.
+pub(super) fn permuted_heads(conversion: &Conversion, ckpt: &Checkpoint, hf: &str) -> Option<usize> {
+    if !conversion.has(Transform::PermuteQk) {
+        return None;
+    }
+    let number = |keys: &[&str]| ckpt.hparam(keys).and_then(serde_json::Value::as_u64);
+    let n_head = number(&["n_heads", "num_attention_heads"]);
+    let heads = if hf.ends_with("q_proj.weight") || hf.ends_with("q_proj.bias") {
+        n_head
+    } else if hf.ends_with("k_proj.weight") || hf.ends_with("k_proj.bias") {
+        number(&["n_kv_heads", "num_key_value_heads"]).or(n_head)
+    } else {
+        None
+    };
+    heads.map(|h| h as usize)
+}
+
 /// An FP8 checkpoint's scale tensors by the weight they scale, each checked
 /// against its weight; a scale without its weight is refused.
 fn weight_scales(ckpt: &Checkpoint, fp8: Option<Fp8>) -> Result<HashMap<&str, ScaleAt>, ConvertError> {
@@ -514,7 +523,7 @@ fn weight_scales(ckpt: &Checkpoint, fp8: Option<Fp8>) -> Result<HashMap<&str, Sc
 
 /// Whether `hf` belongs to a `model.layers.{N}` block past the model's
 /// `blocks` (a multi-token-prediction block).
-fn past_the_blocks(hf: &str, blocks: Option<u64>) -> bool {
+pub(super) fn past_the_blocks(hf: &str, blocks: Option<u64>) -> bool {
     let block = hf.strip_prefix("model.layers.").and_then(|rest| rest.split('.').next()?.parse::<u64>().ok());
     matches!((block, blocks), (Some(block), Some(blocks)) if block >= blocks)
 }
@@ -539,7 +548,7 @@ pub fn selected_dims(dims: &[u64], transform: &RowTransform) -> Vec<u64> {
 }
 
 /// The fused tensor `hf` is, its block and its suffix (`weight`, `bias`).
-fn fused_of<'n>(conversion: &Conversion, hf: &'n str) -> Option<(&'static Fused, String, &'n str)> {
+pub(super) fn fused_of<'n>(conversion: &Conversion, hf: &'n str) -> Option<(&'static Fused, String, &'n str)> {
     let (stem, suffix) = hf.rsplit_once('.')?;
     // `…layers.{N}.NAME` or `…h.{N}.NAME`: the name after the first block number.
     let mut parts = stem.split('.');
@@ -681,12 +690,13 @@ fn is_named(name: &str, pattern: &str) -> bool {
 }
 
 /// The converter's type for a tensor: 1-D tensors, norms, the
-/// [`KEPT_F32`] tensors and anything not a `.weight` stay F32; Q8_0 rows
-/// that are not whole blocks fall back to F16.
-fn output_type(name: &str, dims: &[u64], outtype: OutType) -> GgmlType {
+/// [`KEPT_F32`] tensors and anything not a `.weight` (or a LoRA adapter's
+/// `.lora_a`/`.lora_b`) stay F32; Q8_0 rows that are not whole blocks fall
+/// back to F16.
+pub(super) fn output_type(name: &str, dims: &[u64], outtype: OutType) -> GgmlType {
     if dims.len() <= 1
         || name.ends_with("_norm.weight")
-        || !name.ends_with(".weight")
+        || ![".weight", ".lora_a", ".lora_b"].iter().any(|end| name.ends_with(end))
         || KEPT_F32.iter().any(|pattern| is_named(name, pattern))
     {
         return GgmlType::F32;

@@ -293,8 +293,12 @@ impl Engine {
                 return Err(RunError::Missing { input: label, path: decl.path.clone(), fetch: fetch.clone() });
             }
             let input_err = |source| RunError::Input { input: label.clone(), path: decl.path.clone(), source };
-            let converted =
-                recipe.nodes.iter().any(|n| matches!(n.op, Op::Convert(_)) && n.from.contains(&Source::Input(idx)));
+            // Checkpoint directories: what `convert` reads, and both inputs of `convert-lora`.
+            let converted = recipe.nodes.iter().any(|n| match n.op {
+                Op::Convert(_) => n.from.contains(&Source::Input(idx)),
+                Op::ConvertLora(_) => n.from.contains(&Source::Input(idx)) || n.uses.contains(&idx),
+                _ => false,
+            });
             let shape = InputShape::resolve(&decl.path, converted)
                 .map_err(|source| RunError::Resolve { input: label.clone(), source: Box::new(source) })?;
             let files = shape.files();
@@ -1005,6 +1009,14 @@ impl Shared {
                 let file_key = |path: &std::path::Path| self.bound.files.key_of(path);
                 let metadata = node.uses.first().map(|&m| self.bound.recipe.inputs[m].path.as_path());
                 ops::convert::apply(&self.bound.recipe.inputs[j].path, o, metadata, &*self.store, &file_key)?
+            }
+            Op::ConvertLora(o) => {
+                let (Some(&Source::Input(j)), Some(&base)) = (node.from.first(), node.uses.first()) else {
+                    return Err(NodeError::Upstream(node.id.clone()));
+                };
+                let file_key = |path: &std::path::Path| self.bound.files.key_of(path);
+                let inputs = &self.bound.recipe.inputs;
+                ops::convert::apply_lora(&inputs[j].path, &inputs[base].path, o, &*self.store, &file_key)?
             }
             Op::Dequantize(o) => {
                 return quantized(ops::quantize::apply(input()?, &o.quantize_options(), None, &*self.store)?);

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use crate::artifact::{CheckpointScale, HeaderEnd, Tensor, TensorData, TensorSet};
 use crate::convert::{
-    Checkpoint, CheckpointPart, ConvertError, MetadataOverride, OutType, ScaleAt, Scope, Values, convert,
-    convert_quantized,
+    Adapter, Checkpoint, CheckpointPart, ConvertError, MetadataOverride, OutType, ScaleAt, Scope, Values, convert,
+    convert_lora, convert_quantized,
 };
 use crate::model::Endian;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
@@ -177,6 +177,20 @@ pub fn apply(
         Target::Preset(ftype) if options.vocab_only => return Err(ConvertOpError::QuantizedVocabulary(ftype.name())),
         Target::Preset(ftype) => convert_quantized(&checkpoint, ftype, pre)?,
     };
+    let header_end = if options.vocab_only { HeaderEnd::AtMetadata } else { HeaderEnd::Aligned };
+    tensor_set(&checkpoint, metadata, converted, header_end, store, file_key)
+}
+
+/// The converted tensors as a set whose bytes the materializer computes
+/// from the checkpoint's pinned files.
+fn tensor_set(
+    checkpoint: &Checkpoint,
+    metadata: crate::model::Metadata,
+    converted: Vec<crate::convert::ConvertedTensor>,
+    header_end: HeaderEnd,
+    store: &dyn Store,
+    file_key: &dyn Fn(&Path) -> Option<Key>,
+) -> Result<TensorSet, ConvertOpError> {
     let pinned = |path: &Path| file_key(path).ok_or_else(|| ConvertOpError::UnpinnedFile(path.to_owned()));
     let tensors = converted
         .into_iter()
@@ -195,7 +209,7 @@ pub fn apply(
                     if part.scale.is_none() && written_as_stored(model, part.tensor, &part.transform, info)? {
                         return Ok(Tensor::from_input(file, part.tensor, info));
                     }
-                    let scale = scale_of(&checkpoint, part, &pinned)?;
+                    let scale = scale_of(checkpoint, part, &pinned)?;
                     Tensor::from_checkpoint(&info.name, info.dims.clone(), file, part.tensor, part.transform, scale)
                 }
                 Values::Stacked(parts) => {
@@ -206,7 +220,7 @@ pub fn apply(
                             let source = &model.tensors[part.tensor];
                             let file = pinned(model.path())?;
                             let dims = crate::convert::selected_dims(&source.dims, &part.transform);
-                            let scale = scale_of(&checkpoint, part, &pinned)?;
+                            let scale = scale_of(checkpoint, part, &pinned)?;
                             Ok(Tensor::from_checkpoint(&source.name, dims, file, part.tensor, part.transform, scale))
                         })
                         .collect::<Result<Vec<_>, ConvertOpError>>()?;
@@ -216,6 +230,50 @@ pub fn apply(
             Ok(Tensor::convert(values, info.ggml_type, None))
         })
         .collect::<Result<Vec<_>, ConvertOpError>>()?;
-    let header_end = if options.vocab_only { HeaderEnd::AtMetadata } else { HeaderEnd::Aligned };
     Ok(TensorSet { endian: Endian::Little, metadata, tensors, header_end, legacy: None })
+}
+
+// Version 1: convert_lora_to_gguf.py's file.
+pub const LORA_SPEC: OpSpec = OpSpec::new(
+    "convert-lora",
+    1,
+    &[ParamSpec::optional("outtype", ParamKind::Name), ParamSpec::required("base", ParamKind::InputName)],
+)
+.reading_an_input();
+
+/// `convert-lora`: a PEFT adapter directory as a GGUF LoRA adapter, as
+/// `convert_lora_to_gguf.py` writes it; the base (an input) gives the
+/// architecture and names (its config only: its weights are not read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvertLoraOptions {
+    /// f32 (the converter's default), f16, bf16 or q8_0.
+    pub outtype: OutType,
+}
+
+impl ConvertLoraOptions {
+    pub fn from_params(p: &Params) -> Result<ConvertLoraOptions, Vec<Diagnostic>> {
+        let outtype = match p.str("outtype") {
+            None => OutType::F32,
+            Some((name, _)) => OutType::from_name(name)
+                .ok_or_else(|| vec![p.error("outtype", format!("`{name}` is not f32, f16, bf16 or q8_0"))])?,
+        };
+        Ok(ConvertLoraOptions { outtype })
+    }
+
+    pub fn key_params(&self) -> serde_json::Value {
+        serde_json::json!({ "outtype": format!("{:?}", self.outtype) })
+    }
+}
+
+/// The adapter in `dir` converted against the base model in `base_dir`.
+pub fn apply_lora(
+    dir: &Path,
+    base_dir: &Path,
+    options: &ConvertLoraOptions,
+    store: &dyn Store,
+    file_key: &dyn Fn(&Path) -> Option<Key>,
+) -> Result<TensorSet, ConvertOpError> {
+    let adapter = Adapter::open(&crate::formats::hub_snapshot(dir), &crate::formats::hub_snapshot(base_dir))?;
+    let (metadata, converted) = convert_lora(&adapter, options.outtype)?;
+    tensor_set(&adapter.checkpoint, metadata, converted, HeaderEnd::Aligned, store, file_key)
 }

@@ -28,7 +28,7 @@ use crate::params::{Diagnostic, OpSpec, Params};
 
 use crate::quant::plan::QuantizeOptions;
 use assemble::UnbundleOptions;
-use convert::ConvertOptions;
+use convert::{ConvertLoraOptions, ConvertOptions};
 use dequantize::DequantizeOptions;
 use export::ExportOptions;
 use filter::FilterOptions;
@@ -37,10 +37,11 @@ use metadata::{DeleteMetadata, SetMetadata};
 use rename::RenameOptions;
 
 /// Every recipe op, in the order the docs list them.
-pub const SPECS: [OpSpec; 12] = [
+pub const SPECS: [OpSpec; 13] = [
     load::SPEC,
     load::MERGE_SPEC,
     convert::SPEC,
+    convert::LORA_SPEC,
     dequantize::SPEC,
     quantize::SPEC,
     filter::SPEC,
@@ -62,6 +63,7 @@ pub enum Op {
     Load,
     MergeShards(MergeOptions),
     Convert(Box<ConvertOptions>),
+    ConvertLora(ConvertLoraOptions),
     Dequantize(DequantizeOptions),
     Quantize(Box<QuantizeOptions>),
     Filter(FilterOptions),
@@ -81,6 +83,7 @@ impl Op {
             "load" => Op::Load,
             "merge-shards" => Op::MergeShards(MergeOptions::from_params(params)?),
             "convert" => Op::Convert(Box::new(ConvertOptions::from_params(params)?)),
+            "convert-lora" => Op::ConvertLora(ConvertLoraOptions::from_params(params)?),
             "dequantize" => Op::Dequantize(DequantizeOptions::from_params(params)?),
             "quantize" => Op::Quantize(Box::new(QuantizeOptions::from_params(params)?)),
             "filter" => Op::Filter(FilterOptions::from_params(params)?),
@@ -102,6 +105,7 @@ impl Op {
             Op::Load => &load::SPEC,
             Op::MergeShards(_) => &load::MERGE_SPEC,
             Op::Convert(_) => &convert::SPEC,
+            Op::ConvertLora(_) => &convert::LORA_SPEC,
             Op::Dequantize(_) => &dequantize::SPEC,
             Op::Quantize(_) => &quantize::SPEC,
             Op::Filter(_) => &filter::SPEC,
@@ -125,6 +129,7 @@ impl Op {
             Op::Load => serde_json::json!({}),
             Op::MergeShards(o) => o.key_params(),
             Op::Convert(o) => o.key_params(),
+            Op::ConvertLora(o) => o.key_params(),
             Op::Dequantize(o) => o.key_params(),
             Op::Quantize(o) => o.key_params(),
             Op::Filter(o) => o.key_params(),
@@ -139,6 +144,6 @@ impl Op {
 
     /// Whether the op encodes tensors (so a codec change changes its result).
     pub fn converts(&self) -> bool {
-        matches!(self, Op::Dequantize(_) | Op::Quantize(_) | Op::Convert(_))
+        matches!(self, Op::Dequantize(_) | Op::Quantize(_) | Op::Convert(_) | Op::ConvertLora(_))
     }
 }
