@@ -6,6 +6,7 @@ reproducible (issue 40's fixtures), written to OUTDIR/NAME/.
 Each adapter's B matrices are random (PEFT starts them at zero, which would
 make every merge a no-op): `init_lora_weights=False`.
 """
+import json
 import os
 import sys
 from pathlib import Path
@@ -45,6 +46,11 @@ def main(checkpoints: Path, outdir: Path) -> None:
         model = AutoModelForCausalLM.from_pretrained(base, torch_dtype=torch.float32)
         peft = get_peft_model(model, LoraConfig(init_lora_weights=False, **config))
         peft.save_pretrained(outdir / name)
+        # PEFT writes target_modules from a set, in an order that changes from run to run.
+        config_path = outdir / name / "adapter_config.json"
+        config = json.loads(config_path.read_text())
+        config["target_modules"] = sorted(config["target_modules"])
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
         print(f"wrote {outdir / name}")
 
 
