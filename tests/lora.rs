@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -140,4 +141,183 @@ path = "adapter.gguf"
     let again = run();
     assert_eq!(again["totals"]["hit"], again["totals"]["nodes"], "{again}");
     assert_eq!(common::encoded(&again), 0, "{again}");
+}
+
+/// GGUF files of the fixtures in `dir`: `base-{f32,f16,bf16,q8_0}.gguf` (the
+/// LLaMA checkpoint converted, Q8_0 quantized from F32), `qwen-f16.gguf`, and
+/// the adapters `llama-lora-{f16,f32}.gguf`, `qwen-lora-{f16,f32}.gguf`.
+fn merge_fixtures(dir: &Path) {
+    let llama = base("tiny-llama-3-chat");
+    let qwen = base("Qwen2.5-Tiny-Instruct");
+    let convert = |checkpoint: &Path, out: &str, outtype: &str, pre: &str| {
+        let out = dir.join(out);
+        common::stdout_of_success(common::quantforge_with(&[
+            &"convert",
+            &checkpoint,
+            &out,
+            &"--outtype",
+            &outtype,
+            &"--pre",
+            &pre,
+        ]));
+    };
+    for outtype in ["f32", "f16", "bf16"] {
+        convert(&llama, &format!("base-{outtype}.gguf"), outtype, "llama-bpe");
+    }
+    convert(&qwen, "qwen-f16.gguf", "f16", "qwen2");
+    let (f32_base, q8_base) = (dir.join("base-f32.gguf"), dir.join("base-q8_0.gguf"));
+    common::stdout_of_success(common::quantforge_with(&[&"quantize", &f32_base, &q8_base, &"Q8_0"]));
+    for outtype in ["f16", "f32"] {
+        let out = dir.join(format!("llama-lora-{outtype}.gguf"));
+        common::stdout_of_success(convert_lora(&adapter("llama-attn"), &llama, &out, outtype));
+        let out = dir.join(format!("qwen-lora-{outtype}.gguf"));
+        common::stdout_of_success(convert_lora(&adapter("qwen2-mlp"), &qwen, &out, outtype));
+    }
+}
+
+#[test]
+fn lora_merge_writes_the_bytes_llama_export_lora_writes() {
+    let Some(export_lora) = common::reference("build/bin/llama-export-lora") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    merge_fixtures(d);
+    // Base and adapter types; the Qwen adapter's ranks 4, 8 and 16 take
+    // both of ggml's dot-product orders; two adapters, one scaled.
+    let cases: [(&str, &[&str], &[&str]); 6] = [
+        ("base-f32.gguf", &["--lora", "llama-lora-f16.gguf"], &["--lora", "llama-lora-f16.gguf"]),
+        ("base-f16.gguf", &["--lora", "llama-lora-f32.gguf"], &["--lora", "llama-lora-f32.gguf"]),
+        ("base-bf16.gguf", &["--lora", "llama-lora-f16.gguf"], &["--lora", "llama-lora-f16.gguf"]),
+        ("base-q8_0.gguf", &["--lora", "llama-lora-f32.gguf"], &["--lora", "llama-lora-f32.gguf"]),
+        ("qwen-f16.gguf", &["--lora-scaled", "qwen-lora-f16.gguf:0.5"], &["--lora-scaled", "qwen-lora-f16.gguf:0.5"]),
+        (
+            "qwen-f16.gguf",
+            &["--lora", "qwen-lora-f16.gguf", "--lora-scaled", "qwen-lora-f32.gguf:-1.25"],
+            &["--lora", "qwen-lora-f16.gguf", "--lora-scaled", "qwen-lora-f32.gguf:-1.25"],
+        ),
+    ];
+    for (n, (base, theirs_args, ours_args)) in cases.iter().enumerate() {
+        let (theirs, ours) = (format!("theirs-{n}.gguf"), format!("ours-{n}.gguf"));
+        let reference = std::process::Command::new(&export_lora)
+            .args(["-m", base])
+            .args(*theirs_args)
+            .args(["-o", &theirs])
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
+        let mut args: Vec<&OsStr> = vec![OsStr::new("lora-merge"), OsStr::new(base), OsStr::new(&ours)];
+        args.extend(ours_args.iter().map(OsStr::new));
+        common::stdout_of_success(common::quantforge_in(d, &args));
+        assert!(
+            std::fs::read(d.join(&ours)).unwrap() == std::fs::read(d.join(&theirs)).unwrap(),
+            "case {n}: {base} {ours_args:?}"
+        );
+    }
+}
+
+#[test]
+fn lora_merge_refuses_what_it_cannot_merge_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    merge_fixtures(d);
+    let refused = |args: &[&str]| {
+        let mut full = vec![OsStr::new("lora-merge")];
+        full.extend(args.iter().map(OsStr::new));
+        let out = common::quantforge_in(d, &full);
+        assert!(!out.status.success() && !d.join("out.gguf").exists(), "{args:?}");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let err = refused(&["qwen-f16.gguf", "out.gguf", "--lora", "llama-lora-f16.gguf"]);
+    assert!(err.contains("an adapter for `llama`, where the base is `qwen2`"), "{err}");
+    let err = refused(&["base-f16.gguf", "out.gguf", "--lora", "base-f32.gguf"]);
+    assert!(err.contains("not a LoRA adapter"), "{err}");
+    let err = refused(&["base-f16.gguf", "out.gguf", "--lora-scaled", "llama-lora-f16.gguf"]);
+    assert!(err.contains("FILE:SCALE"), "{err}");
+    // A Q8_0 adapter: llama-export-lora refuses it too.
+    let q8 = d.join("llama-lora-q8_0.gguf");
+    common::stdout_of_success(convert_lora(&adapter("llama-attn"), &base("tiny-llama-3-chat"), &q8, "q8_0"));
+    let err = refused(&["base-f16.gguf", "out.gguf", "--lora", "llama-lora-q8_0.gguf"]);
+    assert!(err.contains("blk.0.attn_k.weight.lora_a") && err.contains("quantized adapters are not merged"), "{err}");
+    // An adapter pair for a tensor the base lacks is named.
+    let filter = d.join("no-q.toml");
+    let text = "[input.m]\npath = \"base-f16.gguf\"\n\n[step.f]\nop = \"filter\"\nfrom = \"m\"\n\
+                exclude = [\"attn_q\"]\n\n[step.out]\nop = \"export\"\nfrom = \"f\"\npath = \"no-q.gguf\"\n";
+    std::fs::write(&filter, text).unwrap();
+    common::stdout_of_success(common::quantforge_with(&[&"run", &filter]));
+    let err = refused(&["no-q.gguf", "out.gguf", "--lora", "llama-lora-f16.gguf"]);
+    assert!(err.contains("`blk.0.attn_q.weight` has no tensor of that name in the base model"), "{err}");
+}
+
+#[test]
+fn after_an_adapter_change_a_recipe_re_encodes_only_what_it_targets() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let recipe = d.join("merged.toml");
+    let write = |scale: &str| {
+        let text = format!(
+            r#"
+[input.hf]
+path = "{}"
+
+[input.adapter]
+path = "{}"
+
+[step.base]
+op = "convert"
+from = "hf"
+outtype = "f32"
+pre = "llama-bpe"
+
+[step.lora]
+op = "convert-lora"
+from = "adapter"
+base = "hf"
+outtype = "f16"
+
+[step.merged]
+op = "lora-merge"
+from = ["base", "lora"]
+scale = {{ lora = {scale} }}
+
+[step.q]
+op = "quantize"
+from = "merged"
+preset = "Q8_0"
+
+[step.out]
+op = "export"
+from = "q"
+path = "merged-q8_0.gguf"
+"#,
+            base("tiny-llama-3-chat").display(),
+            adapter("llama-attn").display()
+        );
+        std::fs::write(&recipe, text).unwrap();
+    };
+    let cache = d.join("cache");
+    let run = || -> Value {
+        let out = common::quantforge_with(&[&"--json", &"run", &recipe, &"--cache-dir", &cache]);
+        serde_json::from_str(&common::stdout_of_success(out)).unwrap()
+    };
+    write("1.0");
+    let cold = run();
+    write("0.5");
+    let changed = run();
+    // The adapter targets q, k, v and o of both blocks: eight tensors.
+    let quantized = |report: &Value| common::encoded(report);
+    assert!(quantized(&cold) > 8, "{cold}");
+    assert_eq!(quantized(&changed), 8, "{changed}");
+
+    // The same bytes as the one-shot commands.
+    merge_fixtures(d);
+    let (merged, one_shot) = (d.join("merged.gguf"), d.join("one-shot.gguf"));
+    common::stdout_of_success(common::quantforge_with(&[
+        &"lora-merge",
+        &d.join("base-f32.gguf"),
+        &merged,
+        &"--lora-scaled",
+        &format!("{}:0.5", d.join("llama-lora-f16.gguf").display()),
+    ]));
+    common::stdout_of_success(common::quantforge_with(&[&"quantize", &merged, &one_shot, &"Q8_0"]));
+    assert!(std::fs::read(&one_shot).unwrap() == std::fs::read(d.join("merged-q8_0.gguf")).unwrap());
 }

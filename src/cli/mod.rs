@@ -25,6 +25,7 @@ mod gguf_split;
 mod inspect;
 mod json;
 mod logs;
+mod lora_merge;
 mod manual;
 mod pack;
 mod plan_devices;
@@ -195,6 +196,8 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Convert a PEFT LoRA adapter to a GGUF adapter, as convert_lora_to_gguf.py writes it.
     ConvertLora(convert_lora::ConvertLoraArgs),
+    /// Merge GGUF LoRA adapters into a base model, as llama-export-lora merges them.
+    LoraMerge(lora_merge::LoraMergeArgs),
     /// Plan per-tensor types that fit a file-size budget with the least weighted error.
     PlanQuant(plan_quant::PlanQuantArgs),
     /// Show how llama.cpp's tensor split mode would cut a model across N devices: per tensor its
@@ -667,6 +670,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::PlanQuant(args) => plan_quant::run(args, json)?,
         Command::Convert(args) => convert::run(args, json)?,
         Command::ConvertLora(args) => convert_lora::run(args, json)?,
+        Command::LoraMerge(args) => lora_merge::run(args, json)?,
         Command::Dequantize { input, output, ty, threads, cache } => {
             // clap allows only the float type names.
             let options = DequantizeOptions::from_name(&ty).with_context(|| format!("unknown float type `{ty}`"))?;

@@ -124,6 +124,9 @@ pub enum NodeError {
     Budget(#[from] budget::BudgetError),
     #[error(transparent)]
     Convert(#[from] ops::convert::ConvertOpError),
+    /// Boxed: its shape variant names three shapes.
+    #[error(transparent)]
+    LoraMerge(Box<ops::lora_merge::LoraMergeError>),
     #[error(transparent)]
     Rename(#[from] ops::rename::RenameError),
     #[error(transparent)]
@@ -150,6 +153,12 @@ pub enum NodeError {
     Assemble(#[from] ops::assemble::AssembleError),
     #[error("cannot write big-endian: {0}")]
     ByteOrder(#[from] crate::formats::gguf::NoBigEndianLayout),
+}
+
+impl From<ops::lora_merge::LoraMergeError> for NodeError {
+    fn from(e: ops::lora_merge::LoraMergeError) -> NodeError {
+        NodeError::LoraMerge(Box::new(e))
+    }
 }
 
 /// The node-cache entry: where the manifest is and what it needs.
@@ -1041,6 +1050,29 @@ impl Shared {
             Op::Rename(o) => ops::rename::apply(input()?, o)?,
             Op::SetMetadata(o) => o.apply(input()?)?,
             Op::DeleteMetadata(o) => o.apply(input()?)?,
+            Op::LoraMerge(o) => {
+                let m = self.materializer();
+                let source_name = |source: &Source| match *source {
+                    Source::Input(j) => self.bound.recipe.inputs[j].name.clone(),
+                    Source::Node(j) => self.bound.recipe.nodes[j].id.clone(),
+                };
+                let rows: Vec<SetRows<'_>> = inputs.iter().map(|set| SetRows { materializer: &m, set }).collect();
+                let (Some(base), Some(base_rows)) = (inputs.first(), rows.first()) else {
+                    return Err(NodeError::Upstream(node.id.clone()));
+                };
+                let adapters: Vec<ops::lora_merge::MergedAdapter<'_>> = node.from[1..]
+                    .iter()
+                    .zip(&inputs[1..])
+                    .zip(&rows[1..])
+                    .map(|((source, set), rows)| {
+                        let name = source_name(source);
+                        let scale = o.scale_of(&name);
+                        ops::lora_merge::MergedAdapter { name, set, rows, scale }
+                    })
+                    .collect();
+                let backend = self.backends.of(Some(&self.bound.keys[i]));
+                self.pool.install(|| ops::lora_merge::apply(base, base_rows, &adapters, backend, &*self.store))?
+            }
             Op::Assemble => ops::assemble::assemble(&inputs.iter().map(Arc::as_ref).collect::<Vec<_>>())?,
             Op::Unbundle(o) => ops::assemble::unbundle(input()?, o.part)?,
             Op::Export(_) => return Err(NodeError::Upstream(node.id.clone())),

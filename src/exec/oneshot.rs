@@ -84,6 +84,21 @@ pub fn assemble_files(parts: &[&Path], output: &Path, settings: &OneShotSettings
     run_recipe(&Recipe::assemble(parts, output), settings)
 }
 
+/// `lora-merge`: the base with the adapters (each with its scale) merged
+/// in, as one file.
+pub fn merge_lora_files(
+    base: &Path,
+    adapters: &[(&Path, f32)],
+    output: &Path,
+    settings: &OneShotSettings,
+) -> Result<RunReport, OneShotError> {
+    let mut parts = vec![("base".to_owned(), base)];
+    parts.extend(adapters.iter().enumerate().map(|(i, (path, _))| (format!("lora{}", i + 1), *path)));
+    let scales = adapters.iter().enumerate().map(|(i, &(_, scale))| (format!("lora{}", i + 1), scale)).collect();
+    let op = Op::LoraMerge(crate::ops::lora_merge::LoraMergeOptions { scales });
+    run_recipe(&Recipe::combined("lora-merge", &parts, op, output), settings)
+}
+
 /// A one-shot job that reads `input` and writes one file `output`.
 pub fn job<'a>(name: &'a str, input: &'a Path, ops: Vec<(Op, Vec<usize>)>, output: &'a Path) -> OneShot<'a> {
     OneShot {

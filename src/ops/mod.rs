@@ -16,6 +16,7 @@ pub mod export;
 pub mod filter;
 pub mod inspect;
 pub mod load;
+pub mod lora_merge;
 pub mod metadata;
 pub mod quantize;
 pub mod rename;
@@ -33,15 +34,17 @@ use dequantize::DequantizeOptions;
 use export::ExportOptions;
 use filter::FilterOptions;
 use load::MergeOptions;
+use lora_merge::LoraMergeOptions;
 use metadata::{DeleteMetadata, SetMetadata};
 use rename::RenameOptions;
 
 /// Every recipe op, in the order the docs list them.
-pub const SPECS: [OpSpec; 13] = [
+pub const SPECS: [OpSpec; 14] = [
     load::SPEC,
     load::MERGE_SPEC,
     convert::SPEC,
     convert::LORA_SPEC,
+    lora_merge::SPEC,
     dequantize::SPEC,
     quantize::SPEC,
     filter::SPEC,
@@ -64,6 +67,7 @@ pub enum Op {
     MergeShards(MergeOptions),
     Convert(Box<ConvertOptions>),
     ConvertLora(ConvertLoraOptions),
+    LoraMerge(LoraMergeOptions),
     Dequantize(DequantizeOptions),
     Quantize(Box<QuantizeOptions>),
     Filter(FilterOptions),
@@ -84,6 +88,7 @@ impl Op {
             "merge-shards" => Op::MergeShards(MergeOptions::from_params(params)?),
             "convert" => Op::Convert(Box::new(ConvertOptions::from_params(params)?)),
             "convert-lora" => Op::ConvertLora(ConvertLoraOptions::from_params(params)?),
+            "lora-merge" => Op::LoraMerge(LoraMergeOptions::from_params(params)?),
             "dequantize" => Op::Dequantize(DequantizeOptions::from_params(params)?),
             "quantize" => Op::Quantize(Box::new(QuantizeOptions::from_params(params)?)),
             "filter" => Op::Filter(FilterOptions::from_params(params)?),
@@ -106,6 +111,7 @@ impl Op {
             Op::MergeShards(_) => &load::MERGE_SPEC,
             Op::Convert(_) => &convert::SPEC,
             Op::ConvertLora(_) => &convert::LORA_SPEC,
+            Op::LoraMerge(_) => &lora_merge::SPEC,
             Op::Dequantize(_) => &dequantize::SPEC,
             Op::Quantize(_) => &quantize::SPEC,
             Op::Filter(_) => &filter::SPEC,
@@ -130,6 +136,7 @@ impl Op {
             Op::MergeShards(o) => o.key_params(),
             Op::Convert(o) => o.key_params(),
             Op::ConvertLora(o) => o.key_params(),
+            Op::LoraMerge(o) => o.key_params(),
             Op::Dequantize(o) => o.key_params(),
             Op::Quantize(o) => o.key_params(),
             Op::Filter(o) => o.key_params(),
@@ -144,6 +151,6 @@ impl Op {
 
     /// Whether the op encodes tensors (so a codec change changes its result).
     pub fn converts(&self) -> bool {
-        matches!(self, Op::Dequantize(_) | Op::Quantize(_) | Op::Convert(_) | Op::ConvertLora(_))
+        matches!(self, Op::Dequantize(_) | Op::Quantize(_) | Op::Convert(_) | Op::ConvertLora(_) | Op::LoraMerge(_))
     }
 }

@@ -248,11 +248,18 @@ impl Recipe {
 impl Recipe {
     /// The recipe of `quantforge assemble`: load every part, assemble, export.
     pub fn assemble(parts: &[&Path], output: &Path) -> Recipe {
+        let named: Vec<(String, &Path)> =
+            parts.iter().enumerate().map(|(i, path)| (format!("part{}", i + 1), *path)).collect();
+        Recipe::combined("assemble", &named, Op::Assemble, output)
+    }
+
+    /// A one-shot recipe of several files: load each (named), apply `op` to
+    /// all of them in order, export the result to `output`.
+    pub fn combined(name: &str, parts: &[(String, &Path)], op: Op, output: &Path) -> Recipe {
         let inputs: Vec<InputDecl> = parts
             .iter()
-            .enumerate()
-            .map(|(i, path)| InputDecl {
-                name: format!("part{}", i + 1),
+            .map(|(name, path)| InputDecl {
+                name: name.clone(),
                 path: path.to_path_buf(),
                 as_written: path.to_path_buf(),
                 pin: None,
@@ -275,7 +282,8 @@ impl Recipe {
             .enumerate()
             .map(|(i, input)| node(input.name.clone(), Op::Load, vec![Source::Input(i)]))
             .collect();
-        nodes.push(node("assemble".into(), Op::Assemble, (0..parts.len()).map(Source::Node).collect()));
+        let id = op.name().to_owned();
+        nodes.push(node(id, op, (0..parts.len()).map(Source::Node).collect()));
         let export = crate::ops::export::ExportOptions {
             path: output.to_owned(),
             format: crate::ops::export::ExportFormat::Gguf,
@@ -284,7 +292,7 @@ impl Recipe {
             byte_order: None,
         };
         nodes.push(node("export".into(), Op::Export(export), vec![Source::Node(parts.len())]));
-        Recipe { name: "assemble".into(), inputs, nodes, source: None, remote: None, jobs: None, cache: None }
+        Recipe { name: name.into(), inputs, nodes, source: None, remote: None, jobs: None, cache: None }
     }
 }
 
