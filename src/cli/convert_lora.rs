@@ -9,7 +9,7 @@ use anyhow::Context;
 use super::{CacheArgs, workers};
 use crate::convert::OutType;
 use crate::exec::oneshot;
-use crate::formats::{OpenOptions, human_bytes};
+use crate::formats::OpenOptions;
 use crate::ops::Op;
 use crate::ops::convert::ConvertLoraOptions;
 use crate::ops::export::SplitMode;
@@ -39,7 +39,6 @@ pub struct ConvertLoraArgs {
 pub fn run(args: ConvertLoraArgs, json: bool) -> anyhow::Result<()> {
     let input = &crate::formats::model_path(&args.input).map_err(anyhow::Error::msg)?;
     let base = &crate::formats::model_path(&args.base).map_err(anyhow::Error::msg)?;
-    let started = std::time::Instant::now();
     let outtype = OutType::from_name(&args.outtype)
         .ok_or_else(|| anyhow::anyhow!("--outtype: `{}` is not f32, f16, bf16 or q8_0", args.outtype))?;
     let extra = [ExtraInput { name: "base", path: base, as_written: &args.base }];
@@ -58,16 +57,5 @@ pub fn run(args: ConvertLoraArgs, json: bool) -> anyhow::Result<()> {
     let settings = args.cache.settings(Some(workers(args.threads)), OpenOptions::default())?;
     let report = oneshot::run(job, &settings).with_context(|| format!("cannot convert {}", input.display()))?;
     super::cache::report_transfers(report.remote.as_ref(), false)?;
-    if json {
-        return super::json::print(&super::json::Written::of("convert-lora", &report));
-    }
-    let tensors: usize = report.files().map(|f| f.tensors).sum();
-    say!(
-        "wrote {}: {}, {}, in {:.2} s",
-        args.output.display(),
-        crate::text::count(tensors as u64, "tensor"),
-        human_bytes(report.output_bytes() as f64),
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
+    super::wrote("convert-lora", &report, json)
 }

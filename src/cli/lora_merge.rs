@@ -49,5 +49,6 @@ pub fn run(args: LoraMergeArgs, json: bool) -> anyhow::Result<()> {
     let settings = args.cache.settings(Some(workers(args.threads)), OpenOptions::default())?;
     let report = oneshot::merge_lora_files(&args.base, &adapters, &args.output, &settings)
         .with_context(|| format!("cannot merge into {}", args.base.display()))?;
+    super::cache::report_transfers(report.remote.as_ref(), false)?;
     super::wrote("lora-merge", &report, json)
 }

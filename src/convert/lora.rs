@@ -85,13 +85,13 @@ const KEYS: &[(&str, Key)] = &[
 ];
 
 /// A PEFT LoRA adapter's settings that shape the converted file.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct AdapterConfig {
     pub rank: u64,
     pub alpha: f64,
     /// Per-module ranks: a pattern matched against a module's name (as PEFT
-    /// matches it: the whole name, or its end after a dot).
-    pub rank_pattern: Vec<(String, u64)>,
+    /// matches it: the whole name, or its end after a dot), compiled.
+    pub rank_pattern: Vec<(Regex, u64)>,
     /// aLoRA: the tokens after which the adapter applies.
     pub invocation_tokens: Option<Vec<u32>>,
 }
@@ -130,7 +130,9 @@ impl AdapterConfig {
         let rank_pattern = patterns(object.get("rank_pattern"), "rank_pattern")
             .map_err(&refuse)?
             .into_iter()
-            .map(|(pattern, value)| Ok((pattern.clone(), positive(Some(value), &format!("rank_pattern.{pattern}"))?)))
+            .map(|(pattern, value)| {
+                Ok((pattern_regex(pattern)?, positive(Some(value), &format!("rank_pattern.{pattern}"))?))
+            })
             .collect::<Result<Vec<_>, String>>()
             .map_err(&refuse)?;
         for (pattern, value) in patterns(object.get("alpha_pattern"), "alpha_pattern").map_err(&refuse)? {
@@ -140,9 +142,6 @@ impl AdapterConfig {
                      has one alpha (convert_lora_to_gguf.py would write {alpha} and scale those modules wrong)"
                 )));
             }
-            pattern_regex(pattern).map_err(&refuse)?;
-        }
-        for (pattern, _) in &rank_pattern {
             pattern_regex(pattern).map_err(&refuse)?;
         }
         let invocation_tokens = match object.get("alora_invocation_tokens") {
@@ -161,10 +160,7 @@ impl AdapterConfig {
 
     /// The rank PEFT gives module `module` (`model.layers.0.mlp.down_proj`).
     pub fn rank_of(&self, module: &str) -> u64 {
-        self.rank_pattern
-            .iter()
-            .find(|(pattern, _)| pattern_regex(pattern).is_ok_and(|re| re.is_match(module)))
-            .map_or(self.rank, |&(_, rank)| rank)
+        self.rank_pattern.iter().find(|(pattern, _)| pattern.is_match(module)).map_or(self.rank, |&(_, rank)| rank)
     }
 }
 
@@ -226,15 +222,14 @@ impl Adapter {
             path: base_dir.to_owned(),
             problem: "the base has no config.json (--base names the base model's directory)".into(),
         })?;
-        let mut checkpoint = Checkpoint {
+        let checkpoint = Checkpoint {
             dir: dir.to_owned(),
-            repository: None,
+            repository: crate::formats::hub_model_name(dir),
             model_name: None,
             metadata_override: None,
             config: base_config,
             shards: vec![ModelFile::open(&weights, OpenOptions::default())?],
         };
-        checkpoint.repository = crate::formats::hub_model_name(dir);
         let base_name = base_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         Ok(Adapter { config, checkpoint, base_name })
     }
