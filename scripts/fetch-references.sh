@@ -4,7 +4,8 @@
 #
 #   $QUANTFORGE_REFS/llama.cpp             llama.cpp source, from the llama-cpp-python
 #                                          0.3.36 sdist (convert scripts, gguf-py, ggml)
-#   $QUANTFORGE_REFS/llama.cpp/build/bin   llama-quantize, llama-gguf-split, llama-export-lora
+#   $QUANTFORGE_REFS/llama.cpp/build/bin   llama-quantize, llama-gguf-split, llama-export-lora,
+#                                          llama-imatrix, llama-perplexity
 #                                          and libggml-base (with --build; ~6 min on 2 cores)
 #
 # QUANTFORGE_REFS defaults to ~/.cache/quantforge/refs. Safe to rerun: what is
@@ -36,7 +37,7 @@ fi
 
 if $build; then
     bin=$src/build/bin
-    targets=(llama-quantize llama-gguf-split llama-export-lora)
+    targets=(llama-quantize llama-gguf-split llama-export-lora llama-imatrix llama-perplexity)
     missing=()
     for target in "${targets[@]}"; do
         [ -x "$bin/$target" ] || missing+=("$target")

@@ -169,6 +169,18 @@ impl Tensor {
         }
     }
 
+    /// Bytes made whole by an op or a tool and stored as blob `hash`:
+    /// named by their content, whatever made them.
+    pub fn generated(info: &TensorInfo, hash: Key) -> Tensor {
+        Tensor {
+            name: info.name.clone(),
+            dims: info.dims.clone(),
+            ggml_type: info.ggml_type,
+            key: KeyBuilder::new("tensor.generated").key(&hash).finish(),
+            data: TensorData::Blob { hash },
+        }
+    }
+
     /// The transformed f32 values of tensor `index` of checkpoint file `file`
     /// (times its FP8 `scale` if any), named `name`, of shape `dims` (after
     /// the transforms).

@@ -27,4 +27,5 @@ pub mod spelling;
 pub mod store;
 pub mod synth;
 pub mod text;
+pub mod tools;
 pub mod types;

@@ -1,5 +1,6 @@
 //! `quantforge backends`: what this machine offers a recipe's `backend`:
-//! the CPU's vector levels, and CUDA devices or why there are none.
+//! the CPU's vector levels, and CUDA devices or why there are none; and the
+//! llama.cpp tools its `imatrix` steps would run.
 
 use std::io::Write;
 
@@ -44,6 +45,21 @@ pub fn run(args: BackendsArgs) -> anyhow::Result<()> {
     match cuda::nvrtc_version() {
         Ok((major, minor)) => writeln!(out, "nvrtc: {major}.{minor}")?,
         Err(why) => writeln!(out, "nvrtc: none: {why}")?,
+    }
+    let hash = |path: &std::path::Path| crate::store::fingerprint::hash_file(path);
+    for tool in crate::tools::Tool::ALL {
+        match crate::tools::find(tool, None, &hash) {
+            Ok(found) => writeln!(
+                out,
+                "{}: {} ({}; from {}; build {})",
+                tool.binary(),
+                found.path.display(),
+                found.version,
+                found.origin.describe(),
+                found.identity.short()
+            )?,
+            Err(why) => writeln!(out, "{why}")?,
+        }
     }
     if args.bench {
         bench(&mut out)?;

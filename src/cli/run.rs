@@ -529,7 +529,13 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
             writeln!(out, "{:9}{:width$}  because {}", "", "", crate::text::for_terminal(reason))?;
         }
         if let Some(error) = &node.error {
-            writeln!(out, "{:9}{:width$}  error: {}", "", "", crate::text::for_terminal(error))?;
+            // A tool's failure goes on for lines (its command, its last words): kept under the node.
+            let indent = format!("{:9}{:width$}  ", "", "");
+            let mut lines = error.lines();
+            writeln!(out, "{indent}error: {}", crate::text::for_terminal(lines.next().unwrap_or_default()))?;
+            for line in lines {
+                writeln!(out, "{indent}{}", crate::text::for_terminal(line))?;
+            }
         }
     }
     let t = &report.totals;

@@ -1,6 +1,7 @@
 //! Why a node misses: each run records, per recipe node, the parts its key
 //! was built from; `plan` compares today's parts with those and names what
-//! changed (an input's content, a parameter, the codec or op version), or,
+//! changed (an input's content, a parameter, the codec or op version, the
+//! build of the external tool it runs), or,
 //! for an export whose key did not change, which of its files was deleted
 //! or modified.
 
@@ -23,6 +24,16 @@ struct KeyParts {
     params: serde_json::Value,
     /// (name, key) of each input, in order.
     inputs: Vec<(String, Key)>,
+    /// The external tool the node runs: its binary, version and identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool: Option<ToolPart>,
+}
+
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct ToolPart {
+    binary: String,
+    version: String,
+    identity: Key,
 }
 
 impl Shared {
@@ -51,6 +62,11 @@ impl Shared {
             op_version: node.op.spec().version,
             params: node.op.key_params(),
             inputs,
+            tool: self.bound.tools[i].as_ref().map(|t| ToolPart {
+                binary: t.tool.binary().to_owned(),
+                version: t.version.clone(),
+                identity: t.identity,
+            }),
         }
     }
 
@@ -136,6 +152,17 @@ impl Shared {
                 Some((_, old)) => reasons.push(format!("input `{name}` changed ({} → {})", old.short(), key.short())),
                 None => reasons.push(format!("input `{name}` is new")),
             }
+        }
+        match (&before.tool, &now.tool) {
+            (Some(old), Some(new)) if old.identity != new.identity => reasons.push(format!(
+                "`{}` is another build: {} ({}) → {} ({})",
+                new.binary,
+                old.version,
+                old.identity.short(),
+                new.version,
+                new.identity.short()
+            )),
+            _ => {}
         }
         if reasons.is_empty() {
             reasons.push("its key changed".into());

@@ -514,6 +514,36 @@ impl Shared {
 
     /// A new output file of export node `i` (its directory made), checked
     /// again by the run's guard as it is created.
+    /// Writes `set` whole as GGUF file `name` in `dir`, for a tool to read:
+    /// no cache entry, no link, nothing reported but its progress.
+    pub(super) fn write_scratch(
+        &self,
+        set: &TensorSet,
+        dir: &tempfile::TempDir,
+        name: &str,
+    ) -> Result<PathBuf, NodeError> {
+        let destination = crate::files::OutputPath::private(dir, name);
+        let path = destination.resolved().to_owned();
+        let options = ExportOptions {
+            path: path.clone(),
+            format: ExportFormat::Gguf,
+            split: ops::export::SplitMode::Whole,
+            attest: false,
+            byte_order: None,
+        };
+        let ops::export::Output { set, files } = ops::export::output_files(set, &options)?;
+        let write_err = |source| NodeError::Write { path: path.clone(), source };
+        let mut out = AtomicOutput::create(&destination).map_err(write_err)?;
+        let file = files.first().ok_or_else(|| write_err(io::Error::other("no file was planned")))?;
+        let planned = file.plan.tensors.iter().map(|&t| set.tensors[t].n_bytes()).sum();
+        let bar = ExportProgress::new(self.progress.add(ProgressBar::new(planned)), &path);
+        let layout = gguf_layout(&set, file, set.endian);
+        layout.and_then(|layout| write_file(&self.materializer(), layout, &mut out, &bar)).map_err(|e| e.at(&path))?;
+        bar.bar.finish_and_clear();
+        out.commit().map_err(write_err)?;
+        Ok(path)
+    }
+
     fn create_output(&self, i: usize, path: &Path) -> Result<AtomicOutput, NodeError> {
         let id = &self.bound.recipe.nodes[i].id;
         let checked = self.bound.outputs.export_file(id, path, crate::files::Replaces::AnyFile)?;

@@ -901,6 +901,12 @@ impl Materializer<'_> {
         Ok(values)
     }
 
+    /// All of a small tensor's bytes, in its type, at once (an importance
+    /// matrix's sums and counts).
+    pub fn whole(&self, tensor: &Tensor) -> Result<Vec<u8>, MaterializeError> {
+        self.rows(tensor, 0, rows_of(tensor).1)
+    }
+
     /// Rows `first..first + n` of `tensor`, in its type.
     fn rows(&self, tensor: &Tensor, first: usize, n: usize) -> Result<Vec<u8>, MaterializeError> {
         let row_bytes = row_bytes(tensor);

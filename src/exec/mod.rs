@@ -21,6 +21,7 @@ pub mod oneshot;
 pub mod outputs;
 pub mod report;
 mod schedule;
+mod tool_steps;
 pub mod units;
 
 use std::collections::HashMap;
@@ -107,6 +108,8 @@ pub enum RunError {
     Unit { id: String, why: String },
     #[error("no step, export or output path `{target}` in the recipe (its steps: {steps})")]
     UnknownTarget { target: String, steps: String },
+    #[error("step `{node}`: {source}")]
+    Tool { node: String, source: crate::tools::ToolError },
 }
 
 /// Why one node failed.
@@ -153,6 +156,11 @@ pub enum NodeError {
     Assemble(#[from] ops::assemble::AssembleError),
     #[error("cannot write big-endian: {0}")]
     ByteOrder(#[from] crate::formats::gguf::NoBigEndianLayout),
+    /// Boxed: it carries the command line and the tool's last lines.
+    #[error(transparent)]
+    Tool(Box<crate::tools::RunFailure>),
+    #[error("an external tool computes it only when the recipe runs")]
+    NotPlanned,
 }
 
 impl From<ops::lora_merge::LoraMergeError> for NodeError {
@@ -197,6 +205,8 @@ struct Bound {
     keys: Vec<Key>,
     consumers: Vec<Vec<usize>>,
     files: InputFiles,
+    /// The external tool each node runs, found and identified.
+    tools: Vec<Option<crate::tools::FoundTool>>,
     /// Where the run may write, checked when it was bound.
     outputs: outputs::RunOutputs,
 }
@@ -402,6 +412,7 @@ impl Engine {
             });
             inputs.push(Some(BoundInput { key, shards, index }));
         }
+        let tools = find_tools(recipe, &*self.store)?;
         let mut keys: Vec<Key> = Vec::with_capacity(recipe.nodes.len());
         let mut consumers = vec![Vec::new(); recipe.nodes.len()];
         for (i, node) in recipe.nodes.iter().enumerate() {
@@ -421,11 +432,17 @@ impl Engine {
                 key.key(&input_hash(&inputs, j));
                 key.str(&recipe.inputs[j].as_written.to_string_lossy());
             }
+            if let Some(j) = step_imatrix(node) {
+                key.str(&recipe.imatrix_name(j).to_string_lossy());
+            }
+            if let Some(tool) = &tools[i] {
+                key.str("tool").key(&tool.identity);
+            }
             keys.push(key.finish());
         }
         let files = InputFiles::new(paths, self.open);
         let outputs = outputs::RunOutputs::check(recipe, self.store.directory(), files.paths())?;
-        let bound = Bound { recipe: recipe.clone(), inputs, keys, consumers, files, outputs };
+        let bound = Bound { recipe: recipe.clone(), inputs, keys, consumers, files, tools, outputs };
         Ok((bound, reports))
     }
 
@@ -736,6 +753,40 @@ fn select(recipe: &Recipe, targets: &[String]) -> Result<Option<Vec<bool>>, RunE
     Ok(Some(roots))
 }
 
+/// The external tool of each node that runs one, found and identified when
+/// the run is planned: a missing tool fails the run before any work (its
+/// identity is part of the node's key, cached result or not).
+fn find_tools(recipe: &Recipe, store: &dyn Store) -> Result<Vec<Option<crate::tools::FoundTool>>, RunError> {
+    let hash = |path: &Path| fingerprint::content_hash(store, path).map(|c| c.hash);
+    let mut found: HashMap<crate::tools::Tool, crate::tools::FoundTool> = HashMap::new();
+    let mut tools = Vec::with_capacity(recipe.nodes.len());
+    for node in &recipe.nodes {
+        let Some(tool) = node.op.tool() else {
+            tools.push(None);
+            continue;
+        };
+        let found = match found.entry(tool) {
+            std::collections::hash_map::Entry::Occupied(e) => e.get().clone(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let tool = crate::tools::find(tool, recipe.llama_cpp.as_deref(), &hash)
+                    .map_err(|source| RunError::Tool { node: node.step.clone(), source })?;
+                e.insert(tool).clone()
+            }
+        };
+        tools.push(Some(found));
+    }
+    Ok(tools)
+}
+
+/// The node whose importance matrix a `quantize` node uses (`imatrix =
+/// "STEP"`): its second source.
+fn step_imatrix(node: &NodeDecl) -> Option<usize> {
+    match (&node.op, node.from.get(1)) {
+        (Op::Quantize(_), Some(&Source::Node(j))) => Some(j),
+        _ => None,
+    }
+}
+
 /// Every node's backend, resolved when the run is planned: one this machine
 /// cannot provide fails the run before any work, whatever the cache holds.
 fn resolve_backends(bound: &Bound, store: &dyn Store) -> Result<Backends, RunError> {
@@ -865,7 +916,11 @@ impl Shared {
             inputs: input_names.chain(node.uses.iter().copied()).map(|k| recipe.inputs[k].name.clone()).collect(),
             status,
             key: self.bound.keys[i].hex(),
-            backend: self.backends.of(Some(&self.bound.keys[i])).name(),
+            // A tool's step runs on whatever the tool runs on.
+            backend: match &self.bound.tools[i] {
+                Some(found) => found.tool.binary().to_owned(),
+                None => self.backends.of(Some(&self.bound.keys[i])).name(),
+            },
             duration_ms: 0.0,
             bytes_in: 0,
             bytes_out: 0,
@@ -934,6 +989,9 @@ impl Shared {
             && let Some(cached) = cached_set(&*self.store, &self.bound.keys[i])
         {
             return Ok(cached);
+        }
+        if dry && self.bound.recipe.nodes[i].op.tool().is_some() {
+            return Err(NodeError::NotPlanned);
         }
         let (mut set, fallbacks) = self.compute(i, &inputs)?;
         claim_conversions(&mut set, &self.bound.keys[i], &inputs);
@@ -1031,12 +1089,13 @@ impl Shared {
                 return quantized(ops::quantize::apply(input()?, &o.quantize_options(), None, &*self.store)?);
             }
             Op::Quantize(o) => {
-                let imatrix = match node.uses.first() {
-                    Some(&j) => {
+                let imatrix = match (node.uses.first(), step_imatrix(node), inputs.get(1)) {
+                    (Some(&j), _, _) => {
                         let decl = &self.bound.recipe.inputs[j];
                         crate::quant::plan::load_imatrix(&decl.path, &decl.as_written, o)?
                     }
-                    None => None,
+                    (None, Some(j), Some(set)) => self.step_imatrix(j, set, o)?,
+                    _ => None,
                 };
                 let input = input()?;
                 let m = self.materializer();
@@ -1073,6 +1132,7 @@ impl Shared {
                 let backend = self.backends.of(Some(&self.bound.keys[i]));
                 self.pool.install(|| ops::lora_merge::apply(base, base_rows, &adapters, backend, &*self.store))?
             }
+            Op::Imatrix(o) => self.imatrix(i, input()?, o)?,
             Op::Assemble => ops::assemble::assemble(&inputs.iter().map(Arc::as_ref).collect::<Vec<_>>())?,
             Op::Unbundle(o) => ops::assemble::unbundle(input()?, o.part)?,
             Op::Export(_) => return Err(NodeError::Upstream(node.id.clone())),

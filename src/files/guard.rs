@@ -33,6 +33,14 @@ pub struct OutputPath {
 }
 
 impl OutputPath {
+    /// File `name` in `dir`, a directory this process made for itself
+    /// (mode 0700, fresh): nothing else can have put a file or a link
+    /// there, so there is nothing to check. A tool's scratch input.
+    pub fn private(dir: &tempfile::TempDir, name: &str) -> OutputPath {
+        let path = dir.path().join(name);
+        OutputPath { shown: path.clone(), resolved: path }
+    }
+
     pub fn shown(&self) -> &Path {
         &self.shown
     }

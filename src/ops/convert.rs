@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::artifact::{CheckpointScale, HeaderEnd, Tensor, TensorData, TensorSet};
+use crate::artifact::{CheckpointScale, HeaderEnd, Tensor, TensorSet};
 use crate::convert::{
     Adapter, Checkpoint, CheckpointPart, ConvertError, MetadataOverride, OutType, ScaleAt, Scope, Values, convert,
     convert_lora, convert_quantized,
@@ -14,7 +14,7 @@ use crate::convert::{
 use crate::model::Endian;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::quant::plan::parse_preset;
-use crate::store::{Key, KeyBuilder, Store, StoreError};
+use crate::store::{Key, Store, StoreError};
 use crate::types::{FileType, GgmlType};
 
 // Version 2: model cards read whole, the post-processor's edits of the
@@ -199,9 +199,7 @@ fn tensor_set(
             let values = match t.values_source() {
                 Values::Generated(values) => {
                     let hash = store.put_blob(&values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
-                    let key = KeyBuilder::new("tensor.generated").key(&hash).finish();
-                    let data = TensorData::Blob { hash };
-                    Tensor { name: info.name.clone(), dims: info.dims.clone(), ggml_type: GgmlType::F32, key, data }
+                    Tensor::generated(&crate::model::TensorInfo { ggml_type: GgmlType::F32, ..info.clone() }, hash)
                 }
                 Values::Checkpoint(part) => {
                     let model = &checkpoint.shards[part.shard];

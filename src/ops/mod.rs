@@ -1,8 +1,10 @@
-//! Operations. The recipe ops (`load`, `merge-shards`, `convert`, `dequantize`,
-//! `quantize`, `filter`, `rename`, `set-metadata`, `delete-metadata`,
-//! `assemble`, `unbundle`, `export`) are each a pure
-//! function of their input tensor sets and parameters, one file each, with
-//! the [`OpSpec`] that says what a recipe may pass them. The one-shot
+//! Operations. The recipe ops (`load`, `merge-shards`, `convert`,
+//! `convert-lora`, `lora-merge`, `dequantize`, `quantize`, `filter`,
+//! `rename`, `set-metadata`, `delete-metadata`, `assemble`, `unbundle`,
+//! `export`) are each a pure function of their input tensor sets and
+//! parameters, one file each, with the [`OpSpec`] that says what a recipe
+//! may pass them; `imatrix` is the result of an external tool (its
+//! identity part of the step's key). The one-shot
 //! operations (`inspect`, `diff`, `split`, `edit`'s parsing) take files and
 //! return reports. None parses arguments or prints.
 
@@ -14,6 +16,7 @@ pub mod diff;
 pub mod edit;
 pub mod export;
 pub mod filter;
+pub mod imatrix;
 pub mod inspect;
 pub mod load;
 pub mod lora_merge;
@@ -33,19 +36,21 @@ use convert::{ConvertLoraOptions, ConvertOptions};
 use dequantize::DequantizeOptions;
 use export::ExportOptions;
 use filter::FilterOptions;
+use imatrix::ImatrixOptions;
 use load::MergeOptions;
 use lora_merge::LoraMergeOptions;
 use metadata::{DeleteMetadata, SetMetadata};
 use rename::RenameOptions;
 
 /// Every recipe op, in the order the docs list them.
-pub const SPECS: [OpSpec; 14] = [
+pub const SPECS: [OpSpec; 15] = [
     load::SPEC,
     load::MERGE_SPEC,
     convert::SPEC,
     convert::LORA_SPEC,
     lora_merge::SPEC,
     dequantize::SPEC,
+    imatrix::SPEC,
     quantize::SPEC,
     filter::SPEC,
     rename::SPEC,
@@ -69,6 +74,7 @@ pub enum Op {
     ConvertLora(ConvertLoraOptions),
     LoraMerge(LoraMergeOptions),
     Dequantize(DequantizeOptions),
+    Imatrix(ImatrixOptions),
     Quantize(Box<QuantizeOptions>),
     Filter(FilterOptions),
     Rename(RenameOptions),
@@ -90,6 +96,7 @@ impl Op {
             "convert-lora" => Op::ConvertLora(ConvertLoraOptions::from_params(params)?),
             "lora-merge" => Op::LoraMerge(LoraMergeOptions::from_params(params)?),
             "dequantize" => Op::Dequantize(DequantizeOptions::from_params(params)?),
+            "imatrix" => Op::Imatrix(ImatrixOptions::from_params(params)?),
             "quantize" => Op::Quantize(Box::new(QuantizeOptions::from_params(params)?)),
             "filter" => Op::Filter(FilterOptions::from_params(params)?),
             "rename" => Op::Rename(RenameOptions::from_params(params)?),
@@ -113,6 +120,7 @@ impl Op {
             Op::ConvertLora(_) => &convert::LORA_SPEC,
             Op::LoraMerge(_) => &lora_merge::SPEC,
             Op::Dequantize(_) => &dequantize::SPEC,
+            Op::Imatrix(_) => &imatrix::SPEC,
             Op::Quantize(_) => &quantize::SPEC,
             Op::Filter(_) => &filter::SPEC,
             Op::Rename(_) => &rename::SPEC,
@@ -138,6 +146,7 @@ impl Op {
             Op::ConvertLora(o) => o.key_params(),
             Op::LoraMerge(o) => o.key_params(),
             Op::Dequantize(o) => o.key_params(),
+            Op::Imatrix(o) => o.key_params(),
             Op::Quantize(o) => o.key_params(),
             Op::Filter(o) => o.key_params(),
             Op::Rename(o) => o.key_params(),
@@ -146,6 +155,14 @@ impl Op {
             Op::Assemble => serde_json::json!({}),
             Op::Unbundle(o) => o.key_params(),
             Op::Export(o) => o.key_params(),
+        }
+    }
+
+    /// The external tool the op runs, whose identity is part of its key.
+    pub fn tool(&self) -> Option<crate::tools::Tool> {
+        match self {
+            Op::Imatrix(_) => Some(crate::tools::Tool::Imatrix),
+            _ => None,
         }
     }
 

@@ -25,7 +25,7 @@ pub const SPEC: OpSpec = OpSpec::new(
         ParamSpec::optional("preset", ParamKind::Name).fanning_out(),
         ParamSpec::optional("budget", ParamKind::Str).fanning_out(),
         ParamSpec::optional("override", ParamKind::TableList),
-        ParamSpec::optional("imatrix", ParamKind::InputName),
+        ParamSpec::optional("imatrix", ParamKind::InputOrStep("imatrix")),
         ParamSpec::optional("include_weights", ParamKind::StrList),
         ParamSpec::optional("exclude_weights", ParamKind::StrList),
         ParamSpec::optional("allow_requantize", ParamKind::Bool),

@@ -31,8 +31,13 @@ pub enum ParamKind {
     TableList,
     /// A table of single values (strings, numbers, booleans) and lists of them.
     Table,
+    /// A whole number.
+    Int,
     /// The name of an `[input.NAME]` the step also depends on.
     InputName,
+    /// The name of an `[input.NAME]` or of a step of this op (an
+    /// `imatrix` step's matrix), whose result the step also depends on.
+    InputOrStep(&'static str),
 }
 
 impl ParamKind {
@@ -46,7 +51,9 @@ impl ParamKind {
             ParamKind::StrMap => "a table of strings",
             ParamKind::TableList => "a list of tables",
             ParamKind::Table => "a table (of values and lists of values)",
+            ParamKind::Int => "a whole number",
             ParamKind::InputName => "the name of an [input.NAME]",
+            ParamKind::InputOrStep(_) => "the name of an [input.NAME] or a step",
         }
     }
 }
@@ -162,6 +169,13 @@ impl Params {
     pub fn str(&self, name: &str) -> Option<(&str, &Span)> {
         match self.get(name) {
             Some(Param { value: ParamValue::Str(s), span }) => Some((s, span)),
+            _ => None,
+        }
+    }
+
+    pub fn int(&self, name: &str) -> Option<(i64, &Span)> {
+        match self.get(name) {
+            Some(Param { value: ParamValue::Int(n), span }) => Some((*n, span)),
             _ => None,
         }
     }

@@ -192,6 +192,19 @@ impl ImportanceMatrix {
         }
     }
 
+    /// Reads an imatrix in GGUF layout held elsewhere than in a file (a
+    /// recipe step's result): its metadata and tensors, and each tensor's
+    /// bytes from `data`. `name` stands for the file in errors, and is what
+    /// a model quantized with it records.
+    pub fn from_parts(
+        name: &Path,
+        metadata: &Metadata,
+        tensors: &[TensorInfo],
+        data: &dyn Fn(&TensorInfo) -> Result<Vec<u8>>,
+    ) -> Result<ImportanceMatrix> {
+        from_gguf_parts(name, metadata, tensors, data)
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -556,12 +569,24 @@ fn load_legacy(path: &Path, source: &Source) -> Result<ImportanceMatrix> {
 /// Reads the GGUF format, with llama.cpp's checks in llama.cpp's order.
 fn load_gguf(path: &Path) -> Result<ImportanceMatrix> {
     let model = ModelFile::open(path, OpenOptions::default())?;
+    let data = |t: &TensorInfo| -> Result<Vec<u8>> { Ok(model.tensor_data(t)?.into_owned()) };
+    from_gguf_parts(path, &model.metadata, &model.tensors, &data)
+}
+
+/// An imatrix in llama-imatrix's GGUF layout, from its metadata and
+/// tensors, whatever holds their bytes (`data`); `path` names it in errors
+/// and in what a quantized model records.
+fn from_gguf_parts(
+    path: &Path,
+    md: &Metadata,
+    tensors: &[TensorInfo],
+    data: &dyn Fn(&TensorInfo) -> Result<Vec<u8>>,
+) -> Result<ImportanceMatrix> {
     let err = |kind| ImatrixError::new(path, None, kind);
-    if model.tensors.is_empty() {
+    if tensors.is_empty() {
         return Err(err(ImatrixErrorKind::NoEntries { what: "the tensor count", count: 0 }));
     }
 
-    let md = &model.metadata;
     let mut datasets = Vec::new();
     if let Some(Value::Array(Array::String(names))) = md.get(KV_IMATRIX_DATASETS) {
         datasets = names.iter().map(|n| GgufString::from_bytes(c_string(n, usize::MAX).to_vec())).collect();
@@ -580,7 +605,7 @@ fn load_gguf(path: &Path) -> Result<ImportanceMatrix> {
 
     // Pair `<name>.in_sum2` with `<name>.counts`; other tensors are ignored.
     let mut pairs: BTreeMap<&str, (Option<&TensorInfo>, Option<&TensorInfo>)> = BTreeMap::new();
-    for t in model.tensors.iter().filter(|t| !t.name.is_empty()) {
+    for t in tensors.iter().filter(|t| !t.name.is_empty()) {
         if let Some(name) = t.name.strip_suffix(SUMS_SUFFIX) {
             pairs.entry(name).or_default().0 = Some(t);
         } else if let Some(name) = t.name.strip_suffix(COUNTS_SUFFIX) {
@@ -616,9 +641,9 @@ fn load_gguf(path: &Path) -> Result<ImportanceMatrix> {
         if n_sums % n_counts != 0 {
             return Err(err(ImatrixErrorKind::SumsNotRows { entry: name.to_owned(), sums: n_sums, counts: n_counts }));
         }
-        let counts_data = model.tensor_data(counts)?;
+        let counts_data = data(counts)?;
         let counts: Vec<i64> = f32s(&counts_data).map(lround).collect();
-        let sums_data = model.tensor_data(sums)?;
+        let sums_data = data(sums)?;
         let n_per_row = (n_sums / n_counts) as usize;
         entries.insert(name.to_owned(), gguf_weights(f32s(&sums_data), &counts, n_per_row));
     }

@@ -453,7 +453,17 @@ pub fn load_imatrix(
     recorded_as: &std::path::Path,
     options: &QuantizeOptions,
 ) -> Result<Option<ImportanceMatrix>, ImatrixError> {
-    let mut m = ImportanceMatrix::load(path)?;
+    prepare_imatrix(ImportanceMatrix::load(path)?, recorded_as, options)
+}
+
+/// An importance matrix made ready for `options`: its entries filtered by
+/// `include_weights`/`exclude_weights`, checked finite, and recorded as
+/// `recorded_as`; `None` when nothing is left.
+pub fn prepare_imatrix(
+    mut m: ImportanceMatrix,
+    recorded_as: &std::path::Path,
+    options: &QuantizeOptions,
+) -> Result<Option<ImportanceMatrix>, ImatrixError> {
     m.filter(&options.include_weights, &options.exclude_weights);
     m.check_finite()?;
     m.record_as(recorded_as);

@@ -38,6 +38,9 @@ pub struct Recipe {
     pub jobs: Option<usize>,
     /// `[recipe] cache`: its cache directory, unless the command line says.
     pub cache: Option<PathBuf>,
+    /// `[tools] llama_cpp`: the llama.cpp build whose tools the recipe's
+    /// `imatrix` steps run, resolved against the recipe's directory.
+    pub llama_cpp: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -159,6 +162,22 @@ impl Recipe {
         (chosen(nodes), chosen(inputs))
     }
 
+    /// What a model quantized with the importance matrix node `imatrix`
+    /// computes records as its file (`quantize.imatrix.file`): the path an
+    /// export of it writes, as the recipe writes it, else the node's name.
+    pub fn imatrix_name(&self, imatrix: usize) -> PathBuf {
+        let dir = self.source.as_deref().and_then(Path::parent).filter(|p| !p.as_os_str().is_empty());
+        let dir = dir.unwrap_or(Path::new("."));
+        let exported = self.nodes.iter().find_map(|n| match &n.op {
+            Op::Export(o) if n.from == [Source::Node(imatrix)] => Some(&o.path),
+            _ => None,
+        });
+        match exported {
+            Some(path) => path.strip_prefix(dir).unwrap_or(path).to_owned(),
+            None => PathBuf::from(&self.nodes[imatrix].id),
+        }
+    }
+
     /// Validates recipe `text` as if read from `path`.
     pub fn parse(text: &str, path: &Path) -> Result<Recipe, RecipeError> {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -241,7 +260,16 @@ impl Recipe {
             byte_order: job.byte_order,
         });
         nodes.push(node("export", export, Source::Node(nodes.len() - 1), Vec::new()));
-        Recipe { name: job.name.into(), inputs, nodes, source: None, remote: None, jobs: None, cache: None }
+        Recipe {
+            name: job.name.into(),
+            inputs,
+            nodes,
+            source: None,
+            remote: None,
+            jobs: None,
+            cache: None,
+            llama_cpp: None,
+        }
     }
 }
 
@@ -292,7 +320,16 @@ impl Recipe {
             byte_order: None,
         };
         nodes.push(node("export".into(), Op::Export(export), vec![Source::Node(parts.len())]));
-        Recipe { name: name.into(), inputs, nodes, source: None, remote: None, jobs: None, cache: None }
+        Recipe {
+            name: name.into(),
+            inputs,
+            nodes,
+            source: None,
+            remote: None,
+            jobs: None,
+            cache: None,
+            llama_cpp: None,
+        }
     }
 }
 

@@ -21,8 +21,9 @@ use crate::ops::{self, Op};
 use crate::store::Key;
 use crate::store::remote::RemoteUrl;
 
-const SECTIONS: [&str; 3] = ["recipe", "input", "step"];
+const SECTIONS: [&str; 4] = ["recipe", "tools", "input", "step"];
 const RECIPE_FIELDS: [&str; 4] = ["name", "remote", "jobs", "cache"];
+const TOOLS_FIELDS: [&str; 1] = ["llama_cpp"];
 const INPUT_FIELDS: [&str; 3] = ["path", "blake3", "fetch"];
 const STEP_FIELDS: [&str; 4] = ["op", "from", "keep", "backend"];
 
@@ -50,11 +51,13 @@ pub(super) fn parse(text: &str, dir: &Path, fallback_name: &str) -> Result<Recip
     }
     let mut diags = Vec::new();
     let mut header = Header::default();
+    let mut llama_cpp = None;
     let mut inputs = Vec::new();
     let mut steps = Vec::new();
     for (key, value) in doc.get_ref().iter() {
         match key.get_ref().as_ref() {
             "recipe" => header = parse_header(value, dir, &mut diags),
+            "tools" => llama_cpp = parse_tools(value, dir, &mut diags),
             "input" => {
                 for (iname, ivalue) in section(value, "input", &mut diags) {
                     if let Some(input) = parse_input(text, iname, ivalue, dir, &mut diags) {
@@ -97,7 +100,23 @@ pub(super) fn parse(text: &str, dir: &Path, fallback_name: &str) -> Result<Recip
         remote: header.remote,
         jobs: header.jobs,
         cache: header.cache,
+        llama_cpp,
     })
+}
+
+/// `[tools]`: where the recipe's external tools are (`llama_cpp`, a
+/// llama.cpp build or install directory).
+fn parse_tools(value: &Spanned<DeValue<'_>>, dir: &Path, diags: &mut Vec<Diagnostic>) -> Option<PathBuf> {
+    let mut llama_cpp = None;
+    for (key, v) in table(value, "[tools]", diags)?.iter() {
+        match key.get_ref().as_ref() {
+            "llama_cpp" => llama_cpp = string(v, "`llama_cpp`", diags).map(|d| dir.join(d)),
+            other => diags.push(
+                Diagnostic::new(format!("unknown field `{other}` in [tools]"), key.span()).suggest(other, TOOLS_FIELDS),
+            ),
+        }
+    }
+    llama_cpp
 }
 
 fn table<'a, 'i>(value: &'a Spanned<DeValue<'i>>, what: &str, diags: &mut Vec<Diagnostic>) -> Option<&'a DeTable<'i>> {
@@ -382,7 +401,8 @@ fn to_param(value: &Spanned<DeValue<'_>>) -> Result<Param, Diagnostic> {
 fn has_kind(kind: ParamKind, v: &ParamValue) -> bool {
     let all_str = |items: &[Param]| items.iter().all(|p| matches!(p.value, ParamValue::Str(_)));
     match kind {
-        ParamKind::Str | ParamKind::InputName => matches!(v, ParamValue::Str(_)),
+        ParamKind::Str | ParamKind::InputName | ParamKind::InputOrStep(_) => matches!(v, ParamValue::Str(_)),
+        ParamKind::Int => matches!(v, ParamValue::Int(_)),
         ParamKind::Name => matches!(v, ParamValue::Str(_) | ParamValue::Int(_)),
         ParamKind::Bool => matches!(v, ParamValue::Bool(_)),
         ParamKind::StrList => matches!(v, ParamValue::List(items) if all_str(items)),
@@ -482,17 +502,37 @@ fn resolve_references(inputs: &[InputDecl], steps: &[RawStep], diags: &mut Vec<D
             _ => {}
         }
         for (param, value) in &step.params {
-            let is_input_name = step.spec.and_then(|s| s.param(param)).is_some_and(|p| p.kind == ParamKind::InputName);
+            let kind = step.spec.and_then(|s| s.param(param)).map(|p| p.kind);
+            let step_op = match kind {
+                Some(ParamKind::InputOrStep(op)) => Some(op),
+                _ => None,
+            };
+            let takes_step = step_op.is_some();
             let ParamValue::Str(target) = &value.value else { continue };
-            if !is_input_name {
+            if !takes_step && kind != Some(ParamKind::InputName) {
                 continue;
             }
             match names.get(target.as_str()) {
                 Some(&Ref::Input(i)) => resolved.push(Ref::Input(i)),
+                Some(&Ref::Step(j)) if takes_step => match steps[j].spec.map(|s| s.name) {
+                    op if op == step_op => resolved.push(Ref::Step(j)),
+                    other => diags.push(Diagnostic::new(
+                        format!(
+                            "`{param}` takes an [input.NAME] or {}; `{target}` is {}",
+                            a_step_of(step_op.unwrap_or_default()),
+                            other.map_or("a step".to_owned(), a_step_of)
+                        ),
+                        value.span.clone(),
+                    )),
+                },
                 Some(&Ref::Step(_)) => diags.push(Diagnostic::new(
                     format!("`{param}` must name an [input.NAME]; `{target}` is a step"),
                     value.span.clone(),
                 )),
+                None if takes_step => diags.push(
+                    Diagnostic::new(format!("`{target}` is not an input or a step"), value.span.clone())
+                        .suggest(target, all_names.iter().copied()),
+                ),
                 None => diags.push(
                     Diagnostic::new(format!("`{target}` is not an input"), value.span.clone())
                         .suggest(target, input_names.iter().copied()),
@@ -502,6 +542,12 @@ fn resolve_references(inputs: &[InputDecl], steps: &[RawStep], diags: &mut Vec<D
         refs.push(resolved);
     }
     refs
+}
+
+/// "a `filter` step", "an `imatrix` step".
+fn a_step_of(op: &str) -> String {
+    let article = if op.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+    format!("{article} `{op}` step")
 }
 
 /// Steps in dependency order (file order where free); reports cycles.
@@ -570,7 +616,9 @@ fn expand(
         let Some(spec) = step.spec else { continue };
         // Upstream choices: one list of (source, bindings) per `from` entry.
         let mut combos = vec![Instance { from: Vec::new(), bindings: Vec::new() }];
-        for r in refs[s].iter().take(step.from.len()) {
+        // `from`, then the steps parameters name: each an input of the node.
+        let named_steps = refs[s].iter().skip(step.from.len()).filter(|r| matches!(r, Ref::Step(_)));
+        for r in refs[s].iter().take(step.from.len()).chain(named_steps) {
             let choices: Vec<(Source, Bindings)> = match *r {
                 Ref::Input(i) if spec.from_input_only => vec![(Source::Input(i), Vec::new())],
                 Ref::Input(i) => {
