@@ -3,7 +3,8 @@
 //! An importance matrix and a perplexity need a forward pass of the model,
 //! and quantforge is no inference engine: llama.cpp's own tools are. This
 //! module finds them (never bundled: a recipe's `[tools] llama_cpp`, then
-//! `QUANTFORGE_LLAMA_CPP`, then `PATH`), names what was found by content (a
+//! `QUANTFORGE_LLAMA_CPP`, then `PATH`, then the reference build
+//! `scripts/fetch-references.sh --build` makes), names what was found by content (a
 //! rebuilt llama.cpp is another tool, whatever its `--version` says), and
 //! runs them: their output watched for progress, their failure reported
 //! with the command line and their last words.
@@ -51,6 +52,8 @@ pub enum Origin {
     /// [`ENV_VAR`].
     Environment,
     Path,
+    /// The reference build `scripts/fetch-references.sh --build` makes.
+    References,
 }
 
 impl Origin {
@@ -59,6 +62,7 @@ impl Origin {
             Origin::Recipe => "the recipe's [tools] llama_cpp",
             Origin::Environment => ENV_VAR,
             Origin::Path => "PATH",
+            Origin::References => "the reference build of scripts/fetch-references.sh",
         }
     }
 }
@@ -87,7 +91,8 @@ pub enum ToolError {
 }
 
 /// Where to look for llama.cpp's tools: the recipe's `[tools] llama_cpp`
-/// (resolved against the recipe's directory), else [`ENV_VAR`], else `PATH`.
+/// (resolved against the recipe's directory), else [`ENV_VAR`], else `PATH`,
+/// else the reference build.
 /// A directory named explicitly that lacks the tool is an error, never a
 /// reason to look further.
 pub fn find(
@@ -117,11 +122,33 @@ pub fn find(
                 .flat_map(std::env::split_paths)
                 .map(|dir| dir.join(tool.binary()))
                 .find(|p| is_executable(p));
-            let looked = format!("no [tools] llama_cpp in the recipe, {ENV_VAR} unset, and not on PATH");
-            (on_path.ok_or(ToolError::Missing { tool, looked })?, Origin::Path)
+            let references = || {
+                let dir = reference_build()?;
+                candidates(&dir, tool).into_iter().find(|p| is_executable(p))
+            };
+            match (on_path, references()) {
+                (Some(path), _) => (path, Origin::Path),
+                (None, Some(path)) => (path, Origin::References),
+                (None, None) => {
+                    let looked = format!(
+                        "no [tools] llama_cpp in the recipe, {ENV_VAR} unset, not on PATH, and no reference build"
+                    );
+                    return Err(ToolError::Missing { tool, looked });
+                }
+            }
         }
     };
     identify(tool, path, origin, hash)
+}
+
+/// Where `scripts/fetch-references.sh` puts llama.cpp: `$QUANTFORGE_REFS/llama.cpp`,
+/// by default under `~/.cache/quantforge/refs`.
+fn reference_build() -> Option<PathBuf> {
+    let refs = match std::env::var_os("QUANTFORGE_REFS").filter(|v| !v.is_empty()) {
+        Some(refs) => PathBuf::from(refs),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/quantforge/refs"),
+    };
+    Some(refs.join("llama.cpp"))
 }
 
 /// The places a llama.cpp directory may hold a tool: the directory itself,
@@ -267,15 +294,18 @@ pub fn run(tool: Tool, mut command: Command, on_output: &(dyn Fn(&str) + Sync)) 
     };
     let (out, tail) = std::thread::scope(|scope| {
         let err = scope.spawn(|| {
-            let mut tail = VecDeque::with_capacity(TAIL_LINES);
+            let (mut tail, mut line) = (VecDeque::with_capacity(TAIL_LINES), String::new());
             watch(stderr, &mut |item, ends_line| {
                 on_output(item);
-                if ends_line {
-                    if tail.len() == TAIL_LINES {
-                        tail.pop_front();
-                    }
-                    tail.push_back(item.to_owned());
+                line.push_str(item);
+                if !ends_line {
+                    line.push(',');
+                    return;
                 }
+                if tail.len() == TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(std::mem::take(&mut line));
             });
             tail.into_iter().collect::<Vec<String>>()
         });
@@ -301,8 +331,11 @@ fn watch(mut from: impl Read, each: &mut dyn FnMut(&str, bool)) {
     let mut buf = [0u8; 8192];
     loop {
         let n = match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break,
             Ok(n) => n,
+            // A signal this process handles (a terminal resize, a child's end) interrupts the read, not the output.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
         };
         for &byte in &buf[..n] {
             match byte {
@@ -333,9 +366,48 @@ fn shell_quote(word: &str) -> String {
     }
 }
 
+/// What llama.cpp's tools say of their progress: the chunk count they
+/// compute over (`computing over 3 chunks, …`), then each chunk as it
+/// finishes: its perplexity (`[2]542.1968`, llama-imatrix and
+/// llama-perplexity) or its row of the KL-divergence table (`   2
+/// 537.3171 ±   29.4788 …`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    Total(u64),
+    Done(u64),
+}
+
+impl Progress {
+    pub fn parse(item: &str) -> Option<Progress> {
+        if let Some((_, rest)) = item.split_once("computing over ") {
+            return rest.split_whitespace().next()?.parse().ok().map(Progress::Total);
+        }
+        if let Some((chunk, value)) = item.strip_prefix('[').and_then(|i| i.split_once(']')) {
+            value.parse::<f64>().ok()?;
+            return chunk.parse().ok().map(Progress::Done);
+        }
+        let mut words = item.split_whitespace();
+        let (chunk, ppl, sign) = (words.next()?, words.next()?, words.next()?);
+        (ppl.parse::<f64>().is_ok() && sign == "±").then_some(())?;
+        chunk.parse().ok().map(Progress::Done)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_is_read_from_the_tools_own_lines() {
+        let total = "0.00.014.160 I compute_imatrix: computing over 3 chunks";
+        assert_eq!(Progress::parse(total), Some(Progress::Total(3)));
+        assert_eq!(Progress::parse("[2]542.1968"), Some(Progress::Done(2)));
+        let row = "   2     537.3171 ±   29.4788      -0.00909 ±    0.00612       0.00176 ±    0.00003";
+        assert_eq!(Progress::parse(row), Some(Progress::Done(2)));
+        assert_eq!(Progress::parse("[2] of something"), None);
+        assert_eq!(Progress::parse("Final estimate: PPL = 553.5500 +/- 24.90901"), None);
+        assert_eq!(Progress::parse("Mean PPL(Q)                   : 549.005432 ±   8.291643"), None);
+    }
 
     #[test]
     fn output_is_cut_at_lines_and_commas() {

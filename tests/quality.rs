@@ -70,6 +70,20 @@ path = "imatrix.gguf"
         Project { dir }
     }
 
+    /// A project whose recipe also evaluates each quantized model of `presets`
+    /// against the tiny model over a text of its own.
+    fn evaluating(llama_cpp: &Path, presets: &str) -> Project {
+        let project = Project::new(llama_cpp);
+        let text = std::fs::read_to_string(project.path("text.txt")).unwrap();
+        std::fs::write(project.path("eval.txt"), text.repeat(2)).unwrap();
+        let recipe = std::fs::read_to_string(project.path("quality.toml")).unwrap();
+        let recipe = recipe.replace(r#"preset = ["Q4_K_M", "IQ3_S"]"#, &format!("preset = {presets}"));
+        let evaluate = "\n[input.wiki]\npath = \"eval.txt\"\n\n[step.eval]\nop = \"evaluate\"\nfrom = \"q\"\n\
+                        base = \"base\"\ntext = \"wiki\"\nctx = 64\n";
+        std::fs::write(project.path("quality.toml"), recipe + evaluate).unwrap();
+        project
+    }
+
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
@@ -106,10 +120,12 @@ fn status(report: &Value, id: &str) -> String {
     node(report, id)["status"].as_str().unwrap().to_owned()
 }
 
-/// The reference build's binaries directory, with llama-imatrix and
-/// llama-quantize built (scripts/fetch-references.sh --build).
+/// The reference build's binaries directory, with llama-imatrix,
+/// llama-perplexity and llama-quantize built (scripts/fetch-references.sh
+/// --build).
 fn reference_bin() -> Option<PathBuf> {
     common::reference("build/bin/llama-quantize")?;
+    common::reference("build/bin/llama-perplexity")?;
     Some(common::reference("build/bin/llama-imatrix")?.parent()?.to_owned())
 }
 
@@ -227,7 +243,8 @@ fn a_tool_that_fails_is_named_with_its_command_and_last_words_and_leaves_nothing
         assert!(report.contains(&format!("error: llama-imatrix {problem}")), "{problem}: {report}");
         // The command line, as it could be pasted into a shell.
         assert!(report.contains("-f text.txt -o /"), "{report}");
-        assert!(report.contains("-c 64 --chunks 3 --process-output -t "), "{report}");
+        assert!(report.contains("/llama-imatrix -t "), "{report}");
+        assert!(report.contains("-c 64 --chunks 3 --process-output"), "{report}");
         if body.contains("out of tokens") {
             assert!(report.contains("its last lines:"), "{report}");
             assert!(report.contains("    error: out of tokens"), "the tool's last words: {report}");
@@ -321,4 +338,177 @@ path = "imatrix.gguf"
     let ours = std::fs::read(dir.path().join("imatrix.gguf")).unwrap();
     assert!(ours == std::fs::read(dir.path().join("by-hand.gguf")).unwrap(), "the step's imatrix differs");
     assert_eq!(status(&run(), "im"), "hit");
+}
+
+/// What llama-perplexity printed of `statistic` (`Mean    KLD`, `Same top p`):
+/// the number after its colon.
+fn printed(stdout: &str, statistic: &str) -> f64 {
+    let line = stdout.lines().find(|l| l.starts_with(statistic)).unwrap_or_else(|| panic!("no {statistic}: {stdout}"));
+    let value = line.split_once(':').unwrap().1.split('±').next().unwrap();
+    value.trim().trim_end_matches('%').trim().parse().unwrap()
+}
+
+/// `llama-perplexity ARGS` in `dir`, run by hand: its stdout, once it holds
+/// the statistics (llama.cpp's logger may lose its last lines at exit).
+fn perplexity_by_hand(dir: &Path, bin: &Path, args: &[&str]) -> String {
+    for _ in 0..3 {
+        let out = Command::new(bin.join("llama-perplexity")).args(args).current_dir(dir).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        if stdout.contains("Same top p:") || !args.contains(&"--kl-divergence") {
+            return stdout;
+        }
+    }
+    panic!("llama-perplexity printed no statistics in three runs");
+}
+
+#[test]
+fn an_evaluate_step_reports_what_llama_perplexity_prints_and_computes_the_base_once() {
+    let Some(bin) = reference_bin() else { return };
+    let project = Project::evaluating(&bin, r#"["Q4_K_M", "IQ3_S"]"#);
+    let report = project.report("run");
+    assert_eq!(status(&report, "eval.base[base]"), "ran");
+    assert_eq!(node(&report, "eval.base[base]")["op"], "kld-base");
+
+    let dir = project.dir.path();
+    perplexity_by_hand(
+        dir,
+        &bin,
+        &["-m", "tiny.gguf", "-f", "eval.txt", "-c", "64", "--kl-divergence-base", "hand.kld"],
+    );
+    for preset in ["Q4_K_M", "IQ3_S"] {
+        let model = format!("tiny-{preset}.gguf");
+        let args = ["-m", &model, "--kl-divergence-base", "hand.kld", "--kl-divergence", "-c", "64"];
+        let stdout = perplexity_by_hand(dir, &bin, &args);
+        let evaluation = &node(&report, &format!("eval[preset={preset}]"))["evaluation"];
+        for (field, statistic) in [
+            ("ppl", "Mean PPL(Q)"),
+            ("ppl_base", "Mean PPL(base)"),
+            ("kld_mean", "Mean    KLD"),
+            ("kld_median", "Median  KLD"),
+            ("kld_p99", "99.0%   KLD"),
+            ("kld_max", "Maximum KLD"),
+            ("same_top_p", "Same top p"),
+        ] {
+            assert_eq!(evaluation[field].as_f64(), Some(printed(&stdout, statistic)), "{preset} {field}");
+        }
+        let bits = evaluation["bits_per_weight"].as_f64().unwrap();
+        assert!((3.0..6.0).contains(&bits), "{preset}: {bits} bits per weight");
+    }
+
+    // A rerun runs nothing and still reports the measures.
+    let rerun = project.report("run");
+    for n in rerun["nodes"].as_array().unwrap() {
+        assert_eq!(n["status"], "hit", "{} ran again", n["id"]);
+    }
+    assert_eq!(node(&rerun, "eval[preset=IQ3_S]")["evaluation"], node(&report, "eval[preset=IQ3_S]")["evaluation"]);
+
+    // A new rung: the base's logits come from the cache, only it is evaluated.
+    let recipe = std::fs::read_to_string(project.path("quality.toml")).unwrap();
+    std::fs::write(project.path("quality.toml"), recipe.replace(r#""IQ3_S"]"#, r#""IQ3_S", "Q8_0"]"#)).unwrap();
+    let grown = project.report("run");
+    assert_eq!(status(&grown, "eval.base[base]"), "hit");
+    assert_eq!(status(&grown, "eval[preset=Q8_0]"), "ran");
+    assert_eq!(status(&grown, "eval[preset=Q4_K_M]"), "hit");
+}
+
+#[test]
+fn the_quality_chart_is_drawn_in_a_real_browser() {
+    let (Some(bin), Some(chromium)) = (reference_bin(), chromium()) else { return };
+    let project = Project::evaluating(&bin, r#"["Q8_0", "Q4_K_M", "IQ3_S"]"#);
+    let run = project.quantforge("run", &["--json"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    std::fs::write(project.path("run.json"), &run.stdout).unwrap();
+    let plan = common::quantforge_with(&[&"--json", &"plan-quant", &common::tiny_model(), &"--target-bpw", &"4"]);
+    std::fs::write(project.path("plan.json"), common::stdout_of_success(plan)).unwrap();
+    let page = project.path("report.html");
+    let (run, plan) = (project.path("run.json"), project.path("plan.json"));
+    common::stdout_of_success(common::quantforge_with(&[&"report", &run, &plan, &"-o", &page]));
+
+    let dom = browse(&chromium, &page, &["--dump-dom"]);
+    let dom = String::from_utf8(dom).unwrap();
+    assert!(dom.contains("<h3>quality against size</h3>"), "{dom}");
+    assert!(dom.contains("mean KL divergence from the base against bits per weight"));
+    // Three rungs on each of the two charts, the budget plan across both.
+    assert_eq!(dom.matches("<circle").count(), 6, "{dom}");
+    assert_eq!(dom.matches(">plan ").count(), 2, "{dom}");
+    for preset in ["Q8_0", "Q4_K_M", "IQ3_S"] {
+        assert!(dom.contains(&format!("<td>{preset}</td>")), "{preset} missing from the table");
+    }
+
+    let shot = project.path("report.png");
+    browse(&chromium, &page, &[&format!("--screenshot={}", shot.display())]);
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let frame = reader.next_frame(&mut pixels).unwrap();
+    let channels = frame.color_type.samples();
+    // The points and whiskers (#08519c) are on screen.
+    let drawn = pixels[..frame.buffer_size()].chunks(channels).filter(|p| (p[0], p[1], p[2]) == (0x08, 0x51, 0x9c));
+    assert!(drawn.count() > 6 * 20, "the points are not drawn");
+}
+
+/// Debian's `chromium`, or `None` (with a message); CI installs it.
+fn chromium() -> Option<PathBuf> {
+    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join("chromium"))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "CI must install chromium (apt-get install chromium)");
+        eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
+    }
+    found
+}
+
+/// Runs headless Chromium on `page` with `args`; its stdout.
+fn browse(chromium: &Path, page: &Path, args: &[&str]) -> Vec<u8> {
+    let url = format!("file://{}", page.display());
+    let out = Command::new(chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=1400,2400"])
+        .args(args)
+        .arg(&url)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "chromium: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+/// `recipes/gemma-quality.toml` as shipped, two rungs of it: the matrix,
+/// the base's logits and two evaluations, charted in a real browser.
+#[test]
+fn the_gemma_quality_recipe_measures_its_ladder() {
+    let (Some(_), Some(gemma), Some(chromium)) = (reference_bin(), common::gemma(), chromium()) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("recipes")).unwrap();
+    std::fs::create_dir(dir.path().join("models")).unwrap();
+    std::os::unix::fs::symlink(&gemma, dir.path().join("models").join(gemma.file_name().unwrap())).unwrap();
+    let recipe = dir.path().join("recipes/gemma-quality.toml");
+    std::fs::copy(common::repo().join("recipes/gemma-quality.toml"), &recipe).unwrap();
+    let page = dir.path().join("quality.html");
+    let cache = dir.path().join("cache");
+    let rungs = ["quality[preset=Q4_K_M]", "quality[preset=IQ3_S]"];
+    let out = common::quantforge_with(&[
+        &"run",
+        &recipe,
+        &rungs[0],
+        &rungs[1],
+        &"--cache-dir",
+        &cache,
+        &"--report",
+        &page,
+        &"--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status(&report, "quality.base[f16]"), "ran");
+    let [q4, iq3] = rungs.map(|id| node(&report, id)["evaluation"].clone());
+    // Fewer bits per weight, further from the F16 model.
+    assert!(iq3["bits_per_weight"].as_f64() < q4["bits_per_weight"].as_f64(), "{q4} {iq3}");
+    assert!(iq3["kld_mean"].as_f64() > q4["kld_mean"].as_f64(), "{q4} {iq3}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_eq!(html.matches("<circle").count(), 4, "two rungs on each of two charts");
+    let dom = String::from_utf8(browse(&chromium, &page, &["--dump-dom"])).unwrap();
+    for preset in ["Q4_K_M", "IQ3_S"] {
+        assert!(dom.contains(&format!("<td>{preset}</td>")), "{preset} missing from the table");
+    }
 }

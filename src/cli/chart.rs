@@ -1,6 +1,7 @@
-//! SVG bar charts of one value per tensor, grouped by layer (`blk.N`), for
-//! `plan-quant --svg` and the HTML report: bars coloured by ggml type with a
-//! legend, every name escaped, and a canvas wide enough for its title.
+//! SVG charts for `plan-quant --svg` and the HTML report: bars of one value
+//! per tensor, grouped by layer (`blk.N`) and coloured by ggml type with a
+//! legend; and a ladder's quality against its size, one labelled point per
+//! model. Every name escaped, every canvas wide enough for its title.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -124,6 +125,148 @@ pub(super) fn by_layer(title: &str, axis: &str, scale: Scale, bars: &[Bar]) -> S
     )
 }
 
+/// One model of a ladder on a size-against-quality chart.
+pub(super) struct Point<'a> {
+    pub label: &'a str,
+    /// Bits per weight.
+    pub x: f64,
+    pub y: f64,
+    /// The ± of `y` (drawn as a whisker), 0 for none.
+    pub error: f64,
+}
+
+/// Something drawn across a size-against-quality chart: a value of `y`
+/// (the base model's perplexity) or of `x` (a budget plan's size).
+pub(super) enum Rule<'a> {
+    AtY(f64, &'a str),
+    AtX(f64, &'a str),
+}
+
+const PLOT_WIDTH: f64 = 480.0;
+
+/// `points` with bits per weight across and `axis` up (`log`: by decades),
+/// each point labelled, with `rules` drawn across.
+pub(super) fn quality(title: &str, axis: &str, log: bool, points: &[Point], rules: &[Rule]) -> String {
+    let xs = points.iter().map(|p| p.x).chain(rules.iter().filter_map(|r| match r {
+        Rule::AtX(x, _) => Some(*x),
+        Rule::AtY(..) => None,
+    }));
+    let (x_low, x_high) = xs.fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    let (x_low, x_high) = match x_low <= x_high {
+        true => ((x_low - 0.5).floor().max(0.0), (x_high + 0.5).ceil()),
+        false => (0.0, 16.0),
+    };
+    let ys: Vec<f64> = points
+        .iter()
+        .flat_map(|p| [p.y - p.error, p.y + p.error])
+        .chain(rules.iter().filter_map(|r| match r {
+            Rule::AtY(y, _) => Some(*y),
+            Rule::AtX(..) => None,
+        }))
+        .filter(|y| y.is_finite() && (!log || *y > 0.0))
+        .collect();
+    let (y_low, y_high) = match log {
+        true => decades(ys.iter().copied()),
+        false => {
+            let (lo, hi) = ys.iter().fold((f64::MAX, f64::MIN), |(lo, hi), y| (lo.min(*y), hi.max(*y)));
+            if lo > hi {
+                (0.0, 1.0)
+            } else {
+                (lo - (hi - lo).max(lo.abs() * 0.01) * 0.1, hi + (hi - lo).max(hi.abs() * 0.01) * 0.1)
+            }
+        }
+    };
+    let x_of = |x: f64| LEFT + PLOT_WIDTH * (x - x_low) / (x_high - x_low);
+    let y_of = |y: f64| {
+        let fraction = match log {
+            true if y > 0.0 => (y.log10() - y_low.log10()) / (y_high.log10() - y_low.log10()),
+            true => 0.0,
+            false => (y - y_low) / (y_high - y_low),
+        };
+        TOP + HEIGHT - HEIGHT * fraction.clamp(0.0, 1.0)
+    };
+    let mut body = String::new();
+    let y_ticks: Vec<f64> = match log {
+        true => std::iter::successors(Some(y_low), |t| Some(t * 10.0)).take_while(|t| *t <= y_high * 1.001).collect(),
+        false => (0..=4).map(|k| y_low + (y_high - y_low) * f64::from(k) / 4.0).collect(),
+    };
+    for tick in y_ticks {
+        let y = y_of(tick);
+        let _ = writeln!(
+            body,
+            r##"<line x1="{LEFT}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#ccc" stroke-width="0.5"/><text x="{:.1}" y="{:.1}" font-size="8" text-anchor="end">{}</text>"##,
+            LEFT + PLOT_WIDTH,
+            LEFT - 4.0,
+            y + 3.0,
+            format_value(tick)
+        );
+    }
+    let mut x_tick = x_low;
+    while x_tick <= x_high + 1e-9 {
+        let x = x_of(x_tick);
+        let _ = writeln!(
+            body,
+            r##"<line x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{:.1}" stroke="#eee" stroke-width="0.5"/><text x="{x:.1}" y="{:.1}" font-size="8" text-anchor="middle">{}</text>"##,
+            TOP + HEIGHT,
+            TOP + HEIGHT + 12.0,
+            format_value(x_tick)
+        );
+        x_tick += 1.0;
+    }
+    for rule in rules {
+        let (x1, x2, y1, y2, label) = match *rule {
+            Rule::AtY(y, label) => (LEFT, LEFT + PLOT_WIDTH, y_of(y), y_of(y), label),
+            Rule::AtX(x, label) => (x_of(x), x_of(x), TOP, TOP + HEIGHT, label),
+        };
+        let _ = writeln!(
+            body,
+            r##"<line x1="{x1:.1}" x2="{x2:.1}" y1="{y1:.1}" y2="{y2:.1}" stroke="#888" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" font-size="8" fill="#555">{}</text>"##,
+            x1 + 3.0,
+            y1.min(y2) + 10.0,
+            escape(label)
+        );
+    }
+    for point in points {
+        let (x, y) = (x_of(point.x), y_of(point.y));
+        if point.error > 0.0 {
+            let _ = writeln!(
+                body,
+                r##"<line x1="{x:.1}" x2="{x:.1}" y1="{:.1}" y2="{:.1}" stroke="#08519c"/>"##,
+                y_of(point.y + point.error),
+                y_of(point.y - point.error)
+            );
+        }
+        let _ = writeln!(
+            body,
+            r##"<circle cx="{x:.1}" cy="{y:.1}" r="3.5" fill="#08519c"><title>{} {:.2} bpw {}</title></circle><text x="{:.1}" y="{:.1}" font-size="9">{}</text>"##,
+            escape(point.label),
+            point.x,
+            point.y,
+            x + 5.0,
+            y - 5.0,
+            escape(point.label)
+        );
+    }
+    let label_width = points.iter().map(|p| p.label.chars().count()).max().unwrap_or(0) as f64 * CHAR_WIDTH;
+    let title_width = LEFT + title.chars().count() as f64 * CHAR_WIDTH;
+    let width = (LEFT + PLOT_WIDTH + label_width).max(title_width) + LEFT;
+    format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width:.0}" height="{:.0}" font-family="sans-serif" role="img">
+<text x="{LEFT}" y="14" font-size="11">{}</text>
+<text x="12" y="{:.1}" font-size="9" transform="rotate(-90 12 {:.1})" text-anchor="middle">{}</text>
+<text x="{:.1}" y="{:.1}" font-size="9" text-anchor="middle">bits per weight</text>
+{body}</svg>
+"#,
+        TOP + HEIGHT + 36.0,
+        escape(title),
+        TOP + HEIGHT / 2.0,
+        TOP + HEIGHT / 2.0,
+        escape(axis),
+        LEFT + PLOT_WIDTH / 2.0,
+        TOP + HEIGHT + 28.0
+    )
+}
+
 /// The powers of ten just below and above the positive values.
 fn decades(values: impl Iterator<Item = f64>) -> (f64, f64) {
     let positive: Vec<f64> = values.filter(|v| *v > 0.0 && v.is_finite()).collect();
@@ -217,6 +360,28 @@ mod tests {
         assert_eq!(colours.len(), n);
         assert_eq!(type_colour("NOT_A_TYPE"), "#999999");
         assert!(type_rank("Q2_K") < type_rank("Q8_0") && type_rank("Q8_0") < type_rank("F32"));
+    }
+
+    #[test]
+    fn a_quality_chart_places_and_labels_every_point() {
+        let points = [
+            Point { label: "q[preset=Q8_0]", x: 8.5, y: 0.0005, error: 0.0001 },
+            Point { label: "q[preset=<IQ3_S>]", x: 3.44, y: 0.05, error: 0.0 },
+        ];
+        let rules = [Rule::AtX(4.0, "budget 120MB")];
+        let svg = quality("KLD against size", "mean KLD (log)", true, &points, &rules);
+        assert_eq!(svg.matches("<circle").count(), 2);
+        assert!(svg.contains("q[preset=&lt;IQ3_S&gt;]") && !svg.contains("<IQ3_S>"), "{svg}");
+        assert!(svg.contains("budget 120MB"));
+        // The smaller model lies left of the larger, its worse KLD above.
+        let centre = |label: &str| -> (f64, f64) {
+            let at = svg.find(&format!("<title>{label}")).unwrap();
+            let circle = &svg[svg[..at].rfind("<circle").unwrap()..at];
+            let number = |attr: &str| circle.split(attr).nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+            (number("cx=\""), number("cy=\""))
+        };
+        let (q8, iq3) = (centre("q[preset=Q8_0]"), centre("q[preset=&lt;IQ3_S&gt;]"));
+        assert!(iq3.0 < q8.0 && iq3.1 < q8.1, "{q8:?} {iq3:?}");
     }
 
     #[test]

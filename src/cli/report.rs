@@ -75,12 +75,19 @@ svg { display: block; margin: 8px 0; }
 
 /// The whole page.
 pub(super) fn page(documents: &[Document]) -> anyhow::Result<String> {
+    let is_plan_quant = |value: &Value| value.get("budget").is_some() && value.get("predicted_error").is_some();
+    // A budget plan's size is drawn across a ladder's quality charts.
+    let budgets: Vec<(f64, String)> = documents
+        .iter()
+        .filter(|d| is_plan_quant(&d.value))
+        .map(|d| (plan_bits_per_weight(&d.value), format!("plan {}", human_bytes(number(&d.value, "budget")))))
+        .collect();
     let mut body = String::new();
     for document in documents {
         let value = &document.value;
         let section = if value.get("nodes").is_some() && value.get("totals").is_some() {
-            run_section(document)
-        } else if value.get("budget").is_some() && value.get("predicted_error").is_some() {
+            run_section(document, &budgets)
+        } else if is_plan_quant(value) {
             plan_quant_section(&document.label, value)
         } else if value.get("only_in_a").is_some() && value.get("total").is_some() {
             diff_section(&document.label, value)
@@ -110,7 +117,7 @@ fn strings(value: &Value, field: &str) -> Vec<String> {
     items.iter().filter_map(Value::as_str).map(str::to_owned).collect()
 }
 
-fn run_section(document: &Document) -> String {
+fn run_section(document: &Document, budgets: &[(f64, String)]) -> String {
     let report = &document.value;
     let nodes = report["nodes"].as_array().map(Vec::as_slice).unwrap_or_default();
     let totals = &report["totals"];
@@ -154,6 +161,10 @@ fn run_section(document: &Document) -> String {
         );
     }
     out.push_str("</table>\n");
+    let evaluated: Vec<&Value> = nodes.iter().filter(|n| n.get("evaluation").is_some_and(Value::is_object)).collect();
+    if !evaluated.is_empty() {
+        out.push_str(&quality_section(&evaluated, budgets));
+    }
     for node in nodes {
         // An export found up to date wrote nothing: its file is where it said.
         let written: Vec<String> =
@@ -420,6 +431,88 @@ fn plan_quant_section(label: &str, plan: &Value) -> String {
     out.push_str(&chart::by_layer("bits per weight of the chosen type", "bits per weight", Scale::Bits, &bits));
     out.push_str(&chart::by_layer("predicted weighted squared error", "error (log)", Scale::Log, &errors));
     out
+}
+
+/// Bits per weight of a `plan-quant` document's plan: its tensors' bytes
+/// over their weights.
+fn plan_bits_per_weight(plan: &Value) -> f64 {
+    let tensors = plan["tensors"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let bytes: f64 = tensors.iter().map(|t| number(t, "bytes")).sum();
+    let weights: f64 = tensors.iter().map(|t| number(t, "elements")).sum();
+    if weights > 0.0 { bytes * 8.0 / weights } else { 0.0 }
+}
+
+/// A ladder's quality against its size: each evaluated model's mean KL
+/// divergence and perplexity by its bits per weight, and a table of what
+/// `llama-perplexity` measured.
+fn quality_section(evaluated: &[&Value], budgets: &[(f64, String)]) -> String {
+    let labels: Vec<String> = evaluated.iter().map(|n| model_label(text(n, "id"))).collect();
+    let points = |y: &str, error: &str| -> Vec<chart::Point<'_>> {
+        evaluated
+            .iter()
+            .zip(&labels)
+            .map(|(n, label)| {
+                let e = &n["evaluation"];
+                let error = if error.is_empty() { 0.0 } else { number(e, error) };
+                chart::Point { label, x: number(e, "bits_per_weight"), y: number(e, y), error }
+            })
+            .collect()
+    };
+    let mut rules: Vec<chart::Rule> = budgets.iter().map(|(x, label)| chart::Rule::AtX(*x, label)).collect();
+    let mut out = String::from("<h3>quality against size</h3>\n");
+    out.push_str(&chart::quality(
+        "mean KL divergence from the base against bits per weight",
+        "mean KLD (log)",
+        true,
+        &points("kld_mean", "kld_mean_error"),
+        &rules,
+    ));
+    let base_ppl = number(&evaluated[0]["evaluation"], "ppl_base");
+    rules.push(chart::Rule::AtY(base_ppl, "base"));
+    out.push_str(&chart::quality(
+        "perplexity against bits per weight",
+        "perplexity",
+        false,
+        &points("ppl", "ppl_error"),
+        &rules,
+    ));
+    out.push_str(
+        "<table><tr><th>model</th><th>bits per weight</th><th>size</th><th>PPL</th><th>PPL(Q)/PPL(base)</th>\
+         <th>mean KLD</th><th>median KLD</th><th>99% KLD</th><th>same top token</th></tr>\n",
+    );
+    let mut rows: Vec<(&Value, &String)> = evaluated.iter().copied().zip(&labels).collect();
+    rows.sort_by(|a, b| {
+        number(&b.0["evaluation"], "bits_per_weight").total_cmp(&number(&a.0["evaluation"], "bits_per_weight"))
+    });
+    for (node, label) in rows {
+        let e = &node["evaluation"];
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td class=\"n\">{:.2}</td><td class=\"n\">{}</td><td class=\"n\">{} ± {}</td>\
+             <td class=\"n\">{:.4}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{} ± {} %</td></tr>",
+            escape(label),
+            number(e, "bits_per_weight"),
+            human_bytes(number(e, "bytes")),
+            number(e, "ppl"),
+            number(e, "ppl_error"),
+            number(e, "ln_ppl_ratio").exp(),
+            number(e, "kld_mean"),
+            number(e, "kld_median"),
+            number(e, "kld_p99"),
+            number(e, "same_top_p"),
+            number(e, "same_top_p_error")
+        );
+    }
+    out.push_str("</table>\n");
+    out
+}
+
+/// An evaluation node's model, by the fan-out values that name it
+/// (`eval[preset=Q4_K_M]` → `Q4_K_M`), else the node's id.
+fn model_label(id: &str) -> String {
+    let Some(values) = id.split_once('[').and_then(|(_, rest)| rest.strip_suffix(']')) else { return id.to_owned() };
+    values.split(',').map(|kv| kv.split_once('=').map_or(kv, |(_, v)| v)).collect::<Vec<_>>().join(", ")
 }
 
 fn diff_section(label: &str, diff: &Value) -> String {

@@ -524,6 +524,22 @@ fn print_text(out: &mut dyn Write, report: &RunReport, all: bool) -> io::Result<
             line += &format!("  → {}", path.display());
         }
         writeln!(out, "{}", crate::text::for_terminal(line.trim_end()))?;
+        if let Some(e) = &node.evaluation {
+            writeln!(
+                out,
+                "{:9}{:width$}  {:.2} bpw: PPL {} ± {} (base {}), KLD mean {} median {} p99 {}, same top token {} %",
+                "",
+                "",
+                e.bits_per_weight,
+                e.ppl,
+                e.ppl_error,
+                e.ppl_base,
+                e.kld_mean,
+                e.kld_median,
+                e.kld_p99,
+                e.same_top_p
+            )?;
+        }
         // A plan says why each node would run; a run says why with -v.
         for reason in node.why.iter().filter(|_| report.dry_run || all) {
             writeln!(out, "{:9}{:width$}  because {}", "", "", crate::text::for_terminal(reason))?;

@@ -533,6 +533,7 @@ impl Engine {
                 let mut report = shared.report(i, status);
                 if status == Status::Hit {
                     (report.bytes_out, report.fallbacks) = shared.cached_record(i);
+                    report.evaluation = shared.cached_evaluation(i);
                 }
                 report
             });
@@ -682,6 +683,7 @@ impl Engine {
             };
             if hit {
                 report.status = Status::Hit;
+                report.evaluation = shared.cached_evaluation(i);
             } else if !must_run[i] {
                 report.status = Status::Skipped;
             } else {
@@ -711,6 +713,7 @@ impl Engine {
             link: self.link.clone(),
             in_flight: InFlight::default(),
             fanout: Fanout::default(),
+            tool_runs: std::sync::Mutex::new(()),
             progress: MultiProgress::with_draw_target(if progress {
                 ProgressDrawTarget::stderr()
             } else {
@@ -891,6 +894,9 @@ struct Shared {
     /// Every conversion of the sets produced so far, for encoding siblings together.
     fanout: Fanout,
     progress: MultiProgress,
+    /// Held while an external tool runs: each takes every core, so two at
+    /// once only take turns less well.
+    tool_runs: std::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -936,6 +942,7 @@ impl Shared {
             files: Vec::new(),
             fallbacks: Fallbacks::default(),
             why: Vec::new(),
+            evaluation: None,
             error: None,
         }
     }
@@ -950,6 +957,7 @@ impl Shared {
             _ => self.manifest(i, inputs, false).and_then(|(set, fallbacks)| {
                 self.fanout.register(&set.tensors);
                 report.bytes_out = total_bytes(&set);
+                report.evaluation = ops::evaluate::Evaluation::from_set(&set);
                 report.fallbacks = fallbacks;
                 if self.bound.recipe.nodes[i].keep && run { self.keep(i, set, &mut report) } else { Ok(set) }
                     .map(Outcome::Set)
@@ -1003,6 +1011,15 @@ impl Shared {
             self.cache_manifest(i, &set, !derived, &fallbacks)?;
         }
         Ok((Arc::new(set), fallbacks))
+    }
+
+    /// The evaluation an `evaluate` node's cached result holds.
+    fn cached_evaluation(&self, i: usize) -> Option<ops::evaluate::Evaluation> {
+        if !matches!(self.bound.recipe.nodes[i].op, Op::Evaluate(_)) {
+            return None;
+        }
+        let (set, _) = cached_set(&*self.store, &self.bound.keys[i])?;
+        ops::evaluate::Evaluation::from_set(&set)
     }
 
     /// What the record of node `i`'s cached result says: its size (an
@@ -1133,6 +1150,11 @@ impl Shared {
                 self.pool.install(|| ops::lora_merge::apply(base, base_rows, &adapters, backend, &*self.store))?
             }
             Op::Imatrix(o) => self.imatrix(i, input()?, o)?,
+            Op::KldBase(o) => self.kld_base(i, input()?, o)?,
+            Op::Evaluate(o) => {
+                let logits = inputs.get(1).ok_or_else(|| NodeError::Upstream(node.id.clone()))?;
+                self.evaluate(i, input()?, logits, o)?
+            }
             Op::Assemble => ops::assemble::assemble(&inputs.iter().map(Arc::as_ref).collect::<Vec<_>>())?,
             Op::Unbundle(o) => ops::assemble::unbundle(input()?, o.part)?,
             Op::Export(_) => return Err(NodeError::Upstream(node.id.clone())),

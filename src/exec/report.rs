@@ -108,6 +108,10 @@ pub struct NodeReport {
     /// (plan) Why the node is not a hit.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub why: Vec<String>,
+    /// An `evaluate` node's measures of its model against the base, ran or
+    /// taken from the cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evaluation: Option<crate::ops::evaluate::Evaluation>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

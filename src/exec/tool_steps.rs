@@ -12,12 +12,16 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::{NodeError, Shared};
 use crate::artifact::{HeaderEnd, Tensor, TensorSet};
 use crate::formats::{ModelFile, OpenOptions};
+use crate::model::TensorInfo;
 use crate::ops::Op;
-use crate::ops::imatrix::{ImatrixOptions, Progress};
+use crate::ops::evaluate::{EvaluateOptions, Evaluation};
+use crate::ops::imatrix::ImatrixOptions;
 use crate::quant::imatrix::ImportanceMatrix;
 use crate::quant::plan::QuantizeOptions;
 use crate::recipe::Source;
-use crate::tools::{self, RunFailure, Tool};
+use crate::tools::{self, Progress, RunFailure, Tool};
+use crate::types::GgmlType;
+use tempfile::TempDir;
 
 impl Shared {
     /// Runs `llama-imatrix` for node `i` over `model` (its input's result).
@@ -27,42 +31,13 @@ impl Shared {
         model: &TensorSet,
         options: &ImatrixOptions,
     ) -> Result<TensorSet, NodeError> {
-        let recipe = &self.bound.recipe;
-        let node = &recipe.nodes[i];
-        let (Some(tool), Some(&corpus)) = (&self.bound.tools[i], node.uses.first()) else {
-            return Err(NodeError::Upstream(node.id.clone()));
-        };
-        let scratch_err = |source| NodeError::Write { path: std::env::temp_dir(), source };
-        let scratch = tempfile::Builder::new().prefix("quantforge-imatrix-").tempdir().map_err(scratch_err)?;
-        let model_path = match self.model_file(i) {
-            Some(path) => path,
-            None => self.write_scratch(model, &scratch, "model.gguf")?,
-        };
+        let scratch = scratch_dir("quantforge-imatrix-")?;
+        let model_path = self.model_path(i, 0, model, &scratch)?;
         let output = scratch.path().join("imatrix.gguf");
-        let dir = recipe_dir(&self.bound.recipe.source);
-        let corpus = &recipe.inputs[corpus];
-        // As written where it names the file from the recipe's directory:
-        // the matrix records it (`imatrix.datasets`), as it would by hand.
-        let corpus_arg = match dir.join(&corpus.as_written) == corpus.path {
-            true => corpus.as_written.clone(),
-            false => absolute(&corpus.path),
-        };
-        let threads = self.pool.current_num_threads().min(std::thread::available_parallelism().map_or(1, usize::from));
-        let mut command = Command::new(&tool.path);
-        command.current_dir(dir).arg("-m").arg(absolute(&model_path)).arg("-f").arg(&corpus_arg);
-        command.arg("-o").arg(&output).args(options.arguments()).arg("-t").arg(threads.to_string());
-
-        let bar = self.progress.add(ProgressBar::new(0));
-        let style = ProgressStyle::with_template("{msg:28!} {wide_bar} {pos:>5}/{len:<5} chunks {elapsed:>4}");
-        bar.set_style(style.unwrap_or_else(|_| ProgressStyle::default_bar()));
-        bar.set_message(crate::text::shorten(&format!("imatrix {}", node.id), 28).into_owned());
-        let finished = tools::run(Tool::Imatrix, command, &|item| match Progress::parse(item) {
-            Some(Progress::Total(n)) => bar.set_length(n),
-            Some(Progress::Done(n)) => bar.set_position(n),
-            None => {}
-        });
-        bar.finish_and_clear();
-        let finished = finished?;
+        let mut command = self.command(i)?;
+        command.arg("-m").arg(&model_path).arg("-f").arg(self.text_arg(i)?);
+        command.arg("-o").arg(&output).args(options.arguments());
+        let finished = self.run_tool(i, Tool::Imatrix, command)?;
         // The whole file is checked before any of it is stored: a matrix
         // that does not read leaves nothing in the cache.
         let unreadable = |e: &dyn std::fmt::Display| {
@@ -84,11 +59,154 @@ impl Shared {
         })
     }
 
-    /// The file node `i`'s model already is, when its input is a GGUF file
-    /// loaded as it stands: the tool reads it where it lies.
-    fn model_file(&self, i: usize) -> Option<PathBuf> {
+    /// Runs `llama-perplexity --kl-divergence-base` for node `i`: the
+    /// logits of `base` over the text, kept as one blob (a tensor of bytes).
+    pub(super) fn kld_base(
+        &self,
+        i: usize,
+        base: &TensorSet,
+        options: &EvaluateOptions,
+    ) -> Result<TensorSet, NodeError> {
+        let scratch = scratch_dir("quantforge-kld-base-")?;
+        let model_path = self.model_path(i, 0, base, &scratch)?;
+        let output = scratch.path().join("base.kld");
+        let mut command = self.command(i)?;
+        command.arg("-m").arg(&model_path).arg("-f").arg(self.text_arg(i)?);
+        command.arg("--kl-divergence-base").arg(&output).args(options.arguments());
+        let finished = self.run_tool(i, Tool::Perplexity, command)?;
+        let unreadable = |e: std::io::Error| {
+            finished.failure(Tool::Perplexity, format!("wrote no logits file that reads: {}", crate::files::IoText(&e)))
+        };
+        let mut file = crate::files::open_regular(&output, crate::files::Symlinks::Refuse).map_err(unreadable)?;
+        let hash = match self.store.blob_writer()? {
+            Some(mut writer) => {
+                std::io::copy(&mut file, &mut writer).map_err(unreadable)?;
+                writer.commit()?.0
+            }
+            None => {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut file, &mut bytes).map_err(unreadable)?;
+                self.store.put_blob(&bytes)?
+            }
+        };
+        let len = file.metadata().map_err(unreadable)?.len();
+        let logits = TensorInfo::new(LOGITS, vec![len], GgmlType::I8);
+        Ok(TensorSet {
+            endian: crate::model::Endian::Little,
+            metadata: crate::model::Metadata::new(),
+            tensors: vec![Tensor::generated(&logits, hash)],
+            header_end: HeaderEnd::Aligned,
+            legacy: None,
+        })
+    }
+
+    /// Runs `llama-perplexity --kl-divergence` for node `i`: `model`
+    /// against the base's `logits` (a `kld-base` node's result).
+    pub(super) fn evaluate(
+        &self,
+        i: usize,
+        model: &TensorSet,
+        logits: &TensorSet,
+        options: &EvaluateOptions,
+    ) -> Result<TensorSet, NodeError> {
+        let node = &self.bound.recipe.nodes[i];
+        let Some(logits) = logits.tensors.iter().find(|t| t.name == LOGITS) else {
+            return Err(NodeError::Upstream(node.id.clone()));
+        };
+        let scratch = scratch_dir("quantforge-evaluate-")?;
+        let model_path = self.model_path(i, 0, model, &scratch)?;
+        let logits_path = scratch.path().join("base.kld");
+        let write_err = |source| NodeError::Write { path: logits_path.clone(), source };
+        let file = std::fs::File::create_new(&logits_path).map_err(write_err)?;
+        if !self.materializer().copy_at(logits, &file, 0)? {
+            return Err(NodeError::Upstream(node.id.clone()));
+        }
+        drop(file);
+        let bytes: u64 = model.tensors.iter().map(Tensor::n_bytes).sum();
+        let weights: u64 = model.tensors.iter().map(|t| t.info().n_elements()).sum();
+        let bits_per_weight = if weights == 0 { 0.0 } else { bytes as f64 * 8.0 / weights as f64 };
+        let mut attempt = 1;
+        loop {
+            let mut command = self.command(i)?;
+            command.arg("-m").arg(&model_path).arg("--kl-divergence-base").arg(&logits_path);
+            command.arg("--kl-divergence").args(options.arguments());
+            let finished = self.run_tool(i, Tool::Perplexity, command)?;
+            match Evaluation::parse(&finished.stdout, bytes, bits_per_weight) {
+                Ok(evaluation) => return Ok(evaluation.to_set()),
+                // llama.cpp's logger writes from a thread its exit does not
+                // wait for (llama.cpp #22142): the statistics, printed last,
+                // are lost now and then. The same run prints them again.
+                Err(_) if attempt < STATISTICS_ATTEMPTS => attempt += 1,
+                Err(e) => {
+                    let problem = format!("printed no statistics that read in {attempt} runs: {e}");
+                    return Err(finished.failure(Tool::Perplexity, problem).into());
+                }
+            }
+        }
+    }
+
+    /// The tool of node `i`, to be run in the recipe's directory (so the
+    /// paths it records are the ones the recipe wrote) on as many threads
+    /// as the run has workers, at most the cores.
+    fn command(&self, i: usize) -> Result<Command, NodeError> {
+        let Some(tool) = &self.bound.tools[i] else {
+            return Err(NodeError::Upstream(self.bound.recipe.nodes[i].id.clone()));
+        };
+        let threads = self.pool.current_num_threads().min(std::thread::available_parallelism().map_or(1, usize::from));
+        let mut command = Command::new(&tool.path);
+        command.current_dir(recipe_dir(&self.bound.recipe.source)).arg("-t").arg(threads.to_string());
+        Ok(command)
+    }
+
+    /// Node `i`'s text (its first input used): as the recipe writes its
+    /// path where that names the file from the recipe's directory (a tool
+    /// records it, as it would by hand), else absolute.
+    fn text_arg(&self, i: usize) -> Result<PathBuf, NodeError> {
         let recipe = &self.bound.recipe;
-        let &Source::Node(j) = recipe.nodes[i].from.first()? else { return None };
+        let Some(&text) = recipe.nodes[i].uses.first() else {
+            return Err(NodeError::Upstream(recipe.nodes[i].id.clone()));
+        };
+        let text = &recipe.inputs[text];
+        Ok(match recipe_dir(&recipe.source).join(&text.as_written) == text.path {
+            true => text.as_written.clone(),
+            false => absolute(&text.path),
+        })
+    }
+
+    /// Runs a tool for node `i` to its end, a progress bar counting the
+    /// chunks it reports done.
+    fn run_tool(&self, i: usize, tool: Tool, command: Command) -> Result<tools::Finished, NodeError> {
+        let bar = self.progress.add(ProgressBar::new(0));
+        let style = ProgressStyle::with_template("{msg:28!} {wide_bar} {pos:>5}/{len:<5} chunks {elapsed:>4}");
+        bar.set_style(style.unwrap_or_else(|_| ProgressStyle::default_bar()));
+        let label = format!("{} {}", self.bound.recipe.nodes[i].op.name(), self.bound.recipe.nodes[i].id);
+        bar.set_message(crate::text::shorten(&label, 28).into_owned());
+        let _turn = self.tool_runs.lock().unwrap_or_else(|e| e.into_inner());
+        let finished = tools::run(tool, command, &|item| match Progress::parse(item) {
+            Some(Progress::Total(n)) => bar.set_length(n),
+            Some(Progress::Done(n)) => bar.set_position(n),
+            None => {}
+        });
+        bar.finish_and_clear();
+        Ok(finished?)
+    }
+
+    /// The model node `i` takes from its source `k` (`model`), as a GGUF
+    /// file a tool can read: the input file itself where the source loads
+    /// one as it stands, else written to `scratch`. Absolute: the tool runs
+    /// in the recipe's directory.
+    fn model_path(&self, i: usize, k: usize, model: &TensorSet, scratch: &TempDir) -> Result<PathBuf, NodeError> {
+        match self.model_file(i, k) {
+            Some(path) => Ok(absolute(&path)),
+            None => self.write_scratch(model, scratch, "model.gguf"),
+        }
+    }
+
+    /// The file node `i`'s source `k` already is, when it is a GGUF file
+    /// loaded as it stands: the tool reads it where it lies.
+    fn model_file(&self, i: usize, k: usize) -> Option<PathBuf> {
+        let recipe = &self.bound.recipe;
+        let &Source::Node(j) = recipe.nodes[i].from.get(k)? else { return None };
         let (Op::Load, [Source::Input(k)]) = (&recipe.nodes[j].op, recipe.nodes[j].from.as_slice()) else {
             return None;
         };
@@ -119,6 +237,21 @@ impl Shared {
         Ok(crate::quant::plan::prepare_imatrix(matrix, &name, options)?)
     }
 }
+
+/// Where a tool's scratch files go: a directory of this process's own, in
+/// the system's temporary directory, removed when dropped.
+fn scratch_dir(prefix: &str) -> Result<TempDir, NodeError> {
+    let made = tempfile::Builder::new().prefix(prefix).tempdir();
+    made.map_err(|source| NodeError::Write { path: std::env::temp_dir(), source })
+}
+
+/// Runs of `llama-perplexity --kl-divergence` that may lose their
+/// statistics before an evaluation fails.
+const STATISTICS_ATTEMPTS: u32 = 3;
+
+/// The name of the one tensor of a `kld-base` node's result: the logits
+/// file's bytes.
+const LOGITS: &str = "logits";
 
 /// The directory a recipe's relative paths start from.
 fn recipe_dir(source: &Option<PathBuf>) -> PathBuf {

@@ -66,37 +66,3 @@ impl ImatrixOptions {
         args
     }
 }
-
-/// What `llama-imatrix` says of its progress: the chunk count it computes
-/// over (`computing over 3 chunks, …`), then each chunk's perplexity as it
-/// finishes (`[2]542.1968`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Progress {
-    Total(u64),
-    Done(u64),
-}
-
-impl Progress {
-    pub fn parse(item: &str) -> Option<Progress> {
-        if let Some((_, rest)) = item.split_once("computing over ") {
-            return rest.split_whitespace().next()?.parse().ok().map(Progress::Total);
-        }
-        let (chunk, value) = item.strip_prefix('[')?.split_once(']')?;
-        value.parse::<f64>().ok()?;
-        chunk.parse().ok().map(Progress::Done)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn progress_is_read_from_the_tools_own_lines() {
-        let total = "0.00.014.160 I compute_imatrix: computing over 3 chunks, n_ctx=64, batch_size=2048, n_seq=32";
-        assert_eq!(Progress::parse(total), Some(Progress::Total(3)));
-        assert_eq!(Progress::parse("[2]542.1968"), Some(Progress::Done(2)));
-        assert_eq!(Progress::parse("[2] of something"), None);
-        assert_eq!(Progress::parse("Final estimate: PPL = 553.5500 +/- 24.90901"), None);
-    }
-}

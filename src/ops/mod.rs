@@ -1,10 +1,11 @@
 //! Operations. The recipe ops (`load`, `merge-shards`, `convert`,
-//! `convert-lora`, `lora-merge`, `dequantize`, `quantize`, `filter`,
+//! `convert-lora`, `lora-merge`, `dequantize`, `imatrix`, `quantize`,
+//! `evaluate`, `filter`,
 //! `rename`, `set-metadata`, `delete-metadata`, `assemble`, `unbundle`,
 //! `export`) are each a pure function of their input tensor sets and
 //! parameters, one file each, with the [`OpSpec`] that says what a recipe
-//! may pass them; `imatrix` is the result of an external tool (its
-//! identity part of the step's key). The one-shot
+//! may pass them; `imatrix` and `evaluate` are results of an external
+//! tool (its identity part of the step's key). The one-shot
 //! operations (`inspect`, `diff`, `split`, `edit`'s parsing) take files and
 //! return reports. None parses arguments or prints.
 
@@ -14,6 +15,7 @@ pub mod dequantize;
 pub mod device_shards;
 pub mod diff;
 pub mod edit;
+pub mod evaluate;
 pub mod export;
 pub mod filter;
 pub mod imatrix;
@@ -34,6 +36,7 @@ use crate::quant::plan::QuantizeOptions;
 use assemble::UnbundleOptions;
 use convert::{ConvertLoraOptions, ConvertOptions};
 use dequantize::DequantizeOptions;
+use evaluate::EvaluateOptions;
 use export::ExportOptions;
 use filter::FilterOptions;
 use imatrix::ImatrixOptions;
@@ -43,7 +46,7 @@ use metadata::{DeleteMetadata, SetMetadata};
 use rename::RenameOptions;
 
 /// Every recipe op, in the order the docs list them.
-pub const SPECS: [OpSpec; 15] = [
+pub const SPECS: [OpSpec; 16] = [
     load::SPEC,
     load::MERGE_SPEC,
     convert::SPEC,
@@ -52,6 +55,7 @@ pub const SPECS: [OpSpec; 15] = [
     dequantize::SPEC,
     imatrix::SPEC,
     quantize::SPEC,
+    evaluate::SPEC,
     filter::SPEC,
     rename::SPEC,
     metadata::SET_SPEC,
@@ -76,6 +80,10 @@ pub enum Op {
     Dequantize(DequantizeOptions),
     Imatrix(ImatrixOptions),
     Quantize(Box<QuantizeOptions>),
+    Evaluate(EvaluateOptions),
+    /// The base's logits an `evaluate` step compares against: a hidden
+    /// node the recipe's parser adds.
+    KldBase(EvaluateOptions),
     Filter(FilterOptions),
     Rename(RenameOptions),
     SetMetadata(SetMetadata),
@@ -97,6 +105,7 @@ impl Op {
             "lora-merge" => Op::LoraMerge(LoraMergeOptions::from_params(params)?),
             "dequantize" => Op::Dequantize(DequantizeOptions::from_params(params)?),
             "imatrix" => Op::Imatrix(ImatrixOptions::from_params(params)?),
+            "evaluate" => Op::Evaluate(EvaluateOptions::from_params(params)?),
             "quantize" => Op::Quantize(Box::new(QuantizeOptions::from_params(params)?)),
             "filter" => Op::Filter(FilterOptions::from_params(params)?),
             "rename" => Op::Rename(RenameOptions::from_params(params)?),
@@ -121,6 +130,8 @@ impl Op {
             Op::LoraMerge(_) => &lora_merge::SPEC,
             Op::Dequantize(_) => &dequantize::SPEC,
             Op::Imatrix(_) => &imatrix::SPEC,
+            Op::Evaluate(_) => &evaluate::SPEC,
+            Op::KldBase(_) => &evaluate::BASE_SPEC,
             Op::Quantize(_) => &quantize::SPEC,
             Op::Filter(_) => &filter::SPEC,
             Op::Rename(_) => &rename::SPEC,
@@ -147,6 +158,7 @@ impl Op {
             Op::LoraMerge(o) => o.key_params(),
             Op::Dequantize(o) => o.key_params(),
             Op::Imatrix(o) => o.key_params(),
+            Op::Evaluate(o) | Op::KldBase(o) => o.key_params(),
             Op::Quantize(o) => o.key_params(),
             Op::Filter(o) => o.key_params(),
             Op::Rename(o) => o.key_params(),
@@ -162,6 +174,7 @@ impl Op {
     pub fn tool(&self) -> Option<crate::tools::Tool> {
         match self {
             Op::Imatrix(_) => Some(crate::tools::Tool::Imatrix),
+            Op::Evaluate(_) | Op::KldBase(_) => Some(crate::tools::Tool::Perplexity),
             _ => None,
         }
     }

@@ -38,6 +38,8 @@ pub enum ParamKind {
     /// The name of an `[input.NAME]` or of a step of this op (an
     /// `imatrix` step's matrix), whose result the step also depends on.
     InputOrStep(&'static str),
+    /// A model the step also takes: an `[input.NAME]` (loaded) or a step.
+    Model,
 }
 
 impl ParamKind {
@@ -54,6 +56,7 @@ impl ParamKind {
             ParamKind::Int => "a whole number",
             ParamKind::InputName => "the name of an [input.NAME]",
             ParamKind::InputOrStep(_) => "the name of an [input.NAME] or a step",
+            ParamKind::Model => "the name of an [input.NAME] or a step",
         }
     }
 }

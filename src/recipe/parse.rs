@@ -42,6 +42,9 @@ struct RawStep {
 enum Ref {
     Input(usize),
     Step(usize),
+    /// An input a parameter names as a model the step takes: loaded, and
+    /// a source of the node as a `from` input is.
+    LoadedInput(usize),
 }
 
 pub(super) fn parse(text: &str, dir: &Path, fallback_name: &str) -> Result<Recipe, Vec<Diagnostic>> {
@@ -401,7 +404,9 @@ fn to_param(value: &Spanned<DeValue<'_>>) -> Result<Param, Diagnostic> {
 fn has_kind(kind: ParamKind, v: &ParamValue) -> bool {
     let all_str = |items: &[Param]| items.iter().all(|p| matches!(p.value, ParamValue::Str(_)));
     match kind {
-        ParamKind::Str | ParamKind::InputName | ParamKind::InputOrStep(_) => matches!(v, ParamValue::Str(_)),
+        ParamKind::Str | ParamKind::InputName | ParamKind::InputOrStep(_) | ParamKind::Model => {
+            matches!(v, ParamValue::Str(_))
+        }
         ParamKind::Int => matches!(v, ParamValue::Int(_)),
         ParamKind::Name => matches!(v, ParamValue::Str(_) | ParamValue::Int(_)),
         ParamKind::Bool => matches!(v, ParamValue::Bool(_)),
@@ -509,11 +514,26 @@ fn resolve_references(inputs: &[InputDecl], steps: &[RawStep], diags: &mut Vec<D
             };
             let takes_step = step_op.is_some();
             let ParamValue::Str(target) = &value.value else { continue };
+            if kind == Some(ParamKind::Model) {
+                match names.get(target.as_str()) {
+                    Some(&Ref::Input(i)) => resolved.push(Ref::LoadedInput(i)),
+                    Some(&Ref::Step(j)) if steps[j].spec.is_some_and(|s| s.is_sink) => diags.push(Diagnostic::new(
+                        format!("`{target}` is an export: it writes files, so `{param}` cannot take its result"),
+                        value.span.clone(),
+                    )),
+                    Some(&r) => resolved.push(r),
+                    None => diags.push(
+                        Diagnostic::new(format!("`{target}` is not an input or a step"), value.span.clone())
+                            .suggest(target, all_names.iter().copied()),
+                    ),
+                }
+                continue;
+            }
             if !takes_step && kind != Some(ParamKind::InputName) {
                 continue;
             }
             match names.get(target.as_str()) {
-                Some(&Ref::Input(i)) => resolved.push(Ref::Input(i)),
+                Some(&(Ref::Input(i) | Ref::LoadedInput(i))) => resolved.push(Ref::Input(i)),
                 Some(&Ref::Step(j)) if takes_step => match steps[j].spec.map(|s| s.name) {
                     op if op == step_op => resolved.push(Ref::Step(j)),
                     other => diags.push(Diagnostic::new(
@@ -581,7 +601,7 @@ fn dependency_order(steps: &[RawStep], refs: &[Vec<Ref>], diags: &mut Vec<Diagno
             !done[i]
                 && refs[i].iter().all(|r| match *r {
                     Ref::Step(j) => done[j],
-                    Ref::Input(_) => true,
+                    Ref::Input(_) | Ref::LoadedInput(_) => true,
                 })
         });
         let Some(next) = ready else { break };
@@ -616,12 +636,12 @@ fn expand(
         let Some(spec) = step.spec else { continue };
         // Upstream choices: one list of (source, bindings) per `from` entry.
         let mut combos = vec![Instance { from: Vec::new(), bindings: Vec::new() }];
-        // `from`, then the steps parameters name: each an input of the node.
-        let named_steps = refs[s].iter().skip(step.from.len()).filter(|r| matches!(r, Ref::Step(_)));
-        for r in refs[s].iter().take(step.from.len()).chain(named_steps) {
+        // `from`, then the models and steps parameters name: each an input of the node.
+        let named = refs[s].iter().skip(step.from.len()).filter(|r| !matches!(r, Ref::Input(_)));
+        for r in refs[s].iter().take(step.from.len()).chain(named) {
             let choices: Vec<(Source, Bindings)> = match *r {
                 Ref::Input(i) if spec.from_input_only => vec![(Source::Input(i), Vec::new())],
-                Ref::Input(i) => {
+                Ref::Input(i) | Ref::LoadedInput(i) => {
                     let idx = *implicit_loads.entry(i).or_insert_with(|| {
                         let name = inputs[i].name.clone();
                         nodes.push(NodeDecl {
@@ -667,7 +687,7 @@ fn expand(
             .skip(step.from.len())
             .filter_map(|r| match r {
                 Ref::Input(i) => Some(*i),
-                Ref::Step(_) => None,
+                Ref::Step(_) | Ref::LoadedInput(_) => None,
             })
             .collect();
         // Own fan-out: a list given to a parameter that takes one value.
@@ -714,11 +734,15 @@ fn expand(
                 match Op::from_params(spec, &params, export) {
                     Ok(op) => {
                         let id = node_id(&step.name, &bindings);
+                        let from = match &op {
+                            Op::Evaluate(o) => evaluated_against(&mut nodes, step, &combo.from, *o, &uses),
+                            _ => combo.from.clone(),
+                        };
                         nodes.push(NodeDecl {
                             id,
                             step: step.name.clone(),
                             op,
-                            from: combo.from.clone(),
+                            from,
                             uses: uses.clone(),
                             bindings,
                             keep: step.keep,
@@ -733,6 +757,35 @@ fn expand(
         instances_of.insert(s, mine);
     }
     nodes
+}
+
+/// An `evaluate` node's sources: the model evaluated, and the logits of
+/// its base (`from[1]`) over the text, a hidden `kld-base` node made once
+/// per base and step and shared by every evaluation against it.
+fn evaluated_against(
+    nodes: &mut Vec<NodeDecl>,
+    step: &RawStep,
+    from: &[Source],
+    options: ops::evaluate::EvaluateOptions,
+    uses: &[usize],
+) -> Vec<Source> {
+    let (Some(&model), Some(&Source::Node(base))) = (from.first(), from.get(1)) else { return from.to_vec() };
+    let id = format!("{}.base[{}]", step.name, nodes[base].id);
+    let existing = nodes.iter().position(|n| n.id == id);
+    let logits = existing.unwrap_or_else(|| {
+        nodes.push(NodeDecl {
+            id,
+            step: step.name.clone(),
+            op: Op::KldBase(options),
+            from: vec![Source::Node(base)],
+            uses: uses.to_vec(),
+            bindings: nodes[base].bindings.clone(),
+            keep: false,
+            backend: step.backend,
+        });
+        nodes.len() - 1
+    });
+    vec![model, Source::Node(logits)]
 }
 
 fn node_id(step: &str, bindings: &[Binding]) -> String {
