@@ -215,16 +215,45 @@ fn a_missing_tool_fails_the_run_before_any_work_and_says_how_to_get_it() {
 /// A stand-in `llama-imatrix` that answers `--version` and otherwise does
 /// `body` (a shell script; `$out` is its `-o` argument).
 fn stub_tool(body: &str) -> tempfile::TempDir {
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
+    write_stub(dir.path(), "llama-imatrix", "-o", body);
+    dir
+}
+
+/// Writes the stand-in `name` into `dir`: it answers `--version`, and
+/// otherwise does `body` with `$out` the argument after `out_flag`.
+fn write_stub(dir: &Path, name: &str, out_flag: &str, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
     let script = format!(
-        "#!/bin/sh\n[ \"$1\" = --version ] && {{ echo 'version: 0.0.0-stub' >&2; exit 0; }}\n\
-         out=\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=$2; shift; done\n{body}\n"
+        "#!/bin/sh\n[ \"$1\" = --version ] && {{ echo 'version: 0.0.0-stub' >&2; exit 0; }}\nargs=\"$*\"\n\
+         out=\nwhile [ $# -gt 0 ]; do [ \"$1\" = {out_flag} ] && out=$2; shift; done\n{body}\n"
     );
-    let path = dir.path().join("llama-imatrix");
+    let path = dir.join(name);
     std::fs::write(&path, script).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    dir
+}
+
+#[test]
+fn an_evaluation_without_statistics_is_asked_again_then_fails_with_the_base_kept() {
+    let tools = tempfile::tempdir().unwrap();
+    // The base's run writes its logits; each evaluation prints a table and no statistics.
+    let body = "case \"$args\" in\n*--kl-divergence\\ *|*--kl-divergence) echo run >> \"$(dirname \"$0\")/runs\"; \
+                echo 'chunk PPL'; exit 0;;\n*) echo logits > \"$out\";;\nesac";
+    write_stub(tools.path(), "llama-perplexity", "--kl-divergence-base", body);
+    let project = Project::new(tools.path());
+    let recipe = format!(
+        "[tools]\nllama_cpp = \"{}\"\n\n[input.base]\npath = \"tiny.gguf\"\n\n[input.wiki]\npath = \"text.txt\"\n\n\
+         [step.q]\nop = \"quantize\"\nfrom = \"base\"\npreset = \"Q8_0\"\n\n\
+         [step.eval]\nop = \"evaluate\"\nfrom = \"q\"\nbase = \"base\"\ntext = \"wiki\"\nctx = 64\n",
+        tools.path().display()
+    );
+    std::fs::write(project.path("quality.toml"), recipe).unwrap();
+    let report = project.failure();
+    assert!(report.contains("llama-perplexity printed no statistics that read in 3 runs: no `Mean PPL(Q)` line"), "{report}");
+    assert_eq!(std::fs::read_to_string(tools.path().join("runs")).unwrap().lines().count(), 3);
+    let plan = project.report("plan");
+    assert_eq!(status(&plan, "eval.base[base]"), "hit", "the base's logits were not kept");
+    assert_eq!(status(&plan, "eval"), "miss", "a failed evaluation was cached");
 }
 
 #[test]
