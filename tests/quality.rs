@@ -138,8 +138,26 @@ fn run_by_hand(dir: &Path, program: &Path, args: &[&str]) {
 fn an_imatrix_step_equals_llama_imatrix_by_hand_and_quantizes_as_llama_quantize_with_it() {
     let Some(bin) = reference_bin() else { return };
     let project = Project::new(&bin);
+    // Units of tensors are cut from results: the matrix must exist first.
+    let units = project.quantforge("plan", &["--units"]);
+    let stderr = String::from_utf8_lossy(&units.stderr);
+    assert!(!units.status.success(), "plan --units ran llama-imatrix");
+    assert!(stderr.contains("step `im`: llama-imatrix computes it only when the recipe runs"), "{stderr}");
+    assert!(
+        common::quantforge_with(&[
+            &"run",
+            &project.path("quality.toml"),
+            &"im",
+            &"--cache-dir",
+            &project.path("cache")
+        ])
+        .status
+        .success()
+    );
+    assert!(project.quantforge("plan", &["--units"]).status.success(), "plan --units with the matrix cached");
+
     let report = project.report("run");
-    assert_eq!(status(&report, "im"), "ran");
+    assert_eq!(status(&report, "im"), "hit");
     assert_eq!(node(&report, "im")["backend"], "llama-imatrix");
 
     let dir = project.dir.path();
@@ -249,7 +267,10 @@ fn an_evaluation_without_statistics_is_asked_again_then_fails_with_the_base_kept
     );
     std::fs::write(project.path("quality.toml"), recipe).unwrap();
     let report = project.failure();
-    assert!(report.contains("llama-perplexity printed no statistics that read in 3 runs: no `Mean PPL(Q)` line"), "{report}");
+    assert!(
+        report.contains("llama-perplexity printed no statistics that read in 3 runs: no `Mean PPL(Q)` line"),
+        "{report}"
+    );
     assert_eq!(std::fs::read_to_string(tools.path().join("runs")).unwrap().lines().count(), 3);
     let plan = project.report("plan");
     assert_eq!(status(&plan, "eval.base[base]"), "hit", "the base's logits were not kept");

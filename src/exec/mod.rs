@@ -159,8 +159,10 @@ pub enum NodeError {
     /// Boxed: it carries the command line and the tool's last lines.
     #[error(transparent)]
     Tool(Box<crate::tools::RunFailure>),
-    #[error("an external tool computes it only when the recipe runs")]
-    NotPlanned,
+    /// A dry run (`plan`, `plan --units`) met a step a tool computes that
+    /// is not cached yet.
+    #[error("{tool} computes it only when the recipe runs: run the recipe with this step as its target first")]
+    NotPlanned { tool: &'static str },
 }
 
 impl From<ops::lora_merge::LoraMergeError> for NodeError {
@@ -998,8 +1000,8 @@ impl Shared {
         {
             return Ok(cached);
         }
-        if dry && self.bound.recipe.nodes[i].op.tool().is_some() {
-            return Err(NodeError::NotPlanned);
+        if let Some(tool) = self.bound.recipe.nodes[i].op.tool().filter(|_| dry) {
+            return Err(NodeError::NotPlanned { tool: tool.binary() });
         }
         let (mut set, fallbacks) = self.compute(i, &inputs)?;
         claim_conversions(&mut set, &self.bound.keys[i], &inputs);

@@ -104,7 +104,8 @@ pub struct Evaluation {
 
 impl Evaluation {
     /// The statistics `llama-perplexity --kl-divergence` printed on stdout;
-    /// an error names the line it lacks or could not read.
+    /// an error names the line it lacks or could not read (a `nan` too: a
+    /// model whose measures are not numbers has none).
     pub fn parse(printed: &str, bytes: u64, bits_per_weight: f64) -> Result<Evaluation, String> {
         let find = |label: &str| -> Result<(f64, f64), String> {
             let line = printed
@@ -112,8 +113,10 @@ impl Evaluation {
                 .find(|l| l.starts_with(label) && l[label.len()..].trim_start().starts_with(':'))
                 .ok_or_else(|| format!("no `{label}` line"))?;
             let value = line[label.len()..].trim_start()[1..].trim();
-            let number = |text: &str| text.trim().trim_end_matches('%').trim().parse::<f64>();
-            let unreadable = || format!("`{}` does not read as a number", line.trim());
+            let number = |text: &str| {
+                text.trim().trim_end_matches('%').trim().parse::<f64>().ok().filter(|v| v.is_finite()).ok_or(())
+            };
+            let unreadable = || format!("`{}` does not read as a finite number", line.trim());
             match value.split_once('±') {
                 Some((v, e)) => Ok((number(v).map_err(|_| unreadable())?, number(e).map_err(|_| unreadable())?)),
                 None => Ok((number(value).map_err(|_| unreadable())?, 0.0)),
@@ -215,9 +218,11 @@ Same top p: 78.581 ± 1.475 %
     fn a_missing_or_garbled_statistic_is_named() {
         let missing = PRINTED.replace("Same top p", "Other");
         assert_eq!(Evaluation::parse(&missing, 0, 0.0).unwrap_err(), "no `Same top p` line");
-        let garbled = PRINTED.replace("0.001687", "nan?");
-        let err = Evaluation::parse(&garbled, 0, 0.0).unwrap_err();
-        assert!(err.contains("Mean    KLD:   nan? ±   0.000008"), "{err}");
+        for garbage in ["nan?", "nan", "inf"] {
+            let garbled = PRINTED.replace("0.001687", garbage);
+            let err = Evaluation::parse(&garbled, 0, 0.0).unwrap_err();
+            assert!(err.contains(&format!("Mean    KLD:   {garbage} ±   0.000008")), "{err}");
+        }
     }
 
     #[test]
