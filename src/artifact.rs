@@ -19,9 +19,21 @@ use std::sync::Arc;
 use crate::codecs::CODEC_VERSION;
 use crate::formats::ggml_legacy::LegacyHeader;
 use crate::formats::gguf;
+use crate::key::{Key, KeyBuilder};
 use crate::model::{AxisCut, Endian, Metadata, TensorInfo};
-use crate::store::{Key, KeyBuilder};
 use crate::types::GgmlType;
+
+/// Where an op puts the bytes it makes (generated and merged tensors,
+/// importance weights) under their blake3: the store, as the ops, which sit
+/// below it, see it.
+pub trait BlobSink: Sync {
+    fn put_blob(&self, bytes: &[u8]) -> Result<Key, BlobSinkError>;
+}
+
+/// Why a [`BlobSink`] could not keep bytes (the store's own error, boxed).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct BlobSinkError(pub Box<dyn std::error::Error + Send + Sync>);
 
 /// A node's result: what a GGUF written from it would hold.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 
-use crate::store::{Key, KeyBuilder};
+use crate::key::{Key, KeyBuilder};
 
 /// The variable naming a llama.cpp build when the recipe does not.
 pub const ENV_VAR: &str = "QUANTFORGE_LLAMA_CPP";

@@ -12,9 +12,9 @@ use std::process::Command;
 use quantforge::arch::clip::{self, ClipError, PartRole};
 use quantforge::artifact::TensorSet;
 use quantforge::formats::{ModelFile, OpenOptions};
+use quantforge::key::Key;
 use quantforge::ops::assemble::{AssembleError, assemble, bundle_parts, unbundle};
 use quantforge::ops::load;
-use quantforge::store::Key;
 
 #[derive(serde::Deserialize)]
 struct Fixtures {

@@ -11,8 +11,9 @@ use crate::recipe::Recipe;
 use std::sync::Arc;
 
 use crate::exec::Engine;
+use crate::key::Key;
 use crate::store::remote::{Layered, Remote, RemoteMode, RemoteUrl, TransferReport};
-use crate::store::{ActionCache, ActionKind, Key, Store};
+use crate::store::{ActionCache, ActionKind, Store};
 use crate::store::{GcOptions, LocalStore};
 
 #[derive(Debug, clap::Subcommand)]

@@ -105,7 +105,7 @@ fn long_version() -> &'static str {
             "{}\ncodec version {}, cache key scheme {}\nbytes as {}",
             env!("CARGO_PKG_VERSION"),
             crate::codecs::CODEC_VERSION,
-            crate::store::KEY_SCHEME_VERSION,
+            crate::key::KEY_SCHEME_VERSION,
             crate::codecs::REFERENCE_LLAMA_CPP
         )
     })

@@ -150,7 +150,7 @@ fn attested_recipe(args: &VerifyArgs, attestation: &Path) -> anyhow::Result<Atte
     }
     let versions = &statement.predicate.build_definition.internal_parameters;
     known_version("codec version", versions.codec_version, crate::codecs::CODEC_VERSION, &shown)?;
-    known_version("cache key scheme", versions.key_scheme, crate::store::KEY_SCHEME_VERSION, &shown)?;
+    known_version("cache key scheme", versions.key_scheme, crate::key::KEY_SCHEME_VERSION, &shown)?;
 
     let file = &args.file;
     let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -273,8 +273,7 @@ fn check_attested_derivation(attested: &Attested, derivation: &Derivation) -> an
         anyhow::bail!("{shown} {problem}");
     }
     let versions = &definition.internal_parameters;
-    if (versions.codec_version, versions.key_scheme) != (crate::codecs::CODEC_VERSION, crate::store::KEY_SCHEME_VERSION)
-    {
+    if (versions.codec_version, versions.key_scheme) != (crate::codecs::CODEC_VERSION, crate::key::KEY_SCHEME_VERSION) {
         tracing::warn!(
             "{shown} was made with codec version {} and key scheme {}; this quantforge's keys differ, so its steps' \
              keys are not compared (the bytes are)",

@@ -6,10 +6,11 @@
 //! or modified.
 
 use crate::codecs::CODEC_VERSION;
+use crate::key::{KEY_SCHEME_VERSION, Key};
 use crate::ops::Op;
 use crate::recipe::Source;
+use crate::store::ActionKind;
 use crate::store::fingerprint::hash_file;
-use crate::store::{ActionKind, KEY_SCHEME_VERSION, Key};
 
 use super::export::exported_files;
 use super::{Shared, input_hash};

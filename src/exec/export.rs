@@ -21,11 +21,12 @@ use super::{Engine, NodeError, Shared};
 use crate::artifact::{HeaderEnd, Tensor, TensorSet};
 use crate::files::link::{LinkMode, hardlinks_are_safe};
 use crate::formats::{AtomicOutput, ggml_legacy, gguf};
+use crate::key::Key;
 use crate::model::Endian;
 use crate::ops;
 use crate::ops::export::{ExportFormat, ExportOptions};
 use crate::store::fingerprint::{hash_file, stat_key};
-use crate::store::{ActionKind, Key, Span, SpanHost, StoreError};
+use crate::store::{ActionKind, Span, SpanHost, StoreError};
 
 /// The export-cache entry: the files an export wrote, by content and stat.
 #[derive(serde::Serialize, serde::Deserialize)]

@@ -24,9 +24,10 @@ use super::Engine;
 use super::report::{InputReport, RunReport};
 use crate::files::OutputPath;
 use crate::formats::AtomicOutput;
+use crate::key::{KEY_SCHEME_VERSION, Key, KeyBuilder};
 use crate::ops::Op;
 use crate::recipe::Recipe;
-use crate::store::{ActionKind, KEY_SCHEME_VERSION, Key, KeyBuilder, Store};
+use crate::store::{ActionKind, Store};
 
 /// The version of the lock file's own layout.
 const LOCK_VERSION: u32 = 1;

@@ -21,11 +21,12 @@ use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::backend::{Backend, Slab, SlabError};
 use crate::convert::WeightScale;
 use crate::formats::{FormatError, ModelFile, OpenOptions};
+use crate::key::Key;
 use crate::model::{AxisCut, ElementConversion, StoredLayout, TensorInfo};
 use crate::quant::budget::{BudgetError, RowSource};
 use crate::quant::plan::importance_from_blob;
 use crate::store::fingerprint::stat_key;
-use crate::store::{ActionKind, BlobWriter, Key, Store, StoreError};
+use crate::store::{ActionKind, BlobWriter, Store, StoreError};
 use crate::text::Name;
 use crate::types::GgmlType;
 

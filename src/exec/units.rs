@@ -19,10 +19,10 @@ use std::time::Instant;
 
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::codecs::encode_ns_per_weight;
+use crate::key::{Key, KeyBuilder};
 use crate::ops::Op;
 use crate::recipe::{Recipe, Source};
 use crate::store::remote::TransferReport;
-use crate::store::{Key, KeyBuilder};
 
 use super::materialize::{MaterializeError, SLAB_ELEMENTS};
 use super::{Engine, RunError, Shared, ms};

@@ -271,9 +271,9 @@ pub fn name_in_part(name: &str, role: PartRole) -> Option<&str> {
 mod tests {
     use super::*;
     use crate::artifact::TensorData;
+    use crate::key::Key;
     use crate::model::TensorInfo;
     use crate::params::{Param, ParamValue};
-    use crate::store::Key;
     use crate::types::GgmlType;
 
     fn set(entries: &[(&str, Value)], tensors: &[(&str, &[u64])]) -> TensorSet {

@@ -6,15 +6,15 @@
 
 use std::path::Path;
 
-use crate::artifact::{CheckpointScale, HeaderEnd, Tensor, TensorSet};
+use crate::artifact::{BlobSink, BlobSinkError, CheckpointScale, HeaderEnd, Tensor, TensorSet};
 use crate::convert::{
     Adapter, Checkpoint, CheckpointPart, ConvertError, MetadataOverride, OutType, ScaleAt, Scope, Values, convert,
     convert_lora, convert_quantized,
 };
+use crate::key::Key;
 use crate::model::Endian;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 use crate::quant::plan::parse_preset;
-use crate::store::{Key, Store, StoreError};
 use crate::types::{FileType, GgmlType};
 
 // Version 2: model cards read whole, the post-processor's edits of the
@@ -76,7 +76,7 @@ pub enum ConvertOpError {
     #[error(transparent)]
     Convert(#[from] ConvertError),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Blobs(#[from] BlobSinkError),
     #[error("{}: a checkpoint file the run did not hash (it appeared during the run?)", .0.display())]
     UnpinnedFile(std::path::PathBuf),
     #[error("a vocabulary alone has no tensors to quantize to {0}: give a float outtype (auto, f32, f16, bf16, q8_0)")]
@@ -161,7 +161,7 @@ pub fn apply(
     dir: &Path,
     options: &ConvertOptions,
     metadata: Option<&Path>,
-    store: &dyn Store,
+    blobs: &(impl BlobSink + ?Sized),
     file_key: &dyn Fn(&Path) -> Option<Key>,
 ) -> Result<TensorSet, ConvertOpError> {
     let dir = &crate::formats::hub_snapshot(dir);
@@ -178,7 +178,7 @@ pub fn apply(
         Target::Preset(ftype) => convert_quantized(&checkpoint, ftype, pre)?,
     };
     let header_end = if options.vocab_only { HeaderEnd::AtMetadata } else { HeaderEnd::Aligned };
-    tensor_set(&checkpoint, metadata, converted, header_end, store, file_key)
+    tensor_set(&checkpoint, metadata, converted, header_end, blobs, file_key)
 }
 
 /// The converted tensors as a set whose bytes the materializer computes
@@ -188,7 +188,7 @@ fn tensor_set(
     metadata: crate::model::Metadata,
     converted: Vec<crate::convert::ConvertedTensor>,
     header_end: HeaderEnd,
-    store: &dyn Store,
+    blobs: &(impl BlobSink + ?Sized),
     file_key: &dyn Fn(&Path) -> Option<Key>,
 ) -> Result<TensorSet, ConvertOpError> {
     let pinned = |path: &Path| file_key(path).ok_or_else(|| ConvertOpError::UnpinnedFile(path.to_owned()));
@@ -198,7 +198,7 @@ fn tensor_set(
             let info = &t.info;
             let values = match t.values_source() {
                 Values::Generated(values) => {
-                    let hash = store.put_blob(&values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
+                    let hash = blobs.put_blob(&values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
                     Tensor::generated(&crate::model::TensorInfo { ggml_type: GgmlType::F32, ..info.clone() }, hash)
                 }
                 Values::Checkpoint(part) => {
@@ -268,10 +268,10 @@ pub fn apply_lora(
     dir: &Path,
     base_dir: &Path,
     options: &ConvertLoraOptions,
-    store: &dyn Store,
+    blobs: &(impl BlobSink + ?Sized),
     file_key: &dyn Fn(&Path) -> Option<Key>,
 ) -> Result<TensorSet, ConvertOpError> {
     let adapter = Adapter::open(&crate::formats::hub_snapshot(dir), &crate::formats::hub_snapshot(base_dir))?;
     let (metadata, converted) = convert_lora(&adapter, options.outtype)?;
-    tensor_set(&adapter.checkpoint, metadata, converted, HeaderEnd::Aligned, store, file_key)
+    tensor_set(&adapter.checkpoint, metadata, converted, HeaderEnd::Aligned, blobs, file_key)
 }

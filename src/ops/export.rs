@@ -13,11 +13,11 @@ use std::path::PathBuf;
 use crate::arch::split::Devices;
 use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::formats::parse_size;
+use crate::key::Key;
 use crate::model::Endian;
 use crate::ops::device_shards;
 use crate::ops::split::{self, ShardPlan, SplitError, SplitKeyOrder, SplitLimit, SplitOptions, WriterSplit};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, ParamValue, Params};
-use crate::store::Key;
 
 pub const SPEC: OpSpec = OpSpec::new(
     "export",

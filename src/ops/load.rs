@@ -7,9 +7,9 @@
 use crate::artifact::{HeaderEnd, Tensor, TensorSet};
 use crate::formats::ModelFile;
 use crate::formats::safetensors::CheckpointIndex;
+use crate::key::Key;
 use crate::ops::split::{SplitError, check_shards, merged_metadata};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
-use crate::store::Key;
 use crate::text::Name;
 
 pub const SPEC: OpSpec = OpSpec::new("load", 1, &[]).reading_an_input();

@@ -8,12 +8,12 @@
 
 use rayon::prelude::*;
 
-use crate::artifact::{HeaderEnd, Tensor, TensorData, TensorSet};
+use crate::artifact::{BlobSink, BlobSinkError, HeaderEnd, Tensor, TensorData, TensorSet};
 use crate::backend::Backend;
+use crate::key::KeyBuilder;
 use crate::model::{Endian, Value};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, ParamValue, Params};
 use crate::quant::budget::{BudgetError, RowSource};
-use crate::store::{KeyBuilder, Store, StoreError};
 use crate::text::Name;
 use crate::types::GgmlType;
 
@@ -94,7 +94,7 @@ pub enum LoraMergeError {
     #[error(transparent)]
     Rows(#[from] BudgetError),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Blobs(#[from] BlobSinkError),
 }
 
 /// One adapter: its tensors, a way to read them, its name and scale.
@@ -129,7 +129,7 @@ pub fn apply(
     base_rows: &dyn RowSource,
     adapters: &[MergedAdapter<'_>],
     backend: &dyn Backend,
-    store: &dyn Store,
+    blobs: &(impl BlobSink + ?Sized),
 ) -> Result<TensorSet, LoraMergeError> {
     if adapters.is_empty() {
         return Err(LoraMergeError::NoAdapter);
@@ -188,7 +188,7 @@ pub fn apply(
             };
             halves.push((a, b));
         }
-        tensors.push(merge(index, tensor, base_rows, adapters, &halves, backend, store)?);
+        tensors.push(merge(index, tensor, base_rows, adapters, &halves, backend, blobs)?);
     }
     let mut metadata = base.metadata.clone();
     // Set as gguf_set_val_u32 sets it: removed, then appended.
@@ -215,7 +215,7 @@ fn merge(
     adapters: &[MergedAdapter<'_>],
     halves: &[(usize, usize)],
     backend: &dyn Backend,
-    store: &dyn Store,
+    blobs: &(impl BlobSink + ?Sized),
 ) -> Result<Tensor, LoraMergeError> {
     let mut key = KeyBuilder::new("tensor.lora-merge");
     key.u64(MERGE_VERSION).key(&tensor.key);
@@ -266,7 +266,7 @@ fn merge(
         _ => (GgmlType::F16, current.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect()),
     };
     key.str(ggml_type.name());
-    let hash = store.put_blob(&bytes)?;
+    let hash = blobs.put_blob(&bytes)?;
     Ok(Tensor {
         name: tensor.name.clone(),
         dims: tensor.dims.clone(),

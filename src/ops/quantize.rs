@@ -6,7 +6,7 @@
 //! conversion to the type the mixture chose. No tensor bytes are touched
 //! here; the conversions run when something materializes the result.
 
-use crate::artifact::{HeaderEnd, Tensor, TensorSet};
+use crate::artifact::{BlobSink, HeaderEnd, Tensor, TensorSet};
 use crate::backend::Backend;
 use crate::model::Endian;
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
@@ -15,7 +15,6 @@ use crate::quant::imatrix::ImportanceMatrix;
 use crate::quant::mixture::{MixtureError, MixtureOptions, TensorTypeOverride};
 use crate::quant::plan::{Fallbacks, KvOverride, QuantizeError, QuantizeOptions, mixture_for, plan};
 use crate::quant::prune;
-use crate::store::Store;
 use crate::types::GgmlType;
 
 pub const SPEC: OpSpec = OpSpec::new(
@@ -150,13 +149,13 @@ pub fn apply_planned(
     imatrix: Option<&ImportanceMatrix>,
     rows: &dyn RowSource,
     backend: &dyn Backend,
-    store: &dyn Store,
+    blobs: &(impl BlobSink + ?Sized),
 ) -> Result<Quantized, BudgetError> {
-    let Some(budget) = options.budget else { return Ok(apply(input, options, imatrix, store)?) };
+    let Some(budget) = options.budget else { return Ok(apply(input, options, imatrix, blobs)?) };
     let infos = input.infos();
     let model = Model { metadata: &input.metadata, tensors: &infos, rows, backend };
     let plan = plan_budget(&model, options, imatrix, Target::Size(budget), true)?;
-    Ok(apply(input, &plan.options, imatrix, store)?)
+    Ok(apply(input, &plan.options, imatrix, blobs)?)
 }
 
 /// A quantized set, with the tensors that fell back to another type than
@@ -173,7 +172,7 @@ pub fn apply(
     input: &TensorSet,
     options: &QuantizeOptions,
     imatrix: Option<&ImportanceMatrix>,
-    store: &dyn Store,
+    blobs: &(impl BlobSink + ?Sized),
 ) -> Result<Quantized, QuantizeError> {
     let infos = input.infos();
     let plan = plan(&input.metadata, &infos, options, imatrix)?;
@@ -195,7 +194,7 @@ pub fn apply(
             return Err(QuantizeError::NeedsImatrix { tensor: source.name.clone(), ty: planned.info.ggml_type });
         }
         let importance = match weights {
-            Some(w) => Some(store.put_blob(&w.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?),
+            Some(w) => Some(blobs.put_blob(&w.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?),
             None => None,
         };
         tensors.push(Tensor::convert(renamed(), planned.info.ggml_type, importance));

@@ -6,13 +6,13 @@
 
 use std::borrow::Cow;
 
+use crate::artifact::BlobSinkError;
 use crate::codecs::CodecError;
 use crate::formats::gguf;
 use crate::model::{Metadata, TensorInfo, Value, tensor_bytes};
 use crate::quant::imatrix::{ImatrixError, ImportanceMatrix};
 use crate::quant::mixture::{self, MixtureError, MixtureOptions};
 use crate::quant::prune;
-use crate::store::StoreError;
 use crate::text::Name;
 use crate::types::{FileType, GgmlType};
 
@@ -240,7 +240,7 @@ pub enum QuantizeError {
     #[error(transparent)]
     Imatrix(#[from] ImatrixError),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Blobs(#[from] BlobSinkError),
     #[error(
         "tensor `{tensor}`: requantizing from type {from} is disabled (set allow_requantize / pass --allow-requantize)"
     )]

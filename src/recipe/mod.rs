@@ -17,9 +17,9 @@ pub use crate::params::{
     Diagnostic, Located, OpSpec, Param, ParamKind, ParamSpec, ParamValue, Params, RecipeError, Span, nearest,
 };
 
+use crate::key::Key;
 use crate::ops::Op;
-use crate::store::Key;
-use crate::store::remote::RemoteUrl;
+use crate::remote_url::RemoteUrl;
 
 /// A validated recipe.
 #[derive(Debug, Clone)]

@@ -17,9 +17,9 @@ use super::{
     Backend, Binding, Diagnostic, InputDecl, NodeDecl, OpSpec, Param, ParamKind, ParamValue, Params, Recipe, Source,
     Span,
 };
+use crate::key::Key;
 use crate::ops::{self, Op};
-use crate::store::Key;
-use crate::store::remote::RemoteUrl;
+use crate::remote_url::RemoteUrl;
 
 const SECTIONS: [&str; 4] = ["recipe", "tools", "input", "step"];
 const RECIPE_FIELDS: [&str; 4] = ["name", "remote", "jobs", "cache"];

@@ -15,7 +15,6 @@
 //! caller recomputes it. Nothing outside this module builds a store path.
 
 pub mod fingerprint;
-pub mod key;
 mod local;
 mod maintenance;
 mod memory;
@@ -29,7 +28,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-pub use key::{KEY_SCHEME_VERSION, Key, KeyBuilder};
+use crate::key::{Key, KeyBuilder};
 pub use local::LocalStore;
 pub use maintenance::{GcOptions, GcReport, ListedEntry, StoreUsage, VerifyReport};
 pub use memory::{Ephemeral, MemoryStore};
@@ -58,6 +57,13 @@ pub enum OpenError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Remote(#[from] remote::LayeredError),
+}
+
+/// Every store keeps the bytes ops make.
+impl<S: Store + ?Sized> crate::artifact::BlobSink for S {
+    fn put_blob(&self, bytes: &[u8]) -> std::result::Result<Key, crate::artifact::BlobSinkError> {
+        BlobStore::put_blob(self, bytes).map_err(|e| crate::artifact::BlobSinkError(Box::new(e)))
+    }
 }
 
 /// The key of the [`ActionKind::Recent`] entry of node `id` of `recipe`:

@@ -2,7 +2,9 @@
 //! compute capability and kept in the store (checked on read like every
 //! blob); without a store, compiled each run.
 
-use crate::store::{ActionKind, Key, KeyBuilder, Store};
+use crate::key::{Key, KeyBuilder};
+
+use crate::store::{ActionKind, Store};
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct KernelEntry {

@@ -21,10 +21,10 @@ use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::{Remote, RemoteError, RemoteUrl, UrlError, named_blobs};
+use crate::key::Key;
 use crate::store::local::Imported;
 use crate::store::{
-    ActionCache, ActionKind, BlobStore, BlobWriter, Incident, Incidents, Key, LocalStore, Result, Store, StoreError,
-    seal,
+    ActionCache, ActionKind, BlobStore, BlobWriter, Incident, Incidents, LocalStore, Result, Store, StoreError, seal,
 };
 
 /// Whether a run may go on without its remote.

@@ -17,7 +17,8 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
 
 use super::{CONCURRENCY, Listed, Remote, Result, named_blobs};
-use crate::store::{ActionKind, Key, seal};
+use crate::key::Key;
+use crate::store::{ActionKind, seal};
 
 #[derive(Debug, Default, Clone, Copy, serde::Serialize, schemars::JsonSchema)]
 pub struct RemoteUsage {

@@ -31,9 +31,9 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 
+pub use crate::remote_url::{RemoteUrl, UrlError};
 pub use layered::{Layered, LayeredError, RemoteMode, TransferReport};
 pub use maintenance::{RemoteGcReport, RemoteUsage, RemoteVerifyReport};
-pub use url::{RemoteUrl, UrlError};
 
 use super::{ActionKind, Key};
 
