@@ -100,7 +100,8 @@ path = "imatrix.gguf"
     /// `run` or `plan`, which must succeed: its report.
     fn report(&self, command: &str) -> Value {
         let out = self.quantforge(command, &["--json"]);
-        assert!(out.status.success(), "{command} failed: {}", String::from_utf8_lossy(&out.stderr));
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{command} failed: {stderr}{stdout}");
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
@@ -110,6 +111,13 @@ path = "imatrix.gguf"
         assert!(!out.status.success(), "the run succeeded");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
+}
+
+/// Held by each test while it runs llama.cpp's tools: one at a time, as a
+/// recipe runs them (their logger loses its last lines on a busy machine).
+fn tools_alone() -> std::sync::MutexGuard<'static, ()> {
+    static TOOLS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TOOLS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn node<'r>(report: &'r Value, id: &str) -> &'r Value {
@@ -136,6 +144,7 @@ fn run_by_hand(dir: &Path, program: &Path, args: &[&str]) {
 
 #[test]
 fn an_imatrix_step_equals_llama_imatrix_by_hand_and_quantizes_as_llama_quantize_with_it() {
+    let _alone = tools_alone();
     let Some(bin) = reference_bin() else { return };
     let project = Project::new(&bin);
     // Units of tensors are cut from results: the matrix must exist first.
@@ -193,6 +202,7 @@ fn copy_of(bin: &Path) -> tempfile::TempDir {
 
 #[test]
 fn a_new_build_of_the_tool_reruns_its_step_and_plan_says_why() {
+    let _alone = tools_alone();
     let Some(bin) = reference_bin() else { return };
     let tools = copy_of(&bin);
     let project = Project::new(tools.path());
@@ -217,6 +227,7 @@ fn a_new_build_of_the_tool_reruns_its_step_and_plan_says_why() {
 
 #[test]
 fn a_missing_tool_fails_the_run_before_any_work_and_says_how_to_get_it() {
+    let _alone = tools_alone();
     let nowhere = tempfile::tempdir().unwrap();
     let project = Project::new(nowhere.path());
     for command in ["plan", "run"] {
@@ -253,6 +264,7 @@ fn write_stub(dir: &Path, name: &str, out_flag: &str, body: &str) {
 
 #[test]
 fn an_evaluation_without_statistics_is_asked_again_then_fails_with_the_base_kept() {
+    let _alone = tools_alone();
     let tools = tempfile::tempdir().unwrap();
     // The base's run writes its logits; each evaluation prints a table and no statistics.
     let body = "case \"$args\" in\n*--kl-divergence\\ *|*--kl-divergence) echo run >> \"$(dirname \"$0\")/runs\"; \
@@ -268,10 +280,10 @@ fn an_evaluation_without_statistics_is_asked_again_then_fails_with_the_base_kept
     std::fs::write(project.path("quality.toml"), recipe).unwrap();
     let report = project.failure();
     assert!(
-        report.contains("llama-perplexity printed no statistics that read in 3 runs: no `Mean PPL(Q)` line"),
+        report.contains("llama-perplexity printed no statistics that read in 5 runs: no `Mean PPL(Q)` line"),
         "{report}"
     );
-    assert_eq!(std::fs::read_to_string(tools.path().join("runs")).unwrap().lines().count(), 3);
+    assert_eq!(std::fs::read_to_string(tools.path().join("runs")).unwrap().lines().count(), 5);
     let plan = project.report("plan");
     assert_eq!(status(&plan, "eval.base[base]"), "hit", "the base's logits were not kept");
     assert_eq!(status(&plan, "eval"), "miss", "a failed evaluation was cached");
@@ -279,6 +291,7 @@ fn an_evaluation_without_statistics_is_asked_again_then_fails_with_the_base_kept
 
 #[test]
 fn a_tool_that_fails_is_named_with_its_command_and_last_words_and_leaves_nothing_cached() {
+    let _alone = tools_alone();
     let cases = [
         ("echo 'loading the model' >&2\necho 'error: out of tokens' >&2\nexit 1", "failed (exit status 1)"),
         ("kill -9 $$", "failed (killed by SIGKILL; out of memory?)"),
@@ -307,6 +320,7 @@ fn a_tool_that_fails_is_named_with_its_command_and_last_words_and_leaves_nothing
 
 #[test]
 fn quantize_takes_an_imatrix_from_a_step_but_not_from_an_export() {
+    let _alone = tools_alone();
     let project = Project::new(Path::new("unused"));
     let recipe = std::fs::read_to_string(project.path("quality.toml")).unwrap();
     let cases = [
@@ -333,6 +347,7 @@ fn quantize_takes_an_imatrix_from_a_step_but_not_from_an_export() {
 /// llama-imatrix's over the same F16 file.
 #[test]
 fn a_gemma_imatrix_step_equals_llama_imatrix_by_hand() {
+    let _alone = tools_alone();
     let (Some(bin), Some(gemma)) = (reference_bin(), common::gemma()) else { return };
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy("/usr/share/common-licenses/GPL-3", dir.path().join("calib.txt")).unwrap();
@@ -414,6 +429,7 @@ fn perplexity_by_hand(dir: &Path, bin: &Path, args: &[&str]) -> String {
 
 #[test]
 fn an_evaluate_step_reports_what_llama_perplexity_prints_and_computes_the_base_once() {
+    let _alone = tools_alone();
     let Some(bin) = reference_bin() else { return };
     let project = Project::evaluating(&bin, r#"["Q4_K_M", "IQ3_S"]"#);
     let report = project.report("run");
@@ -464,10 +480,11 @@ fn an_evaluate_step_reports_what_llama_perplexity_prints_and_computes_the_base_o
 
 #[test]
 fn the_quality_chart_is_drawn_in_a_real_browser() {
+    let _alone = tools_alone();
     let (Some(bin), Some(chromium)) = (reference_bin(), chromium()) else { return };
     let project = Project::evaluating(&bin, r#"["Q8_0", "Q4_K_M", "IQ3_S"]"#);
     let run = project.quantforge("run", &["--json"]);
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stdout));
     std::fs::write(project.path("run.json"), &run.stdout).unwrap();
     let plan = common::quantforge_with(&[&"--json", &"plan-quant", &common::tiny_model(), &"--target-bpw", &"4"]);
     std::fs::write(project.path("plan.json"), common::stdout_of_success(plan)).unwrap();
@@ -527,6 +544,7 @@ fn browse(chromium: &Path, page: &Path, args: &[&str]) -> Vec<u8> {
 /// the base's logits and two evaluations, charted in a real browser.
 #[test]
 fn the_gemma_quality_recipe_measures_its_ladder() {
+    let _alone = tools_alone();
     let (Some(_), Some(gemma), Some(chromium)) = (reference_bin(), common::gemma(), chromium()) else { return };
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("recipes")).unwrap();
@@ -548,7 +566,7 @@ fn the_gemma_quality_recipe_measures_its_ladder() {
         &page,
         &"--json",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status(&report, "quality.base[f16]"), "ran");
     let [q4, iq3] = rungs.map(|id| node(&report, id)["evaluation"].clone());

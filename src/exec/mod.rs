@@ -716,7 +716,7 @@ impl Engine {
             link: self.link.clone(),
             in_flight: InFlight::default(),
             fanout: Fanout::default(),
-            tool_runs: std::sync::Mutex::new(()),
+            tool_runs: std::sync::RwLock::new(()),
             progress: MultiProgress::with_draw_target(if progress {
                 ProgressDrawTarget::stderr()
             } else {
@@ -897,9 +897,12 @@ struct Shared {
     /// Every conversion of the sets produced so far, for encoding siblings together.
     fanout: Fanout,
     progress: MultiProgress,
-    /// Held while an external tool runs: each takes every core, so two at
-    /// once only take turns less well.
-    tool_runs: std::sync::Mutex<()>,
+    /// Written while an external tool runs, read by every other node while
+    /// it works: a tool runs alone. Each takes every core, and llama.cpp's
+    /// tools print from a logging thread their exit does not wait for
+    /// (llama.cpp #22142), which loses their last lines when the machine is
+    /// busy.
+    tool_runs: std::sync::RwLock<()>,
 }
 
 impl Shared {
@@ -952,6 +955,10 @@ impl Shared {
 
     /// Computes (or loads) node `i` on a blocking thread.
     fn execute(&self, i: usize, inputs: Vec<Arc<TensorSet>>, run: bool) -> (Outcome, NodeReport) {
+        let _beside_no_tool = match self.bound.recipe.nodes[i].op.tool() {
+            None => Some(self.tool_runs.read().unwrap_or_else(|e| e.into_inner())),
+            Some(_) => None,
+        };
         let started = Instant::now();
         let mut report = self.report(i, if run { Status::Ran } else { Status::Hit });
         report.bytes_in = inputs.iter().map(|s| total_bytes(s)).sum();

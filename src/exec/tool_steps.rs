@@ -181,7 +181,7 @@ impl Shared {
         bar.set_style(style.unwrap_or_else(|_| ProgressStyle::default_bar()));
         let label = format!("{} {}", self.bound.recipe.nodes[i].op.name(), self.bound.recipe.nodes[i].id);
         bar.set_message(crate::text::shorten(&label, 28).into_owned());
-        let _turn = self.tool_runs.lock().unwrap_or_else(|e| e.into_inner());
+        let _alone = self.tool_runs.write().unwrap_or_else(|e| e.into_inner());
         let finished = tools::run(tool, command, &|item| match Progress::parse(item) {
             Some(Progress::Total(n)) => bar.set_length(n),
             Some(Progress::Done(n)) => bar.set_position(n),
@@ -247,7 +247,7 @@ fn scratch_dir(prefix: &str) -> Result<TempDir, NodeError> {
 
 /// Runs of `llama-perplexity --kl-divergence` that may lose their
 /// statistics before an evaluation fails.
-const STATISTICS_ATTEMPTS: u32 = 3;
+const STATISTICS_ATTEMPTS: u32 = 5;
 
 /// The name of the one tensor of a `kld-base` node's result: the logits
 /// file's bytes.
