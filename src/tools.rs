@@ -126,13 +126,11 @@ pub fn find(
                 let dir = reference_build()?;
                 candidates(&dir, tool).into_iter().find(|p| is_executable(p))
             };
-            match (on_path, references()) {
-                (Some(path), _) => (path, Origin::Path),
-                (None, Some(path)) => (path, Origin::References),
-                (None, None) => {
-                    let looked = format!(
-                        "no [tools] llama_cpp in the recipe, {ENV_VAR} unset, not on PATH, and no reference build"
-                    );
+            match on_path.map(|p| (p, Origin::Path)).or_else(|| references().map(|p| (p, Origin::References))) {
+                Some(found) => found,
+                None => {
+                    let looked =
+                        format!("no [tools] llama_cpp named, {ENV_VAR} unset, not on PATH, and no reference build");
                     return Err(ToolError::Missing { tool, looked });
                 }
             }
@@ -209,8 +207,8 @@ fn libraries(tool: Tool, binary: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// The first line of `path --version` (llama.cpp prints it on stderr),
-/// without its `version:`.
+/// What `path --version` says after `version:` (llama.cpp prints it on
+/// stderr), else its first line.
 fn version(path: &Path) -> Result<String, ToolError> {
     let problem = |problem: String| ToolError::NoVersion { path: path.to_owned(), problem };
     let output = Command::new(path)
@@ -222,9 +220,10 @@ fn version(path: &Path) -> Result<String, ToolError> {
         return Err(problem(format!("failed ({})", describe_status(output.status))));
     }
     let text = String::from_utf8_lossy(&output.stderr).into_owned() + &String::from_utf8_lossy(&output.stdout);
-    let line = text.lines().map(str::trim).find(|l| !l.is_empty());
-    let line = line.map(|l| l.strip_prefix("version:").unwrap_or(l).trim().to_owned());
-    line.ok_or_else(|| problem("printed nothing".into()))
+    // A GPU build says what it found before its version.
+    let lines = || text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let version = lines().find_map(|l| l.strip_prefix("version:")).or_else(|| lines().next());
+    version.map(|v| v.trim().to_owned()).ok_or_else(|| problem("printed nothing".into()))
 }
 
 /// How a tool ended, as a shell says it.
@@ -283,6 +282,13 @@ impl Finished {
 pub fn run(tool: Tool, mut command: Command, on_output: &(dyn Fn(&str) + Sync)) -> Result<Finished, RunFailure> {
     let line = command_line(&command);
     let failure = |problem: String, tail: Vec<String>| RunFailure { tool, command: line.clone(), problem, tail };
+    // llama.cpp reads any flag from a LLAMA_ARG_* variable too: one in this
+    // environment would change a result its key does not know of.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("LLAMA_ARG_") {
+            command.env_remove(name);
+        }
+    }
     let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -266,9 +266,11 @@ fn write_stub(dir: &Path, name: &str, out_flag: &str, body: &str) {
 fn an_evaluation_without_statistics_is_asked_again_then_fails_with_the_base_kept() {
     let _alone = tools_alone();
     let tools = tempfile::tempdir().unwrap();
-    // The base's run writes its logits; each evaluation prints a table and no statistics.
+    // The base's run writes its logits (the header and length of one chunk of 64 tokens, a
+    // two-token vocabulary); each evaluation prints a table and no statistics.
     let body = "case \"$args\" in\n*--kl-divergence\\ *|*--kl-divergence) echo run >> \"$(dirname \"$0\")/runs\"; \
-                echo 'chunk PPL'; exit 0;;\n*) echo logits > \"$out\";;\nesac";
+                echo 'chunk PPL'; exit 0;;\n*) { printf '_logits_\\100\\0\\0\\0\\2\\0\\0\\0\\1\\0\\0\\0'; \
+                head -c 628 /dev/zero; } > \"$out\";;\nesac";
     write_stub(tools.path(), "llama-perplexity", "--kl-divergence-base", body);
     let project = Project::new(tools.path());
     let recipe = format!(
@@ -494,7 +496,7 @@ fn the_quality_chart_is_drawn_in_a_real_browser() {
 
     let dom = browse(&chromium, &page, &["--dump-dom"]);
     let dom = String::from_utf8(dom).unwrap();
-    assert!(dom.contains("<h3>quality against size</h3>"), "{dom}");
+    assert!(dom.contains("<h3>quality against size: <code>eval</code></h3>"), "{dom}");
     assert!(dom.contains("mean KL divergence from the base against bits per weight"));
     // Three rungs on each of the two charts, the budget plan across both.
     assert_eq!(dom.matches("<circle").count(), 6, "{dom}");

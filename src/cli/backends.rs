@@ -1,6 +1,7 @@
 //! `quantforge backends`: what this machine offers a recipe's `backend`:
 //! the CPU's vector levels, and CUDA devices or why there are none; and the
-//! llama.cpp tools its `imatrix` steps would run.
+//! llama.cpp tools `imatrix` and `evaluate` steps would run (a recipe's
+//! `[tools] llama_cpp` aside).
 
 use std::io::Write;
 

@@ -201,8 +201,10 @@ pub(super) fn quality(title: &str, axis: &str, log: bool, points: &[Point], rule
             format_value(tick)
         );
     }
+    // At most a dozen ticks, whatever a document says.
+    let x_step = ((x_high - x_low) / 12.0).ceil().max(1.0);
     let mut x_tick = x_low;
-    while x_tick <= x_high + 1e-9 {
+    while x_tick <= x_high + 1e-9 && x_tick.is_finite() && x_step.is_finite() {
         let x = x_of(x_tick);
         let _ = writeln!(
             body,
@@ -211,7 +213,7 @@ pub(super) fn quality(title: &str, axis: &str, log: bool, points: &[Point], rule
             TOP + HEIGHT + 12.0,
             format_value(x_tick)
         );
-        x_tick += 1.0;
+        x_tick += x_step;
     }
     for rule in rules {
         let (x1, x2, y1, y2, label) = match *rule {

@@ -161,9 +161,13 @@ fn run_section(document: &Document, budgets: &[(f64, String)]) -> String {
         );
     }
     out.push_str("</table>\n");
+    // One chart per `evaluate` step: each measures against its own base and text.
     let evaluated: Vec<&Value> = nodes.iter().filter(|n| n.get("evaluation").is_some_and(Value::is_object)).collect();
-    if !evaluated.is_empty() {
-        out.push_str(&quality_section(&evaluated, budgets));
+    let mut steps: Vec<&str> = evaluated.iter().map(|n| text(n, "step")).collect();
+    steps.dedup();
+    for step in steps {
+        let group: Vec<&Value> = evaluated.iter().copied().filter(|n| text(n, "step") == step).collect();
+        out.push_str(&quality_section(step, &group, budgets));
     }
     for node in nodes {
         // An export found up to date wrote nothing: its file is where it said.
@@ -445,7 +449,7 @@ fn plan_bits_per_weight(plan: &Value) -> f64 {
 /// A ladder's quality against its size: each evaluated model's mean KL
 /// divergence and perplexity by its bits per weight, and a table of what
 /// `llama-perplexity` measured.
-fn quality_section(evaluated: &[&Value], budgets: &[(f64, String)]) -> String {
+fn quality_section(step: &str, evaluated: &[&Value], budgets: &[(f64, String)]) -> String {
     let labels: Vec<String> = evaluated.iter().map(|n| model_label(text(n, "id"))).collect();
     let points = |y: &str, error: &str| -> Vec<chart::Point<'_>> {
         evaluated
@@ -459,7 +463,7 @@ fn quality_section(evaluated: &[&Value], budgets: &[(f64, String)]) -> String {
             .collect()
     };
     let mut rules: Vec<chart::Rule> = budgets.iter().map(|(x, label)| chart::Rule::AtX(*x, label)).collect();
-    let mut out = String::from("<h3>quality against size</h3>\n");
+    let mut out = format!("<h3>quality against size: <code>{}</code></h3>\n", escape(step));
     out.push_str(&chart::quality(
         "mean KL divergence from the base against bits per weight",
         "mean KLD (log)",

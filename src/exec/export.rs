@@ -513,8 +513,6 @@ impl Shared {
         Ok(true)
     }
 
-    /// A new output file of export node `i` (its directory made), checked
-    /// again by the run's guard as it is created.
     /// Writes `set` whole as GGUF file `name` in `dir`, for a tool to read:
     /// no cache entry, no link, nothing reported but its progress.
     pub(super) fn write_scratch(
@@ -545,6 +543,8 @@ impl Shared {
         Ok(path)
     }
 
+    /// A new output file of export node `i` (its directory made), checked
+    /// again by the run's guard as it is created.
     fn create_output(&self, i: usize, path: &Path) -> Result<AtomicOutput, NodeError> {
         let id = &self.bound.recipe.nodes[i].id;
         let checked = self.bound.outputs.export_file(id, path, crate::files::Replaces::AnyFile)?;

@@ -160,6 +160,9 @@ pub enum NodeError {
     /// Boxed: it carries the command line and the tool's last lines.
     #[error(transparent)]
     Tool(Box<crate::tools::RunFailure>),
+    /// What binding a recipe gives a node was not there (a bug, not the input's fault).
+    #[error("step `{node}` has no {what}")]
+    Unbound { node: String, what: &'static str },
     /// A dry run (`plan`, `plan --units`) met a step a tool computes that
     /// is not cached yet.
     #[error("{tool} computes it only when the recipe runs: run the recipe with this step as its target first")]
@@ -435,7 +438,7 @@ impl Engine {
                 key.key(&input_hash(&inputs, j));
                 key.str(&recipe.inputs[j].as_written.to_string_lossy());
             }
-            if let Some(j) = step_imatrix(node) {
+            if let Some(j) = imatrix_step_of(node) {
                 key.str(&recipe.imatrix_name(j).to_string_lossy());
             }
             if let Some(tool) = &tools[i] {
@@ -786,7 +789,7 @@ fn find_tools(recipe: &Recipe, store: &dyn Store) -> Result<Vec<Option<crate::to
 
 /// The node whose importance matrix a `quantize` node uses (`imatrix =
 /// "STEP"`): its second source.
-fn step_imatrix(node: &NodeDecl) -> Option<usize> {
+fn imatrix_step_of(node: &NodeDecl) -> Option<usize> {
     match (&node.op, node.from.get(1)) {
         (Op::Quantize(_), Some(&Source::Node(j))) => Some(j),
         _ => None,
@@ -955,7 +958,7 @@ impl Shared {
 
     /// Computes (or loads) node `i` on a blocking thread.
     fn execute(&self, i: usize, inputs: Vec<Arc<TensorSet>>, run: bool) -> (Outcome, NodeReport) {
-        let _beside_no_tool = match self.bound.recipe.nodes[i].op.tool() {
+        let _no_tool_running = match self.bound.recipe.nodes[i].op.tool() {
             None => Some(self.tool_runs.read().unwrap_or_else(|e| e.into_inner())),
             Some(_) => None,
         };
@@ -967,7 +970,9 @@ impl Shared {
             _ => self.manifest(i, inputs, false).and_then(|(set, fallbacks)| {
                 self.fanout.register(&set.tensors);
                 report.bytes_out = total_bytes(&set);
-                report.evaluation = ops::evaluate::Evaluation::from_set(&set);
+                if matches!(self.bound.recipe.nodes[i].op, Op::Evaluate(_)) {
+                    report.evaluation = ops::evaluate::Evaluation::from_set(&set);
+                }
                 report.fallbacks = fallbacks;
                 if self.bound.recipe.nodes[i].keep && run { self.keep(i, set, &mut report) } else { Ok(set) }
                     .map(Outcome::Set)
@@ -1116,12 +1121,12 @@ impl Shared {
                 return quantized(ops::quantize::apply(input()?, &o.quantize_options(), None, &*self.store)?);
             }
             Op::Quantize(o) => {
-                let imatrix = match (node.uses.first(), step_imatrix(node), inputs.get(1)) {
+                let imatrix = match (node.uses.first(), imatrix_step_of(node), inputs.get(1)) {
                     (Some(&j), _, _) => {
                         let decl = &self.bound.recipe.inputs[j];
                         crate::quant::plan::load_imatrix(&decl.path, &decl.as_written, o)?
                     }
-                    (None, Some(j), Some(set)) => self.step_imatrix(j, set, o)?,
+                    (None, Some(j), Some(set)) => self.importance_from_step(j, set, o)?,
                     _ => None,
                 };
                 let input = input()?;

@@ -14,7 +14,7 @@ use crate::artifact::{HeaderEnd, Tensor, TensorSet};
 use crate::formats::{ModelFile, OpenOptions};
 use crate::model::TensorInfo;
 use crate::ops::Op;
-use crate::ops::evaluate::{EvaluateOptions, Evaluation};
+use crate::ops::evaluate::{EvaluateOptions, Evaluation, StatisticsError};
 use crate::ops::imatrix::ImatrixOptions;
 use crate::quant::imatrix::ImportanceMatrix;
 use crate::quant::plan::QuantizeOptions;
@@ -31,8 +31,8 @@ impl Shared {
         model: &TensorSet,
         options: &ImatrixOptions,
     ) -> Result<TensorSet, NodeError> {
-        let scratch = scratch_dir("quantforge-imatrix-")?;
-        let model_path = self.model_path(i, 0, model, &scratch)?;
+        let scratch = self.scratch()?;
+        let model_path = self.beside_other_steps(|| self.model_path(i, 0, model, &scratch))?;
         let output = scratch.path().join("imatrix.gguf");
         let mut command = self.command(i)?;
         command.arg("-m").arg(&model_path).arg("-f").arg(self.text_arg(i)?);
@@ -67,8 +67,8 @@ impl Shared {
         base: &TensorSet,
         options: &EvaluateOptions,
     ) -> Result<TensorSet, NodeError> {
-        let scratch = scratch_dir("quantforge-kld-base-")?;
-        let model_path = self.model_path(i, 0, base, &scratch)?;
+        let scratch = self.scratch()?;
+        let model_path = self.beside_other_steps(|| self.model_path(i, 0, base, &scratch))?;
         let output = scratch.path().join("base.kld");
         let mut command = self.command(i)?;
         command.arg("-m").arg(&model_path).arg("-f").arg(self.text_arg(i)?);
@@ -78,6 +78,15 @@ impl Shared {
             finished.failure(Tool::Perplexity, format!("wrote no logits file that reads: {}", crate::files::IoText(&e)))
         };
         let mut file = crate::files::open_regular(&output, crate::files::Symlinks::Refuse).map_err(unreadable)?;
+        // The whole file is checked before any of it is stored: its header
+        // names the text's shape, and its length must be what that makes.
+        let mut header = [0; crate::ops::evaluate::LOGITS_HEADER];
+        std::io::Read::read_exact(&mut file, &mut header).map_err(unreadable)?;
+        let len = file.metadata().map_err(unreadable)?.len();
+        crate::ops::evaluate::check_logits(&header, len, options.ctx)
+            .map_err(|e| finished.failure(Tool::Perplexity, format!("wrote no logits file that reads: {e}")))?;
+        std::io::Seek::rewind(&mut file).map_err(unreadable)?;
+        let logits = TensorInfo::new(LOGITS, vec![len], GgmlType::I8);
         let hash = match self.store.blob_writer()? {
             Some(mut writer) => {
                 std::io::copy(&mut file, &mut writer).map_err(unreadable)?;
@@ -89,8 +98,6 @@ impl Shared {
                 self.store.put_blob(&bytes)?
             }
         };
-        let len = file.metadata().map_err(unreadable)?.len();
-        let logits = TensorInfo::new(LOGITS, vec![len], GgmlType::I8);
         Ok(TensorSet {
             endian: crate::model::Endian::Little,
             metadata: crate::model::Metadata::new(),
@@ -111,17 +118,18 @@ impl Shared {
     ) -> Result<TensorSet, NodeError> {
         let node = &self.bound.recipe.nodes[i];
         let Some(logits) = logits.tensors.iter().find(|t| t.name == LOGITS) else {
-            return Err(NodeError::Upstream(node.id.clone()));
+            return Err(NodeError::Unbound { node: node.id.clone(), what: "base logits" });
         };
-        let scratch = scratch_dir("quantforge-evaluate-")?;
-        let model_path = self.model_path(i, 0, model, &scratch)?;
+        let scratch = self.scratch()?;
         let logits_path = scratch.path().join("base.kld");
-        let write_err = |source| NodeError::Write { path: logits_path.clone(), source };
-        let file = std::fs::File::create_new(&logits_path).map_err(write_err)?;
-        if !self.materializer().copy_at(logits, &file, 0)? {
-            return Err(NodeError::Upstream(node.id.clone()));
-        }
-        drop(file);
+        let model_path = self.beside_other_steps(|| -> Result<PathBuf, NodeError> {
+            let write_err = |source| NodeError::Write { path: logits_path.clone(), source };
+            let file = std::fs::File::create_new(&logits_path).map_err(write_err)?;
+            if !self.materializer().copy_at(logits, &file, 0)? {
+                return Err(NodeError::Unbound { node: node.id.clone(), what: "base logits in the cache" });
+            }
+            self.model_path(i, 0, model, &scratch)
+        })?;
         let bytes: u64 = model.tensors.iter().map(Tensor::n_bytes).sum();
         let weights: u64 = model.tensors.iter().map(|t| t.info().n_elements()).sum();
         let bits_per_weight = if weights == 0 { 0.0 } else { bytes as f64 * 8.0 / weights as f64 };
@@ -136,13 +144,34 @@ impl Shared {
                 // llama.cpp's logger writes from a thread its exit does not
                 // wait for (llama.cpp #22142): the statistics, printed last,
                 // are lost now and then. The same run prints them again.
-                Err(_) if attempt < STATISTICS_ATTEMPTS => attempt += 1,
-                Err(e) => {
+                Err(StatisticsError::Missing(_)) if attempt < STATISTICS_ATTEMPTS => attempt += 1,
+                Err(e @ StatisticsError::Missing(_)) => {
                     let problem = format!("printed no statistics that read in {attempt} runs: {e}");
                     return Err(finished.failure(Tool::Perplexity, problem).into());
                 }
+                Err(e) => {
+                    return Err(finished
+                        .failure(Tool::Perplexity, format!("printed statistics that do not read: {e}"))
+                        .into());
+                }
             }
         }
+    }
+
+    /// A directory for a tool's files (the model handed to it, what it
+    /// writes): in the recipe's directory, beside the exports, named so
+    /// that one a killed run left is swept by the next.
+    fn scratch(&self) -> Result<TempDir, NodeError> {
+        let dir = recipe_dir(&self.bound.recipe.source);
+        crate::formats::scratch_dir(&dir).map_err(|source| NodeError::Write { path: dir, source })
+    }
+
+    /// Runs `prepare` while no tool runs: a step's own work (its model
+    /// written for the tool, the base's logits copied out) beside other
+    /// steps, the tool alone.
+    fn beside_other_steps<T>(&self, prepare: impl FnOnce() -> T) -> T {
+        let _no_tool_running = self.tool_runs.read().unwrap_or_else(|e| e.into_inner());
+        prepare()
     }
 
     /// The tool of node `i`, to be run in the recipe's directory (so the
@@ -150,7 +179,7 @@ impl Shared {
     /// as the run has workers, at most the cores.
     fn command(&self, i: usize) -> Result<Command, NodeError> {
         let Some(tool) = &self.bound.tools[i] else {
-            return Err(NodeError::Upstream(self.bound.recipe.nodes[i].id.clone()));
+            return Err(NodeError::Unbound { node: self.bound.recipe.nodes[i].id.clone(), what: "tool" });
         };
         let threads = self.pool.current_num_threads().min(std::thread::available_parallelism().map_or(1, usize::from));
         let mut command = Command::new(&tool.path);
@@ -164,7 +193,7 @@ impl Shared {
     fn text_arg(&self, i: usize) -> Result<PathBuf, NodeError> {
         let recipe = &self.bound.recipe;
         let Some(&text) = recipe.nodes[i].uses.first() else {
-            return Err(NodeError::Upstream(recipe.nodes[i].id.clone()));
+            return Err(NodeError::Unbound { node: recipe.nodes[i].id.clone(), what: "text" });
         };
         let text = &recipe.inputs[text];
         Ok(match recipe_dir(&recipe.source).join(&text.as_written) == text.path {
@@ -176,12 +205,12 @@ impl Shared {
     /// Runs a tool for node `i` to its end, a progress bar counting the
     /// chunks it reports done.
     fn run_tool(&self, i: usize, tool: Tool, command: Command) -> Result<tools::Finished, NodeError> {
+        let _alone = self.tool_runs.write().unwrap_or_else(|e| e.into_inner());
         let bar = self.progress.add(ProgressBar::new(0));
         let style = ProgressStyle::with_template("{msg:28!} {wide_bar} {pos:>5}/{len:<5} chunks {elapsed:>4}");
         bar.set_style(style.unwrap_or_else(|_| ProgressStyle::default_bar()));
         let label = format!("{} {}", self.bound.recipe.nodes[i].op.name(), self.bound.recipe.nodes[i].id);
         bar.set_message(crate::text::shorten(&label, 28).into_owned());
-        let _alone = self.tool_runs.write().unwrap_or_else(|e| e.into_inner());
         let finished = tools::run(tool, command, &|item| match Progress::parse(item) {
             Some(Progress::Total(n)) => bar.set_length(n),
             Some(Progress::Done(n)) => bar.set_position(n),
@@ -220,7 +249,7 @@ impl Shared {
     /// The importance matrix a step computed (`imatrix = "STEP"`), read
     /// from its result `set` as llama-quantize reads the file, and recorded
     /// as what the recipe exports it as.
-    pub(super) fn step_imatrix(
+    pub(super) fn importance_from_step(
         &self,
         imatrix_node: usize,
         set: &TensorSet,
@@ -236,13 +265,6 @@ impl Shared {
         let matrix = ImportanceMatrix::from_parts(&name, &set.metadata, &set.infos(), &data)?;
         Ok(crate::quant::plan::prepare_imatrix(matrix, &name, options)?)
     }
-}
-
-/// Where a tool's scratch files go: a directory of this process's own, in
-/// the system's temporary directory, removed when dropped.
-fn scratch_dir(prefix: &str) -> Result<TempDir, NodeError> {
-    let made = tempfile::Builder::new().prefix(prefix).tempdir();
-    made.map_err(|source| NodeError::Write { path: std::env::temp_dir(), source })
 }
 
 /// Runs of `llama-perplexity --kl-divergence` that may lose their

@@ -9,6 +9,7 @@
 
 use crate::artifact::{HeaderEnd, TensorSet};
 use crate::model::{Endian, Metadata, Value};
+use crate::ops::imatrix::{DEFAULT_CTX, chunk_arguments};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, Params};
 
 pub const SPEC: OpSpec = OpSpec::new(
@@ -26,9 +27,6 @@ pub const SPEC: OpSpec = OpSpec::new(
 /// that name it; no recipe writes this op.
 pub const BASE_SPEC: OpSpec = OpSpec::new("kld-base", 1, &[]);
 
-/// The context a chunk fills when the step does not say.
-const DEFAULT_CTX: u32 = 512;
-
 /// What an evaluation asks of `llama-perplexity`; both fields change its
 /// result, and a base's logits serve only evaluations with the same ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -41,16 +39,7 @@ pub struct EvaluateOptions {
 
 impl EvaluateOptions {
     pub fn from_params(params: &Params) -> Result<EvaluateOptions, Vec<Diagnostic>> {
-        let positive = |name: &str| -> Result<Option<u32>, Vec<Diagnostic>> {
-            match params.int(name) {
-                None => Ok(None),
-                Some((n, _)) => match u32::try_from(n) {
-                    Ok(n) if n > 0 => Ok(Some(n)),
-                    _ => Err(vec![params.error(name, format!("`{name}` must be a positive whole number, not {n}"))]),
-                },
-            }
-        };
-        Ok(EvaluateOptions { ctx: positive("ctx")?.unwrap_or(DEFAULT_CTX), chunks: positive("chunks")? })
+        Ok(EvaluateOptions { ctx: params.positive("ctx")?.unwrap_or(DEFAULT_CTX), chunks: params.positive("chunks")? })
     }
 
     pub fn key_params(&self) -> serde_json::Value {
@@ -60,11 +49,36 @@ impl EvaluateOptions {
     /// The tool's arguments for these options (the model, text, logits file
     /// and threads are the caller's).
     pub fn arguments(&self) -> Vec<String> {
-        let mut args = vec!["-c".to_owned(), self.ctx.to_string()];
-        if let Some(chunks) = self.chunks {
-            args.extend(["--chunks".to_owned(), chunks.to_string()]);
-        }
-        args
+        chunk_arguments(self.ctx, self.chunks)
+    }
+}
+
+/// The bytes of a logits file's header (`--kl-divergence-base`): the magic
+/// `_logits_`, then the context, vocabulary and chunk counts (`i32`).
+pub const LOGITS_HEADER: usize = 20;
+
+/// Checks a logits file `llama-perplexity --kl-divergence-base` wrote for
+/// chunks of `ctx` tokens: its header, and that it is `len` bytes long as
+/// the header makes it (every chunk's tokens as `i32`, then for the scored
+/// second half of each chunk every token's log-probabilities as `u16`,
+/// the vocabulary rounded up to even plus four).
+pub fn check_logits(header: &[u8; LOGITS_HEADER], len: u64, ctx: u32) -> Result<(), String> {
+    if &header[..8] != b"_logits_" {
+        return Err("it does not start with `_logits_`".into());
+    }
+    let field = |at: usize| i32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
+    let (n_ctx, n_vocab, n_chunk) = (field(8), field(12), field(16));
+    if i64::from(n_ctx) != i64::from(ctx) || n_vocab <= 0 || n_chunk <= 0 {
+        return Err(format!("its header says {n_ctx} tokens a chunk, {n_vocab} tokens, {n_chunk} chunks"));
+    }
+    // In u128: no header's counts overflow it.
+    let (n_ctx, n_vocab, n_chunk) = (n_ctx as u128, n_vocab as u128, n_chunk as u128);
+    let scored = n_ctx - 1 - n_ctx / 2;
+    let row = 2 * n_vocab.div_ceil(2) + 4;
+    let expected = LOGITS_HEADER as u128 + n_chunk * n_ctx * 4 + n_chunk * scored * row * 2;
+    match u128::from(len) == expected {
+        true => Ok(()),
+        false => Err(format!("it is {len} bytes where its header makes {expected}")),
     }
 }
 
@@ -106,17 +120,17 @@ impl Evaluation {
     /// The statistics `llama-perplexity --kl-divergence` printed on stdout;
     /// an error names the line it lacks or could not read (a `nan` too: a
     /// model whose measures are not numbers has none).
-    pub fn parse(printed: &str, bytes: u64, bits_per_weight: f64) -> Result<Evaluation, String> {
-        let find = |label: &str| -> Result<(f64, f64), String> {
+    pub fn parse(printed: &str, bytes: u64, bits_per_weight: f64) -> Result<Evaluation, StatisticsError> {
+        let find = |label: &str| -> Result<(f64, f64), StatisticsError> {
             let line = printed
                 .lines()
                 .find(|l| l.starts_with(label) && l[label.len()..].trim_start().starts_with(':'))
-                .ok_or_else(|| format!("no `{label}` line"))?;
+                .ok_or_else(|| StatisticsError::Missing(label.to_owned()))?;
             let value = line[label.len()..].trim_start()[1..].trim();
             let number = |text: &str| {
                 text.trim().trim_end_matches('%').trim().parse::<f64>().ok().filter(|v| v.is_finite()).ok_or(())
             };
-            let unreadable = || format!("`{}` does not read as a finite number", line.trim());
+            let unreadable = || StatisticsError::Unreadable(line.trim().to_owned());
             match value.split_once('±') {
                 Some((v, e)) => Ok((number(v).map_err(|_| unreadable())?, number(e).map_err(|_| unreadable())?)),
                 None => Ok((number(value).map_err(|_| unreadable())?, 0.0)),
@@ -148,6 +162,18 @@ impl Evaluation {
             bits_per_weight,
         })
     }
+}
+
+/// Why what `llama-perplexity` printed gives no [`Evaluation`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StatisticsError {
+    /// A statistic's line is not there (llama.cpp's logger may lose the last
+    /// lines: the same run prints them again).
+    #[error("no `{0}` line")]
+    Missing(String),
+    /// It is there but holds no finite number (the same run prints it again).
+    #[error("`{0}` does not read as a finite number")]
+    Unreadable(String),
 }
 
 /// The metadata key of an evaluation's result set: the [`Evaluation`] as JSON.
@@ -217,12 +243,27 @@ Same top p: 78.581 ± 1.475 %
     #[test]
     fn a_missing_or_garbled_statistic_is_named() {
         let missing = PRINTED.replace("Same top p", "Other");
-        assert_eq!(Evaluation::parse(&missing, 0, 0.0).unwrap_err(), "no `Same top p` line");
+        assert_eq!(Evaluation::parse(&missing, 0, 0.0).unwrap_err().to_string(), "no `Same top p` line");
         for garbage in ["nan?", "nan", "inf"] {
             let garbled = PRINTED.replace("0.001687", garbage);
-            let err = Evaluation::parse(&garbled, 0, 0.0).unwrap_err();
+            let err = Evaluation::parse(&garbled, 0, 0.0).unwrap_err().to_string();
             assert!(err.contains(&format!("Mean    KLD:   {garbage} ±   0.000008")), "{err}");
         }
+    }
+
+    #[test]
+    fn a_logits_file_is_checked_against_its_header() {
+        // The tiny model's over 25 chunks of 64 tokens, 512-token vocabulary.
+        let mut header = [0u8; LOGITS_HEADER];
+        header[..8].copy_from_slice(b"_logits_");
+        for (at, value) in [(8, 64i32), (12, 512), (16, 25)] {
+            header[at..at + 4].copy_from_slice(&value.to_le_bytes());
+        }
+        assert_eq!(check_logits(&header, 806_220, 64), Ok(()));
+        assert!(check_logits(&header, 806_219, 64).unwrap_err().contains("makes 806220"));
+        assert!(check_logits(&header, 806_220, 128).unwrap_err().contains("64 tokens a chunk"));
+        header[0] = b'x';
+        assert!(check_logits(&header, 806_220, 64).is_err());
     }
 
     #[test]

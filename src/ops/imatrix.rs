@@ -16,10 +16,6 @@ pub const SPEC: OpSpec = OpSpec::new(
     ],
 );
 
-/// The context a chunk fills when the step does not say: the size
-/// published matrices are commonly computed at.
-const DEFAULT_CTX: u32 = 512;
-
 /// What the step asks of `llama-imatrix`; every field changes its result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ImatrixOptions {
@@ -33,18 +29,9 @@ pub struct ImatrixOptions {
 
 impl ImatrixOptions {
     pub fn from_params(params: &Params) -> Result<ImatrixOptions, Vec<Diagnostic>> {
-        let positive = |name: &str| -> Result<Option<u32>, Vec<Diagnostic>> {
-            match params.int(name) {
-                None => Ok(None),
-                Some((n, _)) => match u32::try_from(n) {
-                    Ok(n) if n > 0 => Ok(Some(n)),
-                    _ => Err(vec![params.error(name, format!("`{name}` must be a positive whole number, not {n}"))]),
-                },
-            }
-        };
         Ok(ImatrixOptions {
-            chunks: positive("chunks")?,
-            ctx: positive("ctx")?.unwrap_or(DEFAULT_CTX),
+            chunks: params.positive("chunks")?,
+            ctx: params.positive("ctx")?.unwrap_or(DEFAULT_CTX),
             process_output: params.bool("process_output"),
         })
     }
@@ -56,13 +43,24 @@ impl ImatrixOptions {
     /// The tool's arguments for these options (the model, text, output and
     /// threads are the caller's).
     pub fn arguments(&self) -> Vec<String> {
-        let mut args = vec!["-c".to_owned(), self.ctx.to_string()];
-        if let Some(chunks) = self.chunks {
-            args.extend(["--chunks".to_owned(), chunks.to_string()]);
-        }
+        let mut args = chunk_arguments(self.ctx, self.chunks);
         if self.process_output {
             args.push("--process-output".to_owned());
         }
         args
     }
+}
+
+/// The context a chunk fills when a step does not say: the size published
+/// matrices and perplexities are commonly computed at.
+pub const DEFAULT_CTX: u32 = 512;
+
+/// How llama.cpp's tools are told how to cut a text: `-c CTX`, and
+/// `--chunks N` when not all of it.
+pub fn chunk_arguments(ctx: u32, chunks: Option<u32>) -> Vec<String> {
+    let mut args = vec!["-c".to_owned(), ctx.to_string()];
+    if let Some(chunks) = chunks {
+        args.extend(["--chunks".to_owned(), chunks.to_string()]);
+    }
+    args
 }

@@ -183,6 +183,17 @@ impl Params {
         }
     }
 
+    /// A positive whole number that fits 32 bits, if given.
+    pub fn positive(&self, name: &str) -> Result<Option<u32>, Vec<Diagnostic>> {
+        match self.int(name) {
+            None => Ok(None),
+            Some((n, _)) => match u32::try_from(n) {
+                Ok(n) if n > 0 => Ok(Some(n)),
+                _ => Err(vec![self.error(name, format!("`{name}` must be a positive whole number, not {n}"))]),
+            },
+        }
+    }
+
     pub fn bool(&self, name: &str) -> bool {
         matches!(self.get(name), Some(Param { value: ParamValue::Bool(true), .. }))
     }

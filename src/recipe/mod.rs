@@ -39,7 +39,8 @@ pub struct Recipe {
     /// `[recipe] cache`: its cache directory, unless the command line says.
     pub cache: Option<PathBuf>,
     /// `[tools] llama_cpp`: the llama.cpp build whose tools the recipe's
-    /// `imatrix` steps run, resolved against the recipe's directory.
+    /// `imatrix` and `evaluate` steps run, resolved against the recipe's
+    /// directory.
     pub llama_cpp: Option<PathBuf>,
 }
 
@@ -162,9 +163,10 @@ impl Recipe {
         (chosen(nodes), chosen(inputs))
     }
 
-    /// What a model quantized with the importance matrix node `imatrix`
-    /// computes records as its file (`quantize.imatrix.file`): the path an
-    /// export of it writes, as the recipe writes it, else the node's name.
+    /// The name a model quantized with the importance matrix that node
+    /// `imatrix` computes records for it (`quantize.imatrix.file`): the path
+    /// an export of that node writes, as the recipe writes it, else the
+    /// node's id.
     pub fn imatrix_name(&self, imatrix: usize) -> PathBuf {
         let dir = self.source.as_deref().and_then(Path::parent).filter(|p| !p.as_os_str().is_empty());
         let dir = dir.unwrap_or(Path::new("."));
