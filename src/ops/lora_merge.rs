@@ -280,10 +280,30 @@ fn merge(
 /// product computes it: llamafile's tinyBLAS for a length of whole 8-lane
 /// vectors, `ggml_vec_dot_f32` otherwise.
 fn ggml_dot(x: &[f32], y: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has FMA, checked just now.
+        return unsafe { ggml_dot_fma(x, y) };
+    }
+    ordered_dot(x, y)
+}
+
+/// [`ordered_dot`] compiled with FMA instructions: a fused multiply-add is
+/// one rounding either way, so the bytes are the same, and `mul_add` is an
+/// instruction instead of a call to libm's `fmaf`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn ggml_dot_fma(x: &[f32], y: &[f32]) -> f32 {
+    ordered_dot(x, y)
+}
+
+#[inline(always)]
+fn ordered_dot(x: &[f32], y: &[f32]) -> f32 {
     if x.len().is_multiple_of(8) { tinyblas_dot(x, y) } else { vec_dot(x, y) }
 }
 
 /// One 8-lane fused multiply-add accumulator, then tinyBLAS's `hsum`.
+#[inline(always)]
 fn tinyblas_dot(x: &[f32], y: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     for (xs, ys) in x.chunks_exact(8).zip(y.chunks_exact(8)) {
@@ -297,6 +317,7 @@ fn tinyblas_dot(x: &[f32], y: &[f32]) -> f32 {
 
 /// `ggml_vec_dot_f32` for AVX2: four 8-lane accumulators over whole steps
 /// of 32, `GGML_F32x8_REDUCE`, then the rest one product at a time.
+#[inline(always)]
 fn vec_dot(x: &[f32], y: &[f32]) -> f32 {
     let whole = x.len() & !31;
     let mut sum = [[0f32; 8]; 4];
