@@ -113,6 +113,9 @@ path = "imatrix.gguf"
     }
 }
 
+/// The browser's window: tall enough for a run's DAG, table and both quality charts.
+const WINDOW: &str = "1400,2400";
+
 /// Held by each test while it runs llama.cpp's tools: one at a time, as a
 /// recipe runs them (their logger loses its last lines on a busy machine).
 fn tools_alone() -> std::sync::MutexGuard<'static, ()> {
@@ -483,7 +486,7 @@ fn an_evaluate_step_reports_what_llama_perplexity_prints_and_computes_the_base_o
 #[test]
 fn the_quality_chart_is_drawn_in_a_real_browser() {
     let _alone = tools_alone();
-    let (Some(bin), Some(chromium)) = (reference_bin(), chromium()) else { return };
+    let (Some(bin), Some(chromium)) = (reference_bin(), common::chromium()) else { return };
     let project = Project::evaluating(&bin, r#"["Q8_0", "Q4_K_M", "IQ3_S"]"#);
     let run = project.quantforge("run", &["--json"]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stdout));
@@ -494,7 +497,7 @@ fn the_quality_chart_is_drawn_in_a_real_browser() {
     let (run, plan) = (project.path("run.json"), project.path("plan.json"));
     common::stdout_of_success(common::quantforge_with(&[&"report", &run, &plan, &"-o", &page]));
 
-    let dom = browse(&chromium, &page, &["--dump-dom"]);
+    let dom = common::browse(&chromium, &page, WINDOW, &["--dump-dom"]);
     let dom = String::from_utf8(dom).unwrap();
     assert!(dom.contains("<h3>quality against size: <code>eval</code></h3>"), "{dom}");
     assert!(dom.contains("mean KL divergence from the base against bits per weight"));
@@ -506,40 +509,10 @@ fn the_quality_chart_is_drawn_in_a_real_browser() {
     }
 
     let shot = project.path("report.png");
-    browse(&chromium, &page, &[&format!("--screenshot={}", shot.display())]);
-    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
-    let mut reader = decoder.read_info().unwrap();
-    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
-    let frame = reader.next_frame(&mut pixels).unwrap();
-    let channels = frame.color_type.samples();
+    let pixels = common::screenshot(&chromium, &page, WINDOW, &shot);
     // The points and whiskers (#08519c) are on screen.
-    let drawn = pixels[..frame.buffer_size()].chunks(channels).filter(|p| (p[0], p[1], p[2]) == (0x08, 0x51, 0x9c));
-    assert!(drawn.count() > 6 * 20, "the points are not drawn");
-}
-
-/// Debian's `chromium`, or `None` (with a message); CI installs it.
-fn chromium() -> Option<PathBuf> {
-    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|dir| dir.join("chromium"))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        assert!(std::env::var_os("CI").is_none(), "CI must install chromium (apt-get install chromium)");
-        eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
-    }
-    found
-}
-
-/// Runs headless Chromium on `page` with `args`; its stdout.
-fn browse(chromium: &Path, page: &Path, args: &[&str]) -> Vec<u8> {
-    let url = format!("file://{}", page.display());
-    let out = Command::new(chromium)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=1400,2400"])
-        .args(args)
-        .arg(&url)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "chromium: {}", String::from_utf8_lossy(&out.stderr));
-    out.stdout
+    let drawn = pixels.iter().filter(|p| **p == (0x08, 0x51, 0x9c)).count();
+    assert!(drawn > 6 * 20, "the points are not drawn");
 }
 
 /// `recipes/gemma-quality.toml` as shipped, two rungs of it: the matrix,
@@ -547,7 +520,7 @@ fn browse(chromium: &Path, page: &Path, args: &[&str]) -> Vec<u8> {
 #[test]
 fn the_gemma_quality_recipe_measures_its_ladder() {
     let _alone = tools_alone();
-    let (Some(_), Some(gemma), Some(chromium)) = (reference_bin(), common::gemma(), chromium()) else { return };
+    let (Some(_), Some(gemma), Some(chromium)) = (reference_bin(), common::gemma(), common::chromium()) else { return };
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("recipes")).unwrap();
     std::fs::create_dir(dir.path().join("models")).unwrap();
@@ -577,7 +550,7 @@ fn the_gemma_quality_recipe_measures_its_ladder() {
     assert!(iq3["kld_mean"].as_f64() > q4["kld_mean"].as_f64(), "{q4} {iq3}");
     let html = std::fs::read_to_string(&page).unwrap();
     assert_eq!(html.matches("<circle").count(), 4, "two rungs on each of two charts");
-    let dom = String::from_utf8(browse(&chromium, &page, &["--dump-dom"])).unwrap();
+    let dom = String::from_utf8(common::browse(&chromium, &page, WINDOW, &["--dump-dom"])).unwrap();
     for preset in ["Q4_K_M", "IQ3_S"] {
         assert!(dom.contains(&format!("<td>{preset}</td>")), "{preset} missing from the table");
     }

@@ -4,35 +4,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use common::{quantforge_with, quickstart_project, stdout_of_success, tiny_model};
 
-/// Debian's `chromium`, or `None` (with a message); CI installs it.
-fn chromium() -> Option<PathBuf> {
-    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|dir| dir.join("chromium"))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        assert!(std::env::var_os("CI").is_none(), "CI must install chromium (apt-get install chromium)");
-        eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
-    }
-    found
-}
-
-/// Runs headless Chromium on `page` with `args`; its stdout.
-fn browse(chromium: &Path, page: &Path, args: &[&str]) -> Vec<u8> {
-    let url = format!("file://{}", page.display());
-    let out = Command::new(chromium)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=1400,1800"])
-        .args(args)
-        .arg(&url)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "chromium: {}", String::from_utf8_lossy(&out.stderr));
-    out.stdout
-}
+/// The browser's window: the page's DAG, table and three charts.
+const WINDOW: &str = "1400,1800";
 
 const NODES: [&str; 10] = [
     "tiny",
@@ -94,7 +69,7 @@ fn a_run_report_is_one_self_contained_page() {
 
 #[test]
 fn chromium_renders_every_section() {
-    let Some(chromium) = chromium() else { return };
+    let Some(chromium) = common::chromium() else { return };
     let (project, recipe) = quickstart_project();
     let dir = project.path();
     let export = dir.join("recipes/out/tiny-llama-Q4_K_M.gguf");
@@ -109,7 +84,7 @@ fn chromium_renders_every_section() {
     stdout_of_success(quantforge_with(&[&"report", &run, &plan, &diff, &"-o", &page]));
 
     // The DOM as Chromium built it.
-    let dom = String::from_utf8(browse(&chromium, &page, &["--dump-dom"])).unwrap();
+    let dom = String::from_utf8(common::browse(&chromium, &page, WINDOW, &["--dump-dom"])).unwrap();
     assert_eq!(dom.matches("<g class=\"node ran\"").count(), NODES.len(), "{dom}");
     for id in NODES {
         assert!(dom.contains(&format!("data-id=\"{id}\"")), "{id} missing from the DOM");
@@ -121,19 +96,12 @@ fn chromium_renders_every_section() {
 
     // What it drew.
     let shot = dir.join("report.png");
-    browse(&chromium, &page, &[&format!("--screenshot={}", shot.display())]);
-    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
-    let mut reader = decoder.read_info().unwrap();
-    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
-    let frame = reader.next_frame(&mut pixels).unwrap();
-    let channels = frame.color_type.samples();
-    let pixels = &pixels[..frame.buffer_size()];
-    let rgb = |p: &[u8]| (p[0], p[1], p[2]);
-    let drawn = pixels.chunks(channels).filter(|p| rgb(p) != (255, 255, 255)).count();
-    let total = pixels.len() / channels;
+    let pixels = common::screenshot(&chromium, &page, WINDOW, &shot);
+    let drawn = pixels.iter().filter(|p| **p != (255, 255, 255)).count();
+    let total = pixels.len();
     assert!(drawn * 50 > total, "only {drawn} of {total} pixels are not white");
     // The boxes of nodes that ran (#c6dbef) are on screen.
-    let ran = pixels.chunks(channels).filter(|p| rgb(p) == (0xc6, 0xdb, 0xef)).count();
+    let ran = pixels.iter().filter(|p| **p == (0xc6, 0xdb, 0xef)).count();
     assert!(ran > 10 * 200, "{ran} pixels of ran boxes");
 }
 

@@ -32,10 +32,8 @@ impl Shared {
         options: &ImatrixOptions,
     ) -> Result<TensorSet, NodeError> {
         let scratch = self.scratch()?;
-        let model_path = self.beside_other_steps(|| self.model_path(i, 0, model, &scratch))?;
         let output = scratch.path().join("imatrix.gguf");
-        let mut command = self.command(i)?;
-        command.arg("-m").arg(&model_path).arg("-f").arg(self.text_arg(i)?);
+        let mut command = self.command_over_text(i, model, &scratch)?;
         command.arg("-o").arg(&output).args(options.arguments());
         let finished = self.run_tool(i, Tool::Imatrix, command)?;
         // The whole file is checked before any of it is stored: a matrix
@@ -68,10 +66,8 @@ impl Shared {
         options: &EvaluateOptions,
     ) -> Result<TensorSet, NodeError> {
         let scratch = self.scratch()?;
-        let model_path = self.beside_other_steps(|| self.model_path(i, 0, base, &scratch))?;
         let output = scratch.path().join("base.kld");
-        let mut command = self.command(i)?;
-        command.arg("-m").arg(&model_path).arg("-f").arg(self.text_arg(i)?);
+        let mut command = self.command_over_text(i, base, &scratch)?;
         command.arg("--kl-divergence-base").arg(&output).args(options.arguments());
         let finished = self.run_tool(i, Tool::Perplexity, command)?;
         let unreadable = |e: std::io::Error| {
@@ -162,8 +158,8 @@ impl Shared {
     /// writes): in the recipe's directory, beside the exports, named so
     /// that one a killed run left is swept by the next.
     fn scratch(&self) -> Result<TempDir, NodeError> {
-        let dir = recipe_dir(&self.bound.recipe.source);
-        crate::formats::scratch_dir(&dir).map_err(|source| NodeError::Write { path: dir, source })
+        let dir = self.bound.recipe.dir();
+        crate::formats::scratch_dir(dir).map_err(|source| NodeError::Write { path: dir.to_owned(), source })
     }
 
     /// Runs `prepare` while no tool runs: a step's own work (its model
@@ -183,7 +179,17 @@ impl Shared {
         };
         let threads = self.pool.current_num_threads().min(std::thread::available_parallelism().map_or(1, usize::from));
         let mut command = Command::new(&tool.path);
-        command.current_dir(recipe_dir(&self.bound.recipe.source)).arg("-t").arg(threads.to_string());
+        command.current_dir(self.bound.recipe.dir()).arg("-t").arg(threads.to_string());
+        Ok(command)
+    }
+
+    /// The tool of node `i` reading `model` (its first source, written for
+    /// it beside other steps where it is no file already) and the node's
+    /// text: `-m MODEL -f TEXT`.
+    fn command_over_text(&self, i: usize, model: &TensorSet, scratch: &TempDir) -> Result<Command, NodeError> {
+        let model_path = self.beside_other_steps(|| self.model_path(i, 0, model, scratch))?;
+        let mut command = self.command(i)?;
+        command.arg("-m").arg(&model_path).arg("-f").arg(self.text_arg(i)?);
         Ok(command)
     }
 
@@ -196,7 +202,7 @@ impl Shared {
             return Err(NodeError::Unbound { node: recipe.nodes[i].id.clone(), what: "text" });
         };
         let text = &recipe.inputs[text];
-        Ok(match recipe_dir(&recipe.source).join(&text.as_written) == text.path {
+        Ok(match recipe.dir().join(&text.as_written) == text.path {
             true => text.as_written.clone(),
             false => absolute(&text.path),
         })
@@ -275,12 +281,6 @@ const STATISTICS_ATTEMPTS: u32 = 5;
 /// file's bytes.
 const LOGITS: &str = "logits";
 
-/// The directory a recipe's relative paths start from.
-fn recipe_dir(source: &Option<PathBuf>) -> PathBuf {
-    let dir = source.as_deref().and_then(Path::parent).filter(|p| !p.as_os_str().is_empty());
-    dir.unwrap_or(Path::new(".")).to_owned()
-}
-
 fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
 }
@@ -288,17 +288,5 @@ fn absolute(path: &Path) -> PathBuf {
 impl From<RunFailure> for NodeError {
     fn from(e: RunFailure) -> NodeError {
         NodeError::Tool(Box::new(e))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_recipe_in_the_working_directory_runs_its_tools_there() {
-        assert_eq!(recipe_dir(&Some(PathBuf::from("x.toml"))), PathBuf::from("."));
-        assert_eq!(recipe_dir(&Some(PathBuf::from("recipes/x.toml"))), PathBuf::from("recipes"));
-        assert_eq!(recipe_dir(&None), PathBuf::from("."));
     }
 }

@@ -110,6 +110,11 @@ pub fn project_root(start: &Path) -> PathBuf {
     start.ancestors().find(marked).unwrap_or(&start).to_owned()
 }
 
+/// The directory of the recipe file at `path`, `.` for none.
+fn directory_of(path: Option<&Path>) -> &Path {
+    path.and_then(Path::parent).filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
+}
+
 /// A recipe is text a person writes; anything larger is not one.
 const MAX_RECIPE_BYTES: u64 = 16 << 20;
 
@@ -121,7 +126,7 @@ impl Recipe {
         let bytes =
             crate::files::read_regular(path, MAX_RECIPE_BYTES).map_err(|e| cannot(&crate::files::IoText(&e)))?;
         let text = String::from_utf8(bytes).map_err(|_| cannot(&"it is not UTF-8 text"))?;
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = directory_of(Some(path));
         let fallback_name = path.file_stem().map_or("recipe".into(), |s| s.to_string_lossy().into_owned());
         let recipe = parse::parse(&text, dir, &fallback_name).map_err(|d| RecipeError::new(path, &text, d))?;
         Ok(Recipe { source: Some(path.to_owned()), ..recipe })
@@ -134,8 +139,13 @@ impl Recipe {
         if let Some(dir) = &self.cache {
             return dir.clone();
         }
-        let dir = self.source.as_deref().and_then(Path::parent).filter(|p| !p.as_os_str().is_empty());
-        project_root(dir.unwrap_or(Path::new("."))).join("cache")
+        project_root(self.dir()).join("cache")
+    }
+
+    /// The directory the recipe's relative paths start from (its file's;
+    /// the working directory for a one-shot command's recipe).
+    pub fn dir(&self) -> &Path {
+        directory_of(self.source.as_deref())
     }
 
     /// What node `index` is made from: the nodes on its path (itself
@@ -168,8 +178,7 @@ impl Recipe {
     /// an export of that node writes, as the recipe writes it, else the
     /// node's id.
     pub fn imatrix_name(&self, imatrix: usize) -> PathBuf {
-        let dir = self.source.as_deref().and_then(Path::parent).filter(|p| !p.as_os_str().is_empty());
-        let dir = dir.unwrap_or(Path::new("."));
+        let dir = self.dir();
         let exported = self.nodes.iter().find_map(|n| match &n.op {
             Op::Export(o) if n.from == [Source::Node(imatrix)] => Some(&o.path),
             _ => None,
@@ -182,7 +191,7 @@ impl Recipe {
 
     /// Validates recipe `text` as if read from `path`.
     pub fn parse(text: &str, path: &Path) -> Result<Recipe, RecipeError> {
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = directory_of(Some(path));
         let recipe = parse::parse(text, dir, "recipe").map_err(|d| RecipeError::new(path, text, d))?;
         Ok(Recipe { source: Some(path.to_owned()), ..recipe })
     }
@@ -262,8 +271,16 @@ impl Recipe {
             byte_order: job.byte_order,
         });
         nodes.push(node("export", export, Source::Node(nodes.len() - 1), Vec::new()));
+        Recipe::of_command(job.name, inputs, nodes)
+    }
+}
+
+impl Recipe {
+    /// A one-shot command's recipe of `inputs` and `nodes`: no file, and
+    /// nothing of what a recipe file's `[recipe]` and `[tools]` may say.
+    fn of_command(name: &str, inputs: Vec<InputDecl>, nodes: Vec<NodeDecl>) -> Recipe {
         Recipe {
-            name: job.name.into(),
+            name: name.into(),
             inputs,
             nodes,
             source: None,
@@ -273,9 +290,7 @@ impl Recipe {
             llama_cpp: None,
         }
     }
-}
 
-impl Recipe {
     /// The recipe of `quantforge assemble`: load every part, assemble, export.
     pub fn assemble(parts: &[&Path], output: &Path) -> Recipe {
         let named: Vec<(String, &Path)> =
@@ -322,16 +337,7 @@ impl Recipe {
             byte_order: None,
         };
         nodes.push(node("export".into(), Op::Export(export), vec![Source::Node(parts.len())]));
-        Recipe {
-            name: name.into(),
-            inputs,
-            nodes,
-            source: None,
-            remote: None,
-            jobs: None,
-            cache: None,
-            llama_cpp: None,
-        }
+        Recipe::of_command(name, inputs, nodes)
     }
 }
 
@@ -371,4 +377,16 @@ pub struct ExtraInput<'a> {
     pub path: &'a Path,
     /// See [`InputDecl::as_written`].
     pub as_written: &'a Path,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recipe_in_the_working_directory_runs_its_tools_there() {
+        assert_eq!(directory_of(Some(Path::new("x.toml"))), Path::new("."));
+        assert_eq!(directory_of(Some(Path::new("recipes/x.toml"))), Path::new("recipes"));
+        assert_eq!(directory_of(None), Path::new("."));
+    }
 }

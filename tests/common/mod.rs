@@ -488,3 +488,40 @@ pub fn fixture_pre_name(dir: &std::path::Path) -> Option<String> {
     let pre = golden["metadata"].as_array().unwrap().iter().find(|m| m["key"] == "tokenizer.ggml.pre")?;
     Some(pre["value"].as_str().unwrap().to_owned())
 }
+
+/// Debian's `chromium`, or `None` (with a message); CI installs it.
+pub fn chromium() -> Option<PathBuf> {
+    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join("chromium"))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "CI must install chromium (apt-get install chromium)");
+        eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
+    }
+    found
+}
+
+/// Runs headless Chromium on `page` in a window of `size` (`WIDTH,HEIGHT`) with `args`; its stdout.
+pub fn browse(chromium: &Path, page: &Path, size: &str, args: &[&str]) -> Vec<u8> {
+    let url = format!("file://{}", page.display());
+    let out = Command::new(chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", &format!("--window-size={size}")])
+        .args(args)
+        .arg(&url)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "chromium: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+/// What Chromium draws of `page` in a window of `size`, as RGB pixels (the
+/// screenshot kept at `shot`).
+pub fn screenshot(chromium: &Path, page: &Path, size: &str, shot: &Path) -> Vec<(u8, u8, u8)> {
+    browse(chromium, page, size, &[&format!("--screenshot={}", shot.display())]);
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let frame = reader.next_frame(&mut pixels).unwrap();
+    let channels = frame.color_type.samples();
+    pixels[..frame.buffer_size()].chunks(channels).map(|p| (p[0], p[1], p[2])).collect()
+}
