@@ -109,6 +109,28 @@ pub enum TensorData {
     /// One device's slice of `from` (a per-device export): cut from
     /// `from`'s bytes, which are cached by `from`'s key when derived.
     Slice { from: Box<Tensor>, cut: AxisCut },
+    /// `base`'s values with each LoRA delta added (`lora-merge`), in this
+    /// tensor's type (F32 or F16), computed a slab of rows at a time as it
+    /// is written: a row needs its row of `base` and of each `b`, and all
+    /// of each (small) `a`.
+    Merged { base: Box<Tensor>, deltas: Vec<LoraDelta> },
+}
+
+/// One adapter's low-rank delta on a tensor: `scale · B·A`, `a` of shape
+/// [in, rank] and `b` of shape [rank, out] for a tensor of shape [in, out].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LoraDelta {
+    pub a: Tensor,
+    pub b: Tensor,
+    /// The f32 scale (the user's times alpha over the rank), as its bits:
+    /// a manifest keeps it exactly.
+    pub scale_bits: u32,
+}
+
+impl LoraDelta {
+    pub fn scale(&self) -> f32 {
+        f32::from_bits(self.scale_bits)
+    }
 }
 
 /// An FP8 weight's scales (`weight_scale_inv`): tensor `index` of checkpoint
@@ -302,6 +324,13 @@ impl Tensor {
             }
             TensorData::Slice { from, .. } => from.collect_refs(blobs, files),
             TensorData::Stacked { parts } => parts.iter().for_each(|p| p.collect_refs(blobs, files)),
+            TensorData::Merged { base, deltas } => {
+                base.collect_refs(blobs, files);
+                for delta in deltas {
+                    delta.a.collect_refs(blobs, files);
+                    delta.b.collect_refs(blobs, files);
+                }
+            }
         }
     }
 }

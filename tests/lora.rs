@@ -181,9 +181,14 @@ fn lora_merge_writes_the_bytes_llama_export_lora_writes() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     merge_fixtures(d);
+    let peft = adapter("llama-attn");
+    let peft_base = base("tiny-llama-3-chat");
+    let (peft, peft_base) = (peft.to_str().unwrap(), peft_base.to_str().unwrap());
     // Base and adapter types; the Qwen adapter's ranks 4, 8 and 16 take
-    // both of ggml's dot-product orders; two adapters, one scaled.
-    let cases: [(&str, &[&str], &[&str]); 6] = [
+    // both of ggml's dot-product orders; two adapters, one scaled, in
+    // either order on the command line; a PEFT directory, converted on
+    // the way as convert_lora_to_gguf.py converts it by default (f32).
+    let cases: [(&str, &[&str], &[&str]); 8] = [
         ("base-f32.gguf", &["--lora", "llama-lora-f16.gguf"], &["--lora", "llama-lora-f16.gguf"]),
         ("base-f16.gguf", &["--lora", "llama-lora-f32.gguf"], &["--lora", "llama-lora-f32.gguf"]),
         ("base-bf16.gguf", &["--lora", "llama-lora-f16.gguf"], &["--lora", "llama-lora-f16.gguf"]),
@@ -194,6 +199,12 @@ fn lora_merge_writes_the_bytes_llama_export_lora_writes() {
             &["--lora", "qwen-lora-f16.gguf", "--lora-scaled", "qwen-lora-f32.gguf:-1.25"],
             &["--lora", "qwen-lora-f16.gguf", "--lora-scaled", "qwen-lora-f32.gguf:-1.25"],
         ),
+        (
+            "qwen-f16.gguf",
+            &["--lora-scaled", "qwen-lora-f32.gguf:-1.25", "--lora", "qwen-lora-f16.gguf"],
+            &["--lora-scaled", "qwen-lora-f32.gguf:-1.25", "--lora", "qwen-lora-f16.gguf"],
+        ),
+        ("base-f16.gguf", &["--lora", "llama-lora-f32.gguf"], &["--lora", peft, "--lora-base", peft_base]),
     ];
     for (n, (base, theirs_args, ours_args)) in cases.iter().enumerate() {
         let (theirs, ours) = (format!("theirs-{n}.gguf"), format!("ours-{n}.gguf"));
@@ -213,6 +224,8 @@ fn lora_merge_writes_the_bytes_llama_export_lora_writes() {
             "case {n}: {base} {ours_args:?}"
         );
     }
+    // The order is in the bytes: the two orders above differ.
+    assert!(std::fs::read(d.join("ours-5.gguf")).unwrap() != std::fs::read(d.join("ours-6.gguf")).unwrap());
 }
 
 #[test]
@@ -233,6 +246,10 @@ fn lora_merge_refuses_what_it_cannot_merge_by_name() {
     assert!(err.contains("not a LoRA adapter"), "{err}");
     let err = refused(&["base-f16.gguf", "out.gguf", "--lora-scaled", "llama-lora-f16.gguf"]);
     assert!(err.contains("FILE:SCALE"), "{err}");
+    // A PEFT adapter whose base_model_name_or_path is nowhere here.
+    let peft = adapter("llama-attn");
+    let err = refused(&["base-f16.gguf", "out.gguf", "--lora", peft.to_str().unwrap()]);
+    assert!(err.contains("its base model `tiny-llama-3-chat`") && err.contains("--lora-base DIR"), "{err}");
     // A Q8_0 adapter: llama-export-lora refuses it too.
     let q8 = d.join("llama-lora-q8_0.gguf");
     common::stdout_of_success(convert_lora(&adapter("llama-attn"), &base("tiny-llama-3-chat"), &q8, "q8_0"));

@@ -42,7 +42,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::exec::oneshot::{self, OneShotSettings};
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
@@ -514,7 +514,11 @@ fn write_output(path: &crate::files::OutputPath, bytes: &[u8]) -> anyhow::Result
 
 pub fn main() -> ExitCode {
     signals::install();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let (Command::LoraMerge(args), Some((_, sub))) = (&mut cli.command, matches.subcommand()) {
+        args.order_from(sub);
+    }
     QUIET.store(cli.quiet, std::sync::atomic::Ordering::Relaxed);
     init_logs(cli.quiet, cli.verbose);
     if let Some(choice) = cli.backend.as_deref().and_then(crate::backend::Choice::from_name) {

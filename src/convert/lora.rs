@@ -48,7 +48,7 @@ const KEYS: &[(&str, Key)] = &[
     ("exclude_modules", Key::Inert),
     ("layers_to_transform", Key::Inert),
     ("layers_pattern", Key::Inert),
-    ("base_model_name_or_path", Key::Inert),
+    ("base_model_name_or_path", Key::Modelled),
     ("revision", Key::Inert),
     ("task_type", Key::Inert),
     ("auto_mapping", Key::Inert),
@@ -94,6 +94,9 @@ pub struct AdapterConfig {
     pub rank_pattern: Vec<(Regex, u64)>,
     /// aLoRA: the tokens after which the adapter applies.
     pub invocation_tokens: Option<Vec<u32>>,
+    /// `base_model_name_or_path`: the model it was trained on, a directory
+    /// or a Hugging Face repo id.
+    pub base_model: Option<String>,
 }
 
 impl AdapterConfig {
@@ -155,7 +158,16 @@ impl AdapterConfig {
             ),
             Some(other) => return Err(refuse(format!("`alora_invocation_tokens` is {other}, not a list"))),
         };
-        Ok(AdapterConfig { rank, alpha, rank_pattern, invocation_tokens })
+        let base_model = object.get("base_model_name_or_path").and_then(Json::as_str).map(str::to_owned);
+        Ok(AdapterConfig { rank, alpha, rank_pattern, invocation_tokens, base_model })
+    }
+
+    /// `dir`'s `adapter_config.json`, read and checked.
+    pub fn read(dir: &Path) -> Result<AdapterConfig, ConvertError> {
+        let path = dir.join("adapter_config.json");
+        let text = crate::files::read_text(&path, 1 << 20)
+            .map_err(|e| ConvertError::Adapter { path: path.clone(), problem: e.to_string() })?;
+        AdapterConfig::parse(&path, &text)
     }
 
     /// The rank PEFT gives module `module` (`model.layers.0.mlp.down_proj`).
@@ -206,10 +218,7 @@ impl Adapter {
     /// `dir`'s `adapter_config.json` and `adapter_model.safetensors` (or
     /// `.bin`), with `base_dir`'s `config.json` (the base's weights are not read).
     pub fn open(dir: &Path, base_dir: &Path) -> Result<Adapter, ConvertError> {
-        let config_path = dir.join("adapter_config.json");
-        let text = crate::files::read_text(&config_path, 1 << 20)
-            .map_err(|e| ConvertError::Adapter { path: config_path.clone(), problem: e.to_string() })?;
-        let config = AdapterConfig::parse(&config_path, &text)?;
+        let config = AdapterConfig::read(dir)?;
         let weights = ["adapter_model.safetensors", "adapter_model.bin"]
             .iter()
             .map(|name| dir.join(name))

@@ -17,7 +17,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use rayon::prelude::*;
 
-use crate::artifact::{Tensor, TensorData, TensorSet};
+use crate::artifact::{LoraDelta, Tensor, TensorData, TensorSet};
 use crate::backend::{Backend, Slab, SlabError};
 use crate::convert::WeightScale;
 use crate::formats::{FormatError, ModelFile, OpenOptions};
@@ -346,7 +346,7 @@ impl Materializer<'_> {
             }
             TensorData::Blob { hash } => (*hash, false),
             TensorData::Checkpoint { .. } | TensorData::Stacked { .. } => return Ok(false),
-            TensorData::Convert { .. } => match self.cached(tensor) {
+            TensorData::Convert { .. } | TensorData::Merged { .. } => match self.cached(tensor) {
                 Some(hash) => (hash, true),
                 None => return Ok(false),
             },
@@ -1003,7 +1003,38 @@ impl Materializer<'_> {
             }
             TensorData::Slice { from, cut } => self.slice_rows(tensor, from, cut, first, n),
             TensorData::Stacked { parts } => self.stacked_rows(tensor, parts, first, n),
+            TensorData::Merged { base, deltas } => self.merged_rows(tensor, base, deltas, first, n),
         }
+    }
+
+    /// Rows `first..first + n` of a merged tensor: the base's rows in f32,
+    /// each delta added, encoded to the tensor's type.
+    fn merged_rows(
+        &self,
+        tensor: &Tensor,
+        base: &Tensor,
+        deltas: &[LoraDelta],
+        first: usize,
+        n: usize,
+    ) -> Result<Vec<u8>, MaterializeError> {
+        let mut values = self.decoded_rows(base, None, first, n)?;
+        for delta in deltas {
+            let rank = rows_of(&delta.a).1;
+            let a = self.decoded_rows(&delta.a, None, 0, rank)?;
+            let b = self.decoded_rows(&delta.b, None, first, n)?;
+            self.pool.install(|| crate::ops::lora_merge::add_delta(&mut values, &a, &b, rank, delta.scale()));
+        }
+        let (n_per_row, _) = rows_of(tensor);
+        let mut encoded = vec![0u8; n * row_bytes(tensor)];
+        self.pool
+            .install(|| {
+                encoded
+                    .par_chunks_mut(row_bytes(tensor).max(1))
+                    .zip(values.par_chunks(n_per_row.max(1)))
+                    .try_for_each(|(out, row)| crate::codecs::quantize_row(tensor.ggml_type, row, None, out))
+            })
+            .map_err(|source| MaterializeError::Codec { tensor: tensor.name.clone(), source })?;
+        Ok(encoded)
     }
 
     /// Converts whole rows of type `from` (starting at row `first`) to
@@ -1091,6 +1122,11 @@ impl Materializer<'_> {
                 for (part, from, n) in part_rows(parts, first, n) {
                     self.with_input_rows(part, from, n, with);
                 }
+            }
+            // All of each A is read for every slab: only the rows of the base and of each B are the slab's.
+            TensorData::Merged { base, deltas } => {
+                self.with_input_rows(base, first, n, with);
+                deltas.iter().for_each(|delta| self.with_input_rows(&delta.b, first, n, with));
             }
             // A slice's rows are its source's, released as they are cut; a blob is the store's.
             TensorData::Blob { .. } | TensorData::Slice { .. } => {}

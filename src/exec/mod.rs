@@ -1142,27 +1142,21 @@ impl Shared {
             Op::SetMetadata(o) => o.apply(input()?)?,
             Op::DeleteMetadata(o) => o.apply(input()?)?,
             Op::LoraMerge(o) => {
-                let m = self.materializer();
                 let source_name = |source: &Source| match *source {
                     Source::Input(j) => self.bound.recipe.inputs[j].name.clone(),
                     Source::Node(j) => self.bound.recipe.nodes[j].id.clone(),
                 };
-                let rows: Vec<SetRows<'_>> = inputs.iter().map(|set| SetRows { materializer: &m, set }).collect();
-                let (Some(base), Some(base_rows)) = (inputs.first(), rows.first()) else {
-                    return Err(NodeError::Upstream(node.id.clone()));
-                };
+                let base = inputs.first().ok_or_else(|| NodeError::Upstream(node.id.clone()))?;
                 let adapters: Vec<ops::lora_merge::MergedAdapter<'_>> = node.from[1..]
                     .iter()
                     .zip(&inputs[1..])
-                    .zip(&rows[1..])
-                    .map(|((source, set), rows)| {
+                    .map(|(source, set)| {
                         let name = source_name(source);
                         let scale = o.scale_of(&name);
-                        ops::lora_merge::MergedAdapter { name, set, rows, scale }
+                        ops::lora_merge::MergedAdapter { name, set, scale }
                     })
                     .collect();
-                let backend = self.backends.of(Some(&self.bound.keys[i]));
-                self.pool.install(|| ops::lora_merge::apply(base, base_rows, &adapters, backend, &*self.store))?
+                ops::lora_merge::apply(base, &adapters)?
             }
             Op::Imatrix(o) => self.imatrix(i, input()?, o)?,
             Op::KldBase(o) => self.kld_base(i, input()?, o)?,

@@ -12,7 +12,7 @@ use super::{Engine, RunError};
 use crate::formats::OpenOptions;
 use crate::ops::Op;
 use crate::ops::export::{ExportFormat, SplitMode};
-use crate::recipe::{OneShot, Recipe, Rung};
+use crate::recipe::{MergeAdapter, OneShot, Recipe, Rung};
 use crate::store::OpenError;
 use crate::store::remote::{RemoteMode, RemoteUrl};
 
@@ -85,18 +85,14 @@ pub fn assemble_files(parts: &[&Path], output: &Path, settings: &OneShotSettings
 }
 
 /// `lora-merge`: the base with the adapters (each with its scale) merged
-/// in, as one file.
+/// in, in order, as one file.
 pub fn merge_lora_files(
     base: &Path,
-    adapters: &[(&Path, f32)],
+    adapters: &[MergeAdapter<'_>],
     output: &Path,
     settings: &OneShotSettings,
 ) -> Result<RunReport, OneShotError> {
-    let mut parts = vec![("base".to_owned(), base)];
-    parts.extend(adapters.iter().enumerate().map(|(i, (path, _))| (format!("lora{}", i + 1), *path)));
-    let scales = adapters.iter().enumerate().map(|(i, &(_, scale))| (format!("lora{}", i + 1), scale)).collect();
-    let op = Op::LoraMerge(crate::ops::lora_merge::LoraMergeOptions { scales });
-    run_recipe(&Recipe::combined("lora-merge", &parts, op, output), settings)
+    run_recipe(&Recipe::lora_merge(base, adapters, output), settings)
 }
 
 /// A one-shot job that reads `input` and writes one file `output`.

@@ -506,6 +506,7 @@ fn source_file(tensor: &Tensor) -> Option<Key> {
     match &tensor.data {
         TensorData::Input { file, .. } | TensorData::Checkpoint { file, .. } => Some(*file),
         TensorData::Convert { from, .. } | TensorData::Slice { from, .. } => source_file(from),
+        TensorData::Merged { base, .. } => source_file(base),
         TensorData::Stacked { parts } => parts.first().and_then(source_file),
         TensorData::Blob { .. } => None,
     }

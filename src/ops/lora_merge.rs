@@ -8,12 +8,10 @@
 
 use rayon::prelude::*;
 
-use crate::artifact::{BlobSink, BlobSinkError, HeaderEnd, Tensor, TensorData, TensorSet};
-use crate::backend::Backend;
+use crate::artifact::{HeaderEnd, LoraDelta, Tensor, TensorData, TensorSet};
 use crate::key::KeyBuilder;
 use crate::model::{Endian, Value};
 use crate::params::{Diagnostic, OpSpec, ParamKind, ParamSpec, ParamValue, Params};
-use crate::quant::budget::{BudgetError, RowSource};
 use crate::text::Name;
 use crate::types::GgmlType;
 
@@ -91,17 +89,12 @@ pub enum LoraMergeError {
         Name(.tensor)
     )]
     Quantized { adapter: String, tensor: String, ty: &'static str },
-    #[error(transparent)]
-    Rows(#[from] BudgetError),
-    #[error(transparent)]
-    Blobs(#[from] BlobSinkError),
 }
 
-/// One adapter: its tensors, a way to read them, its name and scale.
+/// One adapter: its tensors, its name and scale.
 pub struct MergedAdapter<'a> {
     pub name: String,
     pub set: &'a TensorSet,
-    pub rows: &'a dyn RowSource,
     pub scale: f32,
 }
 
@@ -123,14 +116,10 @@ impl MergedAdapter<'_> {
     }
 }
 
-/// The base `base` (read through `base_rows`) with `adapters` merged in.
-pub fn apply(
-    base: &TensorSet,
-    base_rows: &dyn RowSource,
-    adapters: &[MergedAdapter<'_>],
-    backend: &dyn Backend,
-    blobs: &(impl BlobSink + ?Sized),
-) -> Result<TensorSet, LoraMergeError> {
+/// The base `base` with `adapters` merged in: every adapter checked
+/// against the base here, before any work; each targeted tensor's values
+/// computed as it is written ([`TensorData::Merged`], [`add_delta`]).
+pub fn apply(base: &TensorSet, adapters: &[MergedAdapter<'_>]) -> Result<TensorSet, LoraMergeError> {
     if adapters.is_empty() {
         return Err(LoraMergeError::NoAdapter);
     }
@@ -168,27 +157,28 @@ pub fn apply(
             return Err(LoraMergeError::DifferentTensors { tensor, first });
         }
     }
-    let mut order: Vec<usize> = (0..base.tensors.len()).collect();
-    order.sort_by(|&a, &b| base.tensors[a].name.cmp(&base.tensors[b].name));
+    let mut order: Vec<&Tensor> = base.tensors.iter().collect();
+    order.sort_by(|a, b| a.name.cmp(&b.name));
     let mut tensors = Vec::with_capacity(order.len());
-    for index in order {
-        let tensor = &base.tensors[index];
-        let pairs: Vec<(Option<usize>, Option<usize>)> = adapters
-            .iter()
-            .map(|a| (a.index(&format!("{}.lora_a", tensor.name)), a.index(&format!("{}.lora_b", tensor.name))))
-            .collect();
-        if pairs.iter().all(|&(a, b)| a.is_none() && b.is_none()) {
-            tensors.push(tensor.clone());
-            continue;
+    for tensor in order {
+        let mut deltas = Vec::new();
+        for adapter in adapters {
+            let a = adapter.index(&format!("{}.lora_a", tensor.name));
+            let b = adapter.index(&format!("{}.lora_b", tensor.name));
+            match (a, b) {
+                (None, None) => {}
+                (Some(a), Some(b)) => {
+                    deltas.push(delta(tensor, adapter, &adapter.set.tensors[a], &adapter.set.tensors[b])?)
+                }
+                _ => {
+                    return Err(LoraMergeError::Unpaired {
+                        adapter: adapter.name.clone(),
+                        tensor: tensor.name.clone(),
+                    });
+                }
+            }
         }
-        let mut halves = Vec::with_capacity(adapters.len());
-        for (adapter, &pair) in adapters.iter().zip(&pairs) {
-            let (Some(a), Some(b)) = pair else {
-                return Err(LoraMergeError::Unpaired { adapter: adapter.name.clone(), tensor: tensor.name.clone() });
-            };
-            halves.push((a, b));
-        }
-        tensors.push(merge(index, tensor, base_rows, adapters, &halves, backend, blobs)?);
+        tensors.push(if deltas.is_empty() { tensor.clone() } else { merged(tensor, deltas) });
     }
     let mut metadata = base.metadata.clone();
     // Set as gguf_set_val_u32 sets it: removed, then appended.
@@ -197,83 +187,179 @@ pub fn apply(
     Ok(TensorSet { endian: Endian::Little, metadata, tensors, header_end: HeaderEnd::Aligned, legacy: None })
 }
 
-/// Every row of tensor `index` of a set, decoded to f32.
-fn values(rows: &dyn RowSource, index: usize, tensor: &Tensor, backend: &dyn Backend) -> Result<Vec<f32>, BudgetError> {
-    let n_per_row = tensor.dims.first().copied().unwrap_or(1).max(1) as usize;
-    let n_rows = (tensor.dims.iter().product::<u64>() as usize) / n_per_row;
-    let mut out = vec![0f32; n_rows * n_per_row];
-    let all: Vec<usize> = (0..n_rows).collect();
-    rows.rows(index, &all, backend, &mut out)?;
-    Ok(out)
+/// `adapter`'s pair (`lora_a`, `lora_b`) on `tensor`, checked against it.
+fn delta(
+    tensor: &Tensor,
+    adapter: &MergedAdapter<'_>,
+    lora_a: &Tensor,
+    lora_b: &Tensor,
+) -> Result<LoraDelta, LoraMergeError> {
+    for half in [lora_a, lora_b] {
+        if half.ggml_type.is_quantized() {
+            return Err(LoraMergeError::Quantized {
+                adapter: adapter.name.clone(),
+                tensor: half.name.clone(),
+                ty: half.ggml_type.name(),
+            });
+        }
+    }
+    let shape_error = || LoraMergeError::Shape {
+        adapter: adapter.name.clone(),
+        tensor: tensor.name.clone(),
+        base: tensor.dims.clone(),
+        a: lora_a.dims.clone(),
+        b: lora_b.dims.clone(),
+    };
+    let (&[n_in, n_out], &[a_in, rank], &[b_rank, b_out]) =
+        (tensor.dims.as_slice(), lora_a.dims.as_slice(), lora_b.dims.as_slice())
+    else {
+        return Err(shape_error());
+    };
+    if a_in != n_in || b_out != n_out || b_rank != rank || rank == 0 {
+        return Err(shape_error());
+    }
+    let alpha = adapter.alpha();
+    let scale = if alpha != 0.0 { adapter.scale * alpha / rank as f32 } else { adapter.scale };
+    Ok(LoraDelta { a: lora_a.clone(), b: lora_b.clone(), scale_bits: scale.to_bits() })
 }
 
-/// The base tensor `tensor` (index `index`) with each adapter's pair `halves` added.
-fn merge(
-    index: usize,
-    tensor: &Tensor,
-    base_rows: &dyn RowSource,
-    adapters: &[MergedAdapter<'_>],
-    halves: &[(usize, usize)],
-    backend: &dyn Backend,
-    blobs: &(impl BlobSink + ?Sized),
-) -> Result<Tensor, LoraMergeError> {
+/// The merged tensor: F32 where the base's is F32, else F16, keyed by
+/// the base tensor's key, each half's and each scale.
+fn merged(tensor: &Tensor, deltas: Vec<LoraDelta>) -> Tensor {
     let mut key = KeyBuilder::new("tensor.lora-merge");
     key.u64(MERGE_VERSION).key(&tensor.key);
-    let mut current = values(base_rows, index, tensor, backend)?;
-    for (adapter, &(a, b)) in adapters.iter().zip(halves) {
-        let (lora_a, lora_b) = (&adapter.set.tensors[a], &adapter.set.tensors[b]);
-        for half in [lora_a, lora_b] {
-            if half.ggml_type.is_quantized() {
-                return Err(LoraMergeError::Quantized {
-                    adapter: adapter.name.clone(),
-                    tensor: half.name.clone(),
-                    ty: half.ggml_type.name(),
-                });
-            }
-        }
-        let shape_error = || LoraMergeError::Shape {
-            adapter: adapter.name.clone(),
-            tensor: tensor.name.clone(),
-            base: tensor.dims.clone(),
-            a: lora_a.dims.clone(),
-            b: lora_b.dims.clone(),
-        };
-        let (&[n_in, n_out], &[a_in, rank], &[b_rank, b_out]) =
-            (tensor.dims.as_slice(), lora_a.dims.as_slice(), lora_b.dims.as_slice())
-        else {
-            return Err(shape_error());
-        };
-        if a_in != n_in || b_out != n_out || b_rank != rank || rank == 0 {
-            return Err(shape_error());
-        }
-        let (n_in, rank) = (n_in as usize, rank as usize);
-        let a_values = values(adapter.rows, a, lora_a, backend)?;
-        let b_values = values(adapter.rows, b, lora_b, backend)?;
-        // Column j of A as a row: the reference transposes A before its product.
-        let a_columns: Vec<f32> =
-            (0..n_in).flat_map(|j| (0..rank).map(move |k| (j, k))).map(|(j, k)| a_values[k * n_in + j]).collect();
-        let alpha = adapter.alpha();
-        let scale = if alpha != 0.0 { adapter.scale * alpha / rank as f32 } else { adapter.scale };
-        current.par_chunks_mut(n_in).zip(b_values.par_chunks(rank)).for_each(|(row, b_row)| {
-            for (value, a_column) in row.iter_mut().zip(a_columns.chunks_exact(rank)) {
-                *value += ggml_dot(a_column, b_row) * scale;
-            }
-        });
-        key.key(&lora_a.key).key(&lora_b.key).u64(u64::from(scale.to_bits()));
+    for delta in &deltas {
+        key.key(&delta.a.key).key(&delta.b.key).u64(u64::from(delta.scale_bits));
     }
-    let (ggml_type, bytes) = match tensor.ggml_type {
-        GgmlType::F32 => (GgmlType::F32, current.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()),
-        _ => (GgmlType::F16, current.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect()),
-    };
+    let ggml_type = if tensor.ggml_type == GgmlType::F32 { GgmlType::F32 } else { GgmlType::F16 };
     key.str(ggml_type.name());
-    let hash = blobs.put_blob(&bytes)?;
-    Ok(Tensor {
+    Tensor {
         name: tensor.name.clone(),
         dims: tensor.dims.clone(),
         ggml_type,
         key: key.finish(),
-        data: TensorData::Blob { hash },
-    })
+        data: TensorData::Merged { base: Box::new(tensor.clone()), deltas },
+    }
+}
+
+/// Rows of a slab given to one task: enough to share out, few enough that
+/// the columns of A a task walks stay in cache across its rows.
+const TASK_ROWS: usize = 16;
+
+/// Adds `scale · B·A` to `rows` (f32, `n_in` values each, where A is
+/// `rank` rows of `n_in` values): `b` holds the same rows of B (`rank`
+/// values each). Each value gets `dot · scale` rounded, then added, with
+/// the dot product in the reference build's order ([`ordered_dot`]).
+pub fn add_delta(rows: &mut [f32], a: &[f32], b: &[f32], rank: usize, scale: f32) {
+    assert!(rank > 0 && a.len().is_multiple_of(rank), "A is rank rows");
+    let n_in = a.len() / rank;
+    assert!(rows.len() / n_in.max(1) * rank == b.len(), "a row of B for each row");
+    if n_in == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if rank.is_multiple_of(8)
+        && std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+    {
+        let (packed, tail) = (columns_side_by_side::pack(a, rank), columns(a, rank, n_in & !7..n_in));
+        rows.par_chunks_mut(n_in * TASK_ROWS).zip(b.par_chunks(rank * TASK_ROWS)).for_each(|(rows, b)| {
+            // SAFETY: the CPU has AVX2 and FMA, checked just now; A is packed, the shapes were asserted.
+            unsafe { columns_side_by_side::add_delta(rows, n_in, &packed, b, rank, scale) };
+            add_delta_by_column(rows, &tail, n_in & !7, b, rank, scale);
+        });
+        return;
+    }
+    let all = columns(a, rank, 0..n_in);
+    rows.par_chunks_mut(n_in * TASK_ROWS)
+        .zip(b.par_chunks(rank * TASK_ROWS))
+        .for_each(|(rows, b)| add_delta_by_column(rows, &all, 0, b, rank, scale));
+}
+
+/// Columns `range` of A (`rank` rows of `n_in`), each as a row of `rank` values.
+fn columns(a: &[f32], rank: usize, range: std::ops::Range<usize>) -> Vec<f32> {
+    let n_in = a.len() / rank;
+    range.flat_map(|j| (0..rank).map(move |k| a[k * n_in + j])).collect()
+}
+
+/// [`add_delta`] one value at a time, for the values from column `first`
+/// on, given those columns of A as rows (`columns`).
+fn add_delta_by_column(rows: &mut [f32], columns: &[f32], first: usize, b: &[f32], rank: usize, scale: f32) {
+    if columns.is_empty() {
+        return;
+    }
+    let n_in = first + columns.len() / rank;
+    for (row, b_row) in rows.chunks_exact_mut(n_in).zip(b.chunks_exact(rank)) {
+        for (value, column) in row[first..].iter_mut().zip(columns.chunks_exact(rank)) {
+            *value += ggml_dot(column, b_row) * scale;
+        }
+    }
+}
+
+/// tinyBLAS's dot products for eight columns at once, a column to a
+/// vector lane: its eight accumulators become eight registers, each lane
+/// accumulating its own column's products in the same order, so every
+/// value is rounded exactly as [`tinyblas_dot`] rounds it, without the
+/// one-register dependency chain.
+#[cfg(target_arch = "x86_64")]
+mod columns_side_by_side {
+    use std::arch::x86_64::*;
+
+    /// Groups of eight columns walked per pass over a task's rows: their
+    /// packed values (`rank` × 8 each) stay in the first-level cache.
+    const GROUPS_PER_BLOCK: usize = 16;
+
+    /// The whole eight-column groups of A (`rank` rows of `n_in`), each
+    /// group's `rank` vectors of eight one after another: the rows of A lie
+    /// a power of two apart in a wide model, all in the same cache sets.
+    pub fn pack(a: &[f32], rank: usize) -> Vec<f32> {
+        let n_in = a.len() / rank;
+        let mut packed = Vec::with_capacity(n_in / 8 * 8 * rank);
+        for g in 0..n_in / 8 {
+            for k in 0..rank {
+                packed.extend_from_slice(&a[k * n_in + g * 8..][..8]);
+            }
+        }
+        packed
+    }
+
+    /// [`super::add_delta`] for the whole eight-column groups of `rows`
+    /// (`n_in` values each), given A [`pack`]ed; `rank` a multiple of 8.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `packed` holds `n_in / 8` groups of `rank`
+    /// vectors, `b` `rank` values for each row.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn add_delta(rows: &mut [f32], n_in: usize, packed: &[f32], b: &[f32], rank: usize, scale: f32) {
+        let groups = n_in / 8;
+        let scale = _mm256_set1_ps(scale);
+        for block in (0..groups).step_by(GROUPS_PER_BLOCK) {
+            let block_end = (block + GROUPS_PER_BLOCK).min(groups);
+            for (row, b_row) in rows.chunks_exact_mut(n_in).zip(b.chunks_exact(rank)) {
+                for g in block..block_end {
+                    let group = &packed[g * rank * 8..][..rank * 8];
+                    let mut acc = [_mm256_setzero_ps(); 8];
+                    for (vectors, b8) in group.chunks_exact(64).zip(b_row.chunks_exact(8)) {
+                        for lane in 0..8 {
+                            // SAFETY: eight values of `vectors`.
+                            let column = unsafe { _mm256_loadu_ps(vectors[lane * 8..][..8].as_ptr()) };
+                            acc[lane] = _mm256_fmadd_ps(column, _mm256_set1_ps(b8[lane]), acc[lane]);
+                        }
+                    }
+                    let v = [
+                        _mm256_add_ps(acc[4], acc[0]),
+                        _mm256_add_ps(acc[5], acc[1]),
+                        _mm256_add_ps(acc[6], acc[2]),
+                        _mm256_add_ps(acc[7], acc[3]),
+                    ];
+                    let dot = _mm256_add_ps(_mm256_add_ps(v[0], v[2]), _mm256_add_ps(v[1], v[3]));
+                    let out = row[g * 8..][..8].as_mut_ptr();
+                    // SAFETY: `out` is eight values of `row`.
+                    unsafe { _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), _mm256_mul_ps(dot, scale))) };
+                }
+            }
+        }
+    }
 }
 
 /// The f32 dot product of `x` and `y` as the reference build's matrix
@@ -360,5 +446,31 @@ mod tests {
             sequential += x[i] * y[i];
         }
         assert_eq!(short.to_bits(), sequential.to_bits());
+    }
+
+    #[test]
+    fn columns_side_by_side_round_as_one_at_a_time() {
+        let mut seed = 0x9e37_79b9_u32;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32 - 0.5) * 4.0
+        };
+        for (n_in, rank, n_rows) in [(136, 8, 3), (300, 64, 20), (37, 16, 5), (8, 8, 1), (44, 12, 4), (40, 40, 2)] {
+            let a: Vec<f32> = (0..rank * n_in).map(|_| next()).collect();
+            let b: Vec<f32> = (0..rank * n_rows).map(|_| next()).collect();
+            let base: Vec<f32> = (0..n_in * n_rows).map(|_| next()).collect();
+            let scale = 0.37;
+            let mut merged = base.clone();
+            add_delta(&mut merged, &a, &b, rank, scale);
+            for (i, row) in merged.chunks_exact(n_in).enumerate() {
+                for (j, value) in row.iter().enumerate() {
+                    let column: Vec<f32> = (0..rank).map(|k| a[k * n_in + j]).collect();
+                    let expected = base[i * n_in + j] + ordered_dot(&column, &b[i * rank..][..rank]) * scale;
+                    assert_eq!(value.to_bits(), expected.to_bits(), "n_in {n_in} rank {rank} row {i} column {j}");
+                }
+            }
+        }
     }
 }

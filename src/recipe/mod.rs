@@ -298,6 +298,35 @@ impl Recipe {
         Recipe::combined("assemble", &named, Op::Assemble, output)
     }
 
+    /// The recipe of `quantforge lora-merge`: the base and each adapter
+    /// read, merged in the order given, exported. A GGUF adapter is loaded;
+    /// a PEFT directory is converted as `convert-lora` converts it (at f32,
+    /// `convert_lora_to_gguf.py`'s default), its Hugging Face base an input
+    /// of the conversion.
+    pub fn lora_merge(base: &Path, adapters: &[MergeAdapter<'_>], output: &Path) -> Recipe {
+        let name = |i: usize| format!("lora{}", i + 1);
+        let mut parts = vec![("base".to_owned(), base)];
+        parts.extend(adapters.iter().enumerate().map(|(i, adapter)| (name(i), adapter.path)));
+        let scales = adapters.iter().enumerate().map(|(i, adapter)| (name(i), adapter.scale)).collect();
+        let op = Op::LoraMerge(crate::ops::lora_merge::LoraMergeOptions { scales });
+        let mut recipe = Recipe::combined("lora-merge", &parts, op, output);
+        for (i, adapter) in adapters.iter().enumerate() {
+            let Some(peft_base) = adapter.peft_base else { continue };
+            recipe.nodes[i + 1].op =
+                Op::ConvertLora(crate::ops::convert::ConvertLoraOptions { outtype: crate::convert::OutType::F32 });
+            recipe.nodes[i + 1].uses = vec![recipe.inputs.len()];
+            recipe.inputs.push(InputDecl {
+                name: format!("{}.base", name(i)),
+                path: peft_base.to_owned(),
+                as_written: peft_base.to_owned(),
+                pin: None,
+                written_at: None,
+                fetch: None,
+            });
+        }
+        recipe
+    }
+
     /// A one-shot recipe of several files: load each (named), apply `op` to
     /// all of them in order, export the result to `output`.
     pub fn combined(name: &str, parts: &[(String, &Path)], op: Op, output: &Path) -> Recipe {
@@ -368,6 +397,15 @@ pub struct Rung {
     pub op: Op,
     pub uses: Vec<usize>,
     pub output: PathBuf,
+}
+
+/// An adapter `quantforge lora-merge` merges: a GGUF adapter, or a PEFT
+/// directory with the Hugging Face base it was trained on.
+#[derive(Debug, Clone, Copy)]
+pub struct MergeAdapter<'a> {
+    pub path: &'a Path,
+    pub peft_base: Option<&'a Path>,
+    pub scale: f32,
 }
 
 /// An input of a one-shot command besides its model.
