@@ -117,7 +117,8 @@ pub enum TensorData {
 }
 
 /// One adapter's low-rank delta on a tensor: `scale · B·A`, `a` of shape
-/// [in, rank] and `b` of shape [rank, out] for a tensor of shape [in, out].
+/// [in, rank] and `b` of shape [rank, out] for a tensor of shape [in, out]
+/// (each with the expert count last, for a stack of experts).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LoraDelta {
     pub a: Tensor,
@@ -125,6 +126,10 @@ pub struct LoraDelta {
     /// The f32 scale (the user's times alpha over the rank), as its bits:
     /// a manifest keeps it exactly.
     pub scale_bits: u32,
+    /// A token embedding's delta, whose `a` llama.cpp stores transposed:
+    /// `a` [rank, vocabulary], `b` [rank, width].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub token_embedding: bool,
 }
 
 impl LoraDelta {

@@ -1,8 +1,11 @@
 //! PEFT LoRA adapters (issue 40): `convert-lora` writes the bytes
 //! `convert_lora_to_gguf.py` writes, at every outtype, for a LLaMA 3
-//! adapter over the attention projections (Q/K rows permuted) and a Qwen2
-//! one over its MLP with per-module ranks; what the GGUF adapter cannot
-//! hold is refused by name, and a recipe's `convert-lora` step is cached.
+//! adapter over the attention projections (Q/K rows permuted), a Qwen2
+//! one over its MLP with per-module ranks, adapters on fused projections
+//! (GPT-NeoX, Falcon), on experts (Mixtral, Qwen3-MoE) and on the token
+//! embedding; what the GGUF adapter cannot hold is refused by name, and a
+//! recipe's `convert-lora` step is cached. `lora-merge` writes the bytes
+//! `llama-export-lora` writes.
 //! References: `tests/lora/make_references.sh` (the adapters are
 //! `tests/lora/make_adapters.py`'s, committed).
 
@@ -13,7 +16,15 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-const CASES: [(&str, &str); 2] = [("llama-attn", "tiny-llama-3-chat"), ("qwen2-mlp", "Qwen2.5-Tiny-Instruct")];
+const CASES: [(&str, &str); 7] = [
+    ("llama-attn", "tiny-llama-3-chat"),
+    ("qwen2-mlp", "Qwen2.5-Tiny-Instruct"),
+    ("neox-qkv", "pythia-tiny-deduped"),
+    ("falcon-qkv", "falcon-tiny"),
+    ("mixtral-experts", "Mixtral-Tiny-4x8"),
+    ("qwen3moe-experts", "Qwen3-MoE-Tiny"),
+    ("llama-embed", "tiny-llama-3-chat"),
+];
 const OUTTYPES: [&str; 4] = ["f32", "f16", "bf16", "q8_0"];
 
 fn adapter(name: &str) -> PathBuf {
@@ -76,6 +87,7 @@ fn what_a_gguf_adapter_cannot_hold_is_refused_by_name() {
         ("use_rslora", Value::Bool(true), "alpha/sqrt(r)"),
         ("modules_to_save", serde_json::json!(["lm_head"]), "fully trained modules"),
         ("bias", Value::from("all"), "trained biases"),
+        ("fan_in_fan_out", Value::Bool(true), "llama.cpp cannot apply"),
         ("a_setting_from_the_future", Value::from(1), "not a setting this converter models"),
     ] {
         let copy = edited(&|config| {
@@ -144,8 +156,10 @@ path = "adapter.gguf"
 }
 
 /// GGUF files of the fixtures in `dir`: `base-{f32,f16,bf16,q8_0}.gguf` (the
-/// LLaMA checkpoint converted, Q8_0 quantized from F32), `qwen-f16.gguf`, and
-/// the adapters `llama-lora-{f16,f32}.gguf`, `qwen-lora-{f16,f32}.gguf`.
+/// LLaMA checkpoint converted, Q8_0 quantized from F32), `qwen-f16.gguf`,
+/// `mixtral-f16.gguf`, `neox-f16.gguf`, and the adapters
+/// `llama-lora-{f16,f32}.gguf`, `qwen-lora-{f16,f32}.gguf`,
+/// `{mixtral,neox,embed}-lora-f16.gguf`.
 fn merge_fixtures(dir: &Path) {
     let llama = base("tiny-llama-3-chat");
     let qwen = base("Qwen2.5-Tiny-Instruct");
@@ -165,6 +179,16 @@ fn merge_fixtures(dir: &Path) {
         convert(&llama, &format!("base-{outtype}.gguf"), outtype, "llama-bpe");
     }
     convert(&qwen, "qwen-f16.gguf", "f16", "qwen2");
+    convert(&base("Mixtral-Tiny-4x8"), "mixtral-f16.gguf", "f16", "llama-bpe");
+    convert(&base("pythia-tiny-deduped"), "neox-f16.gguf", "f16", "olmo");
+    for (name, adapter_name, base_name) in [
+        ("mixtral", "mixtral-experts", "Mixtral-Tiny-4x8"),
+        ("neox", "neox-qkv", "pythia-tiny-deduped"),
+        ("embed", "llama-embed", "tiny-llama-3-chat"),
+    ] {
+        let out = dir.join(format!("{name}-lora-f16.gguf"));
+        common::stdout_of_success(convert_lora(&adapter(adapter_name), &base(base_name), &out, "f16"));
+    }
     let (f32_base, q8_base) = (dir.join("base-f32.gguf"), dir.join("base-q8_0.gguf"));
     common::stdout_of_success(common::quantforge_with(&[&"quantize", &f32_base, &q8_base, &"Q8_0"]));
     for outtype in ["f16", "f32"] {
@@ -187,8 +211,10 @@ fn lora_merge_writes_the_bytes_llama_export_lora_writes() {
     // Base and adapter types; the Qwen adapter's ranks 4, 8 and 16 take
     // both of ggml's dot-product orders; two adapters, one scaled, in
     // either order on the command line; a PEFT directory, converted on
-    // the way as convert_lora_to_gguf.py converts it by default (f32).
-    let cases: [(&str, &[&str], &[&str]); 8] = [
+    // the way as convert_lora_to_gguf.py converts it by default (f32);
+    // stacks of experts (a pair per expert), a fused projection, the token
+    // embedding (its A transposed).
+    let cases: [(&str, &[&str], &[&str]); 11] = [
         ("base-f32.gguf", &["--lora", "llama-lora-f16.gguf"], &["--lora", "llama-lora-f16.gguf"]),
         ("base-f16.gguf", &["--lora", "llama-lora-f32.gguf"], &["--lora", "llama-lora-f32.gguf"]),
         ("base-bf16.gguf", &["--lora", "llama-lora-f16.gguf"], &["--lora", "llama-lora-f16.gguf"]),
@@ -205,6 +231,9 @@ fn lora_merge_writes_the_bytes_llama_export_lora_writes() {
             &["--lora-scaled", "qwen-lora-f32.gguf:-1.25", "--lora", "qwen-lora-f16.gguf"],
         ),
         ("base-f16.gguf", &["--lora", "llama-lora-f32.gguf"], &["--lora", peft, "--lora-base", peft_base]),
+        ("mixtral-f16.gguf", &["--lora", "mixtral-lora-f16.gguf"], &["--lora", "mixtral-lora-f16.gguf"]),
+        ("neox-f16.gguf", &["--lora", "neox-lora-f16.gguf"], &["--lora", "neox-lora-f16.gguf"]),
+        ("base-q8_0.gguf", &["--lora", "embed-lora-f16.gguf"], &["--lora", "embed-lora-f16.gguf"]),
     ];
     for (n, (base, theirs_args, ours_args)) in cases.iter().enumerate() {
         let (theirs, ours) = (format!("theirs-{n}.gguf"), format!("ours-{n}.gguf"));

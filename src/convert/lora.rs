@@ -17,8 +17,9 @@ use serde_json::Value as Json;
 
 use super::checkpoint::{Checkpoint, read_optional_json};
 use super::error::ConvertError;
+use super::family::Piece;
 use super::naming::{self, NamingSource, ParameterCounts};
-use super::tensors::{self, CheckpointPart, ConvertedTensor, OutType, Values};
+use super::tensors::{self, CheckpointPart, ConvertedTensor, ExpertBuffer, OutType, Values};
 use crate::arch::registry::{FAMILIES, gguf_name};
 use crate::artifact::RowTransform;
 use crate::formats::{ModelFile, OpenOptions};
@@ -67,7 +68,14 @@ const KEYS: &[(&str, Key)] = &[
     ("use_rslora", Key::Unset("rsLoRA scales by alpha/sqrt(r), where llama.cpp applies alpha/r")),
     ("use_qalora", Key::Unset("QA-LoRA's pooled inputs are not modelled")),
     ("use_bdlora", Key::Unset("block-diagonal LoRA is not modelled")),
-    ("fan_in_fan_out", Key::Unset("Conv1D-layout (fan-in, fan-out) weights are not modelled")),
+    (
+        "fan_in_fan_out",
+        Key::Unset(
+            "Conv1D-layout (GPT-2) adapters are not converted: convert_lora_to_gguf.py transposes their pairs as it \
+             transposes the base's weights, writing a lora_a of [out, rank] for an [in, out] weight, which \
+             llama.cpp cannot apply",
+        ),
+    ),
     ("lora_bias", Key::Unset("a trained lora_B bias is not modelled")),
     ("modules_to_save", Key::Unset("fully trained modules beside the adapter are not converted")),
     ("trainable_token_indices", Key::Unset("trained token embeddings are not converted")),
@@ -256,21 +264,28 @@ enum Half {
     B,
 }
 
-/// A PEFT tensor name's base weight and half: `base_model.model.X.lora_A.weight` → (`X.weight`, A).
+/// A PEFT tensor name's base weight and half: `base_model.model.X.lora_A.weight`
+/// → (`X.weight`, A); an embedding's `X.lora_embedding_A` likewise.
 fn split_name(name: &str) -> Result<Option<(String, Half)>, ConvertError> {
     let stem = name.strip_prefix("base_model.model.").unwrap_or(name);
     let refuse = |problem: &str| ConvertError::AdapterTensor { tensor: name.to_owned(), problem: problem.to_owned() };
-    if let Some(module) = stem.strip_suffix(".lora_A.weight") {
-        return Ok(Some((format!("{module}.weight"), Half::A)));
-    }
-    if let Some(module) = stem.strip_suffix(".lora_B.weight") {
-        return Ok(Some((format!("{module}.weight"), Half::B)));
+    for (ending, half) in [
+        (".lora_A.weight", Half::A),
+        (".lora_B.weight", Half::B),
+        (".lora_embedding_A", Half::A),
+        (".lora_embedding_B", Half::B),
+    ] {
+        if let Some(module) = stem.strip_suffix(ending) {
+            return Ok(Some((format!("{module}.weight"), half)));
+        }
     }
     if stem.ends_with(".base_layer.weight") {
         return Ok(None);
     }
-    if stem.contains(".lora_embedding_") || stem.ends_with(".embed_tokens.weight") || stem.ends_with("lm_head.weight") {
-        return Err(refuse("trained embeddings (new tokens added while fine-tuning) are not converted"));
+    if stem.ends_with(".embed_tokens.weight") || stem.ends_with("lm_head.weight") {
+        return Err(refuse(
+            "whole embeddings saved beside an adapter (new tokens added while fine-tuning) are not converted",
+        ));
     }
     Err(refuse("not a lora_A or lora_B tensor (norms saved beside an adapter are not converted)"))
 }
@@ -310,6 +325,7 @@ pub fn convert_lora(adapter: &Adapter, outtype: OutType) -> Result<(Metadata, Ve
     }
     let blocks = ckpt.hparam(super::hparams::BLOCKS).and_then(Json::as_u64);
     let mut out = Vec::with_capacity(pairs.len() * 2);
+    let (mut experts_a, mut experts_b) = (ExpertBuffer::new("weight.lora_a"), ExpertBuffer::new("weight.lora_b"));
     let mut total: u64 = 0;
     for pair in &pairs {
         let tensor_error = |problem: String| ConvertError::AdapterTensor { tensor: pair.hf.clone(), problem };
@@ -323,19 +339,6 @@ pub fn convert_lora(adapter: &Adapter, outtype: OutType) -> Result<(Metadata, Ve
         if tensors::past_the_blocks(hf, blocks) && conversion.has(super::family::Transform::DropNextTokenBlocks) {
             continue;
         }
-        let unsupported =
-            |what: &str| tensor_error(format!("targets {what}, which adapters are not converted for yet"));
-        if conversion.experts().is_some_and(|stack| stack.part(hf).is_some()) {
-            return Err(unsupported("a per-expert weight"));
-        }
-        if tensors::fused_of(conversion, hf).is_some() {
-            return Err(unsupported("a fused projection"));
-        }
-        if conversion.transposes(hf) || conversion.squeezes(hf) {
-            return Err(unsupported("a weight stored transposed or 3-D"));
-        }
-        let name = gguf_name(names, hf)
-            .ok_or_else(|| ConvertError::Unmapped { tensor: hf.to_owned(), family: conversion.family })?;
         let (a_info, b_info) = (&shard.tensors[a], &shard.tensors[b]);
         // ggml order: A is [in, rank], B [rank, out].
         let (&[a_in, a_rank], &[b_rank, b_out]) = (a_info.dims.as_slice(), b_info.dims.as_slice()) else {
@@ -352,17 +355,69 @@ pub fn convert_lora(adapter: &Adapter, outtype: OutType) -> Result<(Metadata, Ve
             )));
         }
         total += a_in * b_out;
-        let part = |tensor, transform| Values::Checkpoint(CheckpointPart { shard: 0, tensor, transform, scale: None });
+        let part = |tensor, transform| CheckpointPart { shard: 0, tensor, transform, scale: None };
+        let half = |name: String, dims: Vec<u64>, values: Values| {
+            let ty = tensors::output_type(&name, &dims, outtype);
+            ConvertedTensor::new(TensorInfo::new(&name, dims, ty), values)
+        };
+        // Each expert's pair is stacked with the block's others, A with A
+        // and B with B, written when the block's last is in.
+        if let Some(stack) = conversion.experts()
+            && let Some(expert) = stack.part(hf)
+        {
+            let count = ckpt.hparam(stack.count).and_then(Json::as_u64).ok_or_else(|| {
+                ConvertError::Config(format!("no expert count (`{}`) for `{hf}`", stack.count.join("`, `")))
+            })? as usize;
+            let stacks_a = experts_a.add(stack, count, expert, (0, a, None), &a_info.dims, outtype)?;
+            let expert = stack.part(hf).expect("matched just now");
+            let stacks_b = experts_b.add(stack, count, expert, (0, b, None), &b_info.dims, outtype)?;
+            out.extend(stacks_a.into_iter().zip(stacks_b).flat_map(|(a, b)| [a, b]));
+            continue;
+        }
+        // A fused projection: each tensor written from it gets all of A
+        // and its own rows of B.
+        if let Some((fused, block, suffix)) = tensors::fused_of(conversion, hf) {
+            for Piece { name, runs, slices } in (fused.pieces)(&ckpt.config)? {
+                if slices.is_some() {
+                    return Err(tensor_error(format!(
+                        "targets `{}`, written a slice per head, which adapters are not converted for yet",
+                        fused.hf
+                    )));
+                }
+                let name = format!("{}.{suffix}", name.replace("{N}", &block));
+                let b_rows = runs.iter().map(|run| tensors::selected_dims(&b_info.dims, run)[1]).sum();
+                let b_values = match runs.as_slice() {
+                    [run] => Values::Checkpoint(part(b, *run)),
+                    _ => Values::Stacked(runs.iter().map(|run| part(b, *run)).collect()),
+                };
+                out.push(half(
+                    format!("{name}.lora_a"),
+                    a_info.dims.clone(),
+                    Values::Checkpoint(part(a, RowTransform::default())),
+                ));
+                out.push(half(format!("{name}.lora_b"), vec![b_rank, b_rows], b_values));
+            }
+            continue;
+        }
+        if conversion.transposes(hf) || conversion.squeezes(hf) {
+            return Err(tensor_error(
+                "targets a weight stored transposed or 3-D, which adapters are not converted for yet".into(),
+            ));
+        }
+        let name = gguf_name(names, hf)
+            .ok_or_else(|| ConvertError::Unmapped { tensor: hf.to_owned(), family: conversion.family })?;
         let b_transform =
             RowTransform { permute_heads: tensors::permuted_heads(conversion, ckpt, hf), ..Default::default() };
-        for (suffix, index, dims, transform) in
-            [("lora_a", a, &a_info.dims, RowTransform::default()), ("lora_b", b, &b_info.dims, b_transform)]
-        {
-            let name = format!("{name}.{suffix}");
-            let ty = tensors::output_type(&name, dims, outtype);
-            out.push(ConvertedTensor::new(TensorInfo::new(&name, dims.clone(), ty), part(index, transform)));
-        }
+        // llama.cpp reads a token embedding's A transposed (`llm_build_inp_embd`): [rank, vocabulary].
+        let (a_dims, a_transform) = match name.contains("token_embd.weight") {
+            true => (vec![a_rank, a_in], RowTransform { transpose: Some(a_rank as usize), ..Default::default() }),
+            false => (a_info.dims.clone(), RowTransform::default()),
+        };
+        out.push(half(format!("{name}.lora_a"), a_dims, Values::Checkpoint(part(a, a_transform))));
+        out.push(half(format!("{name}.lora_b"), b_info.dims.clone(), Values::Checkpoint(part(b, b_transform))));
     }
+    experts_a.finish()?;
+    experts_b.finish()?;
     if out.is_empty() {
         return Err(ConvertError::Adapter {
             path: adapter.weights_path().to_owned(),

@@ -393,7 +393,7 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
     }
     let fp8 = Fp8::of(&ckpt.config)?;
     let scales = weight_scales(ckpt, fp8)?;
-    let mut experts = ExpertBuffer::default();
+    let mut experts = ExpertBuffer::new("weight");
     for (s, t) in ckpt.tensor_order() {
         let source = &ckpt.shards[s].tensors[t];
         if fp8.is_some() && (Fp8::scaled_weight(&source.name).is_some() || Fp8::is_dropped(&source.name)) {
@@ -570,9 +570,11 @@ pub(super) struct ExpertPart<'a> {
 /// written when its last expert tensor has been read, as the converter
 /// writes them (at that tensor's place, the projections in the family's
 /// order).
-#[derive(Default)]
-struct ExpertBuffer {
+pub(super) struct ExpertBuffer {
     blocks: std::collections::BTreeMap<u64, Vec<ReadExpert>>,
+    /// What the stacks' names end in after the GGUF name: `weight`, or a
+    /// LoRA half's `weight.lora_a`.
+    suffix: &'static str,
 }
 
 /// One expert tensor read: which expert and projection, where (shard,
@@ -585,7 +587,13 @@ struct ReadExpert {
 }
 
 impl ExpertBuffer {
-    fn add(
+    pub(super) fn new(suffix: &'static str) -> ExpertBuffer {
+        ExpertBuffer { blocks: Default::default(), suffix }
+    }
+
+    /// Takes one expert tensor; returns the block's stacks once its last
+    /// one is in.
+    pub(super) fn add(
         &mut self,
         stack: &Experts,
         count: usize,
@@ -623,7 +631,7 @@ impl ExpertBuffer {
             }
             let mut dims = shape.cloned().unwrap_or_default();
             dims.push(count as u64);
-            let name = format!("{}.weight", gguf.replace("{N}", &part.block.to_string()));
+            let name = format!("{}.{}", gguf.replace("{N}", &part.block.to_string()), self.suffix);
             let ty = output_type(&name, &dims, outtype);
             stacked.push(ConvertedTensor { info: TensorInfo::new(&name, dims, ty), values: Values::Stacked(sources) });
         }
@@ -631,7 +639,7 @@ impl ExpertBuffer {
     }
 
     /// Refuses expert tensors left over: a block whose experts are not all there.
-    fn finish(self) -> Result<(), ConvertError> {
+    pub(super) fn finish(self) -> Result<(), ConvertError> {
         match self.blocks.into_iter().next() {
             Some((block, parts)) => Err(ConvertError::Config(format!(
                 "block {block} has {} expert tensors, not all of its experts' projections",

@@ -1017,14 +1017,30 @@ impl Materializer<'_> {
         first: usize,
         n: usize,
     ) -> Result<Vec<u8>, MaterializeError> {
+        use crate::ops::lora_merge::{add_delta, add_embedding_delta};
+        let (n_per_row, _) = rows_of(tensor);
         let mut values = self.decoded_rows(base, None, first, n)?;
         for delta in deltas {
-            let rank = rows_of(&delta.a).1;
-            let a = self.decoded_rows(&delta.a, None, 0, rank)?;
-            let b = self.decoded_rows(&delta.b, None, first, n)?;
-            self.pool.install(|| crate::ops::lora_merge::add_delta(&mut values, &a, &b, rank, delta.scale()));
+            let (rank, b_rows) = rows_of(&delta.b);
+            if delta.token_embedding {
+                let a_rows = self.decoded_rows(&delta.a, None, first, n)?;
+                let b = self.decoded_rows(&delta.b, None, 0, b_rows)?;
+                self.pool.install(|| add_embedding_delta(&mut values, &a_rows, &b, rank, delta.scale()));
+                continue;
+            }
+            // Rows of a stack of experts: each expert's run with its own A.
+            let per_expert = delta.b.dims[1] as usize;
+            let mut row = first;
+            while row < first + n {
+                let expert = row / per_expert;
+                let end = ((expert + 1) * per_expert).min(first + n);
+                let a = self.decoded_rows(&delta.a, None, expert * rank, rank)?;
+                let b = self.decoded_rows(&delta.b, None, row, end - row)?;
+                let rows = &mut values[(row - first) * n_per_row..(end - first) * n_per_row];
+                self.pool.install(|| add_delta(rows, &a, &b, rank, delta.scale()));
+                row = end;
+            }
         }
-        let (n_per_row, _) = rows_of(tensor);
         let mut encoded = vec![0u8; n * row_bytes(tensor)];
         self.pool
             .install(|| {

@@ -78,11 +78,15 @@ pub enum LoraMergeError {
     #[error("adapter {adapter}: `{}` has only one of its lora_a and lora_b", Name(.tensor))]
     Unpaired { adapter: String, tensor: String },
     #[error(
-        "adapter {adapter}: tensor `{}` is {base:?} in the base, but its lora_a is {a:?} and lora_b {b:?} \
-         (lora_a [in, rank], lora_b [rank, out] for a base [in, out])",
-        Name(.tensor)
+        "adapter {adapter}: tensor `{}` is {base:?} in the base, but its lora_a is {a:?} and lora_b {b:?} ({})",
+        Name(.tensor),
+        if *.token_embedding {
+            "a token embedding's lora_a [rank, vocabulary], lora_b [rank, width] for a base [width, vocabulary]"
+        } else {
+            "lora_a [in, rank], lora_b [rank, out] for a base [in, out], each with the expert count last for experts"
+        }
     )]
-    Shape { adapter: String, tensor: String, base: Vec<u64>, a: Vec<u64>, b: Vec<u64> },
+    Shape { adapter: String, tensor: String, base: Vec<u64>, a: Vec<u64>, b: Vec<u64>, token_embedding: bool },
     #[error(
         "adapter {adapter}: `{}` is {ty}: quantized adapters are not merged (convert the adapter with --outtype \
          f16 or f32), as llama-export-lora refuses them",
@@ -209,18 +213,45 @@ fn delta(
         base: tensor.dims.clone(),
         a: lora_a.dims.clone(),
         b: lora_b.dims.clone(),
+        token_embedding: is_token_embedding(&tensor.name),
     };
-    let (&[n_in, n_out], &[a_in, rank], &[b_rank, b_out]) =
-        (tensor.dims.as_slice(), lora_a.dims.as_slice(), lora_b.dims.as_slice())
-    else {
-        return Err(shape_error());
+    let (base, a, b) = (tensor.dims.as_slice(), lora_a.dims.as_slice(), lora_b.dims.as_slice());
+    let fits = match (is_token_embedding(&tensor.name), base, a, b) {
+        (true, &[width, vocab], &[rank, a_vocab], &[b_rank, b_width]) => {
+            (a_vocab, b_width, b_rank) == (vocab, width, rank)
+        }
+        // A stack of experts: a pair per expert, the expert count last.
+        (
+            false,
+            &[n_in, n_out, ref experts @ ..],
+            &[a_in, rank, ref a_experts @ ..],
+            &[b_rank, b_out, ref b_experts @ ..],
+        ) => {
+            experts.len() <= 1
+                && (a_in, b_out, b_rank) == (n_in, n_out, rank)
+                && a_experts == experts
+                && b_experts == experts
+        }
+        _ => false,
     };
-    if a_in != n_in || b_out != n_out || b_rank != rank || rank == 0 {
+    let rank = b[0];
+    if !fits || rank == 0 {
         return Err(shape_error());
     }
     let alpha = adapter.alpha();
     let scale = if alpha != 0.0 { adapter.scale * alpha / rank as f32 } else { adapter.scale };
-    Ok(LoraDelta { a: lora_a.clone(), b: lora_b.clone(), scale_bits: scale.to_bits() })
+    Ok(LoraDelta {
+        a: lora_a.clone(),
+        b: lora_b.clone(),
+        scale_bits: scale.to_bits(),
+        token_embedding: is_token_embedding(&tensor.name),
+    })
+}
+
+/// llama-export-lora's test for the token embedding, whose A is stored
+/// transposed.
+fn is_token_embedding(name: &str) -> bool {
+    name.starts_with("token_embd")
 }
 
 /// The merged tensor: F32 where the base's is F32, else F16, keyed by
@@ -262,7 +293,7 @@ pub fn add_delta(rows: &mut [f32], a: &[f32], b: &[f32], rank: usize, scale: f32
         && std::arch::is_x86_feature_detected!("avx2")
         && std::arch::is_x86_feature_detected!("fma")
     {
-        let (packed, tail) = (columns_side_by_side::pack(a, rank), columns(a, rank, n_in & !7..n_in));
+        let (packed, tail) = (columns_side_by_side::pack(a, rank), columns(a, n_in, n_in & !7..n_in));
         rows.par_chunks_mut(n_in * TASK_ROWS).zip(b.par_chunks(rank * TASK_ROWS)).for_each(|(rows, b)| {
             // SAFETY: the CPU has AVX2 and FMA, checked just now; A is packed, the shapes were asserted.
             unsafe { columns_side_by_side::add_delta(rows, n_in, &packed, b, rank, scale) };
@@ -270,16 +301,25 @@ pub fn add_delta(rows: &mut [f32], a: &[f32], b: &[f32], rank: usize, scale: f32
         });
         return;
     }
-    let all = columns(a, rank, 0..n_in);
+    let all = columns(a, n_in, 0..n_in);
     rows.par_chunks_mut(n_in * TASK_ROWS)
         .zip(b.par_chunks(rank * TASK_ROWS))
         .for_each(|(rows, b)| add_delta_by_column(rows, &all, 0, b, rank, scale));
 }
 
-/// Columns `range` of A (`rank` rows of `n_in`), each as a row of `rank` values.
-fn columns(a: &[f32], rank: usize, range: std::ops::Range<usize>) -> Vec<f32> {
-    let n_in = a.len() / rank;
-    range.flat_map(|j| (0..rank).map(move |k| a[k * n_in + j])).collect()
+/// A token embedding's delta added to `rows` (`width` values each): the
+/// rows' own `rank` values are rows of `lora_a` (`a_rows`), each value's
+/// column a row of `lora_b` (`b`, `width` rows of `rank`), as
+/// llama-export-lora multiplies them.
+pub fn add_embedding_delta(rows: &mut [f32], a_rows: &[f32], b: &[f32], rank: usize, scale: f32) {
+    add_delta(rows, &columns(b, rank, 0..rank), a_rows, rank, scale);
+}
+
+/// Columns `range` of `m` (rows of `n` values), each as a row of the
+/// column's values.
+fn columns(m: &[f32], n: usize, range: std::ops::Range<usize>) -> Vec<f32> {
+    let rows = m.len() / n.max(1);
+    range.flat_map(|j| (0..rows).map(move |k| m[k * n + j])).collect()
 }
 
 /// [`add_delta`] one value at a time, for the values from column `first`

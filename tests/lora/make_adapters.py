@@ -29,6 +29,16 @@ ADAPTERS = {
             alpha_pattern={"q_proj": 32},
         ),
     ),
+    # Fused projections the converter rewrites: GPT-NeoX's QKV rows regrouped by projection,
+    # Falcon's by query group (each adapter's B follows its weight's rows).
+    "neox-qkv": ("pythia-tiny-deduped", dict(r=8, lora_alpha=16, target_modules=["query_key_value", "dense"])),
+    "falcon-qkv": ("falcon-tiny", dict(r=8, lora_alpha=16, target_modules=["query_key_value"])),
+    # Per-expert weights, stacked a block at a time (Mixtral's w1/w2/w3 with an attention
+    # projection between the blocks' stacks; Qwen3-MoE's gate/up/down).
+    "mixtral-experts": ("Mixtral-Tiny-4x8", dict(r=8, lora_alpha=16, target_modules=["w1", "w2", "w3", "q_proj"])),
+    "qwen3moe-experts": ("Qwen3-MoE-Tiny", dict(r=8, lora_alpha=16, target_modules=["gate_proj", "up_proj", "down_proj"])),
+    # The token embedding (PEFT's lora_embedding_A/B; llama.cpp stores its A transposed).
+    "llama-embed": ("tiny-llama-3-chat", dict(r=8, lora_alpha=16, target_modules=["embed_tokens", "q_proj"])),
     # A different alpha for one module: quantforge refuses it (one alpha a file).
     "qwen2-alpha": (
         "Qwen2.5-Tiny-Instruct",

@@ -30,7 +30,9 @@ if $adapters; then
     "$python" "$here/make_adapters.py" "$checkpoints" "$golden/adapters"
 fi
 mkdir -p "$outdir"
-for pair in llama-attn:tiny-llama-3-chat qwen2-mlp:Qwen2.5-Tiny-Instruct; do
+for pair in llama-attn:tiny-llama-3-chat qwen2-mlp:Qwen2.5-Tiny-Instruct neox-qkv:pythia-tiny-deduped \
+    falcon-qkv:falcon-tiny mixtral-experts:Mixtral-Tiny-4x8 qwen3moe-experts:Qwen3-MoE-Tiny \
+    llama-embed:tiny-llama-3-chat; do
     name=${pair%%:*} base=${pair#*:}
     for outtype in f32 f16 bf16 q8_0; do
         out=$outdir/$name-$outtype.gguf
