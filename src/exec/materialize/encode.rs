@@ -1,0 +1,202 @@
+//! Encoding a tensor a slab at a time: pipelined on the pool, teed into
+//! a blob under its key, with the siblings claimed for it.
+
+use super::*;
+
+impl Materializer<'_> {
+    /// Encodes `tensor` into `out` at `offset` (and a blob), or, when
+    /// another node encodes it meanwhile, copies that node's blob.
+    pub fn encode_at(&self, tensor: &Tensor, out: &File, offset: u64) -> Result<(), MaterializeError> {
+        let mut claim = match self.claim(tensor) {
+            Claim::Encoded if self.copy_at(tensor, out, offset)? => return Ok(()),
+            Claim::Mine(guard) => Some(guard),
+            Claim::Encoded | Claim::Alone => None,
+        };
+        self.encode(tensor, &mut PositionedWriter { file: out, offset })?;
+        if let Some(guard) = &mut claim {
+            guard.done = true;
+        }
+        Ok(())
+    }
+
+    /// Computes a conversion slab by slab into `out` (and a blob), with
+    /// its unclaimed siblings.
+    pub(super) fn encode(&self, tensor: &Tensor, out: &mut dyn Write) -> Result<(), MaterializeError> {
+        let siblings = self.claim_siblings(tensor);
+        if !siblings.is_empty() {
+            return self.encode_with_siblings(tensor, siblings, out);
+        }
+        self.counters
+            .decoded
+            .fetch_add(u64::from(matches!(tensor.data, TensorData::Convert { .. })), Ordering::Relaxed);
+        let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
+        let mut blob = self.store.blob_writer()?;
+        self.pipelined(
+            tensor,
+            tensor,
+            |first, rows| {
+                let bytes = self.rows(tensor, first, rows)?;
+                self.release(tensor, first, rows);
+                Ok(bytes)
+            },
+            |bytes| {
+                out.write_all(&bytes).map_err(io_err)?;
+                self.written(bytes.len());
+                if let Some(blob) = &mut blob {
+                    blob.write_all(&bytes).map_err(io_err)?;
+                }
+                Ok(())
+            },
+        )?;
+        if let Some(blob) = blob {
+            // Credited to this node before others can find it stored.
+            self.in_flight.credit(tensor.key);
+            self.record(tensor, blob)?;
+        }
+        self.count_encoded(tensor);
+        Ok(())
+    }
+
+    pub(super) fn written(&self, len: usize) {
+        if let Some(on_written) = self.on_written {
+            on_written(len as u64);
+        }
+    }
+
+    /// The slabs `tensor` is computed in from `source`: (first row, rows),
+    /// front to back.
+    pub(super) fn slabs(&self, tensor: &Tensor, source: &Tensor) -> impl Iterator<Item = (usize, usize)> + use<> {
+        let (n_per_row, n_rows) = rows_of(tensor);
+        let held_per_row = row_bytes(source) + 4 * n_per_row + row_bytes(tensor);
+        let slab_rows = slab_rows(n_per_row, held_per_row, self.buffer_limit);
+        (0..n_rows).step_by(slab_rows).map(move |first| (first, slab_rows.min(n_rows - first)))
+    }
+
+    /// Computes `tensor` slab by slab from `source`'s rows on the pool with
+    /// `compute` (first row, rows), while this thread reads the input of the
+    /// slab after ahead and hands the slab before to `write`: loading the
+    /// next slab's input and writing a slab (and hashing it into a blob)
+    /// overlap encoding, instead of stalling the pool or leaving it idle.
+    pub(super) fn pipelined<T: Send>(
+        &self,
+        tensor: &Tensor,
+        source: &Tensor,
+        compute: impl Fn(usize, usize) -> Result<T, MaterializeError> + Sync,
+        mut write: impl FnMut(T) -> Result<(), MaterializeError>,
+    ) -> Result<(), MaterializeError> {
+        let mut computed_before: Option<T> = None;
+        for slab in self.slabs(tensor, source).map(Some).chain([None]) {
+            let mut computed = None;
+            self.pool.in_place_scope(|scope| {
+                if let Some((first, rows)) = slab {
+                    let (compute, computed) = (&compute, &mut computed);
+                    scope.spawn(move |_| *computed = Some(compute(first, rows)));
+                    self.read_ahead(source, first + rows, rows);
+                }
+                computed_before.take().map_or(Ok(()), &mut write)
+            })?;
+            computed_before = computed.transpose()?;
+        }
+        Ok(())
+    }
+
+    /// Commits a derived tensor's blob and records it under the tensor's key.
+    pub(super) fn record(&self, tensor: &Tensor, blob: Box<dyn BlobWriter>) -> Result<(), MaterializeError> {
+        let (hash, len) = blob.commit()?;
+        // Bytes computed from an input that moved under the run are never
+        // recorded under a key derived from its old content.
+        self.files.check_unchanged()?;
+        let entry = TensorEntry { blob: hash, len, blobs: vec![hash] };
+        let json = serde_json::to_vec(&entry)
+            .map_err(|e| MaterializeError::Io { tensor: tensor.name.clone(), source: e.into() })?;
+        // An entry already there names these same bytes (a key names its
+        // bytes by derivation): the first writer's stands.
+        self.store.put_action_if_absent(ActionKind::Tensor, &tensor.key, &json)?;
+        if self.store.keeps_results() {
+            crate::exec::TENSORS_KEPT.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// [`Self::encode`] of `tensor` and the siblings claimed for it: each
+    /// slab of their source read and decoded once, then encoded to every
+    /// one's type, each into its blob (and `tensor`'s into `out` too).
+    pub(super) fn encode_with_siblings(
+        &self,
+        tensor: &Tensor,
+        siblings: Vec<(Tensor, ClaimGuard<'_>)>,
+        out: &mut dyn Write,
+    ) -> Result<(), MaterializeError> {
+        let TensorData::Convert { from, producer, .. } = &tensor.data else {
+            unreachable!("only conversions have siblings")
+        };
+        let (siblings, mut guards): (Vec<Tensor>, Vec<ClaimGuard<'_>>) = siblings.into_iter().unzip();
+        let targets: Vec<&Tensor> = std::iter::once(tensor).chain(&siblings).collect();
+        let mut blobs = Vec::with_capacity(targets.len());
+        let mut importances = Vec::with_capacity(targets.len());
+        for t in &targets {
+            let TensorData::Convert { importance, .. } = &t.data else { unreachable!("a sibling is a conversion") };
+            importances.push(match importance {
+                Some(hash) => Some(importance_from_blob(&self.store.read_blob(hash)?)),
+                None => None,
+            });
+            blobs.push(self.store.blob_writer()?.ok_or_else(|| MaterializeError::Io {
+                tensor: t.name.clone(),
+                source: io::Error::other("the store keeps no results"),
+            })?);
+        }
+        self.pipelined(
+            tensor,
+            from,
+            |first, rows| {
+                let values = self.decoded_rows(from, producer.as_ref(), first, rows)?;
+                self.release(from, first, rows);
+                // The targets side by side on the pool, each spreading its rows too.
+                self.pool.install(|| {
+                    targets
+                        .par_iter()
+                        .zip(&importances)
+                        .map(|(target, importance)| {
+                            let TensorData::Convert { producer, .. } = &target.data else {
+                                unreachable!("a conversion")
+                            };
+                            let values = bytemuck::cast_slice(&values);
+                            self.convert_rows(
+                                target,
+                                GgmlType::F32,
+                                producer.as_ref(),
+                                values,
+                                first,
+                                importance.as_deref(),
+                            )
+                        })
+                        .collect::<Result<Vec<Vec<u8>>, MaterializeError>>()
+                })
+            },
+            |encoded| {
+                for (k, ((target, blob), bytes)) in targets.iter().zip(&mut blobs).zip(encoded).enumerate() {
+                    let io_err = |source| MaterializeError::Io { tensor: target.name.clone(), source };
+                    if k == 0 {
+                        out.write_all(&bytes).map_err(io_err)?;
+                        self.written(bytes.len());
+                    }
+                    blob.write_all(&bytes).map_err(io_err)?;
+                }
+                Ok(())
+            },
+        )?;
+        // `tensor` is credited to this node before others can find it stored;
+        // the siblings count for the nodes that copy them.
+        self.in_flight.credit(tensor.key);
+        for (target, blob) in targets.iter().zip(blobs) {
+            self.record(target, blob)?;
+        }
+        for guard in &mut guards {
+            guard.done = true;
+        }
+        // The siblings count for the nodes that copy them.
+        self.count_encoded(tensor);
+        self.counters.decoded.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
