@@ -1,4 +1,4 @@
-//! The lock file (`exec::lock`): written by a complete run beside the
+//! The lock file (`exec::provenance::lock`): written by a complete run beside the
 //! recipe, unchanged by a second run, its digests the files' own, and
 //! `run --locked` failing, naming the input, when one changed.
 

@@ -10,9 +10,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::cache::CacheDir;
+use crate::exec::Engine;
 use crate::exec::outputs::{ATTESTATION, find_export};
+use crate::exec::provenance::{attest, dsse, lock};
 use crate::exec::report::Status;
-use crate::exec::{Engine, attest, dsse, lock};
 use crate::recipe::Recipe;
 use crate::store::{LocalStore, Store};
 

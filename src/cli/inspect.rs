@@ -1,10 +1,16 @@
-//! Text rendering of an inspect report.
+//! `quantforge inspect FILE`: a model's format, metadata and tensors (a
+//! file, a split, a checkpoint), and the report as text.
 
 use std::io::{self, Write};
 
+use super::LoadArgs;
+use crate::formats::ModelFile;
 use crate::formats::human_bytes;
+use crate::ops::inspect::InspectOptions;
 use crate::ops::inspect::{Identity, InspectReport};
 use crate::text::{count, for_terminal, name, name_width, one_line};
+use anyhow::Context;
+use std::path::PathBuf;
 
 /// The columns a name from the file takes once escaped and bounded.
 fn print_hparams(out: &mut dyn Write, label: &str, identity: &Identity) -> io::Result<()> {
@@ -138,4 +144,78 @@ pub fn print_text(out: &mut dyn Write, r: &InspectReport) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct InspectArgs {
+    /// A model file, a split's shard, a Hugging Face checkpoint directory (or its
+    /// *.index.json), or a repo id ORG/NAME[@REVISION] in the local Hugging Face cache.
+    file: PathBuf,
+    /// Add a table of every tensor: name, type, shape, offset, bytes.
+    #[arg(long)]
+    tensors: bool,
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+pub(super) fn run(args: InspectArgs, json: bool) -> anyhow::Result<()> {
+    let InspectArgs { file, tensors, load } = args;
+    let options = InspectOptions { tensors };
+    let file = crate::formats::model_path(&file).map_err(anyhow::Error::msg)?;
+    let mut report = match checkpoint_files(&file)? {
+        Some(paths) if paths.len() == 1 => {
+            crate::ops::inspect::inspect(&ModelFile::open(&paths[0], load.options())?, options)
+        }
+        // A checkpoint's shards make one model.
+        Some(paths) => {
+            let shards = paths.iter().map(|p| ModelFile::open(p, load.options())).collect::<Result<Vec<_>, _>>()?;
+            let shards: Vec<&ModelFile> = shards.iter().collect();
+            crate::ops::inspect::inspect_split(&shards, options).context("a checkpoint has shards")?
+        }
+        None => match crate::formats::shard_set(&file) {
+            // Any shard of a split stands for the whole model.
+            Some(paths) => {
+                let shards = paths.iter().map(|p| ModelFile::open(p, load.options())).collect::<Result<Vec<_>, _>>()?;
+                let shards: Vec<&ModelFile> = shards.iter().collect();
+                crate::ops::split::check_shards(&shards)?;
+                crate::ops::inspect::inspect_split(&shards, options).context("a split has shards")?
+            }
+            None => crate::ops::inspect::inspect(&ModelFile::open(&file, load.options())?, options),
+        },
+    };
+    if file.is_dir() {
+        let dir = crate::formats::hub_snapshot(&file);
+        let config = std::fs::read(dir.join("config.json")).ok();
+        let config = config.map(|bytes| serde_json::from_slice(&bytes)).transpose();
+        let config = config.with_context(|| format!("{}", dir.join("config.json").display()))?;
+        report.checkpoint = config.as_ref().map(crate::ops::inspect::CheckpointConfig::of);
+    }
+    if json {
+        return super::json::print(&report);
+    }
+    say!("loaded {}: {}", file.display(), report.load);
+    let mut out = io::stdout().lock();
+    print_text(&mut out, &report)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The weight files `path` stands for when it is a Hugging Face checkpoint
+/// directory (a Hub cache's too) or a checkpoint's `*.index.json`; `None`
+/// for a model file.
+fn checkpoint_files(path: &std::path::Path) -> anyhow::Result<Option<Vec<PathBuf>>> {
+    if path.is_dir() {
+        let dir = crate::formats::hub_snapshot(path);
+        let files = crate::formats::checkpoint_weights(&dir)?;
+        anyhow::ensure!(
+            !files.is_empty(),
+            "{}: a directory without model*.safetensors or pytorch_model*.bin files",
+            dir.display()
+        );
+        return Ok(Some(files));
+    }
+    if crate::formats::is_checkpoint_index(path) {
+        return Ok(Some(crate::formats::safetensors::read_index(path)?.shards()));
+    }
+    Ok(None)
 }

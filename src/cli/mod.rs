@@ -13,15 +13,19 @@ macro_rules! say {
     };
 }
 
+mod assemble;
 mod attest;
 mod backends;
 mod cache;
 mod chart;
+mod completions;
 mod convert;
 mod convert_lora;
+mod dequantize;
 mod diff;
 mod edit;
 mod gguf_split;
+mod graph;
 mod inspect;
 mod json;
 mod logs;
@@ -33,25 +37,20 @@ mod plan_quant;
 mod quantize;
 mod report;
 mod run;
+mod schema;
 mod signals;
 mod split;
 mod verify;
 
-use std::io::{self, Write};
+use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::exec::oneshot::{self, OneShotSettings};
-use crate::formats::{ModelFile, OpenOptions, human_bytes};
-use crate::ops::Op;
-use crate::ops::dequantize::DequantizeOptions;
-use crate::ops::inspect::InspectOptions;
-use crate::quant::mixture::TensorTypeOverride;
-use crate::quant::plan::KvOverride;
-use crate::types::GgmlType;
+use crate::exec::oneshot::OneShotSettings;
+use crate::formats::{OpenOptions, human_bytes};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -135,40 +134,19 @@ enum Command {
     /// Compute work units of a recipe (from `plan --units`) into the shared cache.
     Work(run::WorkArgs),
     /// Print a shell completion script: `quantforge completions bash > /etc/bash_completion.d/quantforge`.
-    Completions {
-        /// The shell: bash, elvish, fish, powershell or zsh.
-        shell: clap_complete::Shell,
-    },
+    Completions(completions::CompletionsArgs),
     /// Print a manual page (roff): `quantforge man > quantforge.1`, `quantforge man run`;
     /// `--dir DIR` writes every page the main one lists.
     Man(manual::ManArgs),
     /// Print the JSON Schema of a `--json` document (without NAME: every name, and its commands).
-    Schema {
-        /// The document's name (`quantforge schema` lists them).
-        name: Option<String>,
-    },
+    Schema(schema::SchemaArgs),
     /// Print a recipe's DAG as Graphviz DOT or a Mermaid flowchart.
-    Graph {
-        /// The recipe (TOML) whose DAG to print.
-        recipe: PathBuf,
-        /// dot (Graphviz) or mermaid.
-        #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
-        format: GraphFormat,
-    },
+    Graph(graph::GraphArgs),
     /// Inspect and manage the cache.
     #[command(subcommand)]
     Cache(cache::CacheCommand),
     /// Show a model file's format, metadata and tensors (reads headers only).
-    Inspect {
-        /// A model file, a split's shard, a Hugging Face checkpoint directory (or its
-        /// *.index.json), or a repo id ORG/NAME[@REVISION] in the local Hugging Face cache.
-        file: PathBuf,
-        /// Add a table of every tensor: name, type, shape, offset, bytes.
-        #[arg(long)]
-        tensors: bool,
-        #[command(flatten)]
-        load: LoadArgs,
-    },
+    Inspect(inspect::InspectArgs),
     /// Write a copy of a model with metadata or tensor names changed.
     ///
     /// Tensor data is copied, not decoded; with no edits the output is
@@ -176,22 +154,9 @@ enum Command {
     Edit(Box<edit::EditArgs>),
     /// Quantize a model: `quantize [FLAGS] IN [OUT] TYPE [NTHREADS]`, byte-identical to llama-quantize.
     #[command(after_help = quantize::preset_list())]
-    Quantize(Box<QuantizeArgs>),
+    Quantize(Box<quantize::QuantizeArgs>),
     /// Decode every tensor to f32, f16 or bf16 (1-D tensors stay f32, as in converted models).
-    Dequantize {
-        /// The model to decode.
-        input: PathBuf,
-        /// The decoded model (GGUF).
-        output: PathBuf,
-        /// The type every tensor of two or more dimensions is written as: f32, f16 or bf16.
-        #[arg(long = "type", default_value = "f16", value_parser = crate::ops::dequantize::FLOAT_TYPES)]
-        ty: String,
-        /// Worker threads (default: all cores).
-        #[arg(long, value_parser = parse_workers)]
-        threads: Option<usize>,
-        #[command(flatten)]
-        cache: CacheArgs,
-    },
+    Dequantize(dequantize::DequantizeArgs),
     /// Convert a Hugging Face checkpoint to GGUF, as convert_hf_to_gguf.py writes it (or quantized straight away).
     Convert(convert::ConvertArgs),
     /// Convert a PEFT LoRA adapter to a GGUF adapter, as convert_lora_to_gguf.py writes it.
@@ -221,62 +186,13 @@ enum Command {
     /// Make a pack's files again, byte for byte, each checked against its recorded sha256.
     Unpack(pack::UnpackArgs),
     /// Compare two models tensor by tensor: MAE, RMSE, max abs error, cosine similarity, weighted squared error.
-    Diff {
-        /// The reference model.
-        a: PathBuf,
-        /// The model compared with it (its tensors matched by name).
-        b: PathBuf,
-        /// Weigh each squared error by this importance matrix's column weight.
-        #[arg(long, value_name = "FILE")]
-        imatrix: Option<PathBuf>,
-    },
+    Diff(diff::DiffArgs),
     /// Split a GGUF model into OUT_PREFIX-00001-of-0000N.gguf shards, byte-identical to llama-gguf-split.
-    Split {
-        /// The model to split (GGUF).
-        input: PathBuf,
-        /// Shards are named OUT_PREFIX-0000i-of-0000N.gguf.
-        out_prefix: PathBuf,
-        /// Most bytes of tensor data per shard: llama-gguf-split's 100M and 2G (10^6, 10^9), or
-        /// 1.5GB, 2GiB, a number of bytes — the sizes recipes take. Also --split-max-size.
-        #[arg(long, visible_alias = "split-max-size", value_name = "SIZE",
-              value_parser = crate::formats::parse_size, conflicts_with = "max_tensors")]
-        max_size: Option<u64>,
-        /// Most tensors per shard (default, as llama-gguf-split's: 128). Also --split-max-tensors.
-        #[arg(long, visible_alias = "split-max-tensors", value_name = "N",
-              value_parser = clap::value_parser!(u64).range(1..))]
-        max_tensors: Option<u64>,
-        /// The first shard holds the metadata only, no tensors.
-        #[arg(long)]
-        no_tensor_first_split: bool,
-        /// Print the shards that would be written; write nothing.
-        #[arg(long)]
-        dry_run: bool,
-        #[command(flatten)]
-        cache: CacheArgs,
-    },
+    Split(split::SplitArgs),
     /// Bundle a language model with its mmproj file(s) after checking they fit (roles come from metadata).
-    Assemble {
-        /// The language model and its mmproj files, in any order.
-        #[arg(required = true, num_args = 2..)]
-        parts: Vec<PathBuf>,
-        /// The bundle to write.
-        #[arg(long, short = 'o')]
-        output: PathBuf,
-        #[command(flatten)]
-        cache: CacheArgs,
-    },
+    Assemble(assemble::AssembleArgs),
     /// Write one part of a bundle back out, exactly as it went in.
-    Unbundle {
-        /// The bundle (`quantforge assemble`'s output).
-        bundle: PathBuf,
-        /// language, vision, audio or vision-audio.
-        #[arg(value_parser = parse_part)]
-        part: crate::arch::clip::PartRole,
-        /// Where the part is written.
-        output: PathBuf,
-        #[command(flatten)]
-        cache: CacheArgs,
-    },
+    Unbundle(assemble::UnbundleArgs),
     /// llama-gguf-split's own command line: --split (default) or --merge, its flags, messages
     /// and exit statuses, for scripts that call it (`quantforge gguf-split --help` lists them).
     #[command(name = "gguf-split", disable_help_flag = true)]
@@ -286,23 +202,7 @@ enum Command {
         args: Vec<std::ffi::OsString>,
     },
     /// Merge the shards of a split (given any one of them) into one GGUF file.
-    Merge {
-        /// Any shard of the split.
-        shard: PathBuf,
-        /// The merged model (GGUF).
-        output: PathBuf,
-        /// Keep the split.* keys (split.count = 0), as llama-gguf-split --merge does.
-        #[arg(long)]
-        keep_split_keys: bool,
-        #[command(flatten)]
-        cache: CacheArgs,
-    },
-}
-
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum GraphFormat {
-    Dot,
-    Mermaid,
+    Merge(split::MergeArgs),
 }
 
 /// `plan --exit-code` found work to do: exit 2, with nothing on stderr
@@ -310,89 +210,6 @@ enum GraphFormat {
 #[derive(Debug, thiserror::Error)]
 #[error("work is pending")]
 struct Pending;
-
-/// `quantforge quantize`: llama-quantize's flags and positional order, so an
-/// existing command line works unchanged.
-#[derive(Debug, clap::Args)]
-struct QuantizeArgs {
-    /// Allow requantizing tensors that are already quantized.
-    #[arg(long)]
-    allow_requantize: bool,
-    /// Leave output.weight un(re)quantized.
-    #[arg(long)]
-    leave_output_tensor: bool,
-    /// Quantize every tensor to the same type: no k-quant mixture.
-    #[arg(long)]
-    pure: bool,
-    /// Importance matrix (llama.cpp's .dat or GGUF format).
-    #[arg(long, value_name = "FILE")]
-    imatrix: Option<PathBuf>,
-    /// The name the output records of the importance matrix (`quantize.imatrix.file`; default:
-    /// --imatrix as given), to make again a file made with the matrix elsewhere.
-    #[arg(long, value_name = "NAME", requires = "imatrix")]
-    imatrix_name: Option<PathBuf>,
-    /// Use the importance matrix only for these tensors (repeatable).
-    #[arg(long = "include-weights", value_name = "TENSOR", conflicts_with = "exclude_weights")]
-    include_weights: Vec<String>,
-    /// Do not use the importance matrix for these tensors (repeatable).
-    #[arg(long = "exclude-weights", value_name = "TENSOR")]
-    exclude_weights: Vec<String>,
-    /// Type for output.weight.
-    #[arg(long, value_name = "TYPE", value_parser = parse_ggml_type)]
-    output_tensor_type: Option<GgmlType>,
-    /// Type for the token embeddings.
-    #[arg(long, value_name = "TYPE", value_parser = parse_ggml_type)]
-    token_embedding_type: Option<GgmlType>,
-    /// Quantize tensors whose name matches PATTERN (a regex) to TYPE (repeatable).
-    #[arg(long = "tensor-type", value_name = "PATTERN=TYPE", value_parser = TensorTypeOverride::parse)]
-    tensor_type: Vec<TensorTypeOverride>,
-    /// A file of PATTERN=TYPE entries separated by spaces or newlines, read as --tensor-type
-    /// (after the --tensor-type flags; repeatable).
-    #[arg(long = "tensor-type-file", value_name = "FILE")]
-    tensor_type_file: Vec<PathBuf>,
-    /// Override a metadata key in the output: KEY=TYPE:VALUE, TYPE one of int, float, bool, str.
-    #[arg(long = "override-kv", value_name = "KEY=TYPE:VALUE", value_parser = KvOverride::parse)]
-    override_kv: Vec<KvOverride>,
-    /// Leave out these layers (comma-separated numbers); the layers after them are numbered
-    /// again and block_count is the count kept, as llama-quantize's --prune-layers.
-    #[arg(long, value_name = "L0,L1,…")]
-    prune_layers: Option<String>,
-    /// Print the per-tensor plan and the output size; write nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// Write the output as shards like the input's (OUT-0000i-of-0000N.gguf), as llama-quantize does.
-    #[arg(long)]
-    keep_split: bool,
-    /// The most MiB of one tensor's rows held in memory at once (as read, as f32 and as
-    /// encoded), as llama-quantize's --max-buffer-size: the output is the same at any value.
-    /// Default: about 20 MiB for F16 to Q4_K_M (three slabs of 2^20 values), far below
-    /// llama-quantize's 8 GiB.
-    #[arg(long, value_name = "MiB", value_parser = clap::value_parser!(u64).range(1..))]
-    max_buffer_size: Option<u64>,
-    /// Choose each tensor's type to fit this file size (bytes, or 250MB, 2GiB):
-    /// the plan of `plan-quant`.
-    #[arg(long, value_name = "SIZE", value_parser = crate::formats::parse_size)]
-    target_size: Option<u64>,
-    /// Worker threads (default, and 0 as llama-quantize takes it: all cores); the positional
-    /// NTHREADS also sets it.
-    #[arg(long)]
-    threads: Option<usize>,
-    /// The model to quantize (GGUF, any shard of a split, or a legacy GGML file).
-    input: PathBuf,
-    /// The output; left out, `ggml-model-TYPE.gguf` beside the input (llama-quantize's name).
-    #[arg(value_name = "OUT")]
-    output: PathBuf,
-    /// A preset (Q4_K_M, Q8_0, …) or its llama ftype number; left out with --target-size.
-    /// Several, comma-separated (Q4_K_M,Q6_K,Q8_0), make a ladder in one run: OUT names
-    /// each file with {preset}.
-    #[arg(value_name = "TYPE")]
-    preset: Option<String>,
-    /// Worker threads, as llama-quantize's last positional (0: all cores).
-    #[arg(value_name = "NTHREADS")]
-    nthreads: Option<usize>,
-    #[command(flatten)]
-    cache: CacheArgs,
-}
 
 /// Where results are cached. One-shot commands cache only when asked.
 #[derive(Debug, Clone, clap::Args)]
@@ -428,26 +245,6 @@ impl CacheArgs {
     }
 }
 
-/// The weight files `path` stands for when it is a Hugging Face checkpoint
-/// directory (a Hub cache's too) or a checkpoint's `*.index.json`; `None`
-/// for a model file.
-fn checkpoint_files(path: &std::path::Path) -> anyhow::Result<Option<Vec<PathBuf>>> {
-    if path.is_dir() {
-        let dir = crate::formats::hub_snapshot(path);
-        let files = crate::formats::checkpoint_weights(&dir)?;
-        anyhow::ensure!(
-            !files.is_empty(),
-            "{}: a directory without model*.safetensors or pytorch_model*.bin files",
-            dir.display()
-        );
-        return Ok(Some(files));
-    }
-    if crate::formats::is_checkpoint_index(path) {
-        return Ok(Some(crate::formats::safetensors::read_index(path)?.shards()));
-    }
-    Ok(None)
-}
-
 /// `$XDG_CACHE_HOME/quantforge`, else `$HOME/.cache/quantforge` (the XDG
 /// base directory rules; a relative `XDG_CACHE_HOME` is ignored, as they say).
 fn user_cache_dir() -> anyhow::Result<PathBuf> {
@@ -468,24 +265,6 @@ fn parse_workers(text: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(_) => Err(format!("`{text}` is not a whole number of workers")),
     }
-}
-
-fn parse_part(text: &str) -> Result<crate::arch::clip::PartRole, String> {
-    use crate::arch::clip::PartRole;
-    PartRole::from_name(text).ok_or_else(|| {
-        let names: Vec<&str> = PartRole::ALL.iter().map(|r| r.name()).collect();
-        format!("unknown part `{text}` (one of {})", names.join(", "))
-    })
-}
-
-fn parse_ggml_type(text: &str) -> Result<GgmlType, String> {
-    GgmlType::from_name(text).ok_or_else(|| {
-        let names: Vec<&str> = GgmlType::all().map(GgmlType::name).collect();
-        match crate::spelling::nearest(text, names.iter().copied()) {
-            Some(near) => format!("unknown ggml type `{text}`; did you mean `{near}`?"),
-            None => format!("unknown ggml type `{text}` (valid: {})", names.join(", ")),
-        }
-    })
 }
 
 #[derive(Debug, clap::Args)]
@@ -595,74 +374,28 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 fn run(cli: Cli) -> anyhow::Result<()> {
     let json = cli.json;
     match cli.command {
-        Command::Inspect { file, tensors, load } => {
-            let options = InspectOptions { tensors };
-            let file = crate::formats::model_path(&file).map_err(anyhow::Error::msg)?;
-            let mut report = match checkpoint_files(&file)? {
-                Some(paths) if paths.len() == 1 => {
-                    crate::ops::inspect::inspect(&ModelFile::open(&paths[0], load.options())?, options)
-                }
-                // A checkpoint's shards make one model.
-                Some(paths) => {
-                    let shards =
-                        paths.iter().map(|p| ModelFile::open(p, load.options())).collect::<Result<Vec<_>, _>>()?;
-                    let shards: Vec<&ModelFile> = shards.iter().collect();
-                    crate::ops::inspect::inspect_split(&shards, options).context("a checkpoint has shards")?
-                }
-                None => match crate::formats::shard_set(&file) {
-                    // Any shard of a split stands for the whole model.
-                    Some(paths) => {
-                        let shards =
-                            paths.iter().map(|p| ModelFile::open(p, load.options())).collect::<Result<Vec<_>, _>>()?;
-                        let shards: Vec<&ModelFile> = shards.iter().collect();
-                        crate::ops::split::check_shards(&shards)?;
-                        crate::ops::inspect::inspect_split(&shards, options).context("a split has shards")?
-                    }
-                    None => crate::ops::inspect::inspect(&ModelFile::open(&file, load.options())?, options),
-                },
-            };
-            if file.is_dir() {
-                let dir = crate::formats::hub_snapshot(&file);
-                let config = std::fs::read(dir.join("config.json")).ok();
-                let config = config.map(|bytes| serde_json::from_slice(&bytes)).transpose();
-                let config = config.with_context(|| format!("{}", dir.join("config.json").display()))?;
-                report.checkpoint = config.as_ref().map(crate::ops::inspect::CheckpointConfig::of);
-            }
-            if json {
-                return json::print(&report);
-            }
-            say!("loaded {}: {}", file.display(), report.load);
-            let mut out = io::stdout().lock();
-            inspect::print_text(&mut out, &report)?;
-            out.flush()?;
-        }
+        Command::Inspect(args) => inspect::run(args, json)?,
+        Command::Dequantize(args) => dequantize::run(args, json)?,
+        Command::Diff(args) => diff::run(args, json)?,
+        Command::Split(args) => split::run_split(args, json)?,
+        Command::Merge(args) => split::run_merge(args, json)?,
+        Command::Assemble(args) => assemble::run_assemble(args, json)?,
+        Command::Unbundle(args) => assemble::run_unbundle(args, json)?,
         Command::Run(args) => run::run(args, json, cli.verbose > 0)?,
         Command::Plan(args) => run::plan(args, json)?,
         Command::Work(args) => run::work(args, json)?,
         Command::Report(args) => report::run(args)?,
         Command::PlanDevices(args) => plan_devices::run(args, json)?,
         Command::ShardDevices(args) => plan_devices::shard(args, json)?,
-        Command::Schema { name } => print_schema(name.as_deref())?,
+        Command::Schema(args) => schema::run(args)?,
         Command::Backends(_) if json => anyhow::bail!("--json: `backends` prints text only"),
         Command::Backends(args) => backends::run(args)?,
-        Command::Completions { .. } | Command::Man(_) | Command::Graph { .. } if json => {
+        Command::Completions(_) | Command::Man(_) | Command::Graph(_) if json => {
             anyhow::bail!("--json: this command prints a document of another kind (a script, a page, a graph)")
         }
-        Command::Completions { shell } => {
-            // Made whole first: the generator panics on a write error (`| head` closing the pipe).
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "quantforge", &mut script);
-            io::stdout().lock().write_all(&script)?;
-        }
+        Command::Completions(args) => completions::run(args)?,
         Command::Man(args) => manual::run(args)?,
-        Command::Graph { recipe, format } => {
-            let recipe = crate::recipe::Recipe::load(&recipe)?;
-            let text = match format {
-                GraphFormat::Dot => crate::recipe::graph::dot(&recipe),
-                GraphFormat::Mermaid => crate::recipe::graph::mermaid(&recipe),
-            };
-            io::stdout().lock().write_all(text.as_bytes())?;
-        }
+        Command::Graph(args) => graph::run(args)?,
         Command::Cache(command) => cache::run(command, json)?,
         Command::Edit(args) => edit::run(*args, json)?,
         Command::Quantize(args) => quantize::run(*args, json)?,
@@ -675,78 +408,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Convert(args) => convert::run(args, json)?,
         Command::ConvertLora(args) => convert_lora::run(args, json)?,
         Command::LoraMerge(args) => lora_merge::run(args, json)?,
-        Command::Dequantize { input, output, ty, threads, cache } => {
-            // clap allows only the float type names.
-            let options = DequantizeOptions::from_name(&ty).with_context(|| format!("unknown float type `{ty}`"))?;
-            let ops = vec![(Op::Dequantize(options), Vec::new())];
-            let settings = cache.settings(threads, OpenOptions::default())?;
-            let report = oneshot::run(oneshot::job("dequantize", &input, ops, &output), &settings)
-                .with_context(|| format!("cannot dequantize {}", input.display()))?;
-            wrote("dequantize", &report, json)?;
-        }
-        Command::Diff { a, b, imatrix } => {
-            let imatrix = imatrix.map(|path| crate::quant::imatrix::ImportanceMatrix::load(&path)).transpose()?;
-            let report = crate::ops::diff::diff_files(&a, &b, imatrix.as_ref())?;
-            if json {
-                return json::print(&report);
-            }
-            let mut out = io::stdout().lock();
-            diff::print_text(&mut out, &report)?;
-            out.flush()?;
-        }
-        Command::Split { input, out_prefix, max_size, max_tensors, no_tensor_first_split, dry_run, cache } => {
-            use crate::ops::split::{SplitLimit, SplitOptions};
-            let limit = match (max_size, max_tensors) {
-                (Some(bytes), _) => SplitLimit::MaxSize(bytes),
-                (None, n) => SplitLimit::MaxTensors(
-                    n.map_or(gguf_split::DEFAULT_MAX_TENSORS, |n| usize::try_from(n).unwrap_or(usize::MAX)),
-                ),
-            };
-            let options = SplitOptions { limit, no_tensor_first_split };
-            if dry_run {
-                return split::print_plan(&input, &out_prefix, options, json)
-                    .with_context(|| format!("cannot split {}", input.display()));
-            }
-            let report = split::split(&input, &out_prefix, options, &cache.settings(Some(1), OpenOptions::default())?)?;
-            wrote("split", &report, json)?;
-        }
-        Command::Assemble { parts, output, cache } => {
-            let parts: Vec<&std::path::Path> = parts.iter().map(PathBuf::as_path).collect();
-            let report = oneshot::assemble_files(&parts, &output, &cache.settings(Some(1), OpenOptions::default())?)
-                .with_context(|| {
-                    let names: Vec<String> = parts.iter().map(|p| p.display().to_string()).collect();
-                    format!("cannot assemble {} (parts 1 to {}, in that order)", names.join(", "), names.len())
-                })?;
-            wrote("assemble", &report, json)?;
-        }
-        Command::Unbundle { bundle, part, output, cache } => {
-            let ops = vec![(Op::Unbundle(crate::ops::assemble::UnbundleOptions { part }), Vec::new())];
-            let report = oneshot::run(
-                oneshot::job("unbundle", &bundle, ops, &output),
-                &cache.settings(Some(1), OpenOptions::default())?,
-            )
-            .with_context(|| format!("cannot unbundle {}", bundle.display()))?;
-            wrote("unbundle", &report, json)?;
-        }
         Command::GgufSplit { args } => gguf_split::run(&args, json)?,
-        Command::Merge { shard, output, .. } if is_device_shard(&shard) => {
-            crate::ops::device_shards::merge_shards(&shard, &output)
-                .with_context(|| format!("cannot merge the device shards of {}", shard.display()))?;
-            say!("wrote {}", output.display());
-        }
-        Command::Merge { shard, output, keep_split_keys, cache } => {
-            let settings = cache.settings(Some(1), OpenOptions::default())?;
-            let report = split::merge(&shard, &output, keep_split_keys, &settings)?;
-            wrote("merge", &report, json)?;
-        }
     }
     Ok(())
-}
-
-/// Whether `path` is one of `shard-devices`' shards (not a `split`'s).
-fn is_device_shard(path: &std::path::Path) -> bool {
-    ModelFile::open(path, OpenOptions::default())
-        .is_ok_and(|shard| crate::ops::device_shards::is_device_shard(&shard.metadata))
 }
 
 /// Says what a one-shot command wrote: each file, its tensors and size (on
@@ -759,33 +423,6 @@ fn wrote(command: &str, report: &crate::exec::report::RunReport, json: bool) -> 
         let size = human_bytes(file.bytes as f64);
         say!("wrote {}: {}, {size}", file.path.display(), crate::text::count(file.tensors as u64, "tensor"));
     }
-    Ok(())
-}
-
-/// `quantforge schema [NAME]`.
-fn print_schema(name: Option<&str>) -> anyhow::Result<()> {
-    let schemas = json::schemas();
-    let mut out = io::stdout().lock();
-    match name {
-        None => {
-            for (name, commands, _) in &schemas {
-                writeln!(out, "{name:20}  {commands}")?;
-            }
-        }
-        Some(name) => {
-            let Some((_, _, schema)) = schemas.iter().find(|(n, _, _)| *n == name) else {
-                let names = schemas.iter().map(|(n, _, _)| *n);
-                let hint = crate::params::nearest(name, names.clone()).map(|n| format!("; did you mean `{n}`?"));
-                anyhow::bail!(
-                    "no schema `{name}`{}",
-                    hint.unwrap_or_else(|| format!(" (one of {})", names.collect::<Vec<_>>().join(", ")))
-                );
-            };
-            serde_json::to_writer_pretty(&mut out, schema)?;
-            writeln!(out)?;
-        }
-    }
-    out.flush()?;
     Ok(())
 }
 

@@ -8,7 +8,7 @@ use clap::Parser;
 
 use anyhow::Context;
 
-use super::{QuantizeArgs, plan_quant, workers};
+use super::{CacheArgs, plan_quant, workers};
 use crate::exec::oneshot;
 use crate::files::IoText;
 use crate::files::{Replaces, WriteGuard};
@@ -18,10 +18,11 @@ use crate::ops::export::SplitMode;
 use crate::params::nearest;
 use crate::quant::budget::Target;
 use crate::quant::mixture::{MixtureOptions, TensorTypeOverride};
-use crate::quant::plan::{self as quantize, QuantizeOptions, QuantizePlan, QuantizeType, parse_preset};
+use crate::quant::plan::{self as quantize, KvOverride, QuantizeOptions, QuantizePlan, QuantizeType, parse_preset};
 use crate::quant::prune;
 use crate::recipe::{ExtraInput, OneShot, Rung};
 use crate::text::{Name, name_width};
+use crate::types::GgmlType;
 
 /// How a quantization reports what it did.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -422,4 +423,97 @@ fn print_plan(out: &mut dyn Write, plan: &QuantizePlan) -> io::Result<()> {
         writeln!(out, "warning: this quantization will need an importance matrix (--imatrix)")?;
     }
     Ok(())
+}
+
+/// `quantforge quantize`: llama-quantize's flags and positional order, so an
+/// existing command line works unchanged.
+#[derive(Debug, clap::Args)]
+pub(super) struct QuantizeArgs {
+    /// Allow requantizing tensors that are already quantized.
+    #[arg(long)]
+    allow_requantize: bool,
+    /// Leave output.weight un(re)quantized.
+    #[arg(long)]
+    leave_output_tensor: bool,
+    /// Quantize every tensor to the same type: no k-quant mixture.
+    #[arg(long)]
+    pure: bool,
+    /// Importance matrix (llama.cpp's .dat or GGUF format).
+    #[arg(long, value_name = "FILE")]
+    imatrix: Option<PathBuf>,
+    /// The name the output records of the importance matrix (`quantize.imatrix.file`; default:
+    /// --imatrix as given), to make again a file made with the matrix elsewhere.
+    #[arg(long, value_name = "NAME", requires = "imatrix")]
+    imatrix_name: Option<PathBuf>,
+    /// Use the importance matrix only for these tensors (repeatable).
+    #[arg(long = "include-weights", value_name = "TENSOR", conflicts_with = "exclude_weights")]
+    include_weights: Vec<String>,
+    /// Do not use the importance matrix for these tensors (repeatable).
+    #[arg(long = "exclude-weights", value_name = "TENSOR")]
+    exclude_weights: Vec<String>,
+    /// Type for output.weight.
+    #[arg(long, value_name = "TYPE", value_parser = parse_ggml_type)]
+    output_tensor_type: Option<GgmlType>,
+    /// Type for the token embeddings.
+    #[arg(long, value_name = "TYPE", value_parser = parse_ggml_type)]
+    token_embedding_type: Option<GgmlType>,
+    /// Quantize tensors whose name matches PATTERN (a regex) to TYPE (repeatable).
+    #[arg(long = "tensor-type", value_name = "PATTERN=TYPE", value_parser = TensorTypeOverride::parse)]
+    tensor_type: Vec<TensorTypeOverride>,
+    /// A file of PATTERN=TYPE entries separated by spaces or newlines, read as --tensor-type
+    /// (after the --tensor-type flags; repeatable).
+    #[arg(long = "tensor-type-file", value_name = "FILE")]
+    tensor_type_file: Vec<PathBuf>,
+    /// Override a metadata key in the output: KEY=TYPE:VALUE, TYPE one of int, float, bool, str.
+    #[arg(long = "override-kv", value_name = "KEY=TYPE:VALUE", value_parser = KvOverride::parse)]
+    override_kv: Vec<KvOverride>,
+    /// Leave out these layers (comma-separated numbers); the layers after them are numbered
+    /// again and block_count is the count kept, as llama-quantize's --prune-layers.
+    #[arg(long, value_name = "L0,L1,…")]
+    prune_layers: Option<String>,
+    /// Print the per-tensor plan and the output size; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Write the output as shards like the input's (OUT-0000i-of-0000N.gguf), as llama-quantize does.
+    #[arg(long)]
+    keep_split: bool,
+    /// The most MiB of one tensor's rows held in memory at once (as read, as f32 and as
+    /// encoded), as llama-quantize's --max-buffer-size: the output is the same at any value.
+    /// Default: about 20 MiB for F16 to Q4_K_M (three slabs of 2^20 values), far below
+    /// llama-quantize's 8 GiB.
+    #[arg(long, value_name = "MiB", value_parser = clap::value_parser!(u64).range(1..))]
+    max_buffer_size: Option<u64>,
+    /// Choose each tensor's type to fit this file size (bytes, or 250MB, 2GiB):
+    /// the plan of `plan-quant`.
+    #[arg(long, value_name = "SIZE", value_parser = crate::formats::parse_size)]
+    target_size: Option<u64>,
+    /// Worker threads (default, and 0 as llama-quantize takes it: all cores); the positional
+    /// NTHREADS also sets it.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// The model to quantize (GGUF, any shard of a split, or a legacy GGML file).
+    input: PathBuf,
+    /// The output; left out, `ggml-model-TYPE.gguf` beside the input (llama-quantize's name).
+    #[arg(value_name = "OUT")]
+    output: PathBuf,
+    /// A preset (Q4_K_M, Q8_0, …) or its llama ftype number; left out with --target-size.
+    /// Several, comma-separated (Q4_K_M,Q6_K,Q8_0), make a ladder in one run: OUT names
+    /// each file with {preset}.
+    #[arg(value_name = "TYPE")]
+    preset: Option<String>,
+    /// Worker threads, as llama-quantize's last positional (0: all cores).
+    #[arg(value_name = "NTHREADS")]
+    nthreads: Option<usize>,
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+fn parse_ggml_type(text: &str) -> Result<GgmlType, String> {
+    GgmlType::from_name(text).ok_or_else(|| {
+        let names: Vec<&str> = GgmlType::all().map(GgmlType::name).collect();
+        match crate::spelling::nearest(text, names.iter().copied()) {
+            Some(near) => format!("unknown ggml type `{text}`; did you mean `{near}`?"),
+            None => format!("unknown ggml type `{text}` (valid: {})", names.join(", ")),
+        }
+    })
 }

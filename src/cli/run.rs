@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cache::CacheDir;
+use crate::exec::Engine;
 use crate::exec::outputs::{self, RunOutputs};
+use crate::exec::provenance::{attest, lock};
 use crate::exec::report::{RunReport, Status};
 use crate::exec::units::{self, UnitPlan, UnitSize};
-use crate::exec::{Engine, attest, lock};
 use crate::formats::human_bytes;
 use crate::recipe::Recipe;
 use crate::slurm;

@@ -16,7 +16,7 @@ use clap::CommandFactory;
 use super::cache::CacheDir;
 use crate::exec::Engine;
 use crate::exec::outputs::find_export;
-use crate::exec::{attest, dsse};
+use crate::exec::provenance::{attest, dsse};
 use crate::ops::Op;
 use crate::ops::verify::first_difference;
 use crate::recipe::Recipe;
@@ -246,7 +246,7 @@ fn check_attested_derivation(attested: &Attested, derivation: &Derivation) -> an
         .iter()
         .filter(|input| names.contains(&input.name.as_str()))
         .flat_map(|input| {
-            let relative = |path: &Path| crate::exec::lock::relative(&dir, path);
+            let relative = |path: &Path| crate::exec::provenance::lock::relative(&dir, path);
             input.files.iter().map(move |f| (relative(&f.path), f.blake3.clone(), input.name.clone()))
         })
         .collect();

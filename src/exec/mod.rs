@@ -13,17 +13,15 @@
 //! tensor whose bytes are cached is copied, not encoded. So a rerun with
 //! nothing changed costs a `stat` per input and output and a few small reads.
 
-pub mod attest;
 mod bind;
 mod compute;
-pub mod dsse;
 mod errors;
 mod explain;
 mod export;
-pub mod lock;
 pub mod materialize;
 pub mod oneshot;
 pub mod outputs;
+pub mod provenance;
 pub mod report;
 mod schedule;
 mod tool_steps;

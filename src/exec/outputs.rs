@@ -37,8 +37,10 @@ pub struct SideFileError {
 }
 
 /// What an existing lock file must be for a run to replace it.
-pub const LOCK_FILE: Replaces =
-    Replaces::FileStarting { prefix: crate::exec::lock::LOCK_HEADER.as_bytes(), what: "a quantforge lock file" };
+pub const LOCK_FILE: Replaces = Replaces::FileStarting {
+    prefix: crate::exec::provenance::lock::LOCK_HEADER.as_bytes(),
+    what: "a quantforge lock file",
+};
 /// What an existing report must be for `--report` to replace it.
 pub const REPORT_PAGE: Replaces = Replaces::FileStarting { prefix: b"<!DOCTYPE html>", what: "an HTML page" };
 /// What an existing attestation must be for a new one to replace it.
@@ -216,7 +218,7 @@ fn claims(options: &ExportOptions) -> Vec<(Claim, PathBuf)> {
 /// The attestation an export writes beside its file, when it asks for one.
 fn attestation(options: &ExportOptions) -> Option<(Claim, PathBuf)> {
     options.attest.then(|| {
-        let path = crate::exec::attest::attestation_path(options);
+        let path = crate::exec::provenance::attest::attestation_path(options);
         (Claim::File(resolve(&path)), path)
     })
 }

@@ -168,8 +168,12 @@ fn verify_checks_every_field_an_attestation_states() {
     };
     let sign = |name: &str, value: &Value| {
         let payload = serde_json::to_vec_pretty(value).unwrap();
-        let envelope =
-            quantforge::exec::dsse::sign(&payload, quantforge::exec::dsse::IN_TOTO_PAYLOAD_TYPE, &private).unwrap();
+        let envelope = quantforge::exec::provenance::dsse::sign(
+            &payload,
+            quantforge::exec::provenance::dsse::IN_TOTO_PAYLOAD_TYPE,
+            &private,
+        )
+        .unwrap();
         write(name, &serde_json::to_value(envelope).unwrap())
     };
     let verify = |attestation: &Path, pubkey: Option<&Path>| {

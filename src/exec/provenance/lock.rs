@@ -20,8 +20,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::Engine;
-use super::report::{InputReport, RunReport};
+use crate::exec::Engine;
+use crate::exec::report::{InputReport, RunReport};
 use crate::files::OutputPath;
 use crate::formats::AtomicOutput;
 use crate::key::{KEY_SCHEME_VERSION, Key, KeyBuilder};

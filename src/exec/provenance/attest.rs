@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::lock::{self, Lock, LockedFile};
-use super::outputs::RunOutputs;
-use super::report::{RunReport, Status};
+use crate::exec::outputs::RunOutputs;
+use crate::exec::report::{RunReport, Status};
 use crate::formats::AtomicOutput;
 use crate::ops::Op;
 use crate::ops::export::ExportOptions;
@@ -152,7 +152,7 @@ pub enum AttestError {
     #[error(transparent)]
     Lock(#[from] lock::LockError),
     #[error(transparent)]
-    Output(#[from] super::outputs::OutputError),
+    Output(#[from] crate::exec::outputs::OutputError),
 }
 
 /// The statement for export node `export` of `recipe`, from the lock of a
@@ -256,7 +256,7 @@ pub fn write_for_run(
         }
         let json = to_json(&statement(recipe, lock, report, i)?);
         let path = attestation_path(options);
-        let checked = outputs.export_file(&node.id, &path, super::outputs::ATTESTATION)?;
+        let checked = outputs.export_file(&node.id, &path, crate::exec::outputs::ATTESTATION)?;
         if std::fs::read(checked.resolved()).is_ok_and(|old| old == json) {
             continue;
         }
