@@ -7,7 +7,8 @@
 //! key, rotary pairing, fused projections, the final norm's name, tied
 //! output) and how its main tensors are named in Hugging Face checkpoints.
 //! Roles of tensors come from the names llama.cpp uses for every
-//! architecture ([`role_of`]). Detection follows seed 000: the architecture
+//! architecture ([`role_of`]). Detection goes from the surest evidence to the
+//! weakest, as a faithful importer must: the architecture
 //! string, then secondary checks (experts, name hints), then a scan for
 //! tensor-name signatures, then the generic fallback that keeps every tensor
 //! by its raw name.

@@ -22,7 +22,7 @@ pub struct FormatError {
     pub stage: Option<LoadStage>,
 }
 
-/// The stages of loading a model (seed 002's startup metrics): a failure
+/// The stages of loading a model (the start-up metrics): a failure
 /// report names the one it happened in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]

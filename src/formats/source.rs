@@ -1,7 +1,7 @@
 //! Access to a model file's bytes: memory-mapped when possible, plain
 //! positioned reads otherwise.
 //!
-//! Mapping is negotiated, not assumed (seed 002): a failed `mmap` falls back to
+//! Mapping is negotiated, not assumed: a failed `mmap` falls back to
 //! reads and the [`LoadReport`] says so, so a slow load can be told apart from
 //! a slow disk.
 
@@ -37,7 +37,8 @@ impl Default for OpenOptions {
     }
 }
 
-/// What loading a file cost: seed 002's start-up metrics.
+/// What loading a file cost: the start-up metrics a loader owes its user
+/// (how it read the file, how long each stage took).
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct LoadReport {
     pub mode: AccessMode,

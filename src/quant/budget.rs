@@ -38,8 +38,8 @@ const LEGACY_LADDER: [GgmlType; 6] =
 const SAMPLE_ROWS: usize = 512;
 
 /// How much more an error counts in protected tensors (embeddings, output,
-/// first and last blocks) and in attention than in the FFN, as seed 000's
-/// adaptive quantizer ranks them.
+/// first and last blocks) and in attention than in the FFN: an adaptive
+/// quantizer protects them first.
 const PROTECTED_PRIORITY: f64 = 2.0;
 const ATTENTION_PRIORITY: f64 = 1.5;
 

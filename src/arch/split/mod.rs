@@ -1,4 +1,4 @@
-//! Tensor-parallel split planning (seed 002): how llama.cpp's tensor split
+//! Tensor-parallel split planning, each decision named once: how llama.cpp's tensor split
 //! mode (`llama_meta_device_get_split_state`) would cut each weight of a
 //! model across N devices, computed offline in five stages that each answer
 //! one question and are tested alone —
