@@ -9,7 +9,7 @@
 #   scripts/s3-server.sh env     prints the variables a client needs (eval-able)
 #
 # QUANTFORGE_S3_DIR sets the directory (default: target/s3-server in the repository).
-# The tests (tests/remote.rs) read the same variables from `env`.
+# The tests (tests/it/remote.rs) read the same variables from `env`.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -12,7 +12,7 @@
 # QUANTFORGE_SLURM_DIR sets the directory for state, spool, pid and log files (default:
 # target/slurm-cluster in the repository). The configuration lives there too; clients find
 # it through /etc/slurm/slurm.conf, a link to it (an existing file not written by this
-# script is never replaced). The tests (tests/slurm.rs) skip when `status` fails.
+# script is never replaced). The tests (tests/it/slurm.rs) skip when `status` fails.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

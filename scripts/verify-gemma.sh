@@ -2,7 +2,7 @@
 # The headline check: on Gemma 3 270M, quantforge and llama-quantize write
 # identical files for every preset from F16, with and without an importance
 # matrix, and for OTHER_PRESETS (default Q4_K_M Q8_0 Q6_K) from BF16 and F32.
-# (CI runs a subset, tests/quantize_llama.rs.)
+# (CI runs a subset, tests/it/quantize_llama.rs.)
 #
 #   scripts/verify-gemma.sh [PRESET...]      # the presets tried from F16
 #

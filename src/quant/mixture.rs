@@ -18,7 +18,7 @@
 //!   blocks, and which choices need an importance matrix.
 //!
 //! Pure: reads metadata and tensor descriptors, returns one [`TensorChoice`]
-//! per tensor. `tests/mixture.rs` checks every choice against
+//! per tensor. `tests/it/mixture.rs` checks every choice against
 //! `llama-quantize --dry-run` on model headers shaped like real models.
 
 use std::collections::HashSet;

@@ -5,7 +5,7 @@ and template files deleted or written (as bytes: the \\r in them stays).
 
 Usage: chat_template_cases.py CHECKPOINTS OUTDIR   (OUTDIR/<case>/ for every case)
 
-make_references.sh converts them with the converter; tests/convert.rs builds the same
+make_references.sh converts them with the converter; tests/it/convert.rs builds the same
 directories from the same file.
 """
 import json

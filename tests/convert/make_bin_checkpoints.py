@@ -8,7 +8,7 @@ For each checkpoint under tests/data/convert/checkpoints named below, loads
 the model with transformers and saves it with
 `save_pretrained(safe_serialization=False)` (the sharded ones sharded again,
 with `pytorch_model.bin.index.json`), keeping only the weight files under
-tests/data/convert/bin/NAME: tests/convert.rs puts them beside the
+tests/data/convert/bin/NAME: tests/it/convert.rs puts them beside the
 checkpoint's other files. Then converts each `.bin` checkpoint with
 llama.cpp's convert_hf_to_gguf.py (tests/convert/reference_convert.py) to
 every outtype and records the sha256 of each output in

@@ -18,7 +18,7 @@ It also records VARIANTS: a fixture's tokenizer with some `tokenizer_config.json
 `add_bos_token`/`add_eos_token`, the base class's `add_prefix_space` reset, BERT's
 normalizer flags, the class found from `model_type`).
 
-tests/convert.rs holds quantforge's hash of each fixture and variant to this file.
+tests/it/convert.rs holds quantforge's hash of each fixture and variant to this file.
 """
 from __future__ import annotations
 

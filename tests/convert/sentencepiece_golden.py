@@ -1,6 +1,6 @@
 """Golden summaries of the SentencePiece models in tests/data/convert/sentencepiece,
 read by the `sentencepiece` package itself (its protobuf ModelProto), for
-tests/sentencepiece.rs. The models are the tokenizers of the tiny checkpoints
+tests/it/sentencepiece.rs. The models are the tokenizers of the tiny checkpoints
 made by make_checkpoints.py. Regenerate (with the convert environment of
 scripts/setup-convert-env.sh):
 

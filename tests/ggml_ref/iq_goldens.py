@@ -1,6 +1,6 @@
 """Golden decode vectors for the IQ grid types (IQ2_XXS, IQ2_XS, IQ2_S,
 IQ3_XXS, IQ3_S, IQ1_S, IQ1_M), from ggml's own dequantizers via ggml_ref.py,
-and gguf-py's decoder for tests/codec_iq_grid.rs.
+and gguf-py's decoder for tests/it/codec_iq_grid.rs.
 
 usage:
     python iq_goldens.py golden OUTDIR          write OUTDIR/<TYPE>.decode.qfgd

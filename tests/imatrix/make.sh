@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates tests/data/imatrix/: real importance matrices for the tiny test
 # model (tests/data/tiny-llama.gguf), in both of llama-imatrix's formats, from
-# the same text, so tests/imatrix.rs can check that both load to the weights
+# the same text, so tests/it/imatrix.rs can check that both load to the weights
 # llama-quantize would use.
 #
 # Needs the reference llama.cpp (scripts/fetch-references.sh --build: the

@@ -6,7 +6,7 @@ To regenerate (after changing the fixtures, the runs below, or the reference):
 
     scripts/fetch-references.sh --build     # llama.cpp as vendored by llama-cpp-python
     python3 tests/mixture/dry_run.py        # rewrites tests/data/mixture/*.json
-    cargo test --test mixture
+    cargo test --test it mixture::
 
 It writes the fixtures of `make_fixtures.py` into a temporary directory (or
 DIR, kept), runs `llama-quantize --dry-run` on every fixture for every preset
@@ -15,7 +15,7 @@ decisions from its log and writes one JSON file per fixture into
 tests/data/mixture/. llama-quantize is looked up at
 $QUANTFORGE_REFS/llama.cpp/build/bin (default ~/.cache/quantforge/refs).
 
-A golden holds everything `tests/mixture.rs` needs without Python:
+A golden holds everything `tests/it/mixture.rs` needs without Python:
 
     fixture     the fixture's name
     metadata    [key, type, value] for every key except the tokenizer's, type

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds the ONNX fixtures of tests/onnx.rs with the `onnx` package.
+"""Builds the ONNX fixtures of tests/it/onnx.rs with the `onnx` package.
 
 Usage: make_fixtures.py OUTDIR   (tests/data/onnx; needs onnx and
 ml_dtypes, e.g. in the convert venv: pip install onnx)
@@ -13,7 +13,7 @@ Writes, with a fixed seed:
                  one file per tensor for some, several tensors at offsets in
                  one shared file for others (save_model's layout);
   far.onnx       one initializer as external data 5 GB into far.weights (past
-                 2^31 and 2^32), a sparse file not kept: tests/onnx.rs makes it
+                 2^31 and 2^32), a sparse file not kept: tests/it/onnx.rs makes it
                  again with the same 60 bytes (0.5 * arange(15) as f32) there;
   subgraph.onnx  an If node whose branches hold initializers and a Constant:
                  a subgraph's weights are read with the graph's;

@@ -1,5 +1,5 @@
 """Writes SafeTensors files with the reference implementation (Python
-`safetensors`), for tests/safetensors.rs to read.
+`safetensors`), for tests/it/safetensors.rs to read.
 
 usage: python make_fixtures.py DIR
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds the PyTorch checkpoint fixtures of tests/torch.rs with torch itself.
+"""Builds the PyTorch checkpoint fixtures of tests/it/torch.rs with torch itself.
 
 Usage: make_fixtures.py OUTDIR   (tests/data/torch; needs torch, e.g. the
 convert venv: ~/.cache/quantforge/convert-venv/bin/python)
