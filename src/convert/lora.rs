@@ -308,21 +308,7 @@ pub fn convert_lora(adapter: &Adapter, outtype: OutType) -> Result<(Metadata, Ve
         .find(|f| f.id == conversion.family)
         .ok_or_else(|| ConvertError::Config(format!("no registry family `{}`", conversion.family)))?;
     let shard = &ckpt.shards[0];
-    let mut pairs: Vec<Pair> = Vec::new();
-    for (_, t) in ckpt.tensor_order() {
-        let Some((hf, half)) = split_name(&shard.tensors[t].name)? else { continue };
-        let pair = match pairs.iter_mut().position(|p| p.hf == hf) {
-            Some(at) => &mut pairs[at],
-            None => {
-                pairs.push(Pair { hf, a: None, b: None });
-                pairs.last_mut().expect("just pushed")
-            }
-        };
-        match half {
-            Half::A => pair.a = Some(t),
-            Half::B => pair.b = Some(t),
-        }
-    }
+    let pairs = pairs_of(ckpt)?;
     let blocks = ckpt.hparam(super::hparams::BLOCKS).and_then(Json::as_u64);
     let mut out = Vec::with_capacity(pairs.len() * 2);
     let (mut experts_a, mut experts_b) = (ExpertBuffer::new("weight.lora_a"), ExpertBuffer::new("weight.lora_b"));
@@ -424,6 +410,35 @@ pub fn convert_lora(adapter: &Adapter, outtype: OutType) -> Result<(Metadata, Ve
             problem: "no lora_A/lora_B pair of a weight the base's conversion writes".into(),
         });
     }
+    Ok((adapter_metadata(adapter, arch, total)?, out))
+}
+
+/// The adapter's `lora_A`/`lora_B` tensors paired by the weight they
+/// target, in the order the adapter first names each.
+fn pairs_of(ckpt: &Checkpoint) -> Result<Vec<Pair>, ConvertError> {
+    let shard = &ckpt.shards[0];
+    let mut pairs: Vec<Pair> = Vec::new();
+    for (_, t) in ckpt.tensor_order() {
+        let Some((hf, half)) = split_name(&shard.tensors[t].name)? else { continue };
+        let pair = match pairs.iter_mut().position(|p| p.hf == hf) {
+            Some(at) => &mut pairs[at],
+            None => {
+                pairs.push(Pair { hf, a: None, b: None });
+                pairs.last_mut().expect("just pushed")
+            }
+        };
+        match half {
+            Half::A => pair.a = Some(t),
+            Half::B => pair.b = Some(t),
+        }
+    }
+    Ok(pairs)
+}
+
+/// The converted adapter's metadata, in the converter's key order: `total`
+/// the parameters its pairs stand for.
+fn adapter_metadata(adapter: &Adapter, arch: &str, total: u64) -> Result<Metadata, ConvertError> {
+    let ckpt = &adapter.checkpoint;
     let mut metadata = Metadata::new();
     metadata.set("general.architecture", Value::string(arch));
     let counts = ParameterCounts { total, shared: total, ..Default::default() };
@@ -446,5 +461,5 @@ pub fn convert_lora(adapter: &Adapter, outtype: OutType) -> Result<(Metadata, Ve
         metadata.set("adapter.alora.invocation_tokens", Value::Array(Array::U32(tokens.clone())));
     }
     metadata.set("general.quantization_version", Value::U32(crate::quant::plan::QUANTIZATION_VERSION));
-    Ok((metadata, out))
+    Ok(metadata)
 }

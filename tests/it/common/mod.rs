@@ -26,6 +26,7 @@ pub fn gemma() -> Option<PathBuf> {
     if path.exists() {
         Some(path)
     } else {
+        assert!(std::env::var_os("CI").is_none(), "CI must fetch {} (scripts/fetch-models.sh)", path.display());
         eprintln!("skipped: {} is absent; run scripts/fetch-models.sh", path.display());
         None
     }
