@@ -30,8 +30,7 @@ pub(super) fn run_assemble(args: AssembleArgs, json: bool) -> anyhow::Result<()>
             let names: Vec<String> = parts.iter().map(|p| p.display().to_string()).collect();
             format!("cannot assemble {} (parts 1 to {}, in that order)", names.join(", "), names.len())
         })?;
-    wrote("assemble", &report, json)?;
-    Ok(())
+    wrote("assemble", &report, json)
 }
 
 #[derive(Debug, clap::Args)]
@@ -55,8 +54,7 @@ pub(super) fn run_unbundle(args: UnbundleArgs, json: bool) -> anyhow::Result<()>
         &cache.settings(Some(1), OpenOptions::default())?,
     )
     .with_context(|| format!("cannot unbundle {}", bundle.display()))?;
-    wrote("unbundle", &report, json)?;
-    Ok(())
+    wrote("unbundle", &report, json)
 }
 
 fn parse_part(text: &str) -> Result<crate::arch::clip::PartRole, String> {

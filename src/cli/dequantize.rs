@@ -35,6 +35,5 @@ pub(super) fn run(args: DequantizeArgs, json: bool) -> anyhow::Result<()> {
     let settings = cache.settings(threads, OpenOptions::default())?;
     let report = oneshot::run(oneshot::job("dequantize", &input, ops, &output), &settings)
         .with_context(|| format!("cannot dequantize {}", input.display()))?;
-    wrote("dequantize", &report, json)?;
-    Ok(())
+    wrote("dequantize", &report, json)
 }

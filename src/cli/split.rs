@@ -111,8 +111,7 @@ pub(super) fn run_split(args: SplitArgs, json: bool) -> anyhow::Result<()> {
             .with_context(|| format!("cannot split {}", input.display()));
     }
     let report = split(&input, &out_prefix, options, &cache.settings(Some(1), OpenOptions::default())?)?;
-    wrote("split", &report, json)?;
-    Ok(())
+    wrote("split", &report, json)
 }
 
 #[derive(Debug, clap::Args)]
@@ -138,8 +137,7 @@ pub(super) fn run_merge(args: MergeArgs, json: bool) -> anyhow::Result<()> {
     }
     let settings = cache.settings(Some(1), OpenOptions::default())?;
     let report = merge(&shard, &output, keep_split_keys, &settings)?;
-    wrote("merge", &report, json)?;
-    Ok(())
+    wrote("merge", &report, json)
 }
 
 /// Whether `path` is one of `shard-devices`' shards (not a `split`'s).

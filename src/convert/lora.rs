@@ -351,11 +351,8 @@ pub fn convert_lora(adapter: &Adapter, outtype: OutType) -> Result<(Metadata, Ve
         if let Some(stack) = conversion.experts()
             && let Some(expert) = stack.part(hf)
         {
-            let count = ckpt.hparam(stack.count).and_then(Json::as_u64).ok_or_else(|| {
-                ConvertError::Config(format!("no expert count (`{}`) for `{hf}`", stack.count.join("`, `")))
-            })? as usize;
+            let count = tensors::expert_count(ckpt, stack, hf)?;
             let stacks_a = experts_a.add(stack, count, expert, (0, a, None), &a_info.dims, outtype)?;
-            let expert = stack.part(hf).expect("matched just now");
             let stacks_b = experts_b.add(stack, count, expert, (0, b, None), &b_info.dims, outtype)?;
             out.extend(stacks_a.into_iter().zip(stacks_b).flat_map(|(a, b)| [a, b]));
             continue;

@@ -413,10 +413,8 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
         if let Some(stack) = conversion.experts()
             && let Some(part) = stack.part(hf)
         {
-            let count = number(stack.count).ok_or_else(|| {
-                ConvertError::Config(format!("no expert count (`{}`) for `{hf}`", stack.count.join("`, `")))
-            })?;
-            out.extend(experts.add(stack, count as usize, part, (s, t, scale), &source.dims, outtype)?);
+            let count = expert_count(ckpt, stack, hf)?;
+            out.extend(experts.add(stack, count, part, (s, t, scale), &source.dims, outtype)?);
             continue;
         }
         if let Some((fused, block, suffix)) = fused_of(conversion, hf) {
@@ -559,7 +557,16 @@ pub(super) fn fused_of<'n>(conversion: &Conversion, hf: &'n str) -> Option<(&'st
     Some((fused, block.to_owned(), suffix))
 }
 
+/// The config's expert count for `stack`, which `hf` (one expert's tensor) needs.
+pub(super) fn expert_count(ckpt: &Checkpoint, stack: &Experts, hf: &str) -> Result<usize, ConvertError> {
+    let count = ckpt.hparam(stack.count).and_then(serde_json::Value::as_u64);
+    count
+        .map(|n| n as usize)
+        .ok_or_else(|| ConvertError::Config(format!("no expert count (`{}`) for `{hf}`", stack.count.join("`, `"))))
+}
+
 /// One expert's tensor of one projection of a block, as [`Experts::part`] reads its name.
+#[derive(Clone, Copy)]
 pub(super) struct ExpertPart<'a> {
     pub block: u64,
     pub expert: u64,

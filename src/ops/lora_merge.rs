@@ -207,16 +207,17 @@ fn delta(
             });
         }
     }
+    let token_embedding = is_token_embedding(&tensor.name);
     let shape_error = || LoraMergeError::Shape {
         adapter: adapter.name.clone(),
         tensor: tensor.name.clone(),
         base: tensor.dims.clone(),
         a: lora_a.dims.clone(),
         b: lora_b.dims.clone(),
-        token_embedding: is_token_embedding(&tensor.name),
+        token_embedding,
     };
     let (base, a, b) = (tensor.dims.as_slice(), lora_a.dims.as_slice(), lora_b.dims.as_slice());
-    let fits = match (is_token_embedding(&tensor.name), base, a, b) {
+    let fits = match (token_embedding, base, a, b) {
         (true, &[width, vocab], &[rank, a_vocab], &[b_rank, b_width]) => {
             (a_vocab, b_width, b_rank) == (vocab, width, rank)
         }
@@ -240,12 +241,7 @@ fn delta(
     }
     let alpha = adapter.alpha();
     let scale = if alpha != 0.0 { adapter.scale * alpha / rank as f32 } else { adapter.scale };
-    Ok(LoraDelta {
-        a: lora_a.clone(),
-        b: lora_b.clone(),
-        scale_bits: scale.to_bits(),
-        token_embedding: is_token_embedding(&tensor.name),
-    })
+    Ok(LoraDelta { a: lora_a.clone(), b: lora_b.clone(), scale_bits: scale.to_bits(), token_embedding })
 }
 
 /// llama-export-lora's test for the token embedding, whose A is stored

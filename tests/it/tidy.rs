@@ -101,23 +101,23 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// `src/`'s files, relative to it, with their text.
-fn sources() -> Vec<(String, String)> {
-    let src = common::repo().join("src");
-    rust_files(&src)
-        .into_iter()
-        .map(|path| {
-            let relative = path.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
-            (relative, std::fs::read_to_string(&path).unwrap())
-        })
-        .collect()
-}
-
-/// The text without comments: what a file says in a comment is not a use.
-fn code_of(text: &str) -> String {
-    let blocks = Regex::new(r"(?s)/\*.*?\*/").unwrap();
-    let lines = Regex::new(r"//[^\n]*").unwrap();
-    lines.replace_all(&blocks.replace_all(text, ""), "").into_owned()
+/// `src/`'s files, relative to it, each with its code (comments stripped:
+/// what a file says in a comment is not a use), read once for every test.
+fn sources() -> &'static [(String, String)] {
+    static SOURCES: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+    SOURCES.get_or_init(|| {
+        let src = common::repo().join("src");
+        let blocks = Regex::new(r"(?s)/\*.*?\*/").unwrap();
+        let lines = Regex::new(r"//[^\n]*").unwrap();
+        rust_files(&src)
+            .into_iter()
+            .map(|path| {
+                let relative = path.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+                let text = std::fs::read_to_string(&path).unwrap();
+                (relative, lines.replace_all(&blocks.replace_all(&text, ""), "").into_owned())
+            })
+            .collect()
+    })
 }
 
 /// The top-level module a file of `src/` belongs to (none for the roots).
@@ -173,11 +173,11 @@ fn imported(code: &str) -> BTreeSet<String> {
 fn modules_import_only_what_they_may() {
     let modules: BTreeSet<&str> = MAY_IMPORT.iter().map(|(m, _)| *m).collect();
     let mut actual: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (relative, text) in sources() {
-        let Some(module) = module_of(&relative) else { continue };
+    for (relative, code) in sources() {
+        let Some(module) = module_of(relative) else { continue };
         assert!(modules.contains(module), "src/{relative}: module `{module}` is not in MAY_IMPORT");
         let edges = actual.entry(module.to_owned()).or_default();
-        for target in imported(&code_of(&text)) {
+        for target in imported(code) {
             if target != module && modules.contains(target.as_str()) {
                 edges.insert(target);
             }
@@ -205,9 +205,9 @@ fn modules_import_only_what_they_may() {
 fn outside(pattern: &str, allowed: &[&str]) -> Vec<String> {
     let pattern = Regex::new(pattern).unwrap();
     sources()
-        .into_iter()
-        .filter(|(relative, text)| pattern.is_match(&code_of(text)) && !allowed.iter().any(|a| relative.starts_with(a)))
-        .map(|(relative, _)| relative)
+        .iter()
+        .filter(|(relative, code)| pattern.is_match(code) && !allowed.iter().any(|a| relative.starts_with(a)))
+        .map(|(relative, _)| relative.clone())
         .collect()
 }
 
