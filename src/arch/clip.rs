@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use crate::model::{Metadata, TensorInfo, Value};
+use crate::model::{KeyError, Metadata, TensorInfo};
 
 const ARCHITECTURE_KEY: &str = "general.architecture";
 /// The architecture of every mmproj file, whatever model it belongs to.
@@ -107,10 +107,8 @@ impl fmt::Display for Encoder {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClipError {
-    #[error("missing {key}")]
-    MissingKey { key: String },
-    #[error("{key} is {found}, expected {expected}")]
-    WrongType { key: String, expected: &'static str, found: String },
+    #[error(transparent)]
+    Key(#[from] KeyError),
     #[error("no encoder: neither {HAS_VISION_ENCODER_KEY} nor {HAS_AUDIO_ENCODER_KEY} is true")]
     NoEncoder,
     #[error("missing {PROJECTOR_TYPE_KEY} (and {encoder_key}): the file names no projector")]
@@ -129,7 +127,8 @@ pub fn part_role(metadata: &Metadata) -> Result<PartRole, ClipError> {
     if architecture(metadata)? != CLIP_ARCHITECTURE {
         return Ok(PartRole::Language);
     }
-    match (flag(metadata, Encoder::Vision.presence_key())?, flag(metadata, Encoder::Audio.presence_key())?) {
+    let flag = |encoder: Encoder| metadata.flag(encoder.presence_key()).map(Option::unwrap_or_default);
+    match (flag(Encoder::Vision)?, flag(Encoder::Audio)?) {
         (true, true) => Ok(PartRole::VisionAudio),
         (true, false) => Ok(PartRole::Vision),
         (false, true) => Ok(PartRole::Audio),
@@ -144,7 +143,7 @@ pub fn part_role(metadata: &Metadata) -> Result<PartRole, ClipError> {
 /// clip.cpp.
 pub fn projector_type(metadata: &Metadata, encoder: Encoder) -> Result<&str, ClipError> {
     for key in [PROJECTOR_TYPE_KEY, encoder.projector_type_key()] {
-        if let Some(name) = string(metadata, key)?.filter(|name| !name.is_empty()) {
+        if let Some(name) = metadata.string(key)?.filter(|name| !name.is_empty()) {
             return Ok(name);
         }
     }
@@ -290,8 +289,8 @@ impl fmt::Display for InputWidth {
 pub fn language_input_width(metadata: &Metadata) -> Result<InputWidth, ClipError> {
     let architecture = architecture(metadata)?;
     let length_key = format!("{architecture}.embedding_length");
-    let embedding_length = count(metadata, &length_key)?.ok_or(ClipError::MissingKey { key: length_key })?;
-    let deepstack_layers = count(metadata, &format!("{architecture}.n_deepstack_layers"))?.unwrap_or(0);
+    let embedding_length = metadata.count::<u64>(&length_key)?.ok_or_else(|| KeyError::missing(&length_key))?;
+    let deepstack_layers = metadata.count::<u64>(&format!("{architecture}.n_deepstack_layers"))?.unwrap_or(0);
     let width = times_one_plus(embedding_length, deepstack_layers).ok_or_else(|| ClipError::Overflow {
         what: format!("{architecture}.embedding_length {embedding_length} × (1 + {deepstack_layers})"),
     })?;
@@ -302,44 +301,14 @@ fn times_one_plus(base: u64, extra: u64) -> Option<u64> {
     extra.checked_add(1).and_then(|factor| base.checked_mul(factor))
 }
 
-fn architecture(metadata: &Metadata) -> Result<&str, ClipError> {
-    string(metadata, ARCHITECTURE_KEY)?.ok_or_else(|| ClipError::MissingKey { key: ARCHITECTURE_KEY.to_owned() })
-}
-
-fn wrong_type(key: &str, expected: &'static str, found: &Value) -> ClipError {
-    let found = match found {
-        Value::String(_) => "a string that is not UTF-8".to_owned(),
-        other => other.value_type().to_string(),
-    };
-    ClipError::WrongType { key: key.to_owned(), expected, found }
-}
-
-fn string<'a>(metadata: &'a Metadata, key: &str) -> Result<Option<&'a str>, ClipError> {
-    match metadata.get(key) {
-        None => Ok(None),
-        Some(value) => value.as_str().map(Some).ok_or_else(|| wrong_type(key, "a UTF-8 string", value)),
-    }
-}
-
-/// A bool key; absent means false.
-fn flag(metadata: &Metadata, key: &str) -> Result<bool, ClipError> {
-    match metadata.get(key) {
-        None => Ok(false),
-        Some(Value::Bool(value)) => Ok(*value),
-        Some(other) => Err(wrong_type(key, "a bool", other)),
-    }
-}
-
-fn count(metadata: &Metadata, key: &str) -> Result<Option<u64>, ClipError> {
-    match metadata.get(key) {
-        None => Ok(None),
-        Some(value) => value.as_u64().map(Some).ok_or_else(|| wrong_type(key, "a non-negative integer", value)),
-    }
+fn architecture(metadata: &Metadata) -> Result<&str, KeyError> {
+    metadata.string(ARCHITECTURE_KEY)?.ok_or_else(|| KeyError::missing(ARCHITECTURE_KEY))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Value;
     use crate::types::GgmlType;
 
     fn metadata(entries: &[(&str, Value)]) -> Metadata {
@@ -462,7 +431,7 @@ mod tests {
         meta.set("clip.projector_type", Value::U32(3));
         assert_eq!(
             projector_type(&meta, Encoder::Vision).unwrap_err().to_string(),
-            "clip.projector_type is u32, expected a UTF-8 string"
+            "clip.projector_type: is 3 (u32), expected a UTF-8 string"
         );
     }
 
@@ -500,8 +469,11 @@ mod tests {
         );
         let bad_flag =
             metadata(&[("general.architecture", Value::string("clip")), ("clip.has_vision_encoder", Value::U8(1))]);
-        assert_eq!(part_role(&bad_flag).unwrap_err().to_string(), "clip.has_vision_encoder is u8, expected a bool");
-        assert_eq!(part_role(&Metadata::new()).unwrap_err().to_string(), "missing general.architecture");
+        assert_eq!(
+            part_role(&bad_flag).unwrap_err().to_string(),
+            "clip.has_vision_encoder: is 1 (u8), expected a bool"
+        );
+        assert_eq!(part_role(&Metadata::new()).unwrap_err().to_string(), "general.architecture: missing");
     }
 
     #[test]
@@ -515,7 +487,7 @@ mod tests {
     #[test]
     fn language_input_width_counts_deepstack_layers() {
         let mut meta = metadata(&[("general.architecture", Value::string("qwen3vl"))]);
-        assert_eq!(language_input_width(&meta).unwrap_err().to_string(), "missing qwen3vl.embedding_length");
+        assert_eq!(language_input_width(&meta).unwrap_err().to_string(), "qwen3vl.embedding_length: missing");
         meta.set("qwen3vl.embedding_length", Value::U32(64));
         let plain = language_input_width(&meta).unwrap();
         assert_eq!((plain.width, plain.to_string()), (64, "qwen3vl.embedding_length".to_owned()));
@@ -526,7 +498,7 @@ mod tests {
         meta.set("qwen3vl.n_deepstack_layers", Value::I32(-1));
         assert_eq!(
             language_input_width(&meta).unwrap_err().to_string(),
-            "qwen3vl.n_deepstack_layers is i32, expected a non-negative integer"
+            "qwen3vl.n_deepstack_layers: is -1 (i32), expected a non-negative integer"
         );
         meta.set("qwen3vl.n_deepstack_layers", Value::U64(u64::MAX));
         assert!(matches!(language_input_width(&meta), Err(ClipError::Overflow { .. })));

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 
 use super::registry::{NormEpsilon, block_of, detect};
-use crate::model::{Metadata, TensorInfo, Value};
+use crate::model::{KeyError, Metadata, TensorInfo, Value};
 use crate::text::Name;
 
 /// The hyperparameters every decoder-only architecture has, plus the
@@ -30,91 +30,42 @@ pub struct Hyperparameters {
     pub expert_used_count: Option<u64>,
 }
 
-/// A hyperparameter that is missing, or that the other keys or the tensors
-/// contradict; `key` names the metadata key at fault.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{key}: {problem}")]
-pub struct HparamError {
-    pub key: String,
-    pub problem: String,
-}
-
-/// A count key's value (`None` when absent), as llama.cpp's `get_key` reads it.
-pub fn count(metadata: &Metadata, key: &str) -> Result<Option<u64>, HparamError> {
-    match metadata.get(key) {
-        None => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or_else(|| HparamError {
-            key: key.to_owned(),
-            problem: format!("expected a non-negative integer, found {v} ({})", v.value_type().name()),
-        }),
-    }
-}
-
 /// llama.cpp's `LLAMA_MAX_LAYERS`: a block count past it is refused before
 /// anything is sized by it.
 pub const MAX_LAYERS: u64 = 512;
 
-/// A block count key (`ARCH.block_count`), at most [`MAX_LAYERS`].
-pub fn block_count(metadata: &Metadata, key: &str) -> Result<Option<u64>, HparamError> {
-    match count(metadata, key)? {
-        Some(n) if n > MAX_LAYERS => Err(HparamError {
-            key: key.to_owned(),
-            problem: format!("is {n}, more than llama.cpp's {MAX_LAYERS} layers"),
-        }),
-        n => Ok(n),
-    }
-}
-
-/// A per-layer count key, as llama.cpp's `get_key_or_arr` reads it: one
-/// value for every layer, or an array of exactly one entry per layer
-/// (`block_count` as [`block_count`] bounds it).
-pub fn per_layer_counts(metadata: &Metadata, key: &str, block_count: u64) -> Result<Option<Vec<u64>>, HparamError> {
-    let err = |problem: String| HparamError { key: key.to_owned(), problem };
-    match metadata.get(key) {
-        None => Ok(None),
-        Some(Value::Array(values)) => {
-            if values.len() as u64 != block_count {
-                return Err(err(format!("has {} entries for {block_count} blocks", values.len())));
-            }
-            let values = (0..values.len()).map(|i| values.get(i).and_then(|v| v.as_u64()));
-            values
-                .collect::<Option<Vec<u64>>>()
-                .map(Some)
-                .ok_or_else(|| err("holds an entry that is not a non-negative integer".into()))
+/// A block count key (`ARCH.block_count`), at most [`MAX_LAYERS`], as a
+/// length layers can be counted in.
+pub fn block_count(metadata: &Metadata, key: &str) -> Result<Option<usize>, KeyError> {
+    match metadata.count::<u64>(key)? {
+        Some(n) if n > MAX_LAYERS => {
+            Err(KeyError::new(key, format!("is {n}, more than llama.cpp's {MAX_LAYERS} layers")))
         }
-        Some(_) => {
-            let n = count(metadata, key)?;
-            let layers = usize::try_from(block_count).map_err(|_| err(format!("{block_count} blocks are too many")))?;
-            Ok(n.map(|n| vec![n; layers]))
-        }
+        n => Ok(n.map(|n| n as usize)),
     }
 }
 
 /// The hyperparameters of a language model; `None` for a file that is not
 /// one (no `general.architecture`, or an mmproj's `clip`).
-pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Option<Hyperparameters>, HparamError> {
-    let Some(arch) = metadata.get_str("general.architecture") else { return Ok(None) };
+pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Option<Hyperparameters>, KeyError> {
+    let Some(arch) = metadata.string("general.architecture")? else { return Ok(None) };
     if arch == "clip" {
         return Ok(None);
     }
     let key = |name: &str| format!("{arch}.{name}");
-    let err = |name: &str, problem: String| HparamError { key: key(name), problem };
-    let number = |name: &str| count(metadata, &key(name));
-    let float = |name: &str| match metadata.get(&key(name)) {
-        Some(Value::F32(v)) => Some(f64::from(*v)),
-        Some(Value::F64(v)) => Some(*v),
-        _ => None,
-    };
-    let required = |name: &str| number(name)?.ok_or_else(|| err(name, "missing".into()));
+    let err = |name: &str, problem: String| KeyError { key: key(name), problem };
+    let number = |name: &str| metadata.count::<u64>(&key(name));
+    let float = |name: &str| metadata.float(&key(name));
+    let required = |name: &str| number(name)?.ok_or_else(|| KeyError::missing(&key(name)));
 
     let embedding_length = required("embedding_length")?;
-    let block_count =
-        block_count(metadata, &key("block_count"))?.ok_or_else(|| err("block_count", "missing".into()))?;
+    let n_layer = block_count(metadata, &key("block_count"))?.ok_or_else(|| KeyError::missing(&key("block_count")))?;
+    let block_count = n_layer as u64;
     // Head counts and FFN widths may be per-layer arrays (OpenELM, LFM2):
     // llama.cpp reads layer 0 where it asks without a layer, as reported here.
-    let per_layer = |name: &str| per_layer_counts(metadata, &key(name), block_count);
+    let per_layer = |name: &str| metadata.per_layer::<u64>(&key(name), n_layer);
     let first = |layers: &Option<Vec<u64>>| layers.as_ref().and_then(|l| l.first().copied());
-    let heads = per_layer("attention.head_count")?.ok_or_else(|| err("attention.head_count", "missing".into()))?;
+    let heads = per_layer("attention.head_count")?.ok_or_else(|| KeyError::missing(&key("attention.head_count")))?;
     let head_count = heads.first().copied().ok_or_else(|| err("block_count", "is 0".into()))?;
     if heads.contains(&0) {
         return Err(err("attention.head_count", "is 0".into()));
@@ -139,6 +90,67 @@ pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Op
         }
     };
 
+    let vocab_size = tensors.iter().find(|t| t.name == "token_embd.weight").and_then(|t| t.dims.get(1).copied());
+    let expert_count = number("expert_count")?.filter(|&n| n > 0);
+    let shape = Shape { embedding_length, block_count, head_count, head_count_kv, head_dim, expert_count };
+    check_tensors(&shape, tensors, &key)?;
+    let expert_used_count = first(&per_layer("expert_used_count")?);
+    if let Some(used) = expert_used_count
+        && used > expert_count.unwrap_or(0)
+    {
+        return Err(err(
+            "expert_used_count",
+            format!("is {used}, more than the {} experts", expert_count.unwrap_or(0)),
+        ));
+    }
+    if let Some(Value::Array(sections)) = metadata.get(&key("rope.dimension_sections")) {
+        let total = (0..sections.len()).filter_map(|i| sections.get(i)?.as_u64()).fold(0, u64::saturating_add);
+        if total.saturating_mul(2) > head_dim {
+            return Err(err(
+                "rope.dimension_sections",
+                format!("sum to {total} rotated pairs, more than a {head_dim}-wide head holds"),
+            ));
+        }
+    }
+    // The family's own epsilon key first (Nemotron files carry both).
+    let epsilon = detect(metadata, tensors).family.layout.norm_epsilon;
+    let fallback = match epsilon {
+        NormEpsilon::Rms => NormEpsilon::Layer,
+        NormEpsilon::Layer => NormEpsilon::Rms,
+    };
+    Ok(Some(Hyperparameters {
+        architecture: arch.to_owned(),
+        embedding_length,
+        block_count,
+        head_count,
+        head_count_kv,
+        head_dim,
+        vocab_size,
+        context_length: number("context_length")?,
+        feed_forward_length: first(&per_layer("feed_forward_length")?),
+        rope_freq_base: float("rope.freq_base")?,
+        norm_epsilon: float(epsilon.key_suffix())?.or(float(fallback.key_suffix())?),
+        expert_count,
+        expert_used_count,
+    }))
+}
+
+/// The counts the tensors' shapes must agree with.
+struct Shape {
+    embedding_length: u64,
+    block_count: u64,
+    head_count: u64,
+    head_count_kv: u64,
+    head_dim: u64,
+    expert_count: Option<u64>,
+}
+
+/// The tensors' shapes against the counts: the embedding width, the blocks
+/// named, layer 0's attention projections and the expert stacks; an error
+/// names the key (`key` gives its full name) the tensors contradict.
+fn check_tensors(shape: &Shape, tensors: &[TensorInfo], key: &dyn Fn(&str) -> String) -> Result<(), KeyError> {
+    let &Shape { embedding_length, block_count, head_count, head_count_kv, head_dim, expert_count } = shape;
+    let err = |name: &str, problem: String| KeyError { key: key(name), problem };
     let tensor = |name: &str| tensors.iter().find(|t| t.name == name);
     if let Some(embd) = tensor("token_embd.weight")
         && embd.dims.first() != Some(&embedding_length)
@@ -148,7 +160,6 @@ pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Op
             format!("is {embedding_length}, but token_embd.weight is {:?} (ggml order)", embd.dims),
         ));
     }
-    let vocab_size = tensor("token_embd.weight").and_then(|t| t.dims.get(1).copied());
     let blocks: BTreeSet<u64> = tensors.iter().filter_map(|t| block_of(&t.name)).collect();
     if let Some(&last) = blocks.last()
         && (last >= block_count || blocks.len() as u64 != block_count)
@@ -179,7 +190,6 @@ pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Op
             ));
         }
     }
-    let expert_count = number("expert_count")?.filter(|&n| n > 0);
     if let Some(experts) = expert_count {
         // The router maps the width to one logit per expert; expert stacks hold one matrix per expert.
         let contradiction = tensors.iter().find(|t| {
@@ -196,45 +206,7 @@ pub fn hyperparameters(metadata: &Metadata, tensors: &[TensorInfo]) -> Result<Op
             return Err(err("expert_count", format!("is {experts}, but {} is {:?}", Name(&t.name), t.dims)));
         }
     }
-    let expert_used_count = first(&per_layer("expert_used_count")?);
-    if let Some(used) = expert_used_count
-        && used > expert_count.unwrap_or(0)
-    {
-        return Err(err(
-            "expert_used_count",
-            format!("is {used}, more than the {} experts", expert_count.unwrap_or(0)),
-        ));
-    }
-    if let Some(Value::Array(sections)) = metadata.get(&key("rope.dimension_sections")) {
-        let total: u64 = (0..sections.len()).filter_map(|i| sections.get(i)).filter_map(|v| v.as_u64()).sum();
-        if total * 2 > head_dim {
-            return Err(err(
-                "rope.dimension_sections",
-                format!("sum to {total} rotated pairs, more than a {head_dim}-wide head holds"),
-            ));
-        }
-    }
-    // The family's own epsilon key first (Nemotron files carry both).
-    let epsilon = detect(metadata, tensors).family.layout.norm_epsilon;
-    let fallback = match epsilon {
-        NormEpsilon::Rms => NormEpsilon::Layer,
-        NormEpsilon::Layer => NormEpsilon::Rms,
-    };
-    Ok(Some(Hyperparameters {
-        architecture: arch.to_owned(),
-        embedding_length,
-        block_count,
-        head_count,
-        head_count_kv,
-        head_dim,
-        vocab_size,
-        context_length: number("context_length")?,
-        feed_forward_length: first(&per_layer("feed_forward_length")?),
-        rope_freq_base: float("rope.freq_base"),
-        norm_epsilon: float(epsilon.key_suffix()).or_else(|| float(fallback.key_suffix())),
-        expert_count,
-        expert_used_count,
-    }))
+    Ok(())
 }
 
 #[cfg(test)]

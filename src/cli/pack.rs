@@ -12,7 +12,6 @@ use crate::files::{OutputPath, Replaces, WriteGuard};
 use crate::formats::pack::{self, Derivation, LadderFile, Manifest, Pack, PackWriter, Span};
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
 use crate::quant::imatrix::KV_QUANTIZE_IMATRIX_FILE;
-use crate::quant::mixture;
 use crate::quant::plan::parse_preset;
 use crate::types::{FileType, GgmlType};
 
@@ -229,7 +228,7 @@ fn refine(tried: &Derivation, claimed: &ModelFile, made: &ModelFile, imatrix: Op
             add(flag, Some(want.name().to_owned()));
         }
     }
-    let default = FileType::from_name(&tried.preset).and_then(mixture::default_type);
+    let default = FileType::from_name(&tried.preset).and_then(FileType::default_type);
     let mut quantized = claimed.tensors.iter().filter(|t| t.dims.len() >= 2 && t.ggml_type.is_quantized()).peekable();
     if quantized.peek().is_some() && quantized.all(|t| Some(t.ggml_type) == default) {
         add("--pure", None);

@@ -10,7 +10,7 @@ use super::chart::{self, Bar, Scale};
 use crate::files::{Replaces, WriteGuard};
 use crate::formats::parse_size;
 use crate::formats::{ModelFile, OpenOptions, human_bytes};
-use crate::quant::budget::{BudgetPlan, Model, Target, plan_budget, probe_preset};
+use crate::quant::budget::{BudgetPlan, Model, PROBE_PRESET, Target, plan_budget};
 use crate::quant::plan::{QuantizeOptions, load_imatrix};
 use crate::text::{Name, name_width};
 
@@ -77,7 +77,7 @@ pub fn run(args: PlanQuantArgs, json: bool) -> anyhow::Result<()> {
 
 /// Options that leave every choice to the planner.
 pub fn base_options() -> QuantizeOptions {
-    QuantizeOptions::new(probe_preset())
+    QuantizeOptions::new(PROBE_PRESET)
 }
 
 /// Plans `input` under `target`, `base` supplying the options beyond the types.

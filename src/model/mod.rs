@@ -4,12 +4,14 @@
 //! GGUF writer writes from them, so a GGJT file and a GGUF file look the same
 //! to everything downstream.
 
+mod key_reader;
 mod metadata;
 mod slice;
 mod tensor;
 mod tokenizer_keys;
 mod written_value;
 
+pub use key_reader::KeyError;
 pub use metadata::{Array, GgufString, MAX_ARRAY_NESTING, Metadata, StringArray, Value, ValueType};
 pub use slice::AxisCut;
 pub use tensor::{

@@ -425,7 +425,7 @@ mod tests {
         let mut nameless = lm.clone();
         nameless.metadata.remove("llama.embedding_length");
         let err = assemble(&[&v, &nameless]).unwrap_err();
-        assert_eq!(err.to_string(), "part 2 (language): missing llama.embedding_length");
+        assert_eq!(err.to_string(), "part 2 (language): llama.embedding_length: missing");
     }
 
     #[test]

@@ -59,7 +59,7 @@ impl QuantizeOptions {
                     })
                 })
                 .ok(),
-            (None, Some(_)) => Some(MixtureOptions::new(crate::quant::budget::probe_preset())),
+            (None, Some(_)) => Some(MixtureOptions::new(crate::quant::budget::PROBE_PRESET)),
             (None, None) => None,
         };
         let mut ggml_type = |name: &str| match p.str(name) {

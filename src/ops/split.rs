@@ -16,7 +16,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::formats::{FormatError, ModelFile, gguf};
-use crate::model::{Metadata, TensorInfo, Value};
+use crate::model::{KeyError, Metadata, TensorInfo, Value};
 use crate::text::Name;
 
 /// `split.no`: the shard's 0-based index (u16).
@@ -98,6 +98,8 @@ pub enum SplitError {
     MissingKey { path: PathBuf, key: &'static str },
     #[error("{}: `{}` should be {expected}, found {found}", path.display(), Name(key))]
     BadKey { path: PathBuf, key: &'static str, expected: String, found: String },
+    #[error("{}: {source}", path.display())]
+    Key { path: PathBuf, source: KeyError },
     #[error("{}: tensor `{name}` is also in {}: a duplicated or foreign shard", path.display(), first.display())]
     DuplicateTensor { path: PathBuf, name: String, first: PathBuf },
     #[error("{}: byte order differs from the first shard's: a foreign shard", path.display())]
@@ -288,13 +290,9 @@ pub fn merged_metadata(first: &Metadata, keep_split_keys: bool) -> Metadata {
 /// A `split.*` key's value; any integer type is read, as llama.cpp's loader
 /// reads these keys by value rather than by exact type.
 fn key_u64(shard: &ModelFile, key: &'static str) -> Result<u64, SplitError> {
-    let value = shard.metadata.get(key).ok_or_else(|| SplitError::MissingKey { path: shard.path().to_owned(), key })?;
-    value.as_u64().ok_or_else(|| SplitError::BadKey {
-        path: shard.path().to_owned(),
-        key,
-        expected: "a non-negative integer".into(),
-        found: value.to_string(),
-    })
+    let path = || shard.path().to_owned();
+    let value = shard.metadata.count(key).map_err(|source| SplitError::Key { path: path(), source })?;
+    value.ok_or_else(|| SplitError::MissingKey { path: path(), key })
 }
 
 fn expect_key(path: &Path, key: &'static str, expected: u64, found: u64) -> Result<(), SplitError> {

@@ -222,9 +222,7 @@ pub struct BudgetPlan {
 /// The preset a budgeted quantization is planned from: its mixture only
 /// decides which tensors are quantizable; the written file's preset label
 /// comes from the plan.
-pub fn probe_preset() -> FileType {
-    FileType::from_name("Q8_0").expect("Q8_0 is a llama file type")
-}
+pub const PROBE_PRESET: FileType = FileType::Q8_0;
 
 /// A model to plan: its metadata, tensors, and where their rows come from.
 pub struct Model<'a> {
@@ -247,7 +245,7 @@ pub fn plan_budget(
 ) -> Result<BudgetPlan, BudgetError> {
     let tensors = model.tensors;
     let mut probe = base.clone();
-    probe.mixture.ftype = probe_preset();
+    probe.mixture.ftype = PROBE_PRESET;
     probe.mixture.tensor_types.clear();
     let probe_plan = quantize::plan(model.metadata, tensors, &probe, imatrix)?;
     let quantizable: Vec<bool> = {
@@ -394,21 +392,20 @@ fn label(planned: &[PlannedTensor], types: &[Option<GgmlType>]) -> FileType {
         }
     }
     let main = bytes_by_type.iter().max_by_key(|(_, b)| *b).map(|(t, _)| *t);
-    use GgmlType as G;
-    let preset = match main {
-        Some(G::Q2_K) => "Q2_K",
-        Some(G::Q3_K) => "Q3_K_M",
-        Some(G::Q4_K) => "Q4_K_M",
-        Some(G::Q5_K) => "Q5_K_M",
-        Some(G::Q6_K) => "Q6_K",
-        Some(G::Q4_0) => "Q4_0",
-        Some(G::Q4_1) => "Q4_1",
-        Some(G::Q5_0) => "Q5_0",
-        Some(G::Q5_1) => "Q5_1",
-        Some(G::F16) => "F16",
-        _ => "Q8_0",
-    };
-    FileType::from_name(preset).expect("every label is a llama file type")
+    use {FileType as F, GgmlType as G};
+    match main {
+        Some(G::Q2_K) => F::Q2_K,
+        Some(G::Q3_K) => F::Q3_K_M,
+        Some(G::Q4_K) => F::Q4_K_M,
+        Some(G::Q5_K) => F::Q5_K_M,
+        Some(G::Q6_K) => F::Q6_K,
+        Some(G::Q4_0) => F::Q4_0,
+        Some(G::Q4_1) => F::Q4_1,
+        Some(G::Q5_0) => F::Q5_0,
+        Some(G::Q5_1) => F::Q5_1,
+        Some(G::F16) => F::F16,
+        _ => F::Q8_0,
+    }
 }
 
 /// Each candidate's predicted error on `tensor`, smallest type first, and

@@ -7,7 +7,6 @@
 //!
 //! - whether a tensor may be quantized at all (its shape and name:
 //!   [`is_quantizable`]);
-//! - the default type of a file type ([`default_type`]);
 //! - the options `--pure`, `--leave-output-tensor`, `--output-tensor-type`,
 //!   `--token-embedding-type`, `--tensor-type PATTERN=TYPE`, `--imatrix` (its
 //!   presence) and `--keep-split` (the visiting order);
@@ -25,10 +24,10 @@ use std::collections::HashSet;
 
 use regex::Regex;
 
-use crate::arch::quant_rules;
-use crate::model::{Array, Metadata, TensorInfo, Value};
-use crate::text::Name;
+use crate::arch::{hparams, quant_rules};
+use crate::model::{KeyError, Metadata, TensorInfo};
 use crate::types::{FileType, GgmlType};
+use FileType as F;
 
 /// What llama-quantize is asked to do, as far as it changes the types chosen.
 #[derive(Debug, Clone)]
@@ -138,10 +137,8 @@ pub struct TensorChoice {
 pub enum MixtureError {
     #[error("file type {0} has no default tensor type, so llama.cpp cannot quantize to it")]
     NoDefaultType(FileType),
-    #[error("metadata key `{0}` is missing")]
-    MissingKey(String),
-    #[error("metadata key `{}` {problem}", Name(.key))]
-    BadKey { key: String, problem: String },
+    #[error("metadata key {0}")]
+    Key(#[from] KeyError),
     #[error("tensor `{0}` appears twice")]
     DuplicateTensor(String),
     #[error("failed to determine layer for tensor {0}")]
@@ -154,49 +151,13 @@ pub enum MixtureError {
     BadOverride { spec: String, problem: String },
 }
 
-/// The tensor type a file type quantizes to unless a rule says otherwise;
-/// `None` for file types llama.cpp cannot produce.
-pub fn default_type(ftype: FileType) -> Option<GgmlType> {
-    use GgmlType as G;
-    Some(match ftype.name() {
-        "F32" => G::F32,
-        "F16" => G::F16,
-        "BF16" => G::BF16,
-        "Q4_0" => G::Q4_0,
-        "Q4_1" => G::Q4_1,
-        "Q5_0" => G::Q5_0,
-        "Q5_1" => G::Q5_1,
-        "Q8_0" => G::Q8_0,
-        "Q1_0" => G::Q1_0,
-        "Q2_0" => G::Q2_0,
-        "MXFP4_MOE" => G::MXFP4,
-        "Q2_K" | "Q2_K_S" => G::Q2_K,
-        "Q3_K_S" | "Q3_K_M" | "Q3_K_L" => G::Q3_K,
-        "Q4_K_S" | "Q4_K_M" => G::Q4_K,
-        "Q5_K_S" | "Q5_K_M" => G::Q5_K,
-        "Q6_K" => G::Q6_K,
-        "TQ1_0" => G::TQ1_0,
-        "TQ2_0" => G::TQ2_0,
-        "IQ1_S" => G::IQ1_S,
-        "IQ1_M" => G::IQ1_M,
-        "IQ2_XXS" => G::IQ2_XXS,
-        "IQ2_XS" | "IQ2_S" => G::IQ2_XS,
-        "IQ2_M" => G::IQ2_S,
-        "IQ3_XXS" => G::IQ3_XXS,
-        "IQ3_XS" | "IQ3_S" | "IQ3_M" => G::IQ3_S,
-        "IQ4_NL" => G::IQ4_NL,
-        "IQ4_XS" => G::IQ4_XS,
-        _ => return None,
-    })
-}
-
 /// Chooses the type of every tensor, in the order given.
 pub fn choose_types(
     metadata: &Metadata,
     tensors: &[TensorInfo],
     options: &MixtureOptions,
 ) -> Result<Vec<TensorChoice>, MixtureError> {
-    let default = default_type(options.ftype).ok_or(MixtureError::NoDefaultType(options.ftype))?;
+    let default = options.ftype.default_type().ok_or(MixtureError::NoDefaultType(options.ftype))?;
     let hparams = Hparams::from_metadata(metadata)?;
     let mut names = HashSet::with_capacity(tensors.len());
     for t in tensors {
@@ -206,7 +167,7 @@ pub fn choose_types(
     }
     let mut mixer = Mixer {
         options,
-        preset: Preset(options.ftype),
+        preset: options.ftype,
         default,
         // Until an output tensor shows up, llama.cpp assumes the token
         // embeddings double as the output and quantizes them like one.
@@ -252,7 +213,7 @@ pub fn requires_imatrix(name: &str, ty: GgmlType, ftype: FileType) -> bool {
     }
     match ty {
         G::IQ3_XXS | G::IQ2_XXS | G::IQ2_XS | G::IQ2_S | G::IQ1_M | G::IQ1_S => true,
-        G::Q2_K => Preset(ftype).is("Q2_K_S"),
+        G::Q2_K => ftype == F::Q2_K_S,
         _ => false,
     }
 }
@@ -442,38 +403,24 @@ fn category(name: &str) -> Category {
     BY_PART.iter().find(|(part, _)| name.contains(part)).map_or(Category::Other, |&(_, c)| c)
 }
 
-/// The file type, with the tests the rules ask of it.
-#[derive(Debug, Clone, Copy)]
-struct Preset(FileType);
-
-/// The 1- and 2-bit codebook presets, which have their own rule set.
-const VERY_LOW_BIT: &[&str] = &["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M"];
 /// Presets whose embeddings are Q2_K.
-const Q2_K_EMBEDDINGS: &[&str] = &["IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M"];
+const Q2_K_EMBEDDINGS: &[FileType] = &[F::IQ2_XXS, F::IQ2_XS, F::IQ1_S, F::IQ1_M];
 /// Presets whose embeddings are Q4_K.
-const Q4_K_EMBEDDINGS: &[&str] = &["TQ1_0", "TQ2_0", "Q2_0"];
+const Q4_K_EMBEDDINGS: &[FileType] = &[F::TQ1_0, F::TQ2_0, F::Q2_0];
 /// Presets whose attn_output goes to Q5_K in an 8-expert model.
-const Q5_K_ATTN_OUTPUT_8_EXPERTS: &[&str] =
-    &["Q2_K", "IQ3_XS", "IQ3_XXS", "Q3_K_S", "Q3_K_M", "IQ4_NL", "Q4_K_S", "Q4_K_M", "IQ3_S", "IQ3_M", "IQ4_XS"];
-
-impl Preset {
-    fn is(self, name: &str) -> bool {
-        debug_assert!(FileType::from_name(name).is_some(), "unknown file type {name}");
-        self.0.name() == name
-    }
-
-    fn is_any(self, names: &[&str]) -> bool {
-        names.iter().any(|n| self.is(n))
-    }
-
-    fn is_iq2_s_or_m(self) -> bool {
-        self.is_any(&["IQ2_S", "IQ2_M"])
-    }
-
-    fn is_iq1(self) -> bool {
-        self.is_any(&["IQ1_S", "IQ1_M"])
-    }
-}
+const Q5_K_ATTN_OUTPUT_8_EXPERTS: &[FileType] = &[
+    F::Q2_K,
+    F::IQ3_XS,
+    F::IQ3_XXS,
+    F::Q3_K_S,
+    F::Q3_K_M,
+    F::IQ4_NL,
+    F::Q4_K_S,
+    F::Q4_K_M,
+    F::IQ3_S,
+    F::IQ3_M,
+    F::IQ4_XS,
+];
 
 /// The hyperparameters the rules read, loaded from metadata as llama.cpp's
 /// model loader loads them (layer 0's values where they may vary per layer).
@@ -488,35 +435,31 @@ struct Hparams {
     n_expert: u32,
 }
 
-/// llama.cpp's `LLAMA_MAX_LAYERS`.
-const MAX_LAYERS: u32 = 512;
-
 impl Hparams {
     fn from_metadata(md: &Metadata) -> Result<Hparams, MixtureError> {
         let arch_key = "general.architecture";
-        let arch = match md.get(arch_key) {
-            None => return Err(MixtureError::MissingKey(arch_key.into())),
-            Some(v) => v.as_str().ok_or_else(|| bad_key(arch_key, "is not a UTF-8 string"))?.to_owned(),
-        };
+        let arch = md.string(arch_key)?.ok_or_else(|| KeyError::missing(arch_key))?.to_owned();
         if quant_rules::has_no_language_hparams(&arch) {
             return Ok(Hparams { arch, n_layer_all: 0, n_layer_nextn: 0, n_head: 0, n_head_kv: 0, n_expert: 0 });
         }
         let key = |suffix: &str| format!("{arch}.{suffix}");
 
         let block_count = key("block_count");
-        let n_layer_all = scalar_u32(md, &block_count)?.ok_or(MixtureError::MissingKey(block_count.clone()))?;
-        if n_layer_all == 0 || n_layer_all > MAX_LAYERS {
-            return Err(bad_key(&block_count, &format!("is {n_layer_all}, not in 1..={MAX_LAYERS}")));
+        let n_layer = hparams::block_count(md, &block_count)?.ok_or_else(|| KeyError::missing(&block_count))?;
+        if n_layer == 0 {
+            return Err(KeyError::new(&block_count, "is 0").into());
         }
+        let n_layer_all = n_layer as u32;
         let nextn = key("nextn_predict_layers");
-        let n_layer_nextn = scalar_u32(md, &nextn)?.unwrap_or(0);
+        let n_layer_nextn = md.count::<u32>(&nextn)?.unwrap_or(0);
         if n_layer_nextn > n_layer_all {
-            return Err(bad_key(&nextn, &format!("is {n_layer_nextn}, more than the {n_layer_all} layers")));
+            return Err(KeyError::new(&nextn, format!("is {n_layer_nextn}, more than the {n_layer_all} layers")).into());
         }
-        let n_expert = scalar_u32(md, &key("expert_count"))?.unwrap_or(0);
-        let n_head = first_layer_u32(md, &key("attention.head_count"), n_layer_all)?.unwrap_or(0);
+        let n_expert = md.count::<u32>(&key("expert_count"))?.unwrap_or(0);
+        let layer_0 = |name: &str| Ok::<_, KeyError>(md.per_layer::<u32>(&key(name), n_layer)?.map(|layers| layers[0]));
+        let n_head = layer_0("attention.head_count")?.unwrap_or(0);
         // The KV head count defaults to the head count.
-        let n_head_kv = first_layer_u32(md, &key("attention.head_count_kv"), n_layer_all)?.unwrap_or(n_head);
+        let n_head_kv = layer_0("attention.head_count_kv")?.unwrap_or(n_head);
         Ok(Hparams { arch, n_layer_all, n_layer_nextn, n_head, n_head_kv, n_expert })
     }
 
@@ -534,41 +477,10 @@ impl Hparams {
     }
 }
 
-fn bad_key(key: &str, problem: &str) -> MixtureError {
-    MixtureError::BadKey { key: key.to_owned(), problem: problem.to_owned() }
-}
-
-fn to_u32(key: &str, value: &Value) -> Result<u32, MixtureError> {
-    value.as_u64().and_then(|v| u32::try_from(v).ok()).ok_or_else(|| bad_key(key, "is not a 32-bit unsigned integer"))
-}
-
-fn scalar_u32(md: &Metadata, key: &str) -> Result<Option<u32>, MixtureError> {
-    md.get(key).map(|v| to_u32(key, v)).transpose()
-}
-
-/// A per-layer key given either as one value or as an array of one value per
-/// layer; layer 0's value.
-fn first_layer_u32(md: &Metadata, key: &str, n_layer: u32) -> Result<Option<u32>, MixtureError> {
-    match md.get(key) {
-        None => Ok(None),
-        Some(Value::Array(array)) => {
-            if array.len() != n_layer as usize {
-                return Err(bad_key(key, &format!("has {} values for {n_layer} layers", array.len())));
-            }
-            if matches!(array, Array::String(_) | Array::Array(_) | Array::F32(_) | Array::F64(_) | Array::Bool(_)) {
-                return Err(bad_key(key, "is not an array of integers"));
-            }
-            let first = array.get(0).ok_or_else(|| bad_key(key, "is empty"))?;
-            to_u32(key, &first).map(Some)
-        }
-        Some(value) => to_u32(key, value).map(Some),
-    }
-}
-
 /// The walk over the tensors: options, model, and the counters the rules read.
 struct Mixer<'a> {
     options: &'a MixtureOptions,
-    preset: Preset,
+    preset: FileType,
     default: GgmlType,
     hparams: Hparams,
     tied_embeddings: bool,
@@ -641,13 +553,13 @@ impl Mixer<'_> {
         if category == Category::Output || (self.tied_embeddings && category == Category::TokenEmbd) {
             return Ok(self.output_type(t, ty));
         }
-        if self.preset.is("MXFP4_MOE") {
+        if self.preset == F::MXFP4_MOE {
             return Ok(self.mxfp4_moe_type(t, category));
         }
         if category == Category::TokenEmbd {
             return Ok(self.token_embd_type(ty));
         }
-        if self.preset.is_any(VERY_LOW_BIT) {
+        if self.preset.is_very_low_bit() {
             return Ok(self.very_low_bit_type(category, ty));
         }
         Ok(match category {
@@ -680,12 +592,12 @@ impl Mixer<'_> {
             return ty;
         }
         let p = self.preset;
-        if p.is("MXFP4_MOE")
+        if p == F::MXFP4_MOE
             || quant_rules::uses_falcon_rules(&self.hparams.arch)
             || !row_len(t).is_multiple_of(ty.block_size())
         {
             GgmlType::Q8_0
-        } else if p.is_any(VERY_LOW_BIT) || p.is("IQ3_XXS") {
+        } else if p.is_very_low_bit() || p == F::IQ3_XXS {
             GgmlType::Q5_K
         } else if ty != GgmlType::Q8_0 {
             GgmlType::Q6_K
@@ -712,11 +624,11 @@ impl Mixer<'_> {
         let p = self.preset;
         if let Some(ty) = self.options.token_embedding_type {
             ty
-        } else if p.is_any(Q2_K_EMBEDDINGS) {
+        } else if Q2_K_EMBEDDINGS.contains(&p) {
             GgmlType::Q2_K
-        } else if p.is_iq2_s_or_m() || p.is("IQ3_XXS") {
+        } else if matches!(p, F::IQ2_S | F::IQ2_M) || p == F::IQ3_XXS {
             GgmlType::IQ3_S
-        } else if p.is_any(Q4_K_EMBEDDINGS) {
+        } else if Q4_K_EMBEDDINGS.contains(&p) {
             GgmlType::Q4_K
         } else {
             ty
@@ -727,7 +639,7 @@ impl Mixer<'_> {
     fn very_low_bit_type(&mut self, category: Category, ty: GgmlType) -> GgmlType {
         let p = self.preset;
         let hp = &self.hparams;
-        let iq2_s_or_m_else_q2_k = if p.is_iq2_s_or_m() { GgmlType::IQ3_S } else { GgmlType::Q2_K };
+        let iq2_s_or_m_else_q2_k = if matches!(p, F::IQ2_S | F::IQ2_M) { GgmlType::IQ3_S } else { GgmlType::Q2_K };
         if category.is_attn_v_like() {
             self.i_attention_wv += 1;
             if hp.n_gqa() >= 4 || hp.n_expert >= 4 { GgmlType::Q4_K } else { iq2_s_or_m_else_q2_k }
@@ -741,9 +653,9 @@ impl Mixer<'_> {
         } else if category == Category::AttnOutput {
             if hp.n_expert == 8 {
                 GgmlType::Q5_K
-            } else if p.is_iq1() {
+            } else if matches!(p, F::IQ1_S | F::IQ1_M) {
                 GgmlType::IQ2_XXS
-            } else if p.is_iq2_s_or_m() {
+            } else if matches!(p, F::IQ2_S | F::IQ2_M) {
                 GgmlType::IQ3_S
             } else {
                 ty
@@ -761,11 +673,11 @@ impl Mixer<'_> {
         let hp = &self.hparams;
         let gqa = hp.n_gqa() >= 4;
         let i = self.i_attention_wv;
-        let mut ty = if p.is("Q2_K") {
+        let mut ty = if p == F::Q2_K {
             if gqa { G::Q4_K } else { G::Q3_K }
-        } else if p.is("Q2_K_S") && gqa {
+        } else if p == F::Q2_K_S && gqa {
             G::Q4_K
-        } else if p.is("IQ3_XXS") {
+        } else if p == F::IQ3_XXS {
             if gqa {
                 G::Q4_K
             } else if !self.options.has_imatrix {
@@ -773,15 +685,15 @@ impl Mixer<'_> {
             } else {
                 G::IQ3_XXS
             }
-        } else if (p.is_any(&["IQ3_XS", "IQ3_S"]) && gqa) || p.is("IQ3_M") {
+        } else if (matches!(p, F::IQ3_XS | F::IQ3_S) && gqa) || p == F::IQ3_M {
             G::Q4_K
-        } else if p.is("Q3_K_M") {
+        } else if p == F::Q3_K_M {
             if i < 2 { G::Q5_K } else { G::Q4_K }
-        } else if p.is("Q3_K_L") || (p.is_any(&["IQ4_NL", "IQ4_XS"]) && gqa) {
+        } else if p == F::Q3_K_L || (matches!(p, F::IQ4_NL | F::IQ4_XS) && gqa) {
             G::Q5_K
-        } else if p.is_any(&["Q4_K_M", "Q5_K_M"]) && use_more_bits(i, self.n_attention_wv) {
+        } else if matches!(p, F::Q4_K_M | F::Q5_K_M) && use_more_bits(i, self.n_attention_wv) {
             G::Q6_K
-        } else if p.is("Q4_K_S") && i < 4 {
+        } else if p == F::Q4_K_S && i < 4 {
             G::Q5_K
         } else {
             ty
@@ -805,9 +717,9 @@ impl Mixer<'_> {
 
     /// attn_q, and attn_k outside 8-expert models: fewer bits for IQ3.
     fn attn_q_type(&self, ty: GgmlType) -> GgmlType {
-        if self.preset.is("IQ3_XS") {
+        if self.preset == F::IQ3_XS {
             GgmlType::IQ3_XXS
-        } else if self.preset.is("IQ3_XXS") {
+        } else if self.preset == F::IQ3_XXS {
             GgmlType::IQ2_S
         } else {
             ty
@@ -836,13 +748,13 @@ impl Mixer<'_> {
         let p = self.preset;
         let falcon = quant_rules::uses_falcon_rules(&self.hparams.arch);
         let has_imatrix = self.options.has_imatrix;
-        Ok(if p.is("Q2_K") {
+        Ok(if p == F::Q2_K {
             G::Q3_K
-        } else if p.is("Q2_K_S") {
+        } else if p == F::Q2_K_S {
             if i < n / 8 { G::Q4_K } else { ty }
-        } else if p.is("IQ3_XXS") && !has_imatrix {
+        } else if p == F::IQ3_XXS && !has_imatrix {
             if i < n / 8 { G::Q4_K } else { G::Q3_K }
-        } else if p.is("Q3_K_M") {
+        } else if p == F::Q3_K_M {
             if i < n / 16 {
                 G::Q5_K
             } else if !falcon || use_more_bits(i, n) {
@@ -850,11 +762,11 @@ impl Mixer<'_> {
             } else {
                 G::Q3_K
             }
-        } else if p.is("IQ3_M") && (i < n / 8 || (self.hparams.n_expert == 8 && use_more_bits(i, n))) {
+        } else if p == F::IQ3_M && (i < n / 8 || (self.hparams.n_expert == 8 && use_more_bits(i, n))) {
             G::Q4_K
-        } else if p.is("Q3_K_L") {
+        } else if p == F::Q3_K_L {
             if falcon { G::Q4_K } else { G::Q5_K }
-        } else if p.is("Q4_K_M") {
+        } else if p == F::Q4_K_M {
             if falcon {
                 if i < n / 16 {
                     G::Q6_K
@@ -868,16 +780,16 @@ impl Mixer<'_> {
             } else {
                 ty
             }
-        } else if i < n / 8 && p.is_any(&["IQ4_NL", "IQ4_XS"]) && !has_imatrix {
+        } else if i < n / 8 && matches!(p, F::IQ4_NL | F::IQ4_XS) && !has_imatrix {
             G::Q5_K
-        } else if p.is("Q5_K_M") && use_more_bits(i, n) {
+        } else if p == F::Q5_K_M && use_more_bits(i, n) {
             G::Q6_K
-        } else if p.is("Q4_K_S") && !falcon && i < n / 8 {
+        } else if p == F::Q4_K_S && !falcon && i < n / 8 {
             G::Q5_K
-        } else if p.is_any(&["Q4_0", "Q5_0"]) && has_imatrix && i < n / 8 {
+        } else if matches!(p, F::Q4_0 | F::Q5_0) && has_imatrix && i < n / 8 {
             // The first ffn_down layers can go wrong even with an imatrix;
             // only with one, so that a run without stays as it always was.
-            if p.is("Q4_0") { G::Q4_1 } else { G::Q5_1 }
+            if p == F::Q4_0 { G::Q4_1 } else { G::Q5_1 }
         } else {
             ty
         })
@@ -887,18 +799,18 @@ impl Mixer<'_> {
         use GgmlType as G;
         let p = self.preset;
         if quant_rules::uses_falcon_rules(&self.hparams.arch) {
-            return if p.is("Q3_K_L") { G::Q4_K } else { ty };
+            return if p == F::Q3_K_L { G::Q4_K } else { ty };
         }
         if self.hparams.n_expert == 8 {
-            return if p.is_any(Q5_K_ATTN_OUTPUT_8_EXPERTS) { G::Q5_K } else { ty };
+            return if Q5_K_ATTN_OUTPUT_8_EXPERTS.contains(&p) { G::Q5_K } else { ty };
         }
-        if p.is("Q2_K") {
+        if p == F::Q2_K {
             G::Q3_K
-        } else if p.is("IQ3_XXS") {
+        } else if p == F::IQ3_XXS {
             G::IQ3_S
-        } else if p.is_any(&["Q3_K_M", "IQ3_M"]) {
+        } else if matches!(p, F::Q3_K_M | F::IQ3_M) {
             G::Q4_K
-        } else if p.is("Q3_K_L") {
+        } else if p == F::Q3_K_L {
             G::Q5_K
         } else {
             ty
@@ -907,7 +819,7 @@ impl Mixer<'_> {
 
     /// ffn_gate and ffn_up: IQ3_XS spends fewer bits on the middle layers.
     fn ffn_gate_up_type(&self, i_layer: i64, n_layer: i64, ty: GgmlType) -> GgmlType {
-        if self.preset.is("IQ3_XS") && i_layer >= n_layer / 8 && i_layer < 7 * n_layer / 8 {
+        if self.preset == F::IQ3_XS && i_layer >= n_layer / 8 && i_layer < 7 * n_layer / 8 {
             GgmlType::IQ3_XXS
         } else {
             ty
@@ -918,10 +830,7 @@ impl Mixer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ftype(name: &str) -> FileType {
-        FileType::from_name(name).unwrap()
-    }
+    use crate::model::{Array, Value};
 
     fn tensor(name: &str, dims: &[u64], offset: u64) -> TensorInfo {
         TensorInfo { file_offset: offset, ..TensorInfo::new(name, dims.to_vec(), GgmlType::F16) }
@@ -937,27 +846,6 @@ mod tests {
             md.set("llama.expert_count", Value::U32(experts));
         }
         md
-    }
-
-    #[test]
-    fn every_named_file_type_exists() {
-        for names in [VERY_LOW_BIT, Q2_K_EMBEDDINGS, Q4_K_EMBEDDINGS, Q5_K_ATTN_OUTPUT_8_EXPERTS] {
-            for name in names {
-                assert!(FileType::from_name(name).is_some(), "{name}");
-            }
-        }
-    }
-
-    #[test]
-    fn default_types() {
-        assert_eq!(default_type(ftype("Q4_K_M")), Some(GgmlType::Q4_K));
-        assert_eq!(default_type(ftype("IQ2_M")), Some(GgmlType::IQ2_S));
-        assert_eq!(default_type(ftype("MXFP4_MOE")), Some(GgmlType::MXFP4));
-        assert_eq!(default_type(ftype("F32")), Some(GgmlType::F32));
-        // llama.cpp lists NVFP4 as a file type but cannot quantize to it.
-        assert_eq!(default_type(ftype("NVFP4")), None);
-        let with_default = FileType::all().filter(|&f| default_type(f).is_some()).count();
-        assert_eq!(with_default, FileType::all().count() - 1);
     }
 
     #[test]
@@ -1025,20 +913,20 @@ mod tests {
     #[test]
     fn impossible_inputs_are_errors() {
         let tensors = [tensor("blk.0.attn_v.weight", &[4096, 1024], 0)];
-        let options = MixtureOptions::new(ftype("NVFP4"));
+        let options = MixtureOptions::new(F::NVFP4);
         assert!(matches!(choose_types(&llama(32, 0), &tensors, &options), Err(MixtureError::NoDefaultType(_))));
 
-        let options = MixtureOptions::new(ftype("Q4_K_M"));
+        let options = MixtureOptions::new(F::Q4_K_M);
         assert_eq!(
             choose_types(&Metadata::new(), &tensors, &options),
-            Err(MixtureError::MissingKey("general.architecture".into()))
+            Err(KeyError::missing("general.architecture").into())
         );
         let mut md = llama(32, 0);
         md.set("llama.block_count", Value::I32(-1));
-        assert!(matches!(choose_types(&md, &tensors, &options), Err(MixtureError::BadKey { .. })));
+        assert!(matches!(choose_types(&md, &tensors, &options), Err(MixtureError::Key(_))));
         let mut md = llama(2, 0);
         md.set("llama.attention.head_count_kv", Value::Array(Array::U32(vec![8])));
-        assert!(matches!(choose_types(&md, &tensors, &options), Err(MixtureError::BadKey { .. })));
+        assert!(matches!(choose_types(&md, &tensors, &options), Err(MixtureError::Key(_))));
 
         let twice = [tensor("a.weight", &[256, 256], 0), tensor("a.weight", &[256, 256], 1)];
         assert_eq!(
@@ -1059,7 +947,7 @@ mod tests {
         // Q3_K_M gives the first two attn_v tensors visited Q5_K.
         let tensors: Vec<TensorInfo> =
             [3, 2, 1, 0].iter().map(|&i| tensor(&format!("blk.{i}.attn_v.weight"), &[4096, 1024], i)).collect();
-        let mut options = MixtureOptions::new(ftype("Q3_K_M"));
+        let mut options = MixtureOptions::new(F::Q3_K_M);
         let types = |options: &MixtureOptions| -> Vec<GgmlType> {
             choose_types(&llama(4, 0), &tensors, options).unwrap().iter().map(|c| c.ty).collect()
         };

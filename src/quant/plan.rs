@@ -15,6 +15,7 @@ use crate::quant::mixture::{self, MixtureError, MixtureOptions};
 use crate::quant::prune;
 use crate::text::Name;
 use crate::types::{FileType, GgmlType};
+use FileType as F;
 
 /// ggml's `GGML_QNT_VERSION`, written to `general.quantization_version`.
 pub const QUANTIZATION_VERSION: u32 = 2;
@@ -118,56 +119,56 @@ impl QuantizeOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuantizeType {
     pub name: &'static str,
-    file_type: u32,
+    file_type: FileType,
     pub description: &'static str,
 }
 
-const fn qt(name: &'static str, file_type: u32, description: &'static str) -> QuantizeType {
+const fn qt(name: &'static str, file_type: FileType, description: &'static str) -> QuantizeType {
     QuantizeType { name, file_type, description }
 }
 
 /// llama-quantize's list in its order, aliases (`Q4_K` for `Q4_K_M`) and
 /// [`COPY`] (file type 0, after F32, so that 0 means F32) included.
 const QUANTIZE_TYPES: &[QuantizeType] = &[
-    qt("Q1_0", 40, " 1.125 bpw quantization"),
-    qt("Q2_0", 41, " 2.25 bpw quantization (group 64)"),
-    qt("Q4_0", 2, " 4.34G, +0.4685 ppl @ Llama-3-8B"),
-    qt("Q4_1", 3, " 4.78G, +0.4511 ppl @ Llama-3-8B"),
-    qt("MXFP4_MOE", 38, " MXFP4 MoE"),
-    qt("Q5_0", 8, " 5.21G, +0.1316 ppl @ Llama-3-8B"),
-    qt("Q5_1", 9, " 5.65G, +0.1062 ppl @ Llama-3-8B"),
-    qt("IQ2_XXS", 19, " 2.06 bpw quantization"),
-    qt("IQ2_XS", 20, " 2.31 bpw quantization"),
-    qt("IQ2_S", 28, " 2.5  bpw quantization"),
-    qt("IQ2_M", 29, " 2.7  bpw quantization"),
-    qt("IQ1_S", 24, " 1.56 bpw quantization"),
-    qt("IQ1_M", 31, " 1.75 bpw quantization"),
-    qt("TQ1_0", 36, " 1.69 bpw ternarization"),
-    qt("TQ2_0", 37, " 2.06 bpw ternarization"),
-    qt("Q2_K", 10, " 2.96G, +3.5199 ppl @ Llama-3-8B"),
-    qt("Q2_K_S", 21, " 2.96G, +3.1836 ppl @ Llama-3-8B"),
-    qt("IQ3_XXS", 23, " 3.06 bpw quantization"),
-    qt("IQ3_S", 26, " 3.44 bpw quantization"),
-    qt("IQ3_M", 27, " 3.66 bpw quantization mix"),
-    qt("Q3_K", 12, "alias for Q3_K_M"),
-    qt("IQ3_XS", 22, " 3.3 bpw quantization"),
-    qt("Q3_K_S", 11, " 3.41G, +1.6321 ppl @ Llama-3-8B"),
-    qt("Q3_K_M", 12, " 3.74G, +0.6569 ppl @ Llama-3-8B"),
-    qt("Q3_K_L", 13, " 4.03G, +0.5562 ppl @ Llama-3-8B"),
-    qt("IQ4_NL", 25, " 4.50 bpw non-linear quantization"),
-    qt("IQ4_XS", 30, " 4.25 bpw non-linear quantization"),
-    qt("Q4_K", 15, "alias for Q4_K_M"),
-    qt("Q4_K_S", 14, " 4.37G, +0.2689 ppl @ Llama-3-8B"),
-    qt("Q4_K_M", 15, " 4.58G, +0.1754 ppl @ Llama-3-8B"),
-    qt("Q5_K", 17, "alias for Q5_K_M"),
-    qt("Q5_K_S", 16, " 5.21G, +0.1049 ppl @ Llama-3-8B"),
-    qt("Q5_K_M", 17, " 5.33G, +0.0569 ppl @ Llama-3-8B"),
-    qt("Q6_K", 18, " 6.14G, +0.0217 ppl @ Llama-3-8B"),
-    qt("Q8_0", 7, " 7.96G, +0.0026 ppl @ Llama-3-8B"),
-    qt("F16", 1, "14.00G, +0.0020 ppl @ Mistral-7B"),
-    qt("BF16", 32, "14.00G, -0.0050 ppl @ Mistral-7B"),
-    qt("F32", 0, "26.00G              @ 7B"),
-    qt(COPY, 0, "only copy tensors, no quantizing"),
+    qt("Q1_0", F::Q1_0, " 1.125 bpw quantization"),
+    qt("Q2_0", F::Q2_0, " 2.25 bpw quantization (group 64)"),
+    qt("Q4_0", F::Q4_0, " 4.34G, +0.4685 ppl @ Llama-3-8B"),
+    qt("Q4_1", F::Q4_1, " 4.78G, +0.4511 ppl @ Llama-3-8B"),
+    qt("MXFP4_MOE", F::MXFP4_MOE, " MXFP4 MoE"),
+    qt("Q5_0", F::Q5_0, " 5.21G, +0.1316 ppl @ Llama-3-8B"),
+    qt("Q5_1", F::Q5_1, " 5.65G, +0.1062 ppl @ Llama-3-8B"),
+    qt("IQ2_XXS", F::IQ2_XXS, " 2.06 bpw quantization"),
+    qt("IQ2_XS", F::IQ2_XS, " 2.31 bpw quantization"),
+    qt("IQ2_S", F::IQ2_S, " 2.5  bpw quantization"),
+    qt("IQ2_M", F::IQ2_M, " 2.7  bpw quantization"),
+    qt("IQ1_S", F::IQ1_S, " 1.56 bpw quantization"),
+    qt("IQ1_M", F::IQ1_M, " 1.75 bpw quantization"),
+    qt("TQ1_0", F::TQ1_0, " 1.69 bpw ternarization"),
+    qt("TQ2_0", F::TQ2_0, " 2.06 bpw ternarization"),
+    qt("Q2_K", F::Q2_K, " 2.96G, +3.5199 ppl @ Llama-3-8B"),
+    qt("Q2_K_S", F::Q2_K_S, " 2.96G, +3.1836 ppl @ Llama-3-8B"),
+    qt("IQ3_XXS", F::IQ3_XXS, " 3.06 bpw quantization"),
+    qt("IQ3_S", F::IQ3_S, " 3.44 bpw quantization"),
+    qt("IQ3_M", F::IQ3_M, " 3.66 bpw quantization mix"),
+    qt("Q3_K", F::Q3_K_M, "alias for Q3_K_M"),
+    qt("IQ3_XS", F::IQ3_XS, " 3.3 bpw quantization"),
+    qt("Q3_K_S", F::Q3_K_S, " 3.41G, +1.6321 ppl @ Llama-3-8B"),
+    qt("Q3_K_M", F::Q3_K_M, " 3.74G, +0.6569 ppl @ Llama-3-8B"),
+    qt("Q3_K_L", F::Q3_K_L, " 4.03G, +0.5562 ppl @ Llama-3-8B"),
+    qt("IQ4_NL", F::IQ4_NL, " 4.50 bpw non-linear quantization"),
+    qt("IQ4_XS", F::IQ4_XS, " 4.25 bpw non-linear quantization"),
+    qt("Q4_K", F::Q4_K_M, "alias for Q4_K_M"),
+    qt("Q4_K_S", F::Q4_K_S, " 4.37G, +0.2689 ppl @ Llama-3-8B"),
+    qt("Q4_K_M", F::Q4_K_M, " 4.58G, +0.1754 ppl @ Llama-3-8B"),
+    qt("Q5_K", F::Q5_K_M, "alias for Q5_K_M"),
+    qt("Q5_K_S", F::Q5_K_S, " 5.21G, +0.1049 ppl @ Llama-3-8B"),
+    qt("Q5_K_M", F::Q5_K_M, " 5.33G, +0.0569 ppl @ Llama-3-8B"),
+    qt("Q6_K", F::Q6_K, " 6.14G, +0.0217 ppl @ Llama-3-8B"),
+    qt("Q8_0", F::Q8_0, " 7.96G, +0.0026 ppl @ Llama-3-8B"),
+    qt("F16", F::F16, "14.00G, +0.0020 ppl @ Mistral-7B"),
+    qt("BF16", F::BF16, "14.00G, -0.0050 ppl @ Mistral-7B"),
+    qt("F32", F::F32, "26.00G              @ 7B"),
+    qt(COPY, F::F32, "only copy tensors, no quantizing"),
 ];
 
 impl QuantizeType {
@@ -179,12 +180,12 @@ impl QuantizeType {
     /// A type as llama-quantize reads one: a name in any case, or a file
     /// type number (the first entry with it, so 12 is `Q3_K`, as there).
     pub fn parse(text: &str) -> Option<QuantizeType> {
-        let by_number = || text.parse::<u32>().ok().and_then(|id| QuantizeType::all().find(|t| t.file_type == id));
+        let by_number = || text.parse::<u32>().ok().and_then(|id| QuantizeType::all().find(|t| t.file_type.id() == id));
         QuantizeType::all().find(|t| t.name.eq_ignore_ascii_case(text)).or_else(by_number)
     }
 
     pub fn file_type(self) -> FileType {
-        FileType::from_id(self.file_type).expect("llama-quantize's file types are in the file type table")
+        self.file_type
     }
 
     pub fn is_copy(self) -> bool {
@@ -193,7 +194,7 @@ impl QuantizeType {
 
     /// Whether quantforge makes it: COPY, or a preset whose main type has an encoder.
     fn is_supported(self) -> bool {
-        self.is_copy() || mixture::default_type(self.file_type()).is_some_and(crate::codecs::can_quantize)
+        self.is_copy() || self.file_type().default_type().is_some_and(crate::codecs::can_quantize)
     }
 }
 

@@ -3,54 +3,127 @@
 use std::fmt;
 
 use super::GgmlType;
+use FileType as F;
+use GgmlType as G;
 
-/// A llama `ftype`: the label a whole model file carries. Ids are llama.h's
-/// `enum llama_ftype`, with gaps where llama.cpp removed a type.
+/// A llama `ftype`: the label a whole model file carries, and the preset
+/// `llama-quantize` takes by that name. Its facts are one row of [`TABLE`].
+#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FileType {
-    id: u32,
-    name: &'static str,
-    description: &'static str,
+pub enum FileType {
+    F32,
+    F16,
+    Q4_0,
+    Q4_1,
+    Q8_0,
+    Q5_0,
+    Q5_1,
+    Q2_K,
+    Q3_K_S,
+    Q3_K_M,
+    Q3_K_L,
+    Q4_K_S,
+    Q4_K_M,
+    Q5_K_S,
+    Q5_K_M,
+    Q6_K,
+    IQ2_XXS,
+    IQ2_XS,
+    Q2_K_S,
+    IQ3_XS,
+    IQ3_XXS,
+    IQ1_S,
+    IQ4_NL,
+    IQ3_S,
+    IQ3_M,
+    IQ2_S,
+    IQ2_M,
+    IQ4_XS,
+    IQ1_M,
+    BF16,
+    TQ1_0,
+    TQ2_0,
+    MXFP4_MOE,
+    NVFP4,
+    Q1_0,
+    Q2_0,
 }
 
-/// `(id, name as llama-quantize spells it, description as llama.cpp prints it)`.
-const TABLE: &[(u32, &str, &str)] = &[
-    (0, "F32", "all F32"),
-    (1, "F16", "F16"),
-    (2, "Q4_0", "Q4_0"),
-    (3, "Q4_1", "Q4_1"),
-    (7, "Q8_0", "Q8_0"),
-    (8, "Q5_0", "Q5_0"),
-    (9, "Q5_1", "Q5_1"),
-    (10, "Q2_K", "Q2_K - Medium"),
-    (11, "Q3_K_S", "Q3_K - Small"),
-    (12, "Q3_K_M", "Q3_K - Medium"),
-    (13, "Q3_K_L", "Q3_K - Large"),
-    (14, "Q4_K_S", "Q4_K - Small"),
-    (15, "Q4_K_M", "Q4_K - Medium"),
-    (16, "Q5_K_S", "Q5_K - Small"),
-    (17, "Q5_K_M", "Q5_K - Medium"),
-    (18, "Q6_K", "Q6_K"),
-    (19, "IQ2_XXS", "IQ2_XXS - 2.0625 bpw"),
-    (20, "IQ2_XS", "IQ2_XS - 2.3125 bpw"),
-    (21, "Q2_K_S", "Q2_K - Small"),
-    (22, "IQ3_XS", "IQ3_XS - 3.3 bpw"),
-    (23, "IQ3_XXS", "IQ3_XXS - 3.0625 bpw"),
-    (24, "IQ1_S", "IQ1_S - 1.5625 bpw"),
-    (25, "IQ4_NL", "IQ4_NL - 4.5 bpw"),
-    (26, "IQ3_S", "IQ3_S - 3.4375 bpw"),
-    (27, "IQ3_M", "IQ3_S mix - 3.66 bpw"),
-    (28, "IQ2_S", "IQ2_S - 2.5 bpw"),
-    (29, "IQ2_M", "IQ2_M - 2.7 bpw"),
-    (30, "IQ4_XS", "IQ4_XS - 4.25 bpw"),
-    (31, "IQ1_M", "IQ1_M - 1.75 bpw"),
-    (32, "BF16", "BF16"),
-    (36, "TQ1_0", "TQ1_0 - 1.69 bpw ternary"),
-    (37, "TQ2_0", "TQ2_0 - 2.06 bpw ternary"),
-    (38, "MXFP4_MOE", "MXFP4 MoE"),
-    (39, "NVFP4", "NVFP4"),
-    (40, "Q1_0", "Q1_0"),
-    (41, "Q2_0", "Q2_0"),
+/// What llama.cpp says of one file type.
+struct Row {
+    file_type: FileType,
+    /// llama.h's `enum llama_ftype`, with gaps where llama.cpp removed a type.
+    id: u32,
+    /// As `llama-quantize` spells it.
+    name: &'static str,
+    /// As llama.cpp prints it.
+    description: &'static str,
+    /// The tensor type the preset quantizes to where no rule says otherwise
+    /// (`llama_model_quantize_impl`); `None` where llama.cpp cannot produce
+    /// the file type.
+    default: Option<GgmlType>,
+    /// The tensor type whose prevalence makes llama.cpp's loader guess this
+    /// file type for a file without `general.file_type`.
+    guessed_from: Option<GgmlType>,
+    /// The 1- and 2-bit codebook presets, which have their own rule set.
+    very_low_bit: bool,
+}
+
+impl Row {
+    const fn new(
+        file_type: FileType,
+        id: u32,
+        name: &'static str,
+        description: &'static str,
+        default: Option<GgmlType>,
+        guessed_from: Option<GgmlType>,
+    ) -> Row {
+        Row { file_type, id, name, description, default, guessed_from, very_low_bit: false }
+    }
+
+    const fn very_low_bit(self) -> Row {
+        Row { very_low_bit: true, ..self }
+    }
+}
+
+/// Every file type, in the enum's order.
+const TABLE: &[Row] = &[
+    Row::new(F::F32, 0, "F32", "all F32", Some(G::F32), Some(G::F32)),
+    Row::new(F::F16, 1, "F16", "F16", Some(G::F16), Some(G::F16)),
+    Row::new(F::Q4_0, 2, "Q4_0", "Q4_0", Some(G::Q4_0), Some(G::Q4_0)),
+    Row::new(F::Q4_1, 3, "Q4_1", "Q4_1", Some(G::Q4_1), Some(G::Q4_1)),
+    Row::new(F::Q8_0, 7, "Q8_0", "Q8_0", Some(G::Q8_0), Some(G::Q8_0)),
+    Row::new(F::Q5_0, 8, "Q5_0", "Q5_0", Some(G::Q5_0), Some(G::Q5_0)),
+    Row::new(F::Q5_1, 9, "Q5_1", "Q5_1", Some(G::Q5_1), Some(G::Q5_1)),
+    Row::new(F::Q2_K, 10, "Q2_K", "Q2_K - Medium", Some(G::Q2_K), Some(G::Q2_K)),
+    Row::new(F::Q3_K_S, 11, "Q3_K_S", "Q3_K - Small", Some(G::Q3_K), None),
+    Row::new(F::Q3_K_M, 12, "Q3_K_M", "Q3_K - Medium", Some(G::Q3_K), Some(G::Q3_K)),
+    Row::new(F::Q3_K_L, 13, "Q3_K_L", "Q3_K - Large", Some(G::Q3_K), None),
+    Row::new(F::Q4_K_S, 14, "Q4_K_S", "Q4_K - Small", Some(G::Q4_K), None),
+    Row::new(F::Q4_K_M, 15, "Q4_K_M", "Q4_K - Medium", Some(G::Q4_K), Some(G::Q4_K)),
+    Row::new(F::Q5_K_S, 16, "Q5_K_S", "Q5_K - Small", Some(G::Q5_K), None),
+    Row::new(F::Q5_K_M, 17, "Q5_K_M", "Q5_K - Medium", Some(G::Q5_K), Some(G::Q5_K)),
+    Row::new(F::Q6_K, 18, "Q6_K", "Q6_K", Some(G::Q6_K), Some(G::Q6_K)),
+    Row::new(F::IQ2_XXS, 19, "IQ2_XXS", "IQ2_XXS - 2.0625 bpw", Some(G::IQ2_XXS), Some(G::IQ2_XXS)).very_low_bit(),
+    Row::new(F::IQ2_XS, 20, "IQ2_XS", "IQ2_XS - 2.3125 bpw", Some(G::IQ2_XS), Some(G::IQ2_XS)).very_low_bit(),
+    Row::new(F::Q2_K_S, 21, "Q2_K_S", "Q2_K - Small", Some(G::Q2_K), None),
+    Row::new(F::IQ3_XS, 22, "IQ3_XS", "IQ3_XS - 3.3 bpw", Some(G::IQ3_S), None),
+    Row::new(F::IQ3_XXS, 23, "IQ3_XXS", "IQ3_XXS - 3.0625 bpw", Some(G::IQ3_XXS), Some(G::IQ3_XXS)),
+    Row::new(F::IQ1_S, 24, "IQ1_S", "IQ1_S - 1.5625 bpw", Some(G::IQ1_S), Some(G::IQ1_S)).very_low_bit(),
+    Row::new(F::IQ4_NL, 25, "IQ4_NL", "IQ4_NL - 4.5 bpw", Some(G::IQ4_NL), Some(G::IQ4_NL)),
+    Row::new(F::IQ3_S, 26, "IQ3_S", "IQ3_S - 3.4375 bpw", Some(G::IQ3_S), Some(G::IQ3_S)),
+    Row::new(F::IQ3_M, 27, "IQ3_M", "IQ3_S mix - 3.66 bpw", Some(G::IQ3_S), None),
+    Row::new(F::IQ2_S, 28, "IQ2_S", "IQ2_S - 2.5 bpw", Some(G::IQ2_XS), Some(G::IQ2_S)).very_low_bit(),
+    Row::new(F::IQ2_M, 29, "IQ2_M", "IQ2_M - 2.7 bpw", Some(G::IQ2_S), None).very_low_bit(),
+    Row::new(F::IQ4_XS, 30, "IQ4_XS", "IQ4_XS - 4.25 bpw", Some(G::IQ4_XS), Some(G::IQ4_XS)),
+    Row::new(F::IQ1_M, 31, "IQ1_M", "IQ1_M - 1.75 bpw", Some(G::IQ1_M), Some(G::IQ1_M)).very_low_bit(),
+    Row::new(F::BF16, 32, "BF16", "BF16", Some(G::BF16), Some(G::BF16)),
+    Row::new(F::TQ1_0, 36, "TQ1_0", "TQ1_0 - 1.69 bpw ternary", Some(G::TQ1_0), Some(G::TQ1_0)),
+    Row::new(F::TQ2_0, 37, "TQ2_0", "TQ2_0 - 2.06 bpw ternary", Some(G::TQ2_0), Some(G::TQ2_0)),
+    Row::new(F::MXFP4_MOE, 38, "MXFP4_MOE", "MXFP4 MoE", Some(G::MXFP4), None),
+    Row::new(F::NVFP4, 39, "NVFP4", "NVFP4", None, Some(G::NVFP4)),
+    Row::new(F::Q1_0, 40, "Q1_0", "Q1_0", Some(G::Q1_0), Some(G::Q1_0)),
+    Row::new(F::Q2_0, 41, "Q2_0", "Q2_0", Some(G::Q2_0), Some(G::Q2_0)),
 ];
 
 /// Ids llama.cpp removed: `(id, name)`.
@@ -62,17 +135,21 @@ const GUESSED_FLAG: u32 = 1024;
 
 impl FileType {
     pub fn all() -> impl Iterator<Item = FileType> {
-        TABLE.iter().map(|&(id, name, description)| FileType { id, name, description })
+        TABLE.iter().map(|row| row.file_type)
+    }
+
+    fn row(self) -> &'static Row {
+        &TABLE[self as usize]
     }
 
     /// Looks up an id; the "guessed" flag llama.cpp may OR in is ignored.
     pub fn from_id(id: u32) -> Option<FileType> {
         let id = id & !GUESSED_FLAG;
-        FileType::all().find(|f| f.id == id)
+        TABLE.iter().find(|row| row.id == id).map(|row| row.file_type)
     }
 
     pub fn from_name(name: &str) -> Option<FileType> {
-        FileType::all().find(|f| f.name.eq_ignore_ascii_case(name))
+        TABLE.iter().find(|row| row.name.eq_ignore_ascii_case(name)).map(|row| row.file_type)
     }
 
     /// The name of an id llama.cpp once used and removed.
@@ -81,15 +158,34 @@ impl FileType {
     }
 
     pub fn id(self) -> u32 {
-        self.id
+        self.row().id
+    }
+
+    pub fn name(self) -> &'static str {
+        self.row().name
+    }
+
+    pub fn description(self) -> &'static str {
+        self.row().description
+    }
+
+    /// The tensor type this preset quantizes to unless a rule says
+    /// otherwise; `None` for file types llama.cpp cannot produce.
+    pub fn default_type(self) -> Option<GgmlType> {
+        self.row().default
+    }
+
+    /// The 1- and 2-bit codebook presets (IQ1, IQ2), which llama-quantize
+    /// gives their own rule set.
+    pub fn is_very_low_bit(self) -> bool {
+        self.row().very_low_bit
     }
 
     /// The id llama.cpp's model loader gives a file without
     /// `general.file_type`: the file type of its most common tensor type
     /// (the first type to reach the top count, in the order `types` come),
-    /// flagged as guessed.
+    /// flagged as guessed; all-F32 when no file type is guessed from it.
     pub fn guessed_id(types: impl IntoIterator<Item = GgmlType>) -> u32 {
-        use GgmlType as G;
         let mut counts = std::collections::HashMap::new();
         let (mut top, mut most) = (0u32, G::F32);
         for ty in types {
@@ -99,56 +195,36 @@ impl FileType {
                 (top, most) = (*n, ty);
             }
         }
-        let name = match most {
-            G::F16 => "F16",
-            G::BF16 => "BF16",
-            G::Q4_0 => "Q4_0",
-            G::Q4_1 => "Q4_1",
-            G::Q5_0 => "Q5_0",
-            G::Q5_1 => "Q5_1",
-            G::Q8_0 => "Q8_0",
-            G::Q2_K => "Q2_K",
-            G::Q3_K => "Q3_K_M",
-            G::Q4_K => "Q4_K_M",
-            G::Q5_K => "Q5_K_M",
-            G::Q6_K => "Q6_K",
-            G::TQ1_0 => "TQ1_0",
-            G::TQ2_0 => "TQ2_0",
-            G::IQ2_XXS => "IQ2_XXS",
-            G::IQ2_XS => "IQ2_XS",
-            G::IQ2_S => "IQ2_S",
-            G::IQ3_XXS => "IQ3_XXS",
-            G::IQ1_S => "IQ1_S",
-            G::IQ1_M => "IQ1_M",
-            G::IQ4_NL => "IQ4_NL",
-            G::IQ4_XS => "IQ4_XS",
-            G::IQ3_S => "IQ3_S",
-            G::NVFP4 => "NVFP4",
-            G::Q1_0 => "Q1_0",
-            G::Q2_0 => "Q2_0",
-            _ => "F32",
-        };
-        FileType::from_name(name).expect("a file type of the table").id | GUESSED_FLAG
-    }
-
-    pub fn name(self) -> &'static str {
-        self.name
-    }
-
-    pub fn description(self) -> &'static str {
-        self.description
+        let guessed = TABLE.iter().find(|row| row.guessed_from == Some(most)).map_or(F::F32, |row| row.file_type);
+        guessed.id() | GUESSED_FLAG
     }
 }
 
 impl fmt::Display for FileType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name)
+        f.write_str(self.name())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_is_in_the_enum_order_and_names_its_variants() {
+        for (index, row) in TABLE.iter().enumerate() {
+            assert_eq!(row.file_type as usize, index);
+            assert_eq!(row.name, format!("{:?}", row.file_type));
+        }
+    }
+
+    #[test]
+    fn each_tensor_type_guesses_one_file_type() {
+        for row in TABLE.iter().filter(|row| row.guessed_from.is_some()) {
+            let guessing = TABLE.iter().filter(|other| other.guessed_from == row.guessed_from).count();
+            assert_eq!(guessing, 1, "{}", row.name);
+        }
+    }
 
     #[test]
     fn ids_are_unique_and_removed_ids_are_gaps() {
@@ -163,6 +239,18 @@ mod tests {
         assert_eq!(FileType::from_id(15).map(FileType::name), Some("Q4_K_M"));
         assert_eq!(FileType::from_id(15 | GUESSED_FLAG).map(FileType::name), Some("Q4_K_M"));
         assert_eq!(FileType::from_name("q4_k_m").map(FileType::id), Some(15));
+    }
+
+    #[test]
+    fn default_types() {
+        assert_eq!(F::Q4_K_M.default_type(), Some(G::Q4_K));
+        assert_eq!(F::IQ2_M.default_type(), Some(G::IQ2_S));
+        assert_eq!(F::MXFP4_MOE.default_type(), Some(G::MXFP4));
+        assert_eq!(F::F32.default_type(), Some(G::F32));
+        // llama.cpp lists NVFP4 as a file type but cannot quantize to it.
+        assert_eq!(F::NVFP4.default_type(), None);
+        let with_default = FileType::all().filter(|f| f.default_type().is_some()).count();
+        assert_eq!(with_default, FileType::all().count() - 1);
     }
 
     #[test]

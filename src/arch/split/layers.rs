@@ -4,9 +4,9 @@
 //! ([`LayerKinds`], the registry's fact per family).
 
 use super::SplitError;
-use crate::arch::hparams::{block_count, count, per_layer_counts};
+use crate::arch::hparams::block_count;
 use crate::arch::registry::{LayerKinds, WindowRule};
-use crate::model::{Array, Metadata, Value};
+use crate::model::{Array, KeyError, Metadata, Value};
 
 /// A language model's per-layer shape, indexed by layer.
 #[derive(Debug, Clone)]
@@ -57,11 +57,10 @@ impl Layers {
     /// Reads `arch`'s keys from `metadata`; `kinds` is the family's.
     pub fn read(metadata: &Metadata, arch: &str, kinds: LayerKinds) -> Result<Layers, SplitError> {
         let key = |name: &str| format!("{arch}.{name}");
-        let scalar = |name: &str| count(metadata, &key(name)).map_err(SplitError::from);
-        let n_layer = block_count(metadata, &key("block_count"))?
-            .ok_or_else(|| SplitError::metadata(key("block_count"), "is missing"))?;
-        let per_layer = |name: &str| per_layer_counts(metadata, &key(name), n_layer).map_err(SplitError::from);
-        let n_layer = usize::try_from(n_layer).map_err(|_| SplitError::metadata(key("block_count"), "is too large"))?;
+        let scalar = |name: &str| metadata.count::<u64>(&key(name));
+        let n_layer =
+            block_count(metadata, &key("block_count"))?.ok_or_else(|| KeyError::missing(&key("block_count")))?;
+        let per_layer = |name: &str| metadata.per_layer::<u64>(&key(name), n_layer);
         let n_head = per_layer("attention.head_count")?.unwrap_or_else(|| vec![0; n_layer]);
         let n_head_kv = per_layer("attention.head_count_kv")?.unwrap_or_else(|| n_head.clone());
         let n_ff = per_layer("feed_forward_length")?.unwrap_or_else(|| vec![0; n_layer]);
@@ -74,8 +73,7 @@ impl Layers {
                 format!("{kv} does not divide {} = {h} (layer {il})", key("attention.head_count")),
             ));
         }
-        let n_embd =
-            scalar("embedding_length")?.ok_or_else(|| SplitError::metadata(key("embedding_length"), "is missing"))?;
+        let n_embd = scalar("embedding_length")?.ok_or_else(|| KeyError::missing(&key("embedding_length")))?;
 
         // A model without attention heads has no head sizes.
         let (head_k, head_v) = match n_head.first().and_then(|&h| n_embd.checked_div(h)) {
@@ -184,12 +182,12 @@ fn linear_attention_layers(metadata: &Metadata, arch: &str, n_layer: usize) -> R
         None => {}
     }
     let interval_key = format!("{arch}.full_attention_interval");
-    let interval = count(metadata, &interval_key)?.unwrap_or(4);
+    let interval = metadata.count::<u64>(&interval_key)?.unwrap_or(4);
     if interval == 0 {
         return Err(SplitError::metadata(interval_key, "is 0: no layer would be full attention"));
     }
     let mtp_key = format!("{arch}.nextn_predict_layers");
-    let trunk = (n_layer as u64).saturating_sub(count(metadata, &mtp_key)?.unwrap_or(0));
+    let trunk = (n_layer as u64).saturating_sub(metadata.count::<u64>(&mtp_key)?.unwrap_or(0));
     Ok((0..n_layer as u64).map(|i| i < trunk && (i + 1) % interval != 0).collect())
 }
 

@@ -25,14 +25,14 @@ pub use policy::{Axis, Policy, Reference, policy, supports_tensor_split};
 pub use segments::Segment;
 
 use crate::arch::registry::{self, Role};
-use crate::model::{Metadata, TensorInfo};
+use crate::model::{KeyError, Metadata, TensorInfo};
 use crate::text::Name;
 use crate::types::GgmlType;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SplitError {
-    #[error("{key}: {problem}")]
-    Metadata { key: String, problem: String },
+    #[error(transparent)]
+    Metadata(#[from] KeyError),
     #[error("{tensor} {problem}")]
     Tensor { tensor: String, problem: String },
     #[error("llama.cpp has no tensor split mode for architecture `{0}`")]
@@ -43,15 +43,9 @@ pub enum SplitError {
     Devices(String),
 }
 
-impl From<crate::arch::hparams::HparamError> for SplitError {
-    fn from(e: crate::arch::hparams::HparamError) -> SplitError {
-        SplitError::Metadata { key: e.key, problem: e.problem }
-    }
-}
-
 impl SplitError {
-    fn metadata(key: impl Into<String>, problem: impl Into<String>) -> SplitError {
-        SplitError::Metadata { key: key.into(), problem: problem.into() }
+    fn metadata(key: impl AsRef<str>, problem: impl Into<String>) -> SplitError {
+        SplitError::Metadata(KeyError::new(key.as_ref(), problem))
     }
 
     fn tensor(tensor: &str, problem: impl Into<String>) -> SplitError {
@@ -141,9 +135,7 @@ pub struct DevicePlan {
 
 /// Plans the split of a model's weights across `devices`.
 pub fn plan(metadata: &Metadata, tensors: &[TensorInfo], devices: &Devices) -> Result<DevicePlan, SplitError> {
-    let arch = metadata
-        .get_str("general.architecture")
-        .ok_or_else(|| SplitError::metadata("general.architecture", "is missing"))?;
+    let arch = metadata.string("general.architecture")?.ok_or_else(|| KeyError::missing("general.architecture"))?;
     if !supports_tensor_split(arch) {
         return Err(SplitError::Unsupported(arch.to_owned()));
     }
