@@ -147,35 +147,8 @@ const PLOT_WIDTH: f64 = 480.0;
 /// `points` with bits per weight across and `axis` up (`log`: by decades),
 /// each point labelled, with `rules` drawn across.
 pub(super) fn quality(title: &str, axis: &str, log: bool, points: &[Point], rules: &[Rule]) -> String {
-    let xs = points.iter().map(|p| p.x).chain(rules.iter().filter_map(|r| match r {
-        Rule::AtX(x, _) => Some(*x),
-        Rule::AtY(..) => None,
-    }));
-    let (x_low, x_high) = xs.fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
-    let (x_low, x_high) = match x_low <= x_high {
-        true => ((x_low - 0.5).floor().max(0.0), (x_high + 0.5).ceil()),
-        false => (0.0, 16.0),
-    };
-    let ys: Vec<f64> = points
-        .iter()
-        .flat_map(|p| [p.y - p.error, p.y + p.error])
-        .chain(rules.iter().filter_map(|r| match r {
-            Rule::AtY(y, _) => Some(*y),
-            Rule::AtX(..) => None,
-        }))
-        .filter(|y| y.is_finite() && (!log || *y > 0.0))
-        .collect();
-    let (y_low, y_high) = match log {
-        true => decades(ys.iter().copied()),
-        false => {
-            let (lo, hi) = ys.iter().fold((f64::MAX, f64::MIN), |(lo, hi), y| (lo.min(*y), hi.max(*y)));
-            if lo > hi {
-                (0.0, 1.0)
-            } else {
-                (lo - (hi - lo).max(lo.abs() * 0.01) * 0.1, hi + (hi - lo).max(hi.abs() * 0.01) * 0.1)
-            }
-        }
-    };
+    let (x_low, x_high) = x_range(points, rules);
+    let (y_low, y_high) = y_range(points, rules, log);
     let x_of = |x: f64| LEFT + PLOT_WIDTH * (x - x_low) / (x_high - x_low);
     let y_of = |y: f64| {
         let fraction = match log {
@@ -267,6 +240,45 @@ pub(super) fn quality(title: &str, axis: &str, log: bool, points: &[Point], rule
         LEFT + PLOT_WIDTH / 2.0,
         TOP + HEIGHT + 28.0
     )
+}
+
+/// Bits per weight across: the points' and the vertical rules' extent,
+/// widened to whole bits.
+fn x_range(points: &[Point], rules: &[Rule]) -> (f64, f64) {
+    let xs = points.iter().map(|p| p.x).chain(rules.iter().filter_map(|r| match r {
+        Rule::AtX(x, _) => Some(*x),
+        Rule::AtY(..) => None,
+    }));
+    let (x_low, x_high) = xs.fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    match x_low <= x_high {
+        true => ((x_low - 0.5).floor().max(0.0), (x_high + 0.5).ceil()),
+        false => (0.0, 16.0),
+    }
+}
+
+/// The quantity up: the points' error bars' and the horizontal rules'
+/// extent, by decades when `log`, else with a tenth of margin.
+fn y_range(points: &[Point], rules: &[Rule], log: bool) -> (f64, f64) {
+    let ys: Vec<f64> = points
+        .iter()
+        .flat_map(|p| [p.y - p.error, p.y + p.error])
+        .chain(rules.iter().filter_map(|r| match r {
+            Rule::AtY(y, _) => Some(*y),
+            Rule::AtX(..) => None,
+        }))
+        .filter(|y| y.is_finite() && (!log || *y > 0.0))
+        .collect();
+    match log {
+        true => decades(ys.iter().copied()),
+        false => {
+            let (lo, hi) = ys.iter().fold((f64::MAX, f64::MIN), |(lo, hi), y| (lo.min(*y), hi.max(*y)));
+            if lo > hi {
+                (0.0, 1.0)
+            } else {
+                (lo - (hi - lo).max(lo.abs() * 0.01) * 0.1, hi + (hi - lo).max(hi.abs() * 0.01) * 0.1)
+            }
+        }
+    }
 }
 
 /// The powers of ten just below and above the positive values.

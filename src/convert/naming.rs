@@ -220,39 +220,9 @@ fn model_id_components(model_id: &str, total_params: i64) -> Components {
             add(&mut kinds, "type");
             *part = part.to_uppercase();
         } else if i > 0 && size.is_match(part) {
-            let mut p = part.replace('_', ".");
-            let chars: Vec<char> = p.chars().collect();
-            if chars.last().is_some_and(|c| c.is_ascii_digit()) && chars.len() >= 2 {
-                // bloom-7b1 → 7.1b
-                let n = chars.len();
-                p = format!("{}.{}{}", chars[..n - 2].iter().collect::<String>(), chars[n - 1], chars[n - 2]);
-            }
-            let chars: Vec<char> = p.chars().collect();
-            if chars.len() > 1 && chars[chars.len() - 2].is_ascii_digit() && "kmbt".contains(chars[chars.len() - 1]) {
-                p = format!(
-                    "{}{}",
-                    chars[..chars.len() - 1].iter().collect::<String>(),
-                    chars[chars.len() - 1].to_ascii_uppercase()
-                );
-            }
-            if total_params != 0 {
-                let chars: Vec<char> = p.chars().collect();
-                let (number, suffix) = (chars[..chars.len() - 1].iter().collect::<String>(), chars[chars.len() - 1]);
-                if let (Ok(number), Some(power)) = (number.parse::<f64>(), " KMBT".find(suffix)) {
-                    let label = number * 1000f64.powi(power as i32);
-                    let total = total_params as f64;
-                    let small = total_params < 0 && label < (total_params.abs() / 8) as f64;
-                    let far = total_params > 0 && (label - total).abs() > (7 * total_params / 8) as f64;
-                    if small || far {
-                        add(&mut kinds, "finetune");
-                        p = format!("{}{}", number_text(&chars), suffix.to_ascii_lowercase());
-                    }
-                }
-            }
-            if kinds[i].is_empty() {
-                add(&mut kinds, "size_label");
-            }
-            *part = p;
+            let (normalized, is_finetune) = normalized_size(part, total_params);
+            add(&mut kinds, if is_finetune { "finetune" } else { "size_label" });
+            *part = normalized;
         } else if i > 0 && finetune_word.is_match(part) {
             if total_params < 0 && part.eq_ignore_ascii_case("lora") {
                 add(&mut kinds, "type");
@@ -314,6 +284,42 @@ fn model_id_components(model_id: &str, total_params: i64) -> Components {
         basename = None;
     }
     (Some(full), org, basename, finetune, version, size_label)
+}
+
+/// A size-label part as gguf-py writes it (`7b1` → `7.1B`), and whether it
+/// is too far from the parameter count to be the model's size (then it is a
+/// fine-tune tag, its suffix in lower case).
+fn normalized_size(part: &str, total_params: i64) -> (String, bool) {
+    let mut p = part.replace('_', ".");
+    let chars: Vec<char> = p.chars().collect();
+    if chars.last().is_some_and(|c| c.is_ascii_digit()) && chars.len() >= 2 {
+        // bloom-7b1 → 7.1b
+        let n = chars.len();
+        p = format!("{}.{}{}", chars[..n - 2].iter().collect::<String>(), chars[n - 1], chars[n - 2]);
+    }
+    let chars: Vec<char> = p.chars().collect();
+    if chars.len() > 1 && chars[chars.len() - 2].is_ascii_digit() && "kmbt".contains(chars[chars.len() - 1]) {
+        p = format!(
+            "{}{}",
+            chars[..chars.len() - 1].iter().collect::<String>(),
+            chars[chars.len() - 1].to_ascii_uppercase()
+        );
+    }
+    if total_params == 0 {
+        return (p, false);
+    }
+    let chars: Vec<char> = p.chars().collect();
+    let (number, suffix) = (chars[..chars.len() - 1].iter().collect::<String>(), chars[chars.len() - 1]);
+    if let (Ok(number), Some(power)) = (number.parse::<f64>(), " KMBT".find(suffix)) {
+        let label = number * 1000f64.powi(power as i32);
+        let total = total_params as f64;
+        let small = total_params < 0 && label < (total_params.abs() / 8) as f64;
+        let far = total_params > 0 && (label - total).abs() > (7 * total_params / 8) as f64;
+        if small || far {
+            return (format!("{}{}", number_text(&chars), suffix.to_ascii_lowercase()), true);
+        }
+    }
+    (p, false)
 }
 
 /// The digits of a size label without its suffix (`180` of `180K`).

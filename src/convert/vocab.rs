@@ -486,6 +486,39 @@ fn truthy(value: Option<&Json>) -> bool {
     }
 }
 
+/// A template entry's special token, as the JSON string the config's
+/// entries are compared with.
+fn special_id(entry: &Json) -> Option<Json> {
+    entry.get("SpecialToken").and_then(|s| s.get("id")).filter(|id| truthy(Some(id))).cloned()
+}
+
+/// The tokenizer config's BOS, CLS, EOS and SEP as the post-processor
+/// reads them, and the config they are written back to.
+struct ConfigTokens<'c> {
+    config: &'c mut Option<Json>,
+    /// Python's truthiness: a config that is missing or empty is no config.
+    has_config: bool,
+    bos: Option<Json>,
+    cls: Option<Json>,
+    eos: Option<Json>,
+    sep: Option<Json>,
+}
+
+impl<'c> ConfigTokens<'c> {
+    fn read(config: &'c mut Option<Json>) -> ConfigTokens<'c> {
+        let has_config = config.as_ref().and_then(Json::as_object).is_some_and(|o| !o.is_empty());
+        let entry = |key: &str| config.as_ref().and_then(|c| c.get(key)).cloned();
+        let (bos, cls, eos, sep) = (entry("bos_token"), entry("cls_token"), entry("eos_token"), entry("sep_token"));
+        ConfigTokens { config, has_config, bos, cls, eos, sep }
+    }
+
+    fn put(&mut self, key: &str, value: &Option<Json>) {
+        if let Some(map) = self.config.as_mut().and_then(Json::as_object_mut) {
+            map.insert(key.to_owned(), value.clone().unwrap_or(Json::Null));
+        }
+    }
+}
+
 /// gguf-py's `SpecialVocab`: what it reads from `tokenizer.json`,
 /// `tokenizer_config.json` and `config.json` (the checkpoint's), in its
 /// insertion orders.
@@ -611,137 +644,128 @@ impl SpecialVocab {
     /// last special tokens as BOS/CLS and EOS (a different EOS kept as EOT,
     /// else EOM), a pair's separator as SEP.
     fn post_processor(&mut self, tokenizer: &Json, config: &mut Option<Json>, types: &mut Vec<&'static str>) {
-        // Python's truthiness: a config that is missing or empty is no config.
-        let has_config = config.as_ref().and_then(Json::as_object).is_some_and(|o| !o.is_empty());
-        let entry = |config: &Option<Json>, key: &str| config.as_ref().and_then(|c| c.get(key)).cloned();
-        let put = |config: &mut Option<Json>, key: &str, value: &Option<Json>| {
-            if let Some(map) = config.as_mut().and_then(Json::as_object_mut) {
-                map.insert(key.to_owned(), value.clone().unwrap_or(Json::Null));
-            }
-        };
-        let (mut bos, mut cls) = (entry(config, "bos_token"), entry(config, "cls_token"));
-        let (mut eos, mut sep) = (entry(config, "eos_token"), entry(config, "sep_token"));
-        if !truthy(bos.as_ref()) && truthy(cls.as_ref()) && has_config {
-            bos = cls.clone();
-            put(config, "bos_token", &bos);
+        let mut tokens = ConfigTokens::read(config);
+        if !truthy(tokens.bos.as_ref()) && truthy(tokens.cls.as_ref()) && tokens.has_config {
+            tokens.bos = tokens.cls.clone();
+            tokens.put("bos_token", &tokens.bos.clone());
         }
-        if !truthy(eos.as_ref()) && truthy(sep.as_ref()) && has_config {
-            eos = sep.clone();
-            put(config, "eos_token", &eos);
+        if !truthy(tokens.eos.as_ref()) && truthy(tokens.sep.as_ref()) && tokens.has_config {
+            tokens.eos = tokens.sep.clone();
+            tokens.put("eos_token", &tokens.eos.clone());
         }
         let Some(post) = tokenizer.get("post_processor").filter(|p| truthy(Some(p))) else { return };
         let processors: Vec<&Json> = match post.get("processors").and_then(Json::as_array) {
             Some(list) => list.iter().collect(),
             None => vec![post],
         };
-        let set_default = |add: &mut Vec<(String, bool)>, typ: &str, value: bool| {
-            if !add.iter().any(|(t, _)| t == typ) {
-                add.push((typ.to_owned(), value));
-            }
-        };
-        let set = |add: &mut Vec<(String, bool)>, typ: &str, value: bool| match add.iter_mut().find(|(t, _)| t == typ) {
-            Some((_, v)) => *v = value,
-            None => add.push((typ.to_owned(), value)),
-        };
-        // A template entry's special token, as the JSON string the config's entries are compared with.
-        let special_id = |e: &Json| -> Option<Json> {
-            e.get("SpecialToken").and_then(|s| s.get("id")).filter(|id| truthy(Some(id))).cloned()
-        };
-        let is = |id: &Json, of: &Option<Json>| of.as_ref() == Some(id);
         for processor in processors {
             match processor.get("type").and_then(Json::as_str) {
                 Some("ByteLevel") => {
-                    set_default(&mut self.add, "bos", false);
-                    set_default(&mut self.add, "eos", false);
+                    self.add_default("bos", false);
+                    self.add_default("eos", false);
                 }
                 Some("RobertaProcessing") => {
                     for typ in ["bos", "eos", "sep"] {
-                        set(&mut self.add, typ, true);
+                        self.set_add(typ, true);
                     }
                     let first_of = |key: &str, default: &Option<Json>| {
                         processor.get(key).and_then(Json::as_array).and_then(|a| a.first()).cloned().or(default.clone())
                     };
-                    if !truthy(cls.as_ref()) && has_config {
-                        cls = first_of("cls", &bos);
-                        put(config, "cls_token", &cls);
+                    if !truthy(tokens.cls.as_ref()) && tokens.has_config {
+                        tokens.cls = first_of("cls", &tokens.bos);
+                        tokens.put("cls_token", &tokens.cls.clone());
                     }
-                    if !truthy(sep.as_ref()) && has_config {
-                        sep = first_of("sep", &eos);
-                        put(config, "sep_token", &sep);
-                    }
-                }
-                Some("TemplateProcessing") => {
-                    let single: Vec<&Json> =
-                        processor.get("single").and_then(Json::as_array).into_iter().flatten().collect();
-                    let pair: Vec<&Json> =
-                        processor.get("pair").and_then(Json::as_array).into_iter().flatten().collect();
-                    let (mut first, mut last) = (None, None);
-                    if single.len() > 1 {
-                        first = special_id(single[0]);
-                        if let Some(f) = &first {
-                            if !has_config {
-                                bos = Some(f.clone());
-                            } else if !is(f, &bos) && !is(f, &cls) {
-                                if !truthy(bos.as_ref()) {
-                                    bos = Some(f.clone());
-                                    put(config, "bos_token", &bos);
-                                }
-                                if !truthy(cls.as_ref()) {
-                                    cls = Some(f.clone());
-                                    put(config, "cls_token", &cls);
-                                }
-                            }
-                            set(&mut self.add, "bos", is(f, &bos) || is(f, &cls));
-                        }
-                        last = special_id(single[single.len() - 1]);
-                        if let Some(l) = &last {
-                            if !has_config {
-                                eos = Some(l.clone());
-                            } else if !is(l, &eos) {
-                                for kept in ["eot", "eom"] {
-                                    if !types.contains(&kept) {
-                                        types.push(kept);
-                                        put(config, &format!("{kept}_token"), &eos);
-                                        break;
-                                    }
-                                }
-                                eos = Some(l.clone());
-                                put(config, "eos_token", &eos);
-                            }
-                            set(&mut self.add, "eos", is(l, &eos));
-                        }
-                    }
-                    if !pair.is_empty() {
-                        let start = usize::from(first.is_some() && special_id(pair[0]) == first);
-                        let stop = if last.is_some() && special_id(pair[pair.len() - 1]) == last {
-                            pair.len() - 1
-                        } else {
-                            pair.len()
-                        };
-                        let inner = if start <= stop { &pair[start..stop] } else { &pair[0..0] };
-                        let seq = |e: &Json| {
-                            e.get("Sequence").and_then(|s| s.get("id")).and_then(Json::as_str).map(str::to_owned)
-                        };
-                        if !inner.is_empty()
-                            && seq(inner[0]).as_deref() == Some("A")
-                            && seq(inner[inner.len() - 1]).as_deref() == Some("B")
-                            && inner.len() > 2
-                        {
-                            let middle = &inner[1..inner.len() - 1];
-                            let is_sep = |e: &Json| special_id(e).is_some_and(|id| is(&id, &sep) || is(&id, &eos));
-                            let mut add_sep = is_sep(middle[0]) && last.is_none();
-                            if middle.len() == 2 && is_sep(middle[1]) {
-                                add_sep = true;
-                            }
-                            set(&mut self.add, "sep", add_sep);
-                            if add_sep && !truthy(sep.as_ref()) && has_config {
-                                put(config, "sep_token", &eos);
-                            }
-                        }
+                    if !truthy(tokens.sep.as_ref()) && tokens.has_config {
+                        tokens.sep = first_of("sep", &tokens.eos);
+                        tokens.put("sep_token", &tokens.sep.clone());
                     }
                 }
+                Some("TemplateProcessing") => self.template_processing(processor, &mut tokens, types),
                 _ => {}
             }
+        }
+    }
+
+    /// A `TemplateProcessing` post-processor: its single template's first and
+    /// last special tokens as BOS/CLS and EOS, its pair template's separator
+    /// as SEP.
+    fn template_processing(&mut self, processor: &Json, tokens: &mut ConfigTokens, types: &mut Vec<&'static str>) {
+        let template =
+            |key: &str| -> Vec<&Json> { processor.get(key).and_then(Json::as_array).into_iter().flatten().collect() };
+        let (single, pair) = (template("single"), template("pair"));
+        let is = |id: &Json, of: &Option<Json>| of.as_ref() == Some(id);
+        let (mut first, mut last) = (None, None);
+        if single.len() > 1 {
+            first = special_id(single[0]);
+            if let Some(f) = &first {
+                if !tokens.has_config {
+                    tokens.bos = Some(f.clone());
+                } else if !is(f, &tokens.bos) && !is(f, &tokens.cls) {
+                    if !truthy(tokens.bos.as_ref()) {
+                        tokens.bos = Some(f.clone());
+                        tokens.put("bos_token", &tokens.bos.clone());
+                    }
+                    if !truthy(tokens.cls.as_ref()) {
+                        tokens.cls = Some(f.clone());
+                        tokens.put("cls_token", &tokens.cls.clone());
+                    }
+                }
+                self.set_add("bos", is(f, &tokens.bos) || is(f, &tokens.cls));
+            }
+            last = special_id(single[single.len() - 1]);
+            if let Some(l) = &last {
+                if !tokens.has_config {
+                    tokens.eos = Some(l.clone());
+                } else if !is(l, &tokens.eos) {
+                    for kept in ["eot", "eom"] {
+                        if !types.contains(&kept) {
+                            types.push(kept);
+                            tokens.put(&format!("{kept}_token"), &tokens.eos.clone());
+                            break;
+                        }
+                    }
+                    tokens.eos = Some(l.clone());
+                    tokens.put("eos_token", &tokens.eos.clone());
+                }
+                self.set_add("eos", is(l, &tokens.eos));
+            }
+        }
+        if pair.is_empty() {
+            return;
+        }
+        let start = usize::from(first.is_some() && special_id(pair[0]) == first);
+        let stop = if last.is_some() && special_id(pair[pair.len() - 1]) == last { pair.len() - 1 } else { pair.len() };
+        let inner = if start <= stop { &pair[start..stop] } else { &pair[0..0] };
+        let seq = |e: &Json| e.get("Sequence").and_then(|s| s.get("id")).and_then(Json::as_str).map(str::to_owned);
+        if !inner.is_empty()
+            && seq(inner[0]).as_deref() == Some("A")
+            && seq(inner[inner.len() - 1]).as_deref() == Some("B")
+            && inner.len() > 2
+        {
+            let middle = &inner[1..inner.len() - 1];
+            let is_sep = |e: &Json| special_id(e).is_some_and(|id| is(&id, &tokens.sep) || is(&id, &tokens.eos));
+            let mut add_sep = is_sep(middle[0]) && last.is_none();
+            if middle.len() == 2 && is_sep(middle[1]) {
+                add_sep = true;
+            }
+            self.set_add("sep", add_sep);
+            if add_sep && !truthy(tokens.sep.as_ref()) && tokens.has_config {
+                tokens.put("sep_token", &tokens.eos.clone());
+            }
+        }
+    }
+
+    /// An add-token flag, unless one is already set.
+    fn add_default(&mut self, typ: &str, value: bool) {
+        if !self.add.iter().any(|(t, _)| t == typ) {
+            self.add.push((typ.to_owned(), value));
+        }
+    }
+
+    fn set_add(&mut self, typ: &str, value: bool) {
+        match self.add.iter_mut().find(|(t, _)| t == typ) {
+            Some((_, v)) => *v = value,
+            None => self.add.push((typ.to_owned(), value)),
         }
     }
 

@@ -663,24 +663,7 @@ fn expand(
                     .map(|list| list.iter().map(|&n| (Source::Node(n), nodes[n].bindings.clone())).collect())
                     .unwrap_or_default(),
             };
-            combos = combos
-                .into_iter()
-                .flat_map(|c| {
-                    choices.iter().filter_map(move |(src, b)| {
-                        let mut merged = c.bindings.clone();
-                        for binding in b {
-                            match merged.iter().find(|m| m.name == binding.name) {
-                                Some(m) if m.value != binding.value => return None,
-                                Some(_) => {}
-                                None => merged.push(binding.clone()),
-                            }
-                        }
-                        let mut from = c.from.clone();
-                        from.push(*src);
-                        Some(Instance { from, bindings: merged })
-                    })
-                })
-                .collect();
+            combos = extend_instances(&combos, &choices);
         }
         let uses: Vec<usize> = refs[s]
             .iter()
@@ -690,32 +673,7 @@ fn expand(
                 Ref::Step(_) | Ref::LoadedInput(_) => None,
             })
             .collect();
-        // Own fan-out: a list given to a parameter that takes one value.
-        let mut variants: Vec<(Vec<(String, Param)>, Bindings)> = vec![(Vec::new(), Vec::new())];
-        for (name, param) in &step.params {
-            let fan_out = spec.param(name).is_some_and(|p| p.fans_out);
-            let fans = fan_out && spec.param(name).is_some_and(|p| !has_kind(p.kind, &param.value));
-            let values: Vec<Param> = match (&param.value, fans) {
-                (ParamValue::List(items), true) => items.clone(),
-                _ => vec![param.clone()],
-            };
-            variants = variants
-                .into_iter()
-                .flat_map(|(params, bindings)| {
-                    values.iter().map(move |v| {
-                        let mut params = params.clone();
-                        params.push((name.clone(), v.clone()));
-                        let mut bindings = bindings.clone();
-                        // A single value of a fan-out parameter names the node too, so
-                        // a path template can use it whether or not it is a list.
-                        if fan_out {
-                            bindings.push(Binding { name: name.clone(), value: v.value.display(), listed: fans });
-                        }
-                        (params, bindings)
-                    })
-                })
-                .collect();
-        }
+        let variants = own_variants(step, spec);
         let mut mine = Vec::new();
         for combo in &combos {
             for (params, own) in &variants {
@@ -757,6 +715,59 @@ fn expand(
         instances_of.insert(s, mine);
     }
     nodes
+}
+
+/// Every instance extended by every choice for its next source, except
+/// the pairs whose bindings disagree on a name.
+fn extend_instances(instances: &[Instance], choices: &[(Source, Bindings)]) -> Vec<Instance> {
+    let mut extended = Vec::new();
+    for instance in instances {
+        'choice: for (source, bindings) in choices {
+            let mut merged = instance.bindings.clone();
+            for binding in bindings {
+                match merged.iter().find(|m| m.name == binding.name) {
+                    Some(m) if m.value != binding.value => continue 'choice,
+                    Some(_) => {}
+                    None => merged.push(binding.clone()),
+                }
+            }
+            let mut from = instance.from.clone();
+            from.push(*source);
+            extended.push(Instance { from, bindings: merged });
+        }
+    }
+    extended
+}
+
+/// A step's own fan-out: its parameters once per value of each list given
+/// to a parameter that takes one value, with the bindings that name them.
+fn own_variants(step: &RawStep, spec: &OpSpec) -> Vec<(Vec<(String, Param)>, Bindings)> {
+    let mut variants: Vec<(Vec<(String, Param)>, Bindings)> = vec![(Vec::new(), Vec::new())];
+    for (name, param) in &step.params {
+        let fan_out = spec.param(name).is_some_and(|p| p.fans_out);
+        let fans = fan_out && spec.param(name).is_some_and(|p| !has_kind(p.kind, &param.value));
+        let values: Vec<Param> = match (&param.value, fans) {
+            (ParamValue::List(items), true) => items.clone(),
+            _ => vec![param.clone()],
+        };
+        variants = variants
+            .into_iter()
+            .flat_map(|(params, bindings)| {
+                values.iter().map(move |v| {
+                    let mut params = params.clone();
+                    params.push((name.clone(), v.clone()));
+                    let mut bindings = bindings.clone();
+                    // A single value of a fan-out parameter names the node too, so
+                    // a path template can use it whether or not it is a list.
+                    if fan_out {
+                        bindings.push(Binding { name: name.clone(), value: v.value.display(), listed: fans });
+                    }
+                    (params, bindings)
+                })
+            })
+            .collect();
+    }
+    variants
 }
 
 /// An `evaluate` node's sources: the model evaluated, and the logits of

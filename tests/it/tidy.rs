@@ -1,7 +1,8 @@
 //! Tidy, as rust-analyzer's tidy tests: the house rules ARCHITECTURE.md
 //! states, held by `cargo test` — which top-level module may import which,
 //! which may touch the file system, stderr or progress bars, that every file
-//! says what it owns and is in the code map, that the docs point nowhere
+//! says what it owns and is in the code map, that no function runs past
+//! 120 lines but a parser's opcode loop, that the docs point nowhere
 //! outside the repository, and that CI checks the generated tables.
 
 use crate::common;
@@ -80,6 +81,13 @@ const MAY_WRITE_STDERR: &[&str] = &["cli/", "exec/mod.rs", "slurm/queue.rs"];
 
 /// Where progress bars are drawn.
 const MAY_DRAW_PROGRESS: &[&str] = &["exec/mod.rs", "exec/export.rs", "exec/tool_steps.rs", "slurm/queue.rs"];
+
+/// The most lines a function may take; past it, cut it along its concepts.
+const MAX_FUNCTION_LINES: usize = 120;
+
+/// The functions (file, name) that may run longer: a parser's opcode loop
+/// reads best whole.
+const MAY_RUN_LONG: &[(&str, &str)] = &[("formats/torch/pickle.rs", "run")];
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
@@ -227,6 +235,40 @@ fn only_these_write_to_stderr() {
 fn only_these_draw_progress_bars() {
     let offenders = outside(r"\bindicatif\b", MAY_DRAW_PROGRESS);
     assert!(offenders.is_empty(), "progress bars outside MAY_DRAW_PROGRESS: {offenders:?}");
+}
+
+/// Each function with a body in `code`: its name and how many lines it
+/// takes, from its `fn` line to the brace that closes it at its indentation.
+fn function_lengths(code: &str) -> Vec<(String, usize)> {
+    let start = Regex::new(r"^(\s*)(pub(\([a-z]+\))? )?(const )?(async )?(unsafe )?fn ([A-Za-z0-9_]+)").unwrap();
+    let lines: Vec<&str> = code.lines().collect();
+    let mut lengths = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let Some(found) = start.captures(line) else { continue };
+        let indent = &found[1];
+        let rest = &lines[at..];
+        let opens_body =
+            rest.iter().find(|l| l.contains('{') || l.trim_end().ends_with(';')).is_some_and(|l| l.contains('{'));
+        let close = format!("{indent}}}");
+        if let Some(end) = rest.iter().position(|l| *l == close).filter(|_| opens_body) {
+            lengths.push((found[7].to_owned(), end + 1));
+        }
+    }
+    lengths
+}
+
+#[test]
+fn no_function_runs_past_the_limit() {
+    let long: Vec<String> = sources()
+        .iter()
+        .flat_map(|(relative, code)| {
+            function_lengths(code).into_iter().filter_map(move |(name, lines)| {
+                let allowed = MAY_RUN_LONG.contains(&(relative.as_str(), name.as_str()));
+                (lines > MAX_FUNCTION_LINES && !allowed).then(|| format!("src/{relative}: fn {name}: {lines} lines"))
+            })
+        })
+        .collect();
+    assert!(long.is_empty(), "functions over {MAX_FUNCTION_LINES} lines:\n{}", long.join("\n"));
 }
 
 /// The first paragraph of a file's `//!` doc, on one line; `None` when the
