@@ -38,18 +38,7 @@ fn run(dir: &Path, backend: &str) -> Result<Value, String> {
     }
     let path = dir.join("recipe.toml");
     std::fs::write(&path, recipe(backend)).unwrap();
-    let cache = dir.join("cache");
-    let output = common::quantforge(&[
-        OsStr::new("run"),
-        path.as_os_str(),
-        OsStr::new("--json"),
-        OsStr::new("--cache-dir"),
-        cache.as_os_str(),
-    ]);
-    match output.status.success() {
-        true => Ok(serde_json::from_slice(&output.stdout).unwrap()),
-        false => Err(String::from_utf8_lossy(&output.stderr).into_owned()),
-    }
+    common::try_run_json(&path, &dir.join("cache"), &[])
 }
 
 fn backends_of(report: &Value, op: &str) -> Vec<String> {

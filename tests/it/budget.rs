@@ -10,15 +10,8 @@ use std::path::Path;
 
 use serde_json::Value as Json;
 
-fn run(args: &[&str]) -> std::process::Output {
-    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
-    let output = common::quantforge(&args);
-    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    output
-}
-
 fn json(args: &[&str]) -> Json {
-    serde_json::from_slice(&run(args).stdout).unwrap()
+    serde_json::from_str(&common::quantforge_ok(args)).unwrap()
 }
 
 fn path(p: &Path) -> &str {
@@ -34,7 +27,7 @@ fn plan_fits_the_budget_and_beats_q4_k_m_at_its_size() {
     let dir = tempfile::tempdir().unwrap();
     let tiny = common::tiny_model();
     let q4km = dir.path().join("q4km.gguf");
-    run(&["quantize", path(&tiny), path(&q4km), "Q4_K_M"]);
+    common::quantforge_ok(&["quantize", path(&tiny), path(&q4km), "Q4_K_M"]);
     let budget = std::fs::metadata(&q4km).unwrap().len();
 
     let plan = json(&["plan-quant", path(&tiny), "--target-size", &budget.to_string(), "--json"]);
@@ -45,7 +38,7 @@ fn plan_fits_the_budget_and_beats_q4_k_m_at_its_size() {
     assert!(tensors.iter().all(|t| t["role"].is_string()));
 
     let planned = dir.path().join("planned.gguf");
-    run(&["quantize", "--target-size", &budget.to_string(), path(&tiny), path(&planned)]);
+    common::quantforge_ok(&["quantize", "--target-size", &budget.to_string(), path(&tiny), path(&planned)]);
     assert_eq!(std::fs::metadata(&planned).unwrap().len(), planned_size);
 
     let (ours, theirs) = (weighted_error(&tiny, &planned), weighted_error(&tiny, &q4km));
@@ -60,8 +53,7 @@ fn bits_per_weight_targets_and_reports() {
     let dir = tempfile::tempdir().unwrap();
     let tiny = common::tiny_model();
     let svg = dir.path().join("plan.svg");
-    let text = run(&["plan-quant", path(&tiny), "--target-bpw", "5", "--svg", path(&svg)]);
-    let text = String::from_utf8(text.stdout).unwrap();
+    let text = common::quantforge_ok(&["plan-quant", path(&tiny), "--target-bpw", "5", "--svg", path(&svg)]);
     assert!(text.contains("blk.0.attn_q.weight") && text.contains("predicted weighted squared error"), "{text}");
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>") && svg.contains("<rect"), "{svg}");
@@ -91,7 +83,7 @@ fn diff_weighted_error_without_an_imatrix_is_the_squared_error() {
     let dir = tempfile::tempdir().unwrap();
     let tiny = common::tiny_model();
     let q8 = dir.path().join("q8.gguf");
-    run(&["quantize", path(&tiny), path(&q8), "Q8_0"]);
+    common::quantforge_ok(&["quantize", path(&tiny), path(&q8), "Q8_0"]);
     let report = json(&["diff", "--json", path(&tiny), path(&q8)]);
     for t in report["tensors"].as_array().unwrap() {
         let (n, rmse) = (t["elements"].as_f64().unwrap(), t["rmse"].as_f64().unwrap());
@@ -106,7 +98,7 @@ fn recipe_budget_writes_what_the_one_shot_plan_writes() {
     let tiny = common::tiny_model();
     let budget = "880KiB";
     let one_shot = dir.path().join("one-shot.gguf");
-    run(&["quantize", "--target-size", budget, path(&tiny), path(&one_shot)]);
+    common::quantforge_ok(&["quantize", "--target-size", budget, path(&tiny), path(&one_shot)]);
     let recipe = dir.path().join("budget.toml");
     std::fs::write(
         &recipe,

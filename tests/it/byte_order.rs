@@ -50,16 +50,6 @@ fn fixtures(python: &str, dir: &Path) {
     assert!(out.status.success(), "byte_order_fixtures.py: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-fn run_ok(args: &[&dyn AsRef<OsStr>]) {
-    common::stdout_of_success(common::quantforge_with(args));
-}
-
-fn run_err(args: &[&dyn AsRef<OsStr>]) -> String {
-    let out = common::quantforge_with(args);
-    assert!(!out.status.success(), "{args:?} succeeded", args = args.iter().map(|a| a.as_ref()).collect::<Vec<_>>());
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 fn assert_same_file(a: &Path, b: &Path) {
     assert!(std::fs::read(a).unwrap() == std::fs::read(b).unwrap(), "{} and {} differ", a.display(), b.display());
 }
@@ -74,11 +64,11 @@ fn edit_writes_either_byte_order_as_gguf_convert_endian_does() {
         let stem = little.file_stem().unwrap().to_str().unwrap().to_owned();
         let big = converted_copy(&python, &script, &little, "big", &d.join(format!("{stem}-theirs-big.gguf")));
         let ours_big = d.join(format!("{stem}-ours-big.gguf"));
-        run_ok(&[&"edit", &little, &ours_big, &"--byte-order", &"big"]);
+        common::quantforge_ok::<&dyn AsRef<OsStr>>(&[&"edit", &little, &ours_big, &"--byte-order", &"big"]);
         assert_same_file(&ours_big, &big);
 
         let ours_little = d.join(format!("{stem}-ours-little.gguf"));
-        run_ok(&[&"edit", &big, &ours_little, &"--byte-order", &"little"]);
+        common::quantforge_ok::<&dyn AsRef<OsStr>>(&[&"edit", &big, &ours_little, &"--byte-order", &"little"]);
         assert_same_file(&ours_little, &little);
 
         // With no order asked for, an edit keeps the input's, as gguf-py's
@@ -86,9 +76,11 @@ fn edit_writes_either_byte_order_as_gguf_convert_endian_does() {
         for order in [None, Some("big")] {
             let kept = d.join(format!("{stem}-kept-{order:?}.gguf"));
             match order {
-                None => run_ok(&[&"edit", &big, &kept]),
-                Some(order) => run_ok(&[&"edit", &big, &kept, &"--byte-order", &order]),
-            }
+                None => common::quantforge_ok::<&dyn AsRef<OsStr>>(&[&"edit", &big, &kept]),
+                Some(order) => {
+                    common::quantforge_ok::<&dyn AsRef<OsStr>>(&[&"edit", &big, &kept, &"--byte-order", &order])
+                }
+            };
             assert_same_file(&kept, &big);
         }
     }
@@ -109,7 +101,8 @@ fn a_type_without_a_big_endian_layout_is_refused_by_name() {
     let refusal = "tensor `t.q5_k` is Q5_K, which has no big-endian layout (gguf_convert_endian.py converts \
                    F32, F16, BF16, Q1_0, Q4_0, Q8_0, Q4_K, Q6_K, TQ2_0, MXFP4, NVFP4)";
     let out = d.join("ours.gguf");
-    let err = run_err(&[&"edit", &d.join("q5_k.gguf"), &out, &"--byte-order", &"big"]);
+    let err =
+        common::quantforge_err::<&dyn AsRef<OsStr>>(&[&"edit", &d.join("q5_k.gguf"), &out, &"--byte-order", &"big"]);
     assert!(err.contains(refusal), "{err}");
     assert!(!out.exists());
 
@@ -117,10 +110,16 @@ fn a_type_without_a_big_endian_layout_is_refused_by_name() {
     // and copies in its own order untouched; its Q5_K bytes are refused
     // wherever they would have to be understood.
     let big = d.join("q5_k_be.gguf");
-    run_ok(&[&"inspect", &big]);
+    common::quantforge_ok::<&dyn AsRef<OsStr>>(&[&"inspect", &big]);
     let kept = d.join("kept.gguf");
-    run_ok(&[&"edit", &big, &kept, &"--set", &"general.name=str:kept"]);
-    run_ok(&[&"edit", &kept, &d.join("back.gguf"), &"--set", &"general.name=str:byte order fixture"]);
+    common::quantforge_ok::<&dyn AsRef<OsStr>>(&[&"edit", &big, &kept, &"--set", &"general.name=str:kept"]);
+    common::quantforge_ok::<&dyn AsRef<OsStr>>(&[
+        &"edit",
+        &kept,
+        &d.join("back.gguf"),
+        &"--set",
+        &"general.name=str:byte order fixture",
+    ]);
     assert_same_file(&d.join("back.gguf"), &big);
     for args in [vec!["edit", "--byte-order", "little"], vec!["quantize", "--allow-requantize"], vec!["dequantize"]] {
         let mut all: Vec<&dyn AsRef<OsStr>> = args.iter().map(|a| a as &dyn AsRef<OsStr>).collect();
@@ -129,7 +128,7 @@ fn a_type_without_a_big_endian_layout_is_refused_by_name() {
         if args[0] == "quantize" {
             all.push(&"Q8_0");
         }
-        let err = run_err(&all);
+        let err = common::quantforge_err::<&dyn AsRef<OsStr>>(&all);
         assert!(err.contains(refusal) && err.contains("q5_k_be.gguf"), "{args:?}: {err}");
         assert!(!out.exists());
     }
@@ -167,20 +166,25 @@ fn big_endian_inputs_give_the_bytes_of_their_little_endian_twins() {
     // Shards converted one by one merge into the little-endian file, by
     // `merge` and by `gguf-split --merge`.
     let shards: Vec<PathBuf> = {
-        run_ok(&[&"split", &little, &d.join("tiny"), &"--max-tensors", &"8"]);
+        common::quantforge_ok::<&dyn AsRef<OsStr>>(&[&"split", &little, &d.join("tiny"), &"--max-tensors", &"8"]);
         (1..=3).map(|i| d.join(format!("tiny-{i:05}-of-00003.gguf"))).collect()
     };
     for shard in &shards {
         convert_endian(&python, &script, shard, "big");
     }
-    run_ok(&[&"merge", &shards[0], &d.join("merged.gguf")]);
+    common::quantforge_ok::<&dyn AsRef<OsStr>>(&[&"merge", &shards[0], &d.join("merged.gguf")]);
     assert_same_file(&d.join("merged.gguf"), &little);
-    run_ok(&[&"gguf-split", &"--merge", &shards[0], &d.join("merged-like-llama.gguf")]);
+    common::quantforge_ok::<&dyn AsRef<OsStr>>(&[
+        &"gguf-split",
+        &"--merge",
+        &shards[0],
+        &d.join("merged-like-llama.gguf"),
+    ]);
     let kept_keys = d.join("merged-little-shards.gguf");
     for shard in &shards {
         convert_endian(&python, &script, shard, "little");
     }
-    run_ok(&[&"gguf-split", &"--merge", &shards[0], &kept_keys]);
+    common::quantforge_ok::<&dyn AsRef<OsStr>>(&[&"gguf-split", &"--merge", &shards[0], &kept_keys]);
     assert_same_file(&d.join("merged-like-llama.gguf"), &kept_keys);
 }
 
@@ -242,6 +246,6 @@ byte_order = "big"
     assert_eq!(common::encoded(&report), 0, "{report}");
 
     std::fs::write(&recipe, std::fs::read_to_string(&recipe).unwrap().replace(r#""big""#, r#""bigg""#)).unwrap();
-    let err = run_err(&[&"run", &recipe, &"--cache-dir", &cache]);
+    let err = common::quantforge_err::<&dyn AsRef<OsStr>>(&[&"run", &recipe, &"--cache-dir", &cache]);
     assert!(err.contains("`bigg` is not a byte order") && err.contains("did you mean `big`?"), "{err}");
 }

@@ -14,18 +14,10 @@ use quantforge::model::{Endian, Value};
 use quantforge::synth::{self, LlamaConfig};
 use serde_json::Value as Json;
 
-fn run(args: &[&OsStr]) -> (String, String) {
-    let output = common::quantforge(args);
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert!(output.status.success(), "quantforge {args:?} failed: {stderr}");
-    (stdout, stderr)
-}
-
 fn inspect_json(path: &Path, extra: &[&str]) -> Json {
     let mut args: Vec<&OsStr> = vec!["inspect".as_ref(), path.as_os_str(), "--json".as_ref()];
     args.extend(extra.iter().map(OsStr::new));
-    serde_json::from_str(&run(&args).0).expect("inspect --json prints JSON")
+    serde_json::from_str(&common::quantforge_ok::<&OsStr>(&args)).expect("inspect --json prints JSON")
 }
 
 /// `make-tiny-model --help` says what it takes and writes nothing; an
@@ -66,7 +58,8 @@ fn tiny_model_is_reproducible() {
 
 #[test]
 fn inspect_text_summary() {
-    let (stdout, stderr) = run(&["inspect".as_ref(), common::tiny_model().as_os_str()]);
+    let output = common::quantforge(&["inspect".as_ref(), common::tiny_model().as_os_str()]);
+    let (stdout, stderr) = (String::from_utf8(output.stdout).unwrap(), String::from_utf8(output.stderr).unwrap());
     assert!(stderr.contains(": mmap, "), "{stderr}");
     let body: String = stdout.lines().skip(1).map(|l| format!("{l}\n")).collect();
     expect![[r#"
@@ -165,7 +158,7 @@ fn edit_without_changes_is_the_identity() {
     for mmap_flag in [None, Some("--no-mmap")] {
         let mut args: Vec<&OsStr> = vec!["edit".as_ref(), tiny.as_os_str(), out.as_os_str()];
         args.extend(mmap_flag.map(OsStr::new));
-        run(&args);
+        common::quantforge_ok::<&OsStr>(&args);
         assert!(std::fs::read(&out).unwrap() == std::fs::read(common::tiny_model()).unwrap());
     }
 }
@@ -192,7 +185,7 @@ fn edit_sets_deletes_and_renames() {
         "--rename-tensor",
         "output.weight=lm_head.weight",
     ];
-    run(&args.map(OsStr::new));
+    common::quantforge_ok::<&OsStr>(&args.map(OsStr::new));
     let model = ModelFile::open(&out, OpenOptions::default()).unwrap();
     let m = &model.metadata;
     assert_eq!(m.get_str("general.name"), Some("renamed"));
@@ -233,7 +226,7 @@ fn edit_refuses_to_change_a_keys_type_unless_forced() {
     );
     assert!(!out.exists());
 
-    run(&[
+    common::quantforge_ok::<&OsStr>(&[
         OsStr::new("edit"),
         tiny.as_os_str(),
         out.as_os_str(),
@@ -278,7 +271,7 @@ fn edit_refusals() {
 /// number).
 #[test]
 fn quantize_help_lists_the_types() {
-    let (help, _) = run(&[OsStr::new("quantize"), OsStr::new("--help")]);
+    let help = common::quantforge_ok::<&OsStr>(&[OsStr::new("quantize"), OsStr::new("--help")]);
     for line in [
         "  40  or  Q1_0      :  1.125 bpw quantization",
         "  12  or  Q3_K      : alias for Q3_K_M",
@@ -352,8 +345,9 @@ fn diff_reports_per_tensor_error() {
     let dir = tempfile::tempdir().unwrap();
     let tiny = common::tiny_model();
     let q8 = dir.path().join("q8.gguf");
-    run(&["quantize".as_ref(), tiny.as_os_str(), q8.as_os_str(), "Q8_0".as_ref()]);
-    let (stdout, _) = run(&["diff".as_ref(), tiny.as_os_str(), q8.as_os_str(), "--json".as_ref()]);
+    common::quantforge_ok::<&OsStr>(&["quantize".as_ref(), tiny.as_os_str(), q8.as_os_str(), "Q8_0".as_ref()]);
+    let stdout =
+        common::quantforge_ok::<&OsStr>(&["diff".as_ref(), tiny.as_os_str(), q8.as_os_str(), "--json".as_ref()]);
     let report: Json = serde_json::from_str(&stdout).unwrap();
     let tensors = report["tensors"].as_array().unwrap();
     assert_eq!(tensors.len(), 21);
@@ -371,7 +365,7 @@ fn diff_reports_per_tensor_error() {
 #[test]
 fn inspect_reports_validated_hyperparameters() {
     let json = |path: &std::path::Path| -> serde_json::Value {
-        let (stdout, _) = run(&["inspect".as_ref(), "--json".as_ref(), path.as_os_str()]);
+        let stdout = common::quantforge_ok::<&OsStr>(&["inspect".as_ref(), "--json".as_ref(), path.as_os_str()]);
         serde_json::from_str(&stdout).unwrap()
     };
     let fixtures = common::repo().join("tests/data/multimodal");
@@ -418,7 +412,7 @@ fn copies_write_zero_padding_whatever_the_input_holds() {
             let output = dir.path().join(format!("{name}-out.gguf"));
             let mut args: Vec<&OsStr> = vec!["edit".as_ref(), input.as_os_str(), output.as_os_str()];
             args.extend(access.iter().map(OsStr::new));
-            run(&args);
+            common::quantforge_ok::<&OsStr>(&args);
             assert!(std::fs::read(&output).unwrap() == std::fs::read(&clean).unwrap(), "{name} {access:?}");
         }
     }
@@ -461,19 +455,19 @@ fn progress_shows_on_a_terminal_only() {
 
 #[test]
 fn version_completions_and_manual() {
-    let (version, _) = run(&["--version".as_ref()]);
+    let version = common::quantforge_ok::<&OsStr>(&["--version".as_ref()]);
     let script = std::fs::read_to_string(common::repo().join("scripts/fetch-references.sh")).unwrap();
     let pinned = script.lines().find_map(|l| l.strip_prefix("version=")).unwrap();
     assert!(version.contains(&format!("llama-cpp-python {pinned} ")), "--version and the references agree: {version}");
     assert!(version.contains("codec version ") && version.contains("cache key scheme "), "{version}");
-    let (bash, _) = run(&["completions".as_ref(), "bash".as_ref()]);
+    let bash = common::quantforge_ok::<&OsStr>(&["completions".as_ref(), "bash".as_ref()]);
     assert!(bash.contains("_quantforge()") && bash.contains("--cache-dir"), "{bash}");
-    let (man, _) = run(&["man".as_ref()]);
+    let man = common::quantforge_ok::<&OsStr>(&["man".as_ref()]);
     assert!(man.starts_with(".ie") || man.contains(".TH quantforge"), "{man}");
     assert!(man.contains("quantize"), "{man}");
     // Every page a page lists is written, and printed by its command's name.
     let dir = tempfile::tempdir().unwrap();
-    run(&["man".as_ref(), "--dir".as_ref(), dir.path().as_os_str()]);
+    common::quantforge_ok::<&OsStr>(&["man".as_ref(), "--dir".as_ref(), dir.path().as_os_str()]);
     let mut listed = 0;
     for page in std::fs::read_dir(dir.path()).unwrap() {
         let text = std::fs::read_to_string(page.unwrap().path()).unwrap();
@@ -484,9 +478,9 @@ fn version_completions_and_manual() {
         }
     }
     assert!(listed > 30, "{listed} pages listed");
-    let (gc, _) = run(&["man".as_ref(), "cache".as_ref(), "gc".as_ref()]);
+    let gc = common::quantforge_ok::<&OsStr>(&["man".as_ref(), "cache".as_ref(), "gc".as_ref()]);
     assert!(gc.contains(".TH quantforge-cache-gc 1"), "{gc}");
-    let (help, _) = run(&["--help".as_ref()]);
+    let help = common::quantforge_ok::<&OsStr>(&["--help".as_ref()]);
     for variable in
         ["QUANTFORGE_CACHE", "QUANTFORGE_CACHE_URL", "QUANTFORGE_SIMD", "AWS_ENDPOINT_URL", "XDG_CACHE_HOME"]
     {

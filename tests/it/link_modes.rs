@@ -11,7 +11,7 @@ use crate::common;
 use std::ffi::OsStr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::Value;
 
@@ -35,11 +35,6 @@ fn outputs(dir: &Path) -> Vec<Vec<u8>> {
     PRESETS.iter().map(|p| std::fs::read(output(dir, p)).unwrap()).collect()
 }
 
-fn ok(out: Output) -> String {
-    assert!(out.status.success(), "quantforge failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// `quantforge run ladder.toml --json --link MODES` in `dir`, through
 /// `wrapper` (a command that runs the rest as another user) if given.
 fn run_as(wrapper: &[&str], dir: &Path, link: &str) -> Value {
@@ -53,7 +48,7 @@ fn run_as(wrapper: &[&str], dir: &Path, link: &str) -> Value {
         None => Command::new(binary),
     };
     let out = command.args(["run", "ladder.toml", "--json", "--link", link]).current_dir(dir).output().unwrap();
-    serde_json::from_str(&ok(out)).unwrap()
+    serde_json::from_str(&common::stdout_of_success(out)).unwrap()
 }
 
 fn run(dir: &Path, link: &str) -> Value {
@@ -86,7 +81,7 @@ fn blob_bytes(cache: &Path) -> u64 {
 }
 
 fn cache_verify(dir: &Path) -> String {
-    ok(common::quantforge_in(dir, &[OsStr::new("cache"), OsStr::new("verify")]))
+    common::stdout_of_success(common::quantforge_in(dir, &[OsStr::new("cache"), OsStr::new("verify")]))
 }
 
 /// Flips one byte in the middle of `path`, in place (as an editor that
@@ -134,7 +129,7 @@ fn with_copy_the_cache_keeps_no_second_copy_and_checks_what_it_finds_in_the_expo
     assert_eq!(outputs(dir.path()), written);
 
     // Collected and checked: nothing a recipe needs goes.
-    ok(common::quantforge_in(dir.path(), &[OsStr::new("cache"), OsStr::new("gc")]));
+    common::stdout_of_success(common::quantforge_in(dir.path(), &[OsStr::new("cache"), OsStr::new("gc")]));
     let verified = cache_verify(dir.path());
     assert!(!verified.contains("broken") && !verified.contains("corrupt"), "{verified}");
     let after_gc = run(dir.path(), "copy");

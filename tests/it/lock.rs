@@ -6,12 +6,6 @@ use crate::common;
 
 use std::path::Path;
 
-fn run(recipe: &Path, extra: &[&str]) -> std::process::Output {
-    let mut args: Vec<&std::ffi::OsStr> = vec!["run".as_ref(), recipe.as_os_str(), "-q".as_ref()];
-    args.extend(extra.iter().map(std::ffi::OsStr::new));
-    common::quantforge(&args)
-}
-
 fn sha256(path: &Path) -> String {
     common::sha256_hex(&std::fs::read(path).unwrap())
 }
@@ -20,7 +14,7 @@ fn sha256(path: &Path) -> String {
 fn a_run_writes_the_lock_and_a_second_leaves_it_unchanged() {
     let (dir, recipe) = common::quickstart_project();
     let lock_path = dir.path().join("recipes/quickstart.lock");
-    assert!(run(&recipe, &[]).status.success());
+    assert!(common::quantforge_with(&[&"run", &recipe, &"-q"]).status.success());
     let first = std::fs::read_to_string(&lock_path).unwrap();
     let lock: toml::Table = toml::from_str(&first).unwrap();
     let input = &lock["input"][0];
@@ -45,13 +39,13 @@ fn a_run_writes_the_lock_and_a_second_leaves_it_unchanged() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read_to_string(&lock_path).unwrap(), first);
     assert_eq!(std::fs::metadata(&lock_path).unwrap().modified().unwrap(), modified, "rewritten with the same bytes");
-    assert!(run(&recipe, &["--locked"]).status.success());
+    assert!(common::quantforge_with(&[&"run", &recipe, &"-q", &"--locked"]).status.success());
 }
 
 #[test]
 fn locked_fails_naming_a_changed_input_and_plan_reports_it() {
     let (dir, recipe) = common::quickstart_project();
-    assert!(run(&recipe, &[]).status.success());
+    assert!(common::quantforge_with(&[&"run", &recipe, &"-q"]).status.success());
     let lock_path = dir.path().join("recipes/quickstart.lock");
     let lock = std::fs::read(&lock_path).unwrap();
     let model = dir.path().join("tests/data/tiny-llama.gguf");
@@ -60,7 +54,7 @@ fn locked_fails_naming_a_changed_input_and_plan_reports_it() {
     bytes[last] ^= 1;
     std::fs::write(&model, &bytes).unwrap();
 
-    let out = run(&recipe, &["--locked"]);
+    let out = common::quantforge_with(&[&"run", &recipe, &"-q", &"--locked"]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no longer matches"), "{stderr}");
@@ -76,21 +70,21 @@ fn locked_fails_naming_a_changed_input_and_plan_reports_it() {
 #[test]
 fn locked_fails_when_the_run_would_change_the_lock() {
     let (dir, recipe) = common::quickstart_project();
-    let out = run(&recipe, &["--locked"]);
+    let out = common::quantforge_with(&[&"run", &recipe, &"-q", &"--locked"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("there is no lock file"), "{out:?}");
 
-    assert!(run(&recipe, &[]).status.success());
+    assert!(common::quantforge_with(&[&"run", &recipe, &"-q"]).status.success());
     let lock_path = dir.path().join("recipes/quickstart.lock");
     let lock = std::fs::read(&lock_path).unwrap();
     let text = std::fs::read_to_string(&recipe).unwrap().replace("\"Q4_K_M\"]", "\"Q4_K_S\"]");
     std::fs::write(&recipe, text).unwrap();
-    let out = run(&recipe, &["--locked"]);
+    let out = common::quantforge_with(&[&"run", &recipe, &"-q", &"--locked"]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("export `publish[preset=Q4_K_S]` is not in the lock"), "{stderr}");
     assert!(stderr.contains("is left as it was"), "{stderr}");
     assert_eq!(std::fs::read(&lock_path).unwrap(), lock);
-    assert!(run(&recipe, &[]).status.success());
+    assert!(common::quantforge_with(&[&"run", &recipe, &"-q"]).status.success());
     assert!(std::fs::read_to_string(&lock_path).unwrap().contains("Q4_K_S"));
 }

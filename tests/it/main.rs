@@ -44,6 +44,7 @@ mod safetensors;
 mod sentencepiece;
 mod slurm;
 mod split;
+mod store_conformance;
 mod tidy;
 mod torch;
 mod trust;

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
 use quantforge::recipe::Recipe;
@@ -14,19 +14,6 @@ use serde_json::Value;
 
 fn os(s: &str) -> &OsStr {
     OsStr::new(s)
-}
-
-fn ok(output: Output) -> String {
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "quantforge failed: {stderr}");
-    String::from_utf8(output.stdout).unwrap()
-}
-
-/// Runs `quantforge run RECIPE --json --cache-dir CACHE EXTRA…` and returns the report.
-fn run(recipe: &Path, cache: &Path, extra: &[&str]) -> Value {
-    let mut args = vec![os("run"), recipe.as_os_str(), os("--json"), os("--cache-dir"), cache.as_os_str()];
-    args.extend(extra.iter().map(|s| os(s)));
-    serde_json::from_str(&ok(common::quantforge(&args))).unwrap()
 }
 
 /// Runs whose cache keeps every encoded tensor as a blob of its own.
@@ -100,11 +87,16 @@ fn cli_prints_every_problem_and_exits_1() {
 fn run_equals_one_shot_quantize_for_any_job_count() {
     let ws = Workspace::new();
     let recipe = ws.recipe("ladder.toml", LADDER);
-    let report = run(&recipe, &ws.cache(), &["--jobs", "1"]);
+    let report = common::run_json(&recipe, &ws.cache(), &["--jobs", "1"]);
     assert_eq!(totals(&report, "failed"), 0);
     for preset in ["Q8_0", "Q4_K_M", "Q3_K_S"] {
         let one_shot = ws.path(&format!("one-shot-{preset}.gguf"));
-        ok(common::quantforge(&[os("quantize"), ws.path("tiny.gguf").as_os_str(), one_shot.as_os_str(), os(preset)]));
+        common::stdout_of_success(common::quantforge(&[
+            os("quantize"),
+            ws.path("tiny.gguf").as_os_str(),
+            one_shot.as_os_str(),
+            os(preset),
+        ]));
         let ours = std::fs::read(ws.path(&format!("out/tiny-{preset}.gguf"))).unwrap();
         assert!(ours == std::fs::read(&one_shot).unwrap(), "{preset}: run and quantize differ");
     }
@@ -120,7 +112,7 @@ fn run_equals_one_shot_quantize_for_any_job_count() {
     let inputs = quantforge::formats::ModelFile::open(&ws.path("tiny.gguf"), Default::default()).unwrap().tensors.len();
     let (encoded, decoded) = (totals(&report, "tensors_encoded"), totals(&report, "tensors_decoded"));
     assert!(decoded <= inputs as u64 && 2 * decoded < encoded, "each input decoded once for all presets: {report}");
-    let parallel = run(&recipe, &ws.cache(), &["--jobs", "4"]);
+    let parallel = common::run_json(&recipe, &ws.cache(), &["--jobs", "4"]);
     // A fresh cache: every tensor one export needs is encoded in this run at
     // least once. Exports running side by side may both encode a tensor they
     // share, or one may reuse what the other has just stored.
@@ -134,13 +126,13 @@ fn run_equals_one_shot_quantize_for_any_job_count() {
 fn rerun_is_all_hits_even_after_touching_the_input() {
     let ws = Workspace::new();
     let recipe = ws.recipe("ladder.toml", LADDER);
-    let first = run(&recipe, &ws.cache(), WHOLE);
+    let first = common::run_json(&recipe, &ws.cache(), WHOLE);
     assert!(totals(&first, "tensors_encoded") > 0);
     // Seed 002's start-up metrics of each input the run opened.
     let load = &first["inputs"][0]["files"][0]["load"];
     assert_eq!(load["mode"], "mmap", "{first}");
     assert!(load["duration"].as_f64().unwrap() > 0.0 && load["bytes_parsed"].as_u64().unwrap() > 0, "{load}");
-    let second = run(&recipe, &ws.cache(), WHOLE);
+    let second = common::run_json(&recipe, &ws.cache(), WHOLE);
     assert_eq!(totals(&second, "tensors_encoded"), 0, "{second}");
     assert!(second["inputs"][0]["files"][0].get("load").is_none(), "a run of hits opens no model: {second}");
     assert_eq!(totals(&second, "ran"), 0, "{second}");
@@ -148,16 +140,16 @@ fn rerun_is_all_hits_even_after_touching_the_input() {
 
     let input = std::fs::File::options().write(true).open(ws.path("tiny.gguf")).unwrap();
     input.set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
-    let touched = run(&recipe, &ws.cache(), WHOLE);
+    let touched = common::run_json(&recipe, &ws.cache(), WHOLE);
     assert!(touched["inputs"][0]["rehashed"].as_bool().unwrap(), "a new mtime means a new fingerprint");
     assert_eq!(totals(&touched, "ran"), 0, "same bytes, same keys: {touched}");
-    let again = run(&recipe, &ws.cache(), WHOLE);
+    let again = common::run_json(&recipe, &ws.cache(), WHOLE);
     assert!(!again["inputs"][0]["rehashed"].as_bool().unwrap(), "the settled fingerprint is remembered");
 
     // A deleted output is rebuilt from cached tensors, without codec work
     // (the cache keeps them whole; with --link copy, tests/it/link_modes.rs).
     std::fs::remove_file(ws.path("out/tiny-Q8_0.gguf")).unwrap();
-    let rebuilt = run(&recipe, &ws.cache(), WHOLE);
+    let rebuilt = common::run_json(&recipe, &ws.cache(), WHOLE);
     assert_eq!(totals(&rebuilt, "ran"), 1);
     assert_eq!(totals(&rebuilt, "tensors_encoded"), 0);
     assert!(totals(&rebuilt, "tensors_reused") > 0);
@@ -167,15 +159,15 @@ fn rerun_is_all_hits_even_after_touching_the_input() {
 fn targets_build_only_what_they_need() {
     let ws = Workspace::new();
     let recipe = ws.recipe("ladder.toml", LADDER);
-    let one = run(&recipe, &ws.cache(), &["out[preset=Q4_K_M]"]);
+    let one = common::run_json(&recipe, &ws.cache(), &["out[preset=Q4_K_M]"]);
     let written: Vec<String> =
         std::fs::read_dir(ws.path("out")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert_eq!(written, ["tiny-Q4_K_M.gguf"]);
     assert_eq!(totals(&one, "ran"), 3, "load, quantize, export: {one}");
     // A step names all of its nodes; an export path names its export.
-    let step = run(&recipe, &ws.cache(), &["q"]);
+    let step = common::run_json(&recipe, &ws.cache(), &["q"]);
     assert_eq!(totals(&step, "tensors_encoded"), 0, "a step that is not kept has nothing to store: {step}");
-    let by_path = run(&recipe, &ws.cache(), &["out/tiny-Q8_0.gguf"]);
+    let by_path = common::run_json(&recipe, &ws.cache(), &["out/tiny-Q8_0.gguf"]);
     assert_eq!(totals(&by_path, "ran"), 1, "the steps' results are cached now: {by_path}");
     assert!(ws.path("out/tiny-Q8_0.gguf").exists() && !ws.path("out/tiny-Q3_K_S.gguf").exists());
 
@@ -198,18 +190,18 @@ fn force_rebuilds_and_plan_exit_code_tells_ci() {
         common::quantforge(&args).status.code()
     };
     assert_eq!(status(), Some(2), "work pending");
-    let first = run(&recipe, &ws.cache(), &[]);
+    let first = common::run_json(&recipe, &ws.cache(), &[]);
     assert_eq!(first["jobs"], 3, "[recipe] jobs sets the workers");
-    assert_eq!(run(&recipe, &ws.cache(), &["--jobs", "1"])["jobs"], 1, "the command line overrides it");
+    assert_eq!(common::run_json(&recipe, &ws.cache(), &["--jobs", "1"])["jobs"], 1, "the command line overrides it");
     assert_eq!(status(), Some(0), "up to date");
 
-    let forced = run(&recipe, &ws.cache(), &["--force"]);
+    let forced = common::run_json(&recipe, &ws.cache(), &["--force"]);
     assert_eq!(totals(&forced, "hit"), 0, "{forced}");
     // Nothing comes from the cache as it was: every conversion is encoded
     // again, once, as in the first run (a tensor two exports share, or one
     // encoded with its siblings, is copied from the blob the run made).
     assert_eq!(totals(&forced, "tensors_encoded"), totals(&first, "tensors_encoded"), "{forced}");
-    let targeted = run(&recipe, &ws.cache(), &["out[preset=Q8_0]", "--force"]);
+    let targeted = common::run_json(&recipe, &ws.cache(), &["out[preset=Q8_0]", "--force"]);
     assert_eq!(totals(&targeted, "ran"), 3, "load, quantize, export: {targeted}");
     assert_eq!(status(), Some(0));
 }
@@ -218,7 +210,9 @@ fn force_rebuilds_and_plan_exit_code_tells_ci() {
 fn graph_prints_the_dag_as_dot_and_mermaid() {
     let ws = Workspace::new();
     let recipe = ws.recipe("ladder.toml", LADDER);
-    let graph = |format: &str| ok(common::quantforge(&[os("graph"), recipe.as_os_str(), os("--format"), os(format)]));
+    let graph = |format: &str| {
+        common::stdout_of_success(common::quantforge(&[os("graph"), recipe.as_os_str(), os("--format"), os(format)]))
+    };
     let dot = graph("dot");
     assert!(dot.starts_with("digraph \"ladder\" {"), "{dot}");
     assert!(dot.contains("i0 [shape=ellipse, label=\"tiny\"];"), "{dot}");
@@ -247,19 +241,23 @@ fn the_cache_belongs_to_the_project_not_the_working_directory() {
         command.output().unwrap()
     };
     let run_json = |cwd: &Path| -> Value {
-        serde_json::from_str(&ok(quantforge(cwd, &[os("run"), recipe.as_os_str(), os("--json")]))).unwrap()
+        serde_json::from_str(&common::stdout_of_success(quantforge(
+            cwd,
+            &[os("run"), recipe.as_os_str(), os("--json")],
+        )))
+        .unwrap()
     };
     let first = run_json(elsewhere.path());
     assert!(totals(&first, "tensors_encoded") > 0);
     assert!(root.join("cache").is_dir() && !elsewhere.path().join("cache").exists());
     let again = run_json(&root.join("recipes"));
     assert_eq!(totals(&again, "hit"), totals(&again, "nodes"), "one cache, wherever the command starts");
-    let shown = ok(quantforge(elsewhere.path(), &[os("cache"), os("dir"), recipe.as_os_str()]));
+    let shown = common::stdout_of_success(quantforge(elsewhere.path(), &[os("cache"), os("dir"), recipe.as_os_str()]));
     assert_eq!(shown.trim(), root.join("cache").to_str().unwrap());
 
     // `[recipe] cache` names another, relative to the recipe.
     std::fs::write(&recipe, LADDER.replace("name = \"ladder\"", "name = \"ladder\"\ncache = \"../other\"")).unwrap();
-    let shown = ok(quantforge(elsewhere.path(), &[os("cache"), os("dir"), recipe.as_os_str()]));
+    let shown = common::stdout_of_success(quantforge(elsewhere.path(), &[os("cache"), os("dir"), recipe.as_os_str()]));
     assert_eq!(Path::new(shown.trim()), root.join("recipes/../other"));
 
     // A one-shot command caches in the user's cache directory when asked.
@@ -267,7 +265,7 @@ fn the_cache_belongs_to_the_project_not_the_working_directory() {
     let out = root.join("q.gguf");
     let mut command = Command::new(env!("CARGO_BIN_EXE_quantforge"));
     command.args([os("quantize"), os("--user-cache"), common::tiny_model().as_os_str(), out.as_os_str(), os("Q8_0")]);
-    ok(command.env("XDG_CACHE_HOME", xdg.path()).output().unwrap());
+    common::stdout_of_success(command.env("XDG_CACHE_HOME", xdg.path()).output().unwrap());
     assert!(xdg.path().join("quantforge").is_dir());
 }
 
@@ -297,7 +295,10 @@ fn an_importance_matrix_is_recorded_as_the_recipe_writes_it() {
     let mut made = Vec::new();
     for (cwd, cache) in [(project.path(), "c1"), (dir.as_path(), "c2")] {
         let cache = project.path().join(cache);
-        ok(in_dir(cwd, &[os("run"), recipe.as_os_str(), os("-q"), os("--cache-dir"), cache.as_os_str()]));
+        common::stdout_of_success(in_dir(
+            cwd,
+            &[os("run"), recipe.as_os_str(), os("-q"), os("--cache-dir"), cache.as_os_str()],
+        ));
         made.push(std::fs::read(&output).unwrap());
     }
     assert!(made[0] == made[1], "the bytes depend on the working directory");
@@ -306,11 +307,11 @@ fn an_importance_matrix_is_recorded_as_the_recipe_writes_it() {
     let one_shot = project.path().join("one-shot.gguf");
     let args =
         [os("quantize"), os("-q"), os("--imatrix"), os("im.gguf"), os("tiny.gguf"), one_shot.as_os_str(), os("Q4_K_M")];
-    ok(in_dir(&dir, &args));
+    common::stdout_of_success(in_dir(&dir, &args));
     assert!(std::fs::read(&one_shot).unwrap() == made[0], "the one-shot command writes other bytes");
 
     std::fs::write(&recipe, text("./im.gguf")).unwrap();
-    let report = run(&recipe, &project.path().join("c1"), &[]);
+    let report = common::run_json(&recipe, &project.path().join("c1"), &[]);
     let q = report["nodes"].as_array().unwrap().iter().find(|n| n["id"] == "q").unwrap();
     assert_eq!(q["status"], "ran", "another name for the matrix is another key");
     let model = quantforge::formats::ModelFile::open(&output, Default::default()).unwrap();
@@ -323,11 +324,11 @@ fn an_importance_matrix_is_recorded_as_the_recipe_writes_it() {
 fn a_preset_may_be_its_ftype_number() {
     let ws = Workspace::new();
     let recipe = ws.recipe("numbers.toml", &LADDER.replace(r#"["Q8_0", "Q4_K_M", "Q3_K_S"]"#, r#"[7, "Q6_K"]"#));
-    let report = run(&recipe, &ws.cache(), &[]);
+    let report = common::run_json(&recipe, &ws.cache(), &[]);
     let ids: Vec<&str> = report["nodes"].as_array().unwrap().iter().map(|n| n["id"].as_str().unwrap()).collect();
     assert!(ids.contains(&"q[preset=7]") && ids.contains(&"q[preset=Q6_K]"), "{ids:?}");
     let one_shot = ws.path("q8.gguf");
-    ok(common::quantforge(&[
+    common::stdout_of_success(common::quantforge(&[
         os("quantize"),
         os("-q"),
         ws.path("tiny.gguf").as_os_str(),
@@ -347,10 +348,10 @@ fn a_recipe_prunes_layers_and_copies_as_quantize_does() {
         "pruned.toml",
         &LADDER.replace(r#"["Q8_0", "Q4_K_M", "Q3_K_S"]"#, "[\"COPY\", \"Q4_K_M\"]\nprune_layers = [1, 0, 1]"),
     );
-    run(&recipe, &ws.cache(), &[]);
+    common::run_json(&recipe, &ws.cache(), &[]);
     for preset in ["COPY", "Q4_K_M"] {
         let one_shot = ws.path(&format!("one-shot-{preset}.gguf"));
-        ok(common::quantforge(&[
+        common::stdout_of_success(common::quantforge(&[
             os("quantize"),
             os("-q"),
             os("--prune-layers"),
@@ -376,20 +377,25 @@ fn an_export_per_device_is_shard_devices_of_its_tensors_cut_from_the_cache() {
         "path = \"out/tiny.gguf\"\ndevices = { count = 3, split = [1, 2, 1] }",
     ) + "\n[step.raw]\nop = \"export\"\nfrom = \"tiny\"\npath = \"out/raw.gguf\"\ndevices = { count = 2 }\n";
     let recipe = ws.recipe("devices.toml", &text);
-    let first = run(&recipe, &ws.cache(), &[]);
+    let first = common::run_json(&recipe, &ws.cache(), &[]);
     assert!(totals(&first, "tensors_encoded") > 0, "{first}");
     let shard = |j: usize| ws.path(&format!("out/tiny-dev{j}-of-3.gguf"));
     let written: Vec<Vec<u8>> = (0..3).map(|j| std::fs::read(shard(j)).unwrap()).collect();
 
     std::fs::remove_file(shard(1)).unwrap();
-    let again = run(&recipe, &ws.cache(), &[]);
+    let again = common::run_json(&recipe, &ws.cache(), &[]);
     assert_eq!(totals(&again, "tensors_encoded"), 0, "{again}");
     assert!(std::fs::read(shard(1)).unwrap() == written[1]);
 
     let quantized = ws.path("one-shot.gguf");
-    ok(common::quantforge(&[os("quantize"), ws.path("tiny.gguf").as_os_str(), quantized.as_os_str(), os("Q4_K_M")]));
+    common::stdout_of_success(common::quantforge(&[
+        os("quantize"),
+        ws.path("tiny.gguf").as_os_str(),
+        quantized.as_os_str(),
+        os("Q4_K_M"),
+    ]));
     let prefix = ws.path("cli");
-    ok(common::quantforge(&[
+    common::stdout_of_success(common::quantforge(&[
         os("shard-devices"),
         quantized.as_os_str(),
         prefix.as_os_str(),
@@ -403,13 +409,19 @@ fn an_export_per_device_is_shard_devices_of_its_tensors_cut_from_the_cache() {
         assert!(*bytes == cli, "device {j}: the export and shard-devices differ");
     }
     let merged = ws.path("merged.gguf");
-    ok(common::quantforge(&[os("merge"), shard(2).as_os_str(), merged.as_os_str()]));
+    common::stdout_of_success(common::quantforge(&[os("merge"), shard(2).as_os_str(), merged.as_os_str()]));
     assert!(std::fs::read(merged).unwrap() == std::fs::read(quantized).unwrap());
 
     // Slices of the input's own tensors, copied from the file.
     let raw = ws.path("raw");
     let tiny = ws.path("tiny.gguf");
-    ok(common::quantforge(&[os("shard-devices"), tiny.as_os_str(), raw.as_os_str(), os("--devices"), os("2")]));
+    common::stdout_of_success(common::quantforge(&[
+        os("shard-devices"),
+        tiny.as_os_str(),
+        raw.as_os_str(),
+        os("--devices"),
+        os("2"),
+    ]));
     for j in 0..2 {
         let (ours, cli) = (ws.path(&format!("out/raw-dev{j}-of-2.gguf")), ws.path(&format!("raw-dev{j}-of-2.gguf")));
         assert!(std::fs::read(ours).unwrap() == std::fs::read(cli).unwrap(), "device {j} of the input differs");
@@ -443,19 +455,24 @@ fn changing_one_tensors_type_encodes_one_tensor() {
     let ws = Workspace::new();
     let base = LADDER.replace(r#"preset = ["Q8_0", "Q4_K_M", "Q3_K_S"]"#, r#"preset = "Q4_K_M""#);
     let recipe = ws.recipe("one.toml", &base);
-    run(&recipe, &ws.cache(), &[]);
+    common::run_json(&recipe, &ws.cache(), &[]);
     let changed = base.replace(
         r#"preset = "Q4_K_M""#,
         r#"preset = "Q4_K_M"
 override = [{ match = "blk\\.1\\.ffn_down\\.weight", type = "Q8_0" }]"#,
     );
     let recipe = ws.recipe("one.toml", &changed);
-    let plan = ok(common::quantforge(&[os("plan"), recipe.as_os_str(), os("--cache-dir"), ws.cache().as_os_str()]));
+    let plan = common::stdout_of_success(common::quantforge(&[
+        os("plan"),
+        recipe.as_os_str(),
+        os("--cache-dir"),
+        ws.cache().as_os_str(),
+    ]));
     assert!(plan.contains("because parameter `override` changed"), "{plan}");
-    let report = run(&recipe, &ws.cache(), &[]);
+    let report = common::run_json(&recipe, &ws.cache(), &[]);
     assert_eq!(totals(&report, "tensors_encoded"), 1, "{report}");
     let one_shot = ws.path("one-shot.gguf");
-    ok(common::quantforge(&[
+    common::stdout_of_success(common::quantforge(&[
         os("quantize"),
         os("--tensor-type"),
         os(r"blk\.1\.ffn_down\.weight=Q8_0"),
@@ -471,7 +488,7 @@ fn killed_runs_leave_a_consistent_cache() {
     let ws = Workspace::new();
     let recipe = ws.recipe("ladder.toml", LADDER);
     let reference = ws.path("reference-cache");
-    run(&recipe, &reference, &[]);
+    common::run_json(&recipe, &reference, &[]);
     let expected: Vec<Vec<u8>> = ["Q8_0", "Q4_K_M", "Q3_K_S"]
         .iter()
         .map(|p| std::fs::read(ws.path(&format!("out/tiny-{p}.gguf"))).unwrap())
@@ -493,7 +510,7 @@ fn killed_runs_leave_a_consistent_cache() {
         let verify = common::quantforge(&[os("cache"), os("verify"), os("--cache-dir"), ws.cache().as_os_str()]);
         assert!(verify.status.success(), "after a kill at {delay:?}: {}", String::from_utf8_lossy(&verify.stdout));
     }
-    let report = run(&recipe, &ws.cache(), &[]);
+    let report = common::run_json(&recipe, &ws.cache(), &[]);
     assert_eq!(totals(&report, "failed"), 0);
     for (preset, bytes) in ["Q8_0", "Q4_K_M", "Q3_K_S"].iter().zip(&expected) {
         assert!(&std::fs::read(ws.path(&format!("out/tiny-{preset}.gguf"))).unwrap() == bytes, "{preset}");
@@ -504,7 +521,12 @@ fn killed_runs_leave_a_consistent_cache() {
         .filter(|name| name.ends_with(".tmp"))
         .collect();
     assert!(left.is_empty(), "temporary files of killed runs survived the next run: {left:?}");
-    ok(common::quantforge(&[os("cache"), os("verify"), os("--cache-dir"), ws.cache().as_os_str()]));
+    common::stdout_of_success(common::quantforge(&[
+        os("cache"),
+        os("verify"),
+        os("--cache-dir"),
+        ws.cache().as_os_str(),
+    ]));
 }
 
 #[test]
@@ -521,14 +543,19 @@ fn concurrent_runs_share_one_cache() {
             .unwrap()
     };
     let (first, second) = (spawn(&a), spawn(&b));
-    ok(first.wait_with_output().unwrap());
-    ok(second.wait_with_output().unwrap());
+    common::stdout_of_success(first.wait_with_output().unwrap());
+    common::stdout_of_success(second.wait_with_output().unwrap());
     for preset in ["Q8_0", "Q4_K_M", "Q3_K_S"] {
         let x = std::fs::read(ws.path(&format!("out/tiny-{preset}.gguf"))).unwrap();
         let y = std::fs::read(ws.path(&format!("out-b/tiny-{preset}.gguf"))).unwrap();
         assert!(x == y, "{preset}");
     }
-    ok(common::quantforge(&[os("cache"), os("verify"), os("--cache-dir"), ws.cache().as_os_str()]));
+    common::stdout_of_success(common::quantforge(&[
+        os("cache"),
+        os("verify"),
+        os("--cache-dir"),
+        ws.cache().as_os_str(),
+    ]));
 }
 
 #[test]
@@ -560,11 +587,21 @@ from = "q4"
 path = "q4.gguf"
 "#;
     let recipe = ws.recipe("chain.toml", chain);
-    let report = run(&recipe, &ws.cache(), &[]);
-    let usage = ok(common::quantforge(&[os("cache"), os("du"), os("--cache-dir"), ws.cache().as_os_str()]));
+    let report = common::run_json(&recipe, &ws.cache(), &[]);
+    let usage = common::stdout_of_success(common::quantforge(&[
+        os("cache"),
+        os("du"),
+        os("--cache-dir"),
+        ws.cache().as_os_str(),
+    ]));
     let kept = ws.recipe("kept.toml", &chain.replace("type = \"f32\"", "type = \"f32\"\nkeep = true"));
-    let kept_report = run(&kept, &ws.cache(), &[]);
-    let kept_usage = ok(common::quantforge(&[os("cache"), os("du"), os("--cache-dir"), ws.cache().as_os_str()]));
+    let kept_report = common::run_json(&kept, &ws.cache(), &[]);
+    let kept_usage = common::stdout_of_success(common::quantforge(&[
+        os("cache"),
+        os("du"),
+        os("--cache-dir"),
+        ws.cache().as_os_str(),
+    ]));
     assert_ne!(usage, kept_usage, "keep = true adds the F32 tensors to the store");
     let f32_node = kept_report["nodes"].as_array().unwrap().iter().find(|n| n["step"] == "f32").unwrap();
     assert!(f32_node["tensors_encoded"].as_u64().unwrap() > 0, "{kept_report}");
@@ -577,7 +614,7 @@ path = "q4.gguf"
 fn verify_finds_corruption_and_gc_collects() {
     let ws = Workspace::new();
     let recipe = ws.recipe("ladder.toml", LADDER);
-    run(&recipe, &ws.cache(), WHOLE);
+    common::run_json(&recipe, &ws.cache(), WHOLE);
     let cache = ws.cache();
     let cache_cmd = |args: &[&str]| {
         let mut full = vec![os("cache")];
@@ -585,7 +622,7 @@ fn verify_finds_corruption_and_gc_collects() {
         full.extend([os("--cache-dir"), cache.as_os_str()]);
         common::quantforge(&full)
     };
-    let listing = ok(cache_cmd(&["ls"]));
+    let listing = common::stdout_of_success(cache_cmd(&["ls"]));
     assert!(listing.contains("ladder/out[preset=Q4_K_M]"), "{listing}");
 
     // Flip one byte of one blob: verify names it and fails.
@@ -602,58 +639,58 @@ fn verify_finds_corruption_and_gc_collects() {
     // A bare gc removes nothing a run can use (the hints that spare a
     // rehash included), and says so; a dry run says what would go and why,
     // and removes nothing.
-    let before = ok(cache_cmd(&["du"]));
-    let bare = ok(cache_cmd(&["gc"]));
+    let before = common::stdout_of_success(cache_cmd(&["du"]));
+    let bare = common::stdout_of_success(cache_cmd(&["gc"]));
     assert!(bare.starts_with("removed 0 entries (0 broken), 0 blobs no entry names (0 B)"), "{bare}");
-    let dry = ok(cache_cmd(&["gc", "--max-size", "0", "--dry-run"]));
+    let dry = common::stdout_of_success(cache_cmd(&["gc", "--max-size", "0", "--dry-run"]));
     assert!(
         dry.starts_with("would remove ") && !dry.starts_with("would remove 0 ") && dry.contains(" beyond 0 B"),
         "{dry}"
     );
-    assert_eq!(ok(cache_cmd(&["du"])), before, "a dry run removes nothing");
+    assert_eq!(common::stdout_of_success(cache_cmd(&["du"])), before, "a dry run removes nothing");
 
     // Collecting everything, then running again, rebuilds what is needed.
     std::fs::remove_file(&blob).unwrap();
     // Nothing is two weeks old (ages take weeks as they take days): only
     // the entries naming the removed blob go, as broken.
-    let young = ok(cache_cmd(&["gc", "--older-than", "2w"]));
+    let young = common::stdout_of_success(cache_cmd(&["gc", "--older-than", "2w"]));
     assert!(young.contains("(0 unused for 2w, ") && !young.contains(" 0 broken)"), "{young}");
     assert!(young.contains(", 0 blobs no entry names (0 B)"), "{young}");
     std::fs::write(ws.cache().join("tmp/stray"), b"left by a killed run").unwrap();
-    let gc = ok(cache_cmd(&["gc", "--max-size", "0"]));
+    let gc = common::stdout_of_success(cache_cmd(&["gc", "--max-size", "0"]));
     assert!(gc.contains("1 temporary file of killed runs"), "{gc}");
-    let usage = ok(cache_cmd(&["du"]));
+    let usage = common::stdout_of_success(cache_cmd(&["du"]));
     assert!(usage.contains("0 B in 0 blobs"), "{usage}");
     std::fs::remove_dir_all(ws.path("out")).unwrap();
-    let report = run(&recipe, &ws.cache(), WHOLE);
+    let report = common::run_json(&recipe, &ws.cache(), WHOLE);
     assert_eq!(totals(&report, "failed"), 0);
     assert!(totals(&report, "tensors_encoded") > 0);
-    ok(cache_cmd(&["verify"]));
+    common::stdout_of_success(cache_cmd(&["verify"]));
 }
 
 #[test]
 fn superseded_results_are_marked_and_evicted_before_the_latest_builds() {
     let ws = Workspace::new();
     let recipe = ws.recipe("ladder.toml", LADDER);
-    run(&recipe, &ws.cache(), &[]);
+    common::run_json(&recipe, &ws.cache(), &[]);
     // The same nodes built again under other keys: the first build's
     // quantizations and exports are superseded.
     let changed =
         LADDER.replace("preset = [", "override = [{ match = \"output\\\\.weight\", type = \"Q8_0\" }]\npreset = [");
     std::fs::write(&recipe, changed).unwrap();
-    run(&recipe, &ws.cache(), &[]);
+    common::run_json(&recipe, &ws.cache(), &[]);
     let cache = ws.cache();
     let cache_cmd = |args: &[&str]| {
         let mut full = vec![os("cache")];
         full.extend(args.iter().map(|a| os(a)));
         full.extend([os("--cache-dir"), cache.as_os_str()]);
-        ok(common::quantforge(&full))
+        common::stdout_of_success(common::quantforge(&full))
     };
     let cache_json = |args: &[&str]| -> Value {
         let mut full = vec![os("--json"), os("cache")];
         full.extend(args.iter().map(|a| os(a)));
         full.extend([os("--cache-dir"), cache.as_os_str()]);
-        serde_json::from_str(&ok(common::quantforge(&full))).unwrap()
+        serde_json::from_str(&common::stdout_of_success(common::quantforge(&full))).unwrap()
     };
     let listing = cache_cmd(&["ls"]);
     assert!(listing.starts_with("KEY "), "a header first: {listing}");
@@ -683,7 +720,7 @@ fn superseded_results_are_marked_and_evicted_before_the_latest_builds() {
     let evicted = cache_cmd(&["gc", "--max-size", &budget.to_string()]);
     assert!(evicted.starts_with("removed 3 entries (3 beyond"), "{evicted}");
     assert_eq!(latest(&cache_cmd(&["ls"])), latest_before, "every latest build's entry stays");
-    let rerun = run(&recipe, &ws.cache(), &[]);
+    let rerun = common::run_json(&recipe, &ws.cache(), &[]);
     assert_eq!(totals(&rerun, "hit"), totals(&rerun, "nodes"), "the latest build was kept: {rerun:#}");
 }
 
@@ -723,7 +760,7 @@ from = "trimmed"
 path = "edited.gguf"
 "#,
     );
-    let report = run(&recipe, &ws.cache(), &[]);
+    let report = common::run_json(&recipe, &ws.cache(), &[]);
     assert_eq!(totals(&report, "tensors_encoded"), 0, "{report}");
     let model = quantforge::formats::ModelFile::open(&ws.path("edited.gguf"), Default::default()).unwrap();
     let names: Vec<&str> = model.tensors.iter().map(|t| t.name.as_str()).collect();
@@ -781,12 +818,12 @@ path = "b.gguf"
     // nothing from an earlier run — on a first run, and under --force.
     let counts =
         |report: &Value| ["tensors_encoded", "tensors_shared", "tensors_reused"].map(|field| totals(report, field));
-    let concurrent = run(&recipe, &ws.cache(), &["-j", "2"]);
+    let concurrent = common::run_json(&recipe, &ws.cache(), &["-j", "2"]);
     assert_eq!(counts(&concurrent), [16, 16, 0], "{concurrent}");
     let files = [std::fs::read(ws.path("a.gguf")).unwrap(), std::fs::read(ws.path("b.gguf")).unwrap()];
-    let forced = run(&recipe, &ws.cache(), &["-j", "2", "--force"]);
+    let forced = common::run_json(&recipe, &ws.cache(), &["-j", "2", "--force"]);
     assert_eq!(counts(&forced), [16, 16, 0], "{forced}");
-    let sequential = run(&recipe, &ws.path("other-cache"), &["-j", "1"]);
+    let sequential = common::run_json(&recipe, &ws.path("other-cache"), &["-j", "1"]);
     assert_eq!(totals(&sequential, "tensors_encoded"), 16);
     assert!(std::fs::read(ws.path("a.gguf")).unwrap() == files[0]);
     assert!(std::fs::read(ws.path("b.gguf")).unwrap() == files[1]);
@@ -799,8 +836,15 @@ path = "b.gguf"
 fn plan_says_which_output_was_deleted_or_modified() {
     let ws = Workspace::new();
     let recipe = ws.recipe("ladder.toml", LADDER);
-    run(&recipe, &ws.cache(), &[]);
-    let plan = || ok(common::quantforge(&[os("plan"), recipe.as_os_str(), os("--cache-dir"), ws.cache().as_os_str()]));
+    common::run_json(&recipe, &ws.cache(), &[]);
+    let plan = || {
+        common::stdout_of_success(common::quantforge(&[
+            os("plan"),
+            recipe.as_os_str(),
+            os("--cache-dir"),
+            ws.cache().as_os_str(),
+        ]))
+    };
     std::fs::remove_file(ws.path("out/tiny-Q8_0.gguf")).unwrap();
     let mut modified = std::fs::read(ws.path("out/tiny-Q4_K_M.gguf")).unwrap();
     let last = modified.len() - 1;
@@ -813,9 +857,9 @@ fn plan_says_which_output_was_deleted_or_modified() {
 
     // The exports back as they were, every intermediate result gone: the
     // quantizations are not misses, since run would not execute them.
-    run(&recipe, &ws.cache(), &[]);
+    common::run_json(&recipe, &ws.cache(), &[]);
     std::fs::remove_dir_all(ws.cache().join("actions/nodes")).unwrap();
-    let report: Value = serde_json::from_str(&ok(common::quantforge(&[
+    let report: Value = serde_json::from_str(&common::stdout_of_success(common::quantforge(&[
         os("plan"),
         recipe.as_os_str(),
         os("--cache-dir"),
@@ -839,7 +883,7 @@ fn a_ladders_counters_add_up() {
     let ws = Workspace::new();
     let recipe = ws.recipe("ladder.toml", LADDER);
     for extra in [&[][..], &["--force"][..]] {
-        let report = run(&recipe, &ws.cache(), extra);
+        let report = common::run_json(&recipe, &ws.cache(), extra);
         assert_eq!(totals(&report, "tensors_reused"), 0, "{extra:?}: {report}");
         let exports: Vec<&Value> = report["nodes"].as_array().unwrap().iter().filter(|n| n["op"] == "export").collect();
         for export in &exports {
@@ -861,7 +905,7 @@ fn a_path_names_its_export_however_spelled() {
     let ws = Workspace::new();
     let recipe = ws.recipe("ladder.toml", LADDER);
     let cache = ws.cache();
-    run(&recipe, &cache, &[]);
+    common::run_json(&recipe, &cache, &[]);
     let root = ws.path("");
     let parent = root.parent().unwrap().to_owned();
     let name = root.file_name().unwrap().to_str().unwrap().to_owned();

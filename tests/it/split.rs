@@ -13,19 +13,6 @@ use std::process::Command;
 use quantforge::formats::{ModelFile, OpenOptions};
 use quantforge::ops::split::{self, SplitError, SplitLimit, SplitOptions};
 
-fn run_ok(args: &[&OsStr]) -> String {
-    let output = common::quantforge(args);
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "quantforge {args:?} failed: {stderr}");
-    String::from_utf8(output.stdout).unwrap()
-}
-
-fn run_err(args: &[&OsStr]) -> String {
-    let output = common::quantforge(args);
-    assert!(!output.status.success(), "quantforge {args:?} should fail");
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
 /// The shard files of `prefix`, in name order.
 fn shards(prefix: &Path) -> Vec<PathBuf> {
     let dir = prefix.parent().unwrap();
@@ -63,7 +50,7 @@ fn compare_with_reference(reference: &Path, model: &Path, theirs: &[&str], ours:
 
     let mut args: Vec<&OsStr> = vec!["split".as_ref(), model.as_os_str(), our_prefix.as_os_str()];
     args.extend(ours.iter().map(OsStr::new));
-    run_ok(&args);
+    common::quantforge_ok(&args);
 
     let (theirs_files, ours_files) = (shards(&ref_prefix), shards(&our_prefix));
     assert_eq!(theirs_files.len(), ours_files.len(), "shard count for {ours:?}");
@@ -79,10 +66,10 @@ fn compare_with_reference(reference: &Path, model: &Path, theirs: &[&str], ours:
     // Merging from any shard, ours or theirs, gives back the original.
     let last = ours_files.last().unwrap();
     let merged = dir.path().join("merged.gguf");
-    run_ok(&["merge".as_ref(), last.as_os_str(), merged.as_os_str()]);
+    common::quantforge_ok(&["merge".as_ref(), last.as_os_str(), merged.as_os_str()]);
     assert_same_file(&merged, model);
     let merged_theirs = dir.path().join("merged-theirs.gguf");
-    run_ok(&["merge".as_ref(), theirs_files[0].as_os_str(), merged_theirs.as_os_str()]);
+    common::quantforge_ok(&["merge".as_ref(), theirs_files[0].as_os_str(), merged_theirs.as_os_str()]);
     assert_same_file(&merged_theirs, model);
 
     // With --keep-split-keys: llama-gguf-split --merge's bytes.
@@ -90,7 +77,12 @@ fn compare_with_reference(reference: &Path, model: &Path, theirs: &[&str], ours:
     let status = Command::new(reference).arg("--merge").arg(&theirs_files[0]).arg(&ref_merged).output().unwrap();
     assert!(status.status.success(), "llama-gguf-split --merge: {}", String::from_utf8_lossy(&status.stderr));
     let kept = dir.path().join("kept.gguf");
-    run_ok(&["merge".as_ref(), ours_files[1].as_os_str(), kept.as_os_str(), "--keep-split-keys".as_ref()]);
+    common::quantforge_ok(&[
+        "merge".as_ref(),
+        ours_files[1].as_os_str(),
+        kept.as_os_str(),
+        "--keep-split-keys".as_ref(),
+    ]);
     assert_same_file(&kept, &ref_merged);
     ours_files.len()
 }
@@ -131,7 +123,7 @@ fn dry_run_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path().join("plan");
     let model = common::tiny_model();
-    let stdout = run_ok(&[
+    let stdout = common::quantforge_ok(&[
         "split".as_ref(),
         model.as_os_str(),
         prefix.as_os_str(),
@@ -184,13 +176,19 @@ fn plan_keys_and_limits() {
 fn split_tiny(dir: &Path, name: &str, max_tensors: &str) -> Vec<PathBuf> {
     let prefix = dir.join(name);
     let model = common::tiny_model();
-    run_ok(&["split".as_ref(), model.as_os_str(), prefix.as_os_str(), "--max-tensors".as_ref(), max_tensors.as_ref()]);
+    common::quantforge_ok(&[
+        "split".as_ref(),
+        model.as_os_str(),
+        prefix.as_os_str(),
+        "--max-tensors".as_ref(),
+        max_tensors.as_ref(),
+    ]);
     shards(&prefix)
 }
 
 fn merge_err(shard: &Path, dir: &Path) -> String {
     let out = dir.join("merged.gguf");
-    let stderr = run_err(&["merge".as_ref(), shard.as_os_str(), out.as_os_str()]);
+    let stderr = common::quantforge_err(&["merge".as_ref(), shard.as_os_str(), out.as_os_str()]);
     assert!(!out.exists(), "a failed merge must not leave {}", out.display());
     stderr
 }
@@ -243,18 +241,34 @@ fn split_takes_one_limit_or_the_default() {
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path().join("x");
     let model = common::tiny_model();
-    let plan =
-        run_ok(&["--json".as_ref(), "split".as_ref(), model.as_os_str(), prefix.as_os_str(), "--dry-run".as_ref()]);
+    let plan = common::quantforge_ok(&[
+        "--json".as_ref(),
+        "split".as_ref(),
+        model.as_os_str(),
+        prefix.as_os_str(),
+        "--dry-run".as_ref(),
+    ]);
     let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
     assert_eq!(plan["files"].as_array().map(Vec::len), Some(1), "{plan}");
     let both = ["--max-size", "1M", "--max-tensors", "8"];
     let mut args: Vec<&OsStr> = vec!["split".as_ref(), model.as_os_str(), prefix.as_os_str()];
     args.extend(both.iter().map(OsStr::new));
-    assert!(run_err(&args).contains("cannot be used with"));
-    let err =
-        run_err(&["split".as_ref(), model.as_os_str(), prefix.as_os_str(), "--max-size".as_ref(), "10X".as_ref()]);
+    assert!(common::quantforge_err(&args).contains("cannot be used with"));
+    let err = common::quantforge_err(&[
+        "split".as_ref(),
+        model.as_os_str(),
+        prefix.as_os_str(),
+        "--max-size".as_ref(),
+        "10X".as_ref(),
+    ]);
     assert!(err.contains("unknown size unit `x`"), "{err}");
-    let err = run_err(&["split".as_ref(), model.as_os_str(), prefix.as_os_str(), "--max-size".as_ref(), "1k".as_ref()]);
+    let err = common::quantforge_err(&[
+        "split".as_ref(),
+        model.as_os_str(),
+        prefix.as_os_str(),
+        "--max-size".as_ref(),
+        "1k".as_ref(),
+    ]);
     assert!(
         err.contains("`token_embd.weight` takes 262144 bytes (padded), more than the 1000")
             && err.contains("the smallest size that works is 262144 (256.0 KiB)"),
@@ -270,8 +284,13 @@ fn any_shard_loads_the_whole_model() {
     let dir = tempfile::tempdir().unwrap();
     let set = split_tiny(dir.path(), "tiny", "8");
     let (from_shard, from_file) = (dir.path().join("a.gguf"), dir.path().join("b.gguf"));
-    run_ok(&["quantize".as_ref(), set[2].as_os_str(), from_shard.as_os_str(), "Q4_K_M".as_ref()]);
-    run_ok(&["quantize".as_ref(), common::tiny_model().as_os_str(), from_file.as_os_str(), "Q4_K_M".as_ref()]);
+    common::quantforge_ok(&["quantize".as_ref(), set[2].as_os_str(), from_shard.as_os_str(), "Q4_K_M".as_ref()]);
+    common::quantforge_ok(&[
+        "quantize".as_ref(),
+        common::tiny_model().as_os_str(),
+        from_file.as_os_str(),
+        "Q4_K_M".as_ref(),
+    ]);
     assert_same_file(&from_shard, &from_file);
 }
 
@@ -287,7 +306,13 @@ fn keep_split_matches_llama_quantize() {
         let ours = dir.path().join(format!("ours-{preset}.gguf"));
         let status = Command::new(&llama).arg("--keep-split").arg(&set[0]).arg(&theirs).arg(preset).output().unwrap();
         assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
-        run_ok(&["quantize".as_ref(), "--keep-split".as_ref(), set[1].as_os_str(), ours.as_os_str(), preset.as_ref()]);
+        common::quantforge_ok(&[
+            "quantize".as_ref(),
+            "--keep-split".as_ref(),
+            set[1].as_os_str(),
+            ours.as_os_str(),
+            preset.as_ref(),
+        ]);
         let (theirs, ours) =
             (shards(&dir.path().join(format!("theirs-{preset}"))), shards(&dir.path().join(format!("ours-{preset}"))));
         assert_eq!(theirs.len(), 3, "{theirs:?}");
@@ -320,7 +345,7 @@ fn keep_split_reports_the_shards_it_wrote() {
     assert!(stderr.starts_with(&format!("wrote {}: ", names.join(", "))), "{stderr}");
     assert!(!out.exists());
 
-    let json = run_ok(&[
+    let json = common::quantforge_ok(&[
         "quantize".as_ref(),
         "--json".as_ref(),
         "--keep-split".as_ref(),
@@ -385,7 +410,7 @@ path = "out/merged-kept.gguf"
     )
     .unwrap();
     let cache = d.join("cache");
-    run_ok(&["run".as_ref(), recipe.as_os_str(), "--cache-dir".as_ref(), cache.as_os_str()]);
+    common::quantforge_ok(&["run".as_ref(), recipe.as_os_str(), "--cache-dir".as_ref(), cache.as_os_str()]);
     let ours = shards(&d.join("out/rec"));
     assert_eq!(ours.len(), 3);
     for (a, b) in set.iter().zip(&ours) {
@@ -395,8 +420,13 @@ path = "out/merged-kept.gguf"
     let merged = ModelFile::open(&d.join("out/merged-kept.gguf"), OpenOptions::default()).unwrap();
     assert_eq!(merged.metadata.get(split::SPLIT_COUNT).and_then(|v| v.as_u64()), Some(0));
     // Nothing changed: all hits, even for the split export's three files.
-    let again =
-        run_ok(&["run".as_ref(), recipe.as_os_str(), "--cache-dir".as_ref(), cache.as_os_str(), "--json".as_ref()]);
+    let again = common::quantforge_ok(&[
+        "run".as_ref(),
+        recipe.as_os_str(),
+        "--cache-dir".as_ref(),
+        cache.as_os_str(),
+        "--json".as_ref(),
+    ]);
     let report: serde_json::Value = serde_json::from_str(&again).unwrap();
     assert_eq!(report["totals"]["ran"], 0, "{report}");
 }
@@ -406,11 +436,15 @@ path = "out/merged-kept.gguf"
 fn inspect_any_shard_shows_the_whole_model() {
     let dir = tempfile::tempdir().unwrap();
     let set = split_tiny(dir.path(), "tiny", "8");
-    let whole: serde_json::Value =
-        serde_json::from_str(&run_ok(&["inspect".as_ref(), "--json".as_ref(), common::tiny_model().as_os_str()]))
-            .unwrap();
+    let whole: serde_json::Value = serde_json::from_str(&common::quantforge_ok(&[
+        "inspect".as_ref(),
+        "--json".as_ref(),
+        common::tiny_model().as_os_str(),
+    ]))
+    .unwrap();
     let split: serde_json::Value =
-        serde_json::from_str(&run_ok(&["inspect".as_ref(), "--json".as_ref(), set[1].as_os_str()])).unwrap();
+        serde_json::from_str(&common::quantforge_ok(&["inspect".as_ref(), "--json".as_ref(), set[1].as_os_str()]))
+            .unwrap();
     assert_eq!(split["split"].as_array().unwrap().len(), 3);
     for field in ["tensor_count", "element_count", "tensor_bytes", "types", "metadata", "architecture"] {
         assert_eq!(split[field], whole[field], "{field}");
@@ -446,7 +480,7 @@ fn gguf_split_is_a_drop_in_for_llama_gguf_split() {
     let split: [&OsStr; 3] = ["--split_max_tensors".as_ref(), "8".as_ref(), model.as_os_str()];
     let theirs = Command::new(&reference).args(split).arg(&ref_prefix).output().unwrap();
     assert!(theirs.status.success());
-    run_ok(&[&["gguf-split".as_ref()], &split[..], &[our_prefix.as_os_str()]].concat());
+    common::quantforge_ok(&[&["gguf-split".as_ref()], &split[..], &[our_prefix.as_os_str()]].concat());
     let (theirs_files, ours_files) = (shards(&ref_prefix), shards(&our_prefix));
     assert_eq!(ours_files.len(), 3);
     for (t, o) in theirs_files.iter().zip(&ours_files) {
@@ -456,7 +490,7 @@ fn gguf_split_is_a_drop_in_for_llama_gguf_split() {
     let (ref_merged, our_merged) = (dir.path().join("ref-merged.gguf"), dir.path().join("merged.gguf"));
     let status = Command::new(&reference).arg("--merge").arg(&theirs_files[0]).arg(&ref_merged).output().unwrap();
     assert!(status.status.success());
-    run_ok(&[
+    common::quantforge_ok(&[
         "gguf-split".as_ref(),
         "--delete-splits".as_ref(),
         "--merge".as_ref(),

@@ -36,7 +36,6 @@ pub fn quantforge(args: &[&std::ffi::OsStr]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_quantforge")).args(args).output().expect("the binary runs")
 }
 
-/// `quantforge` run from the directory `dir`.
 /// `quantforge` with arguments of any kind that reads as an OS string
 /// (`&"run"`, `&path`, …).
 pub fn quantforge_with(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
@@ -49,6 +48,41 @@ pub fn quantforge_with(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
 pub fn stdout_of_success(out: Output) -> String {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// `quantforge ARGS`, which must succeed (else the test fails, showing the
+/// arguments and the standard error): its standard output.
+pub fn quantforge_ok<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(AsRef::as_ref).collect();
+    let out = quantforge(&args);
+    assert!(out.status.success(), "quantforge {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `quantforge ARGS`, which must fail: its standard error.
+pub fn quantforge_err<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(AsRef::as_ref).collect();
+    let out = quantforge(&args);
+    assert!(!out.status.success(), "quantforge {args:?} should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `quantforge run RECIPE --json --cache-dir CACHE EXTRA…`: the run's
+/// report, or the standard error of a run that failed.
+pub fn try_run_json(recipe: &Path, cache: &Path, extra: &[&str]) -> Result<serde_json::Value, String> {
+    let mut args: Vec<&std::ffi::OsStr> =
+        vec!["run".as_ref(), recipe.as_os_str(), "--json".as_ref(), "--cache-dir".as_ref(), cache.as_os_str()];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    let out = quantforge(&args);
+    match out.status.success() {
+        true => Ok(serde_json::from_slice(&out.stdout).expect("run --json prints JSON")),
+        false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+    }
+}
+
+/// [`try_run_json`] of a run that must succeed.
+pub fn run_json(recipe: &Path, cache: &Path, extra: &[&str]) -> serde_json::Value {
+    try_run_json(recipe, cache, extra).unwrap_or_else(|stderr| panic!("quantforge run failed: {stderr}"))
 }
 
 pub fn quantforge_in(dir: &Path, args: &[&std::ffi::OsStr]) -> Output {
