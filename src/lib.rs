@@ -14,6 +14,7 @@ pub mod backend;
 pub mod cli;
 pub mod codecs;
 pub mod convert;
+pub mod examine;
 pub mod exec;
 pub mod files;
 pub mod formats;

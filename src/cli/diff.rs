@@ -4,7 +4,7 @@
 use std::io::{self, Write};
 
 use super::json;
-use crate::ops::diff::DiffReport;
+use crate::examine::diff::DiffReport;
 use crate::text::name;
 use std::path::PathBuf;
 
@@ -59,7 +59,7 @@ pub(super) struct DiffArgs {
 pub(super) fn run(args: DiffArgs, json: bool) -> anyhow::Result<()> {
     let DiffArgs { a, b, imatrix } = args;
     let imatrix = imatrix.map(|path| crate::quant::imatrix::ImportanceMatrix::load(&path)).transpose()?;
-    let report = crate::ops::diff::diff_files(&a, &b, imatrix.as_ref())?;
+    let report = crate::examine::diff::diff_files(&a, &b, imatrix.as_ref())?;
     if json {
         return json::print(&report);
     }

@@ -4,10 +4,10 @@
 use std::io::{self, Write};
 
 use super::LoadArgs;
+use crate::examine::inspect::InspectOptions;
+use crate::examine::inspect::{Identity, InspectReport};
 use crate::formats::ModelFile;
 use crate::formats::human_bytes;
-use crate::ops::inspect::InspectOptions;
-use crate::ops::inspect::{Identity, InspectReport};
 use crate::text::{count, for_terminal, name, name_width, one_line};
 use anyhow::Context;
 use std::path::PathBuf;
@@ -164,13 +164,13 @@ pub(super) fn run(args: InspectArgs, json: bool) -> anyhow::Result<()> {
     let file = crate::formats::model_path(&file).map_err(anyhow::Error::msg)?;
     let mut report = match checkpoint_files(&file)? {
         Some(paths) if paths.len() == 1 => {
-            crate::ops::inspect::inspect(&ModelFile::open(&paths[0], load.options())?, options)
+            crate::examine::inspect::inspect(&ModelFile::open(&paths[0], load.options())?, options)
         }
         // A checkpoint's shards make one model.
         Some(paths) => {
             let shards = paths.iter().map(|p| ModelFile::open(p, load.options())).collect::<Result<Vec<_>, _>>()?;
             let shards: Vec<&ModelFile> = shards.iter().collect();
-            crate::ops::inspect::inspect_split(&shards, options).context("a checkpoint has shards")?
+            crate::examine::inspect::inspect_split(&shards, options).context("a checkpoint has shards")?
         }
         None => match crate::formats::shard_set(&file) {
             // Any shard of a split stands for the whole model.
@@ -178,9 +178,9 @@ pub(super) fn run(args: InspectArgs, json: bool) -> anyhow::Result<()> {
                 let shards = paths.iter().map(|p| ModelFile::open(p, load.options())).collect::<Result<Vec<_>, _>>()?;
                 let shards: Vec<&ModelFile> = shards.iter().collect();
                 crate::ops::split::check_shards(&shards)?;
-                crate::ops::inspect::inspect_split(&shards, options).context("a split has shards")?
+                crate::examine::inspect::inspect_split(&shards, options).context("a split has shards")?
             }
-            None => crate::ops::inspect::inspect(&ModelFile::open(&file, load.options())?, options),
+            None => crate::examine::inspect::inspect(&ModelFile::open(&file, load.options())?, options),
         },
     };
     if file.is_dir() {
@@ -188,7 +188,7 @@ pub(super) fn run(args: InspectArgs, json: bool) -> anyhow::Result<()> {
         let config = std::fs::read(dir.join("config.json")).ok();
         let config = config.map(|bytes| serde_json::from_slice(&bytes)).transpose();
         let config = config.with_context(|| format!("{}", dir.join("config.json").display()))?;
-        report.checkpoint = config.as_ref().map(crate::ops::inspect::CheckpointConfig::of);
+        report.checkpoint = config.as_ref().map(crate::examine::inspect::CheckpointConfig::of);
     }
     if json {
         return super::json::print(&report);

@@ -10,10 +10,10 @@ use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, Schema};
 use serde::Serialize;
 
+use crate::examine::diff::DiffReport;
+use crate::examine::inspect::InspectReport;
 use crate::exec::report::{FileReport, RunReport, Totals};
 use crate::exec::units::{UnitPlan, WorkReport};
-use crate::ops::diff::DiffReport;
-use crate::ops::inspect::InspectReport;
 use crate::params::RecipeError;
 use crate::quant::budget::BudgetPlan;
 use crate::quant::plan::Fallbacks;

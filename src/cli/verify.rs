@@ -14,11 +14,11 @@ use std::sync::Arc;
 use clap::CommandFactory;
 
 use super::cache::CacheDir;
+use crate::examine::verify::first_difference;
 use crate::exec::Engine;
 use crate::exec::outputs::find_export;
 use crate::exec::provenance::{attest, dsse};
 use crate::ops::Op;
-use crate::ops::verify::first_difference;
 use crate::recipe::Recipe;
 use crate::store::{MemoryStore, Store};
 

@@ -5,28 +5,27 @@
 //! `export`) are each a pure function of their input tensor sets and
 //! parameters, one file each, with the [`OpSpec`] that says what a recipe
 //! may pass them; `imatrix` and `evaluate` are results of an external
-//! tool (its identity part of the step's key). The one-shot
-//! operations (`inspect`, `diff`, `split`, `edit`'s parsing) take files and
-//! return reports. None parses arguments or prints.
+//! tool (its identity part of the step's key). `split` and
+//! `device_shards` plan and write the shards an export makes, `edit` reads
+//! the edits that `edit` and the metadata ops share. None touches a file
+//! but through the store, the formats and the export's writer, and none
+//! parses arguments or prints.
 
 pub mod assemble;
 pub mod convert;
 pub mod dequantize;
 pub mod device_shards;
-pub mod diff;
 pub mod edit;
 pub mod evaluate;
 pub mod export;
 pub mod filter;
 pub mod imatrix;
-pub mod inspect;
 pub mod load;
 pub mod lora_merge;
 pub mod metadata;
 pub mod quantize;
 pub mod rename;
 pub mod split;
-pub mod verify;
 
 use std::path::PathBuf;
 
@@ -45,28 +44,65 @@ use lora_merge::LoraMergeOptions;
 use metadata::{DeleteMetadata, SetMetadata};
 use rename::RenameOptions;
 
-/// Every recipe op, in the order the docs list them.
-pub const SPECS: [OpSpec; 16] = [
-    load::SPEC,
-    load::MERGE_SPEC,
-    convert::SPEC,
-    convert::LORA_SPEC,
-    lora_merge::SPEC,
-    dequantize::SPEC,
-    imatrix::SPEC,
-    quantize::SPEC,
-    evaluate::SPEC,
-    filter::SPEC,
-    rename::SPEC,
-    metadata::SET_SPEC,
-    metadata::DELETE_SPEC,
-    assemble::ASSEMBLE_SPEC,
-    assemble::UNBUNDLE_SPEC,
-    export::SPEC,
-];
+/// Declares [`OpKind`] and its table from one list, so no op can be in
+/// the enum and missing from the table (or the other way round).
+macro_rules! op_kinds {
+    ($($kind:ident => $spec:path,)*) => {
+        /// Which op a node runs, without its parameters.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum OpKind {
+            $($kind,)*
+        }
 
+        impl OpKind {
+            /// Every op, in the order the docs list them.
+            pub const ALL: &[OpKind] = &[$(OpKind::$kind,)*];
+
+            pub fn spec(self) -> &'static OpSpec {
+                match self {
+                    $(OpKind::$kind => &$spec,)*
+                }
+            }
+        }
+    };
+}
+
+op_kinds! {
+    Load => load::SPEC,
+    MergeShards => load::MERGE_SPEC,
+    Convert => convert::SPEC,
+    ConvertLora => convert::LORA_SPEC,
+    LoraMerge => lora_merge::SPEC,
+    Dequantize => dequantize::SPEC,
+    Imatrix => imatrix::SPEC,
+    Quantize => quantize::SPEC,
+    Evaluate => evaluate::SPEC,
+    KldBase => evaluate::BASE_SPEC,
+    Filter => filter::SPEC,
+    Rename => rename::SPEC,
+    SetMetadata => metadata::SET_SPEC,
+    DeleteMetadata => metadata::DELETE_SPEC,
+    Assemble => assemble::ASSEMBLE_SPEC,
+    Unbundle => assemble::UNBUNDLE_SPEC,
+    Export => export::SPEC,
+}
+
+impl OpKind {
+    /// Whether only the recipe's parser adds it (the base logits an
+    /// `evaluate` step compares against); a recipe cannot name it.
+    pub fn is_hidden(self) -> bool {
+        self == OpKind::KldBase
+    }
+}
+
+/// The ops a recipe may name, in the order the docs list them.
+pub fn recipe_specs() -> impl Iterator<Item = &'static OpSpec> {
+    OpKind::ALL.iter().filter(|kind| !kind.is_hidden()).map(|kind| kind.spec())
+}
+
+/// The op a recipe names `name`.
 pub fn spec(name: &str) -> Option<&'static OpSpec> {
-    SPECS.iter().find(|s| s.name == name)
+    recipe_specs().find(|s| s.name == name)
 }
 
 /// A recipe op with its parameters read and checked.
@@ -97,50 +133,56 @@ impl Op {
     /// Reads the parameters of a node of op `spec`. An export's path comes
     /// resolved from the recipe.
     pub fn from_params(spec: &OpSpec, params: &Params, export: Option<PathBuf>) -> Result<Op, Vec<Diagnostic>> {
-        Ok(match spec.name {
-            "load" => Op::Load,
-            "merge-shards" => Op::MergeShards(MergeOptions::from_params(params)?),
-            "convert" => Op::Convert(Box::new(ConvertOptions::from_params(params)?)),
-            "convert-lora" => Op::ConvertLora(ConvertLoraOptions::from_params(params)?),
-            "lora-merge" => Op::LoraMerge(LoraMergeOptions::from_params(params)?),
-            "dequantize" => Op::Dequantize(DequantizeOptions::from_params(params)?),
-            "imatrix" => Op::Imatrix(ImatrixOptions::from_params(params)?),
-            "evaluate" => Op::Evaluate(EvaluateOptions::from_params(params)?),
-            "quantize" => Op::Quantize(Box::new(QuantizeOptions::from_params(params)?)),
-            "filter" => Op::Filter(FilterOptions::from_params(params)?),
-            "rename" => Op::Rename(RenameOptions::from_params(params)?),
-            "set-metadata" => Op::SetMetadata(SetMetadata::from_params(params)?),
-            "delete-metadata" => Op::DeleteMetadata(DeleteMetadata::from_params(params)?),
-            "assemble" => Op::Assemble,
-            "unbundle" => Op::Unbundle(UnbundleOptions::from_params(params)?),
-            "export" => {
+        let unknown = || vec![Diagnostic::new(format!("unknown op `{}`", spec.name), params.span.clone())];
+        let kind = OpKind::ALL.iter().copied().find(|k| !k.is_hidden() && k.spec().name == spec.name);
+        Ok(match kind.ok_or_else(unknown)? {
+            OpKind::Load => Op::Load,
+            OpKind::MergeShards => Op::MergeShards(MergeOptions::from_params(params)?),
+            OpKind::Convert => Op::Convert(Box::new(ConvertOptions::from_params(params)?)),
+            OpKind::ConvertLora => Op::ConvertLora(ConvertLoraOptions::from_params(params)?),
+            OpKind::LoraMerge => Op::LoraMerge(LoraMergeOptions::from_params(params)?),
+            OpKind::Dequantize => Op::Dequantize(DequantizeOptions::from_params(params)?),
+            OpKind::Imatrix => Op::Imatrix(ImatrixOptions::from_params(params)?),
+            OpKind::Evaluate => Op::Evaluate(EvaluateOptions::from_params(params)?),
+            OpKind::KldBase => return Err(unknown()),
+            OpKind::Quantize => Op::Quantize(Box::new(QuantizeOptions::from_params(params)?)),
+            OpKind::Filter => Op::Filter(FilterOptions::from_params(params)?),
+            OpKind::Rename => Op::Rename(RenameOptions::from_params(params)?),
+            OpKind::SetMetadata => Op::SetMetadata(SetMetadata::from_params(params)?),
+            OpKind::DeleteMetadata => Op::DeleteMetadata(DeleteMetadata::from_params(params)?),
+            OpKind::Assemble => Op::Assemble,
+            OpKind::Unbundle => Op::Unbundle(UnbundleOptions::from_params(params)?),
+            OpKind::Export => {
                 let path = export.ok_or_else(|| vec![params.error("path", "`export` needs a `path`")])?;
                 Op::Export(ExportOptions::from_params(params, path)?)
             }
-            other => return Err(vec![Diagnostic::new(format!("unknown op `{other}`"), params.span.clone())]),
         })
     }
 
-    pub fn spec(&self) -> &'static OpSpec {
+    pub fn kind(&self) -> OpKind {
         match self {
-            Op::Load => &load::SPEC,
-            Op::MergeShards(_) => &load::MERGE_SPEC,
-            Op::Convert(_) => &convert::SPEC,
-            Op::ConvertLora(_) => &convert::LORA_SPEC,
-            Op::LoraMerge(_) => &lora_merge::SPEC,
-            Op::Dequantize(_) => &dequantize::SPEC,
-            Op::Imatrix(_) => &imatrix::SPEC,
-            Op::Evaluate(_) => &evaluate::SPEC,
-            Op::KldBase(_) => &evaluate::BASE_SPEC,
-            Op::Quantize(_) => &quantize::SPEC,
-            Op::Filter(_) => &filter::SPEC,
-            Op::Rename(_) => &rename::SPEC,
-            Op::SetMetadata(_) => &metadata::SET_SPEC,
-            Op::DeleteMetadata(_) => &metadata::DELETE_SPEC,
-            Op::Assemble => &assemble::ASSEMBLE_SPEC,
-            Op::Unbundle(_) => &assemble::UNBUNDLE_SPEC,
-            Op::Export(_) => &export::SPEC,
+            Op::Load => OpKind::Load,
+            Op::MergeShards(_) => OpKind::MergeShards,
+            Op::Convert(_) => OpKind::Convert,
+            Op::ConvertLora(_) => OpKind::ConvertLora,
+            Op::LoraMerge(_) => OpKind::LoraMerge,
+            Op::Dequantize(_) => OpKind::Dequantize,
+            Op::Imatrix(_) => OpKind::Imatrix,
+            Op::Evaluate(_) => OpKind::Evaluate,
+            Op::KldBase(_) => OpKind::KldBase,
+            Op::Quantize(_) => OpKind::Quantize,
+            Op::Filter(_) => OpKind::Filter,
+            Op::Rename(_) => OpKind::Rename,
+            Op::SetMetadata(_) => OpKind::SetMetadata,
+            Op::DeleteMetadata(_) => OpKind::DeleteMetadata,
+            Op::Assemble => OpKind::Assemble,
+            Op::Unbundle(_) => OpKind::Unbundle,
+            Op::Export(_) => OpKind::Export,
         }
+    }
+
+    pub fn spec(&self) -> &'static OpSpec {
+        self.kind().spec()
     }
 
     pub fn name(&self) -> &'static str {

@@ -285,7 +285,7 @@ fn parse_step(
         backend: Backend::Auto,
         params: Vec::new(),
     };
-    let op_names: Vec<&str> = ops::SPECS.iter().map(|s| s.name).collect();
+    let op_names: Vec<&str> = ops::recipe_specs().map(|s| s.name).collect();
     match fields.get("op") {
         Some(op) => match op.get_ref().as_str() {
             // Ops are kebab-case; `merge_shards` is read as `merge-shards`.

@@ -20,7 +20,7 @@ fn value_json(value: &Value) -> Json {
     match value {
         Value::F32(v) => json!(f64::from(*v)),
         Value::Array(a) => Json::Array((0..a.len()).filter_map(|i| a.get(i)).map(|v| value_json(&v)).collect()),
-        other => quantforge::ops::inspect::scalar_json(other),
+        other => quantforge::examine::inspect::scalar_json(other),
     }
 }
 

@@ -95,7 +95,7 @@ fn blobs_are_named_by_their_blake3_and_read_back_whole_or_in_ranges() {
         let hash = s.store.put_blob(&bytes).unwrap();
         assert_eq!(hash, Key::of_bytes(&bytes), "{}", s.name);
         assert_eq!(s.store.put_blob(&bytes).unwrap(), hash, "{}: the same bytes, the same name", s.name);
-        assert!(s.store.has_blob(&hash) && s.store.has_blobs(&[hash.clone(), hash.clone()]), "{}", s.name);
+        assert!(s.store.has_blob(&hash) && s.store.has_blobs(&[hash, hash]), "{}", s.name);
         assert_eq!(s.store.read_blob(&hash).unwrap(), bytes, "{}", s.name);
         assert_eq!(s.store.read_blob_range(&hash, 1000, 24).unwrap(), &bytes[1000..1024], "{}", s.name);
         assert_eq!(s.store.read_blob(&s.store.put_blob(b"").unwrap()).unwrap(), b"", "{}: the empty blob", s.name);
@@ -111,7 +111,7 @@ fn a_blob_written_in_pieces_is_the_blob_put_whole() {
             writer.write_all(piece).unwrap();
         }
         let (hash, len) = writer.commit().unwrap();
-        assert_eq!((hash.clone(), len), (Key::of_bytes(&bytes), bytes.len() as u64), "{}", s.name);
+        assert_eq!((hash, len), (Key::of_bytes(&bytes), bytes.len() as u64), "{}", s.name);
         assert_eq!(s.store.read_blob(&hash).unwrap(), bytes, "{}", s.name);
     });
 }
@@ -177,7 +177,7 @@ fn action_entries_come_back_as_put_replaced_or_kept() {
         s.store.touch_action(kind, &key);
         let mut listed: Vec<Key> = s.store.list_actions(kind).unwrap().into_iter().map(|(k, _)| k).collect();
         listed.sort_by_key(Key::hex);
-        let mut expected = vec![key.clone(), other];
+        let mut expected = vec![key, other];
         expected.sort_by_key(Key::hex);
         assert_eq!(listed, expected, "{}", s.name);
     });

@@ -41,6 +41,10 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
             "text", "tools", "types",
         ],
     ),
+    (
+        "examine",
+        &["arch", "backend", "codecs", "convert", "files", "formats", "model", "ops", "quant", "text", "types"],
+    ),
     ("recipe", &["backend", "convert", "files", "formats", "key", "model", "ops", "params", "remote_url"]),
     (
         "exec",
@@ -53,8 +57,8 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
     (
         "cli",
         &[
-            "arch", "backend", "codecs", "convert", "exec", "files", "formats", "key", "model", "ops", "params",
-            "quant", "recipe", "slurm", "spelling", "store", "text", "tools", "types",
+            "arch", "backend", "codecs", "convert", "examine", "exec", "files", "formats", "key", "model", "ops",
+            "params", "quant", "recipe", "slurm", "spelling", "store", "text", "tools", "types",
         ],
     ),
 ];
@@ -69,7 +73,7 @@ const MAY_TOUCH_FILES: &[&str] = &[
     "exec/",
     "files",
     "formats/",
-    "ops/verify.rs",
+    "examine/verify.rs",
     "slurm/",
     "store/",
     "tools.rs",

@@ -6,8 +6,8 @@
 use std::io::Read;
 use std::path::Path;
 
+use crate::examine::inspect::value_text;
 use crate::formats::{FormatError, ModelFile, OpenOptions};
-use crate::ops::inspect::value_text;
 use crate::text::Name;
 
 #[derive(Debug, thiserror::Error)]
