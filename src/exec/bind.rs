@@ -146,7 +146,14 @@ impl Engine {
         });
         let shape = InputShape::resolve(&decl.path, converted)
             .map_err(|source| RunError::Resolve { input: label.clone(), source: Box::new(source) })?;
-        let files = shape.files();
+        // A `convert-lora` base is read for its config.json alone: the
+        // weights beside it are neither hashed nor pinned.
+        let only_config = !recipe.nodes.iter().any(|n| n.from.contains(&Source::Input(idx)))
+            && recipe.nodes.iter().any(|n| matches!(n.op, Op::ConvertLora(_)) && n.uses.contains(&idx));
+        let mut files = shape.files();
+        if only_config {
+            files.retain(|file| file.file_name() == Some("config.json".as_ref()));
+        }
         let (index, directory) = match shape {
             InputShape::CheckpointIndex(index) => (Some(index), false),
             InputShape::Directory(_) => (None, true),

@@ -150,6 +150,15 @@ path = "adapter.gguf"
     let written = std::fs::read(dir.path().join("adapter.gguf")).unwrap();
     assert_eq!(common::sha256_hex(&written), golden["file"]["sha256"].as_str().unwrap());
     assert!(common::encoded(&first) > 0, "{first}");
+    // The base is read for its config alone: its weights are not hashed.
+    let base_files: Vec<&str> = first["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|input| input["name"] == "base")
+        .map(|input| input["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect())
+        .unwrap();
+    assert!(base_files.len() == 1 && base_files[0].ends_with("config.json"), "{base_files:?}");
     let again = run();
     assert_eq!(again["totals"]["hit"], again["totals"]["nodes"], "{again}");
     assert_eq!(common::encoded(&again), 0, "{again}");
