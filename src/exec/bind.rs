@@ -40,25 +40,32 @@ pub(super) struct Bound {
 
 /// The external tool of each node that runs one, found and identified when
 /// the run is planned: a missing tool fails the run before any work (its
-/// identity is part of the node's key, cached result or not).
-pub(super) fn find_tools(recipe: &Recipe, store: &dyn Store) -> Result<Vec<Option<crate::tools::FoundTool>>, RunError> {
+/// identity is part of the node's key, cached result or not) — unless no
+/// node of `wanted` needs it, so a run of other targets goes on without it.
+pub(super) fn find_tools(
+    recipe: &Recipe,
+    store: &dyn Store,
+    wanted: &[bool],
+) -> Result<Vec<Option<crate::tools::FoundTool>>, RunError> {
     let hash = |path: &Path| fingerprint::content_hash(store, path).map(|c| c.hash);
     let mut found: HashMap<crate::tools::Tool, crate::tools::FoundTool> = HashMap::new();
     let mut tools = Vec::with_capacity(recipe.nodes.len());
-    for node in &recipe.nodes {
+    for (node, &wanted) in recipe.nodes.iter().zip(wanted) {
         let Some(tool) = node.op.tool() else {
             tools.push(None);
             continue;
         };
         let found = match found.entry(tool) {
-            std::collections::hash_map::Entry::Occupied(e) => e.get().clone(),
+            std::collections::hash_map::Entry::Occupied(e) => Some(e.get().clone()),
             std::collections::hash_map::Entry::Vacant(e) => {
-                let tool = crate::tools::find(tool, recipe.llama_cpp.as_deref(), &hash)
-                    .map_err(|source| RunError::Tool { node: node.step.clone(), source })?;
-                e.insert(tool).clone()
+                match crate::tools::find(tool, recipe.llama_cpp.as_deref(), &hash) {
+                    Ok(tool) => Some(e.insert(tool).clone()),
+                    Err(_) if !wanted => None,
+                    Err(source) => return Err(RunError::Tool { node: node.step.clone(), source }),
+                }
             }
         };
-        tools.push(Some(found));
+        tools.push(found);
     }
     Ok(tools)
 }
@@ -91,9 +98,38 @@ pub(super) fn input_hash(inputs: &[Option<BoundInput>], i: usize) -> Key {
     inputs[i].as_ref().map_or(Key([0; 32]), |b| b.key)
 }
 
+/// The nodes `roots` need (every node when `None`): themselves and every
+/// node upstream of them.
+fn upstream_of(recipe: &Recipe, roots: Option<&[bool]>) -> Vec<bool> {
+    let Some(roots) = roots else { return vec![true; recipe.nodes.len()] };
+    let mut wanted = roots.to_vec();
+    let mut stack: Vec<usize> = (0..wanted.len()).filter(|&i| wanted[i]).collect();
+    while let Some(i) = stack.pop() {
+        for source in &recipe.nodes[i].from {
+            if let Source::Node(j) = *source
+                && !wanted[j]
+            {
+                wanted[j] = true;
+                stack.push(j);
+            }
+        }
+    }
+    wanted
+}
+
 impl Engine {
     /// Hashes the inputs (through the stat table) and keys every node.
     pub(super) fn bind(&self, recipe: &Recipe) -> Result<(Bound, Vec<InputReport>), RunError> {
+        self.bind_for(recipe, None)
+    }
+
+    /// [`Engine::bind`] for a run of the nodes `roots` marks (all when
+    /// `None`): a tool only the other nodes need may be missing.
+    pub(super) fn bind_for(
+        &self,
+        recipe: &Recipe,
+        roots: Option<&[bool]>,
+    ) -> Result<(Bound, Vec<InputReport>), RunError> {
         let mut used = vec![false; recipe.inputs.len()];
         for node in &recipe.nodes {
             for src in &node.from {
@@ -115,7 +151,7 @@ impl Engine {
             reports.push(report);
             inputs.push(Some(input));
         }
-        let tools = find_tools(recipe, &*self.store)?;
+        let tools = find_tools(recipe, &*self.store, &upstream_of(recipe, roots))?;
         let (keys, consumers) = node_keys(recipe, &inputs, &tools);
         let files = InputFiles::new(paths, self.open);
         let outputs = outputs::RunOutputs::check(recipe, self.store.directory(), files.paths())?;

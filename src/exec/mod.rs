@@ -181,7 +181,7 @@ impl Engine {
     pub fn run_targets(&self, recipe: &Recipe, targets: &[String], progress: bool) -> Result<RunReport, RunError> {
         let started = Instant::now();
         let roots = select(recipe, targets)?;
-        let (bound, mut input_reports) = self.bind(recipe)?;
+        let (bound, mut input_reports) = self.bind_for(recipe, roots.as_deref())?;
         outputs::sweep(&bound.recipe);
         let n = bound.recipe.nodes.len();
         let is_export = |i: usize| matches!(bound.recipe.nodes[i].op, Op::Export(_));

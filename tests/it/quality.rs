@@ -3,7 +3,7 @@
 //! arguments, byte for byte, and a model quantized with it equals
 //! `llama-quantize --imatrix` with that file; a rerun is a hit; a new build
 //! of the tool re-runs the step, and `plan` says why; a missing tool fails
-//! the run before any work; a tool that fails, is killed or writes garbage
+//! the run before any work, but not a run of targets that need no tool; a tool that fails, is killed or writes garbage
 //! is an error naming the step, the command line and the tool's last words,
 //! and leaves nothing cached.
 
@@ -242,6 +242,15 @@ fn a_missing_tool_fails_the_run_before_any_work_and_says_how_to_get_it() {
         assert!(stderr.contains("scripts/fetch-references.sh --build"), "{stderr}");
     }
     assert!(!project.path("tiny-Q4_K_M.gguf").exists(), "a model was written before the run failed");
+
+    // A target that needs no tool runs without it.
+    let recipe = std::fs::read_to_string(project.path("quality.toml")).unwrap();
+    let plain = "\n[step.plain]\nop = \"quantize\"\nfrom = \"base\"\npreset = \"Q8_0\"\n\n\
+                 [step.plain_out]\nop = \"export\"\nfrom = \"plain\"\npath = \"plain.gguf\"\n";
+    std::fs::write(project.path("quality.toml"), recipe + plain).unwrap();
+    let out = project.quantforge("run", &["plain_out"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(project.path("plain.gguf").exists() && !project.path("tiny-Q4_K_M.gguf").exists());
 }
 
 /// A stand-in `llama-imatrix` that answers `--version` and otherwise does
