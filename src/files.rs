@@ -121,7 +121,12 @@ pub fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 pub fn read_text(path: &Path, limit: u64) -> io::Result<String> {
     let text = String::from_utf8(read_regular(path, limit)?)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("is not UTF-8 text: {e}")))?;
-    Ok(if text.contains('\r') { text.replace("\r\n", "\n").replace('\r', "\n") } else { text })
+    Ok(universal_newlines(text))
+}
+
+/// `text` as Python's text mode reads it: `\r\n` and `\r` as `\n`.
+pub fn universal_newlines(text: String) -> String {
+    if text.contains('\r') { text.replace("\r\n", "\n").replace('\r', "\n") } else { text }
 }
 
 /// sha256 of a file another tool or person will check against (Hugging

@@ -206,7 +206,7 @@ pub(super) fn run(args: InspectArgs, json: bool) -> anyhow::Result<()> {
 fn checkpoint_files(path: &std::path::Path) -> anyhow::Result<Option<Vec<PathBuf>>> {
     if path.is_dir() {
         let dir = crate::formats::hub_snapshot(path);
-        let files = crate::formats::checkpoint_weights(&dir)?;
+        let files = crate::convert::checkpoint_weights(&crate::convert::OnDisk, &dir)?;
         anyhow::ensure!(
             !files.is_empty(),
             "{}: a directory without model*.safetensors or pytorch_model*.bin files",

@@ -83,7 +83,7 @@ fn find(given: &Path, scale: f32, lora_base: Option<&Path>) -> anyhow::Result<Fo
     let base = match lora_base {
         Some(base) => base.to_owned(),
         None => {
-            let config = AdapterConfig::read(&path)?;
+            let config = AdapterConfig::read(&crate::convert::OnDisk, &path)?;
             let named = config.base_model.with_context(|| {
                 format!("{}: the adapter names no base model; give --lora-base DIR", given.display())
             })?;

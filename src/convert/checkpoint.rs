@@ -5,10 +5,12 @@
 //! own order for PyTorch.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::Value as Json;
 
-use crate::formats::{ContainerFormat, FormatError, ModelFile, OpenOptions};
+use super::files::{CheckpointFiles, TEXT_LIMIT};
+use crate::formats::{ContainerFormat, FormatError, ModelFile};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
@@ -30,6 +32,8 @@ pub enum CheckpointError {
 
 pub struct Checkpoint {
     pub dir: PathBuf,
+    /// Where its files are read from.
+    pub files: Arc<dyn CheckpointFiles>,
     /// The repository's name when the directory is a Hub cache snapshot:
     /// it stands for the directory's name (a revision hash) in the naming.
     pub repository: Option<String>,
@@ -39,20 +43,22 @@ pub struct Checkpoint {
     pub metadata_override: Option<super::naming::MetadataOverride>,
     pub config: Json,
     /// The shards, in the converter's order.
-    pub shards: Vec<ModelFile>,
+    pub shards: Vec<Arc<ModelFile>>,
 }
 
 impl Checkpoint {
-    pub fn open(dir: &Path) -> Result<Checkpoint, CheckpointError> {
-        let config =
-            read_optional_json(&dir.join("config.json"))?.ok_or_else(|| CheckpointError::NoConfig(dir.to_owned()))?;
-        let files = crate::formats::checkpoint_weights(dir)?;
-        if files.is_empty() {
+    /// The checkpoint in `dir`, its files read through `files`.
+    pub fn open(dir: &Path, files: Arc<dyn CheckpointFiles>) -> Result<Checkpoint, CheckpointError> {
+        let config = read_optional_json(&*files, &dir.join("config.json"))?
+            .ok_or_else(|| CheckpointError::NoConfig(dir.to_owned()))?;
+        let weights = checkpoint_weights(&*files, dir)?;
+        if weights.is_empty() {
             return Err(CheckpointError::NoWeights(dir.to_owned()));
         }
-        let shards = files.iter().map(|f| ModelFile::open(f, OpenOptions::default())).collect::<Result<Vec<_>, _>>()?;
+        let shards = weights.iter().map(|f| files.model(f)).collect::<Result<Vec<_>, _>>()?;
         Ok(Checkpoint {
             dir: dir.to_owned(),
+            files,
             repository: None,
             model_name: None,
             metadata_override: None,
@@ -90,15 +96,50 @@ impl Checkpoint {
     pub fn hparam(&self, keys: &[&str]) -> Option<&Json> {
         keys.iter().find_map(|k| self.config.get(*k))
     }
+
+    /// Whether the checkpoint's directory holds a file `name`.
+    pub fn has(&self, name: &str) -> Result<bool, CheckpointError> {
+        Ok(self.files.list(&self.dir)?.contains(&self.dir.join(name)))
+    }
+
+    /// The checkpoint's JSON file `name`, or `None` if it has none.
+    pub fn json(&self, name: impl AsRef<Path>) -> Result<Option<Json>, CheckpointError> {
+        read_optional_json(&*self.files, &self.dir.join(name))
+    }
+}
+
+/// The weight files of the checkpoint in `dir`, in the converter's order:
+/// SafeTensors when it has them, else PyTorch's; of either, the shards its
+/// index (`model.safetensors.index.json`, `pytorch_model.bin.index.json`)
+/// names, else every `model*.safetensors` (`pytorch_model*.bin`) in it,
+/// sorted by name (code points, as Python's `sorted`). Empty when it holds
+/// none.
+pub fn checkpoint_weights(files: &dyn CheckpointFiles, dir: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
+    let listing = files.list(dir)?;
+    for (stem, extension) in [("model", ".safetensors"), ("pytorch_model", ".bin")] {
+        let index = dir.join(format!("{stem}{extension}.index.json"));
+        if let Some(bytes) = files.read(&index, TEXT_LIMIT)? {
+            return Ok(crate::formats::parse_index(&index, &bytes)?.shards());
+        }
+        let named: Vec<PathBuf> = listing
+            .iter()
+            .filter(|path| {
+                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                name.starts_with(stem) && name.ends_with(extension)
+            })
+            .cloned()
+            .collect();
+        if !named.is_empty() {
+            return Ok(named);
+        }
+    }
+    Ok(Vec::new())
 }
 
 /// A JSON file of the checkpoint, or `None` if it has none.
-pub(super) fn read_optional_json(path: &Path) -> Result<Option<Json>, CheckpointError> {
-    if !path.is_file() {
-        return Ok(None);
-    }
-    let text = std::fs::read_to_string(path).map_err(|source| CheckpointError::Io { path: path.to_owned(), source })?;
-    serde_json::from_str(&text)
+pub(super) fn read_optional_json(files: &dyn CheckpointFiles, path: &Path) -> Result<Option<Json>, CheckpointError> {
+    let Some(bytes) = files.read(path, TEXT_LIMIT)? else { return Ok(None) };
+    serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| CheckpointError::Json { path: path.to_owned(), problem: e.to_string() })
 }

@@ -11,6 +11,7 @@
 //! a trained bias would otherwise be dropped and the adapter applied wrong.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use regex::Regex;
 use serde_json::Value as Json;
@@ -18,11 +19,11 @@ use serde_json::Value as Json;
 use super::checkpoint::{Checkpoint, read_optional_json};
 use super::error::ConvertError;
 use super::family::Piece;
+use super::files::CheckpointFiles;
 use super::naming::{self, NamingSource, ParameterCounts};
 use super::tensors::{self, CheckpointPart, ConvertedTensor, ExpertBuffer, OutType, Values};
 use crate::arch::registry::{FAMILIES, gguf_name};
 use crate::artifact::RowTransform;
-use crate::formats::{ModelFile, OpenOptions};
 use crate::model::{Array, Metadata, TensorInfo, Value};
 
 /// What an `adapter_config.json` key means for the converted file.
@@ -171,11 +172,12 @@ impl AdapterConfig {
     }
 
     /// `dir`'s `adapter_config.json`, read and checked.
-    pub fn read(dir: &Path) -> Result<AdapterConfig, ConvertError> {
+    pub fn read(files: &dyn CheckpointFiles, dir: &Path) -> Result<AdapterConfig, ConvertError> {
         let path = dir.join("adapter_config.json");
-        let text = crate::files::read_text(&path, 1 << 20)
-            .map_err(|e| ConvertError::Adapter { path: path.clone(), problem: e.to_string() })?;
-        AdapterConfig::parse(&path, &text)
+        let problem = |problem: String| ConvertError::Adapter { path: path.clone(), problem };
+        let bytes = files.read(&path, 1 << 20)?.ok_or_else(|| problem("no such file".into()))?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| problem(format!("is not UTF-8 text: {e}")))?;
+        AdapterConfig::parse(&path, text)
     }
 
     /// The rank PEFT gives module `module` (`model.layers.0.mlp.down_proj`).
@@ -225,27 +227,30 @@ pub struct Adapter {
 impl Adapter {
     /// `dir`'s `adapter_config.json` and `adapter_model.safetensors` (or
     /// `.bin`), with `base_dir`'s `config.json` (the base's weights are not read).
-    pub fn open(dir: &Path, base_dir: &Path) -> Result<Adapter, ConvertError> {
-        let config = AdapterConfig::read(dir)?;
+    pub fn open(dir: &Path, base_dir: &Path, files: Arc<dyn CheckpointFiles>) -> Result<Adapter, ConvertError> {
+        let config = AdapterConfig::read(&*files, dir)?;
+        let listing = files.list(dir)?;
         let weights = ["adapter_model.safetensors", "adapter_model.bin"]
             .iter()
             .map(|name| dir.join(name))
-            .find(|path| path.is_file())
+            .find(|path| listing.contains(path))
             .ok_or_else(|| ConvertError::Adapter {
                 path: dir.to_owned(),
                 problem: "no adapter_model.safetensors or adapter_model.bin".into(),
             })?;
-        let base_config = read_optional_json(&base_dir.join("config.json"))?.ok_or_else(|| ConvertError::Adapter {
-            path: base_dir.to_owned(),
-            problem: "the base has no config.json (--base names the base model's directory)".into(),
-        })?;
+        let base_config =
+            read_optional_json(&*files, &base_dir.join("config.json"))?.ok_or_else(|| ConvertError::Adapter {
+                path: base_dir.to_owned(),
+                problem: "the base has no config.json (--base names the base model's directory)".into(),
+            })?;
         let checkpoint = Checkpoint {
             dir: dir.to_owned(),
             repository: crate::formats::hub_model_name(dir),
             model_name: None,
             metadata_override: None,
             config: base_config,
-            shards: vec![ModelFile::open(&weights, OpenOptions::default())?],
+            shards: vec![files.model(&weights)?],
+            files,
         };
         let base_name = base_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         Ok(Adapter { config, checkpoint, base_name })
@@ -441,7 +446,7 @@ fn adapter_metadata(adapter: &Adapter, arch: &str, total: u64) -> Result<Metadat
     let counts = ParameterCounts { total, shared: total, ..Default::default() };
     // gguf-py reads the adapter directory as the model's: its model card,
     // its own config.json (rarely there), its name.
-    let own_config = read_optional_json(&ckpt.dir.join("config.json"))?;
+    let own_config = ckpt.json("config.json")?;
     let source = NamingSource {
         config: own_config.as_ref(),
         fallback_name: adapter.base_name.clone(),

@@ -12,6 +12,7 @@ mod checkpoint;
 mod config;
 mod error;
 pub mod family;
+mod files;
 mod fp8;
 mod hparams;
 mod lora;
@@ -22,8 +23,9 @@ mod rope;
 mod tensors;
 mod vocab;
 
-pub use checkpoint::{Checkpoint, CheckpointError};
+pub use checkpoint::{Checkpoint, CheckpointError, checkpoint_weights};
 pub use error::ConvertError;
+pub use files::{CheckpointFiles, OnDisk, TEXT_LIMIT, files_read};
 pub use fp8::{Fp8, ScaleAt, WeightScale};
 pub use hparams::architecture_keys;
 pub use lora::{Adapter, AdapterConfig, convert_lora};

@@ -12,12 +12,15 @@ use serde_json::{Map, Value as Json};
 use yaml_rust2::{Yaml, YamlLoader};
 
 use super::error::ConvertError;
+use super::files::{CheckpointFiles, TEXT_LIMIT};
 
 /// The front matter of `dir/README.md` as JSON values; empty when there is
 /// no card, no front matter, or front matter that is not a mapping.
-pub fn front_matter(dir: &Path) -> Result<Map<String, Json>, ConvertError> {
+pub fn front_matter(files: &dyn CheckpointFiles, dir: &Path) -> Result<Map<String, Json>, ConvertError> {
     let path = dir.join("README.md");
-    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(Map::new()) };
+    // A card that is not UTF-8 text gives no keys.
+    let Some(bytes) = files.read(&path, TEXT_LIMIT)? else { return Ok(Map::new()) };
+    let Ok(text) = String::from_utf8(bytes) else { return Ok(Map::new()) };
     parse(&text, &path)
 }
 
@@ -71,9 +74,7 @@ mod tests {
     use super::*;
 
     fn card(text: &str) -> Map<String, Json> {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("README.md"), text).unwrap();
-        front_matter(dir.path()).unwrap()
+        parse(text, Path::new("README.md")).unwrap()
     }
 
     #[test]
@@ -94,14 +95,12 @@ mod tests {
         assert!(card("# A model\n---\nname: x\n---\n").is_empty());
         assert!(card("---\n- a list\n---\n").is_empty());
         let dir = tempfile::tempdir().unwrap();
-        assert!(front_matter(dir.path()).unwrap().is_empty());
+        assert!(front_matter(&crate::convert::OnDisk, dir.path()).unwrap().is_empty());
     }
 
     #[test]
     fn a_card_that_does_not_parse_is_named() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("README.md"), "---\nname: [unclosed\n---\n").unwrap();
-        let error = front_matter(dir.path()).unwrap_err().to_string();
+        let error = parse("---\nname: [unclosed\n---\n", Path::new("README.md")).unwrap_err().to_string();
         assert!(error.contains("README.md"), "{error}");
     }
 }

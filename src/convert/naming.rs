@@ -15,6 +15,7 @@ use serde_json::{Map, Value as Json};
 
 use super::checkpoint::Checkpoint;
 use super::error::ConvertError;
+use super::files::{CheckpointFiles, TEXT_LIMIT};
 use super::model_card;
 use crate::model::{Array, Metadata, Value};
 
@@ -122,11 +123,11 @@ pub struct MetadataOverride {
 
 impl MetadataOverride {
     /// The JSON object of `path`; a key the converter does not take is refused.
-    pub fn read(path: &Path) -> Result<MetadataOverride, ConvertError> {
+    pub fn read(files: &dyn CheckpointFiles, path: &Path) -> Result<MetadataOverride, ConvertError> {
         let source = path.display().to_string();
         let bad = |problem: String| ConvertError::MetadataFile { file: source.clone(), problem };
-        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-        let Json::Object(values) = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))? else {
+        let bytes = files.read(path, TEXT_LIMIT)?.ok_or_else(|| bad("no such file".into()))?;
+        let Json::Object(values) = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))? else {
             return Err(bad("not a JSON object".into()));
         };
         MetadataOverride::new(source, values)
@@ -389,8 +390,6 @@ impl ParameterCounts {
 /// What a file's naming keys are derived from: gguf-py's `Metadata.load`
 /// arguments as a conversion passes them.
 pub struct NamingSource<'a> {
-    /// The directory whose model card and generation config are read.
-    pub card_dir: &'a Path,
     /// That directory's `config.json`, for its `_name_or_path`.
     pub config: Option<&'a Json>,
     /// The name read as a model id (the directory's, or a Hub cache's repository).
@@ -412,7 +411,6 @@ impl NamingSource<'_> {
             None => ckpt.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         };
         NamingSource {
-            card_dir: &ckpt.dir,
             config: Some(&ckpt.config),
             fallback_name: dir_name.clone(),
             dir_name,
@@ -431,7 +429,7 @@ pub fn general_keys(
 ) -> Result<(), ConvertError> {
     let mut m = Naming::default();
     let total = source.total;
-    from_model_card(&mut m, &model_card::front_matter(source.card_dir)?, total);
+    from_model_card(&mut m, &model_card::front_matter(&*ckpt.files, &ckpt.dir)?, total);
     let fill = |m: &mut Naming, components: Components| {
         let (full, org, basename, finetune, version, size_label) = components;
         let from = "the model's id";
@@ -451,7 +449,7 @@ pub fn general_keys(
         fill(&mut m, model_id_components(id, total));
     }
     fill(&mut m, model_id_components(&source.dir_name, total));
-    from_generation_config(&mut m, source.card_dir);
+    from_generation_config(&mut m, ckpt)?;
     if let Some(file) = &ckpt.metadata_override {
         for (key, value) in &file.values {
             let Some(&(key, _)) = FIELDS.iter().find(|(k, _)| k == key) else { continue };
@@ -586,10 +584,12 @@ fn lineage_entry(id: &Json, total: i64) -> Json {
 }
 
 /// `generation_config.json`'s sampling defaults.
-fn from_generation_config(m: &mut Naming, dir: &Path) {
-    let generation = std::fs::read_to_string(dir.join("generation_config.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<Json>(&t).ok())
+fn from_generation_config(m: &mut Naming, ckpt: &Checkpoint) -> Result<(), ConvertError> {
+    // gguf-py takes a file it cannot parse as none.
+    let generation = ckpt
+        .files
+        .read(&ckpt.dir.join("generation_config.json"), TEXT_LIMIT)?
+        .and_then(|bytes| serde_json::from_slice::<Json>(&bytes).ok())
         .unwrap_or(Json::Null);
     const FROM: &str = "generation_config.json";
     for (key, names) in [
@@ -610,6 +610,7 @@ fn from_generation_config(m: &mut Naming, dir: &Path) {
             m.set(key, value.clone(), FROM);
         }
     }
+    Ok(())
 }
 
 /// Writes `value` to `key` as gguf-py's writer does: empty strings and

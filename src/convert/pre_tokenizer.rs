@@ -21,6 +21,7 @@ use tokenizers::processors::template::TemplateProcessing;
 
 use super::checkpoint::{Checkpoint, read_optional_json};
 use super::error::ConvertError;
+use super::files::{CheckpointFiles, TEXT_LIMIT};
 
 const CHECK_TEXT: &str = include_str!("pre_tokenizer/check_text.txt");
 const HASHES: &str = include_str!("pre_tokenizer/hashes.tsv");
@@ -31,7 +32,7 @@ pub fn pre_tokenizer_name(ckpt: &Checkpoint, chosen: Option<&str>) -> Result<Str
     if let Some(name) = chosen {
         return Ok(name.to_owned());
     }
-    let hash = check_hash(&ckpt.dir, &ckpt.config)?;
+    let hash = check_hash(&*ckpt.files, &ckpt.dir, &ckpt.config)?;
     match known_name(&hash) {
         Some(name) => Ok(name.to_owned()),
         None => Err(ConvertError::UnknownPreTokenizer { dir: ckpt.dir.clone(), hash }),
@@ -50,12 +51,13 @@ pub fn known_name(hash: &str) -> Option<&'static str> {
 /// `get_vocab_base_pre`'s hash of the tokenizer in `dir` (`config` is the
 /// checkpoint's `config.json`, where transformers looks when
 /// `tokenizer_config.json` names no tokenizer class).
-pub fn check_hash(dir: &Path, config: &Json) -> Result<String, ConvertError> {
+pub fn check_hash(files: &dyn CheckpointFiles, dir: &Path, config: &Json) -> Result<String, ConvertError> {
     let tokenizer_json = dir.join("tokenizer.json");
-    let bytes = std::fs::read(&tokenizer_json)
-        .map_err(|e| ConvertError::Tokenizer { path: tokenizer_json.clone(), problem: e.to_string() })?;
-    let tokenizer_config = read_optional_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Json::Null);
-    let special_tokens_map = read_optional_json(&dir.join("special_tokens_map.json"))?.unwrap_or(Json::Null);
+    let bytes = files
+        .read(&tokenizer_json, TEXT_LIMIT)?
+        .ok_or_else(|| ConvertError::Tokenizer { path: tokenizer_json.clone(), problem: "no such file".into() })?;
+    let tokenizer_config = read_optional_json(files, &dir.join("tokenizer_config.json"))?.unwrap_or(Json::Null);
+    let special_tokens_map = read_optional_json(files, &dir.join("special_tokens_map.json"))?.unwrap_or(Json::Null);
     check_hash_of(&bytes, &tokenizer_config, &special_tokens_map, config)
         .map_err(|problem| ConvertError::Tokenizer { path: tokenizer_json, problem })
 }

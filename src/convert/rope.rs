@@ -215,6 +215,7 @@ mod tests {
     fn checkpoint(config: Json) -> Checkpoint {
         Checkpoint {
             dir: Default::default(),
+            files: std::sync::Arc::new(crate::convert::OnDisk),
             repository: None,
             model_name: None,
             metadata_override: None,

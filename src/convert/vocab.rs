@@ -9,12 +9,12 @@ use std::path::Path;
 
 use serde_json::Value as Json;
 
-use super::checkpoint::{Checkpoint, read_optional_json};
+use super::checkpoint::Checkpoint;
 use super::error::ConvertError;
 use super::family::Vocab;
+use super::files::TEXT_LIMIT;
 use super::pre_tokenizer::pre_tokenizer_name;
-use crate::files::IoText;
-use crate::formats::sentencepiece::{PieceType, SentencePieceModel};
+use crate::formats::sentencepiece::{PieceType, SentencePieceError, SentencePieceModel};
 use crate::model::{Array, ChatTemplate, Metadata, SpecialToken, TOKENS_KEY, Value};
 
 /// GGUF token types (`tokenizer.ggml.token_type`).
@@ -37,8 +37,8 @@ pub fn tokenizer_keys(
     pre: Option<&str>,
     keys: &mut Metadata,
 ) -> Result<(), ConvertError> {
-    let files = TokenizerFiles::read(&ckpt.dir)?;
-    let sentencepiece = ckpt.dir.join("tokenizer.model").is_file();
+    let files = TokenizerFiles::read(ckpt)?;
+    let sentencepiece = ckpt.has("tokenizer.model")?;
     match vocab {
         Vocab::Phi3 => {
             let class = files.config.as_ref().and_then(|c| c.get("tokenizer_class")).and_then(Json::as_str);
@@ -126,14 +126,14 @@ pub fn tokenizer_keys(
 /// the token-type count.
 fn xlm_roberta(ckpt: &Checkpoint, files: &TokenizerFiles, keys: &mut Metadata) -> Result<(), ConvertError> {
     let path = ckpt.dir.join("sentencepiece.bpe.model");
-    if !path.is_file() {
+    if !ckpt.has("sentencepiece.bpe.model")? {
         return Err(ConvertError::Config(format!(
             "{}: no sentencepiece.bpe.model; the converter then reads tokenizer.json through transformers' \
              tokenizer, which this conversion does not model",
             ckpt.dir.display()
         )));
     }
-    let model = SentencePieceModel::load(&path).map_err(|e| ConvertError::Config(e.to_string()))?;
+    let model = sentencepiece_model(ckpt, &path)?;
     if model.trainer.model_type != 1 {
         return Err(ConvertError::Config(format!("{}: not a Unigram model", path.display())));
     }
@@ -169,7 +169,7 @@ fn xlm_roberta(ckpt: &Checkpoint, files: &TokenizerFiles, keys: &mut Metadata) -
 fn internlm2(ckpt: &Checkpoint, files: &TokenizerFiles, keys: &mut Metadata) -> Result<(), ConvertError> {
     const CHAT_EOS: &str = "<|im_end|>";
     let path = ckpt.dir.join("tokenizer.model");
-    let model = SentencePieceModel::load(&path).map_err(|e| ConvertError::Config(e.to_string()))?;
+    let model = sentencepiece_model(ckpt, &path)?;
     let vocab_size = ckpt.config.get("vocab_size").and_then(Json::as_u64).map_or(model.pieces.len(), |n| n as usize);
     if vocab_size > model.pieces.len() {
         return Err(ConvertError::Config(format!(
@@ -187,7 +187,7 @@ fn internlm2(ckpt: &Checkpoint, files: &TokenizerFiles, keys: &mut Metadata) -> 
         scores.push(piece.score);
         types.push(if piece.piece.starts_with("[UNUSED") { UNUSED } else { piece_type(piece.kind) });
     }
-    if let Some(Json::Object(added)) = read_optional_json(&ckpt.dir.join("added_tokens.json"))? {
+    if let Some(Json::Object(added)) = ckpt.json("added_tokens.json")? {
         for text in added.keys() {
             tokens.push(text.clone());
             scores.push(-1000.0);
@@ -251,12 +251,18 @@ struct TokenizerFiles {
 }
 
 impl TokenizerFiles {
-    fn read(dir: &Path) -> Result<TokenizerFiles, ConvertError> {
-        Ok(TokenizerFiles {
-            tokenizer: read_optional_json(&dir.join("tokenizer.json"))?,
-            config: read_optional_json(&dir.join("tokenizer_config.json"))?,
-        })
+    fn read(ckpt: &Checkpoint) -> Result<TokenizerFiles, ConvertError> {
+        Ok(TokenizerFiles { tokenizer: ckpt.json("tokenizer.json")?, config: ckpt.json("tokenizer_config.json")? })
     }
+}
+
+/// The checkpoint's SentencePiece model at `path`.
+fn sentencepiece_model(ckpt: &Checkpoint, path: &Path) -> Result<SentencePieceModel, ConvertError> {
+    let at = |offset, problem| {
+        ConvertError::Config(SentencePieceError { path: path.to_owned(), offset, problem }.to_string())
+    };
+    let bytes = ckpt.files.read(path, TEXT_LIMIT)?.ok_or_else(|| at(0, "no such file".into()))?;
+    SentencePieceModel::parse(&bytes).map_err(|(offset, problem)| at(offset, problem))
 }
 
 /// The converter's `does_token_look_special`.
@@ -274,8 +280,7 @@ type Lists = (Vec<String>, Vec<f32>, Vec<i32>);
 /// (Phi-3's variant: no look-special test, no `▁` replacement, then
 /// `tokenizer.json`'s `added_tokens` too).
 fn sentencepiece_lists(ckpt: &Checkpoint, files: &TokenizerFiles, phi3: bool) -> Result<Lists, ConvertError> {
-    let model =
-        SentencePieceModel::load(&ckpt.dir.join("tokenizer.model")).map_err(|e| ConvertError::Config(e.to_string()))?;
+    let model = sentencepiece_model(ckpt, &ckpt.dir.join("tokenizer.model"))?;
     let config_vocab = if phi3 {
         ckpt.config.get("vocab_size")
     } else {
@@ -283,7 +288,7 @@ fn sentencepiece_lists(ckpt: &Checkpoint, files: &TokenizerFiles, phi3: bool) ->
     };
     let vocab_size = config_vocab.and_then(Json::as_u64).map_or(model.pieces.len(), |n| n as usize);
     let (mut tokens, mut scores, mut types) = padded_pieces(&model, vocab_size);
-    if let Some(Json::Object(added)) = read_optional_json(&ckpt.dir.join("added_tokens.json"))? {
+    if let Some(Json::Object(added)) = ckpt.json("added_tokens.json")? {
         for (text, id) in added {
             let Some(id) = id.as_u64().map(|i| i as usize).filter(|&i| i < vocab_size) else { continue };
             (tokens[id], scores[id], types[id]) = (text, -1000.0, USER_DEFINED);
@@ -573,7 +578,7 @@ impl SpecialVocab {
         if let Some(config) = config.as_ref().filter(|c| c.as_object().is_some_and(|o| !o.is_empty())) {
             v.chat_template = match config.get("chat_template") {
                 Some(template) => chat_template_of(template, "tokenizer_config.json")?,
-                None => chat_template_file(&ckpt.dir)?,
+                None => chat_template_file(ckpt)?,
             };
             for &typ in &types {
                 if let Some(Json::Bool(add)) = config.get(format!("add_{typ}_token").as_str())
@@ -815,28 +820,21 @@ fn chat_template_of(value: &Json, source: &str) -> Result<Option<ChatTemplate>, 
 /// of `additional_chat_templates/*.jinja` by their stem beside it as the
 /// default (in name order: the converter takes the directory's listing
 /// order), or `chat_template.json`'s.
-fn chat_template_file(dir: &Path) -> Result<Option<ChatTemplate>, ConvertError> {
-    let read = |path: &Path| -> Result<String, ConvertError> {
-        crate::files::read_text(path, ChatTemplate::FILE_LIMIT)
-            .map_err(|e| ConvertError::Config(format!("{}: {}", path.display(), IoText(&e))))
+fn chat_template_file(ckpt: &Checkpoint) -> Result<Option<ChatTemplate>, ConvertError> {
+    let read = |path: &Path| -> Result<Option<String>, ConvertError> {
+        let Some(bytes) = ckpt.files.read(path, ChatTemplate::FILE_LIMIT)? else { return Ok(None) };
+        let text = String::from_utf8(bytes)
+            .map_err(|e| ConvertError::Config(format!("{}: is not UTF-8 text: {e}", path.display())))?;
+        Ok(Some(crate::files::universal_newlines(text)))
     };
-    let jinja = dir.join("chat_template.jinja");
-    if jinja.is_file() {
-        let default = read(&jinja)?;
-        let additional = dir.join("additional_chat_templates");
+    if let Some(default) = read(&ckpt.dir.join("chat_template.jinja"))? {
         let mut named = Vec::new();
-        if additional.is_dir() {
-            let listing = std::fs::read_dir(&additional)
-                .map_err(|e| ConvertError::Config(format!("{}: {}", additional.display(), IoText(&e))))?;
-            for entry in listing {
-                let path = entry
-                    .map_err(|e| ConvertError::Config(format!("{}: {}", additional.display(), IoText(&e))))?
-                    .path();
-                if let (Some(stem), Some("jinja")) =
-                    (path.file_stem().and_then(|s| s.to_str()), path.extension().and_then(|e| e.to_str()))
-                {
-                    named.push((stem.to_owned(), read(&path)?));
-                }
+        for path in ckpt.files.list(&ckpt.dir.join("additional_chat_templates"))? {
+            if let (Some(stem), Some("jinja")) =
+                (path.file_stem().and_then(|s| s.to_str()), path.extension().and_then(|e| e.to_str()))
+                && let Some(text) = read(&path)?
+            {
+                named.push((stem.to_owned(), text));
             }
         }
         if named.is_empty() {
@@ -846,7 +844,7 @@ fn chat_template_file(dir: &Path) -> Result<Option<ChatTemplate>, ConvertError> 
         named.insert(0, ("default".to_owned(), default));
         return Ok(Some(ChatTemplate::Named(named)));
     }
-    match read_optional_json(&dir.join("chat_template.json"))? {
+    match ckpt.json("chat_template.json")? {
         Some(json) => json.get("chat_template").map_or(Ok(None), |t| chat_template_of(t, "chat_template.json")),
         None => Ok(None),
     }

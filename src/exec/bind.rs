@@ -31,7 +31,7 @@ pub(super) struct Bound {
     pub(super) inputs: Vec<Option<BoundInput>>,
     pub(super) keys: Vec<Key>,
     pub(super) consumers: Vec<Vec<usize>>,
-    pub(super) files: InputFiles,
+    pub(super) files: Arc<InputFiles>,
     /// The external tool each node runs, found and identified.
     pub(super) tools: Vec<Option<crate::tools::FoundTool>>,
     /// Where the run may write, checked when it was bound.
@@ -141,7 +141,7 @@ impl Engine {
         }
         let mut inputs = Vec::with_capacity(recipe.inputs.len());
         let mut reports = Vec::new();
-        let mut paths = HashMap::new();
+        let mut paths = Vec::new();
         for (idx, used) in used.into_iter().enumerate() {
             if !used {
                 inputs.push(None);
@@ -153,7 +153,7 @@ impl Engine {
         }
         let tools = find_tools(recipe, &*self.store, &upstream_of(recipe, roots))?;
         let (keys, consumers) = node_keys(recipe, &inputs, &tools);
-        let files = InputFiles::new(paths, self.open);
+        let files = Arc::new(InputFiles::new(paths, self.open));
         let outputs = outputs::RunOutputs::check(recipe, self.store.directory(), files.paths())?;
         let bound = Bound { recipe: recipe.clone(), inputs, keys, consumers, files, tools, outputs };
         Ok((bound, reports))
@@ -164,7 +164,7 @@ impl Engine {
         &self,
         recipe: &Recipe,
         idx: usize,
-        paths: &mut HashMap<Key, PinnedFile>,
+        paths: &mut Vec<PinnedFile>,
     ) -> Result<(BoundInput, InputReport), RunError> {
         let decl = &recipe.inputs[idx];
         let label = input_label(recipe, decl);
@@ -174,22 +174,8 @@ impl Engine {
             return Err(RunError::Missing { input: label, path: decl.path.clone(), fetch: fetch.clone() });
         }
         let input_err = |source| RunError::Input { input: label.clone(), path: decl.path.clone(), source };
-        // Checkpoint directories: what `convert` reads, and both inputs of `convert-lora`.
-        let converted = recipe.nodes.iter().any(|n| match n.op {
-            Op::Convert(_) => n.from.contains(&Source::Input(idx)),
-            Op::ConvertLora(_) => n.from.contains(&Source::Input(idx)) || n.uses.contains(&idx),
-            _ => false,
-        });
-        let shape = InputShape::resolve(&decl.path, converted)
+        let (shape, files) = input_files(recipe, idx)
             .map_err(|source| RunError::Resolve { input: label.clone(), source: Box::new(source) })?;
-        // A `convert-lora` base is read for its config.json alone: the
-        // weights beside it are neither hashed nor pinned.
-        let only_config = !recipe.nodes.iter().any(|n| n.from.contains(&Source::Input(idx)))
-            && recipe.nodes.iter().any(|n| matches!(n.op, Op::ConvertLora(_)) && n.uses.contains(&idx));
-        let mut files = shape.files();
-        if only_config {
-            files.retain(|file| file.file_name() == Some("config.json".as_ref()));
-        }
         let (index, directory) = match shape {
             InputShape::CheckpointIndex(index) => (Some(index), false),
             InputShape::Directory(_) => (None, true),
@@ -223,7 +209,7 @@ impl Engine {
                     actual: content.hash,
                 });
             }
-            paths.insert(content.hash, PinnedFile { path: file.clone(), stat: content.stat });
+            paths.push(PinnedFile { path: file.clone(), content: content.hash, stat: content.stat });
             file_reports.push(InputFileReport {
                 path: file.clone(),
                 bytes: content.len,
@@ -236,9 +222,11 @@ impl Engine {
         }
         let key = match (&index, shards.as_slice()) {
             (None, _) if directory => {
+                // Each file by its path below the directory (`1_Pooling/config.json`).
+                let dir = crate::formats::hub_snapshot(&decl.path);
                 let mut key = KeyBuilder::new("input.directory");
                 for (file, hash) in files.iter().zip(&shards) {
-                    key.str(&file.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()).key(hash);
+                    key.str(&file.strip_prefix(&dir).unwrap_or(file).to_string_lossy()).key(hash);
                 }
                 key.finish()
             }
@@ -276,6 +264,30 @@ impl Engine {
         };
         Ok((BoundInput { key, shards, index }, report))
     }
+}
+
+/// What input `idx` of `recipe` names, and the files of it the run reads.
+fn input_files(recipe: &Recipe, idx: usize) -> Result<(InputShape, Vec<PathBuf>), crate::formats::FormatError> {
+    let path = &recipe.inputs[idx].path;
+    // Checkpoint directories: what `convert` reads, and both inputs of `convert-lora`.
+    let converted = recipe.nodes.iter().any(|n| match n.op {
+        Op::Convert(_) => n.from.contains(&Source::Input(idx)),
+        Op::ConvertLora(_) => n.from.contains(&Source::Input(idx)) || n.uses.contains(&idx),
+        _ => false,
+    });
+    let shape = match converted && path.is_dir() {
+        true => crate::convert::files_read(&crate::formats::hub_snapshot(path)).map(InputShape::Directory),
+        false => InputShape::resolve(path),
+    }?;
+    // A `convert-lora` base is read for its config.json alone: the
+    // weights beside it are neither hashed nor pinned.
+    let only_config = !recipe.nodes.iter().any(|n| n.from.contains(&Source::Input(idx)))
+        && recipe.nodes.iter().any(|n| matches!(n.op, Op::ConvertLora(_)) && n.uses.contains(&idx));
+    let mut files = shape.files();
+    if only_config {
+        files.retain(|file| file.file_name() == Some("config.json".as_ref()));
+    }
+    Ok((shape, files))
 }
 
 /// Each node's key, over its op and version, the codec version, its

@@ -266,6 +266,11 @@ impl Shared {
         Ok(())
     }
 
+    /// The run's pinned input files, as a conversion reads them.
+    fn pinned_files(&self) -> Arc<dyn ops::convert::PinnedFiles> {
+        self.bound.files.clone()
+    }
+
     /// Applies node `i`'s op: pure, apart from importance weights stored as
     /// blobs. A quantization also says which tensors fell back.
     pub(super) fn compute(&self, i: usize, inputs: &[Arc<TensorSet>]) -> Result<(TensorSet, Fallbacks), NodeError> {
@@ -296,17 +301,15 @@ impl Shared {
                 let Some(&Source::Input(j)) = node.from.first() else {
                     return Err(NodeError::Upstream(node.id.clone()));
                 };
-                let file_key = |path: &std::path::Path| self.bound.files.key_of(path);
                 let metadata = node.uses.first().map(|&m| self.bound.recipe.inputs[m].path.as_path());
-                ops::convert::apply(&self.bound.recipe.inputs[j].path, o, metadata, &*self.store, &file_key)?
+                ops::convert::apply(&self.bound.recipe.inputs[j].path, o, metadata, &self.pinned_files(), &*self.store)?
             }
             Op::ConvertLora(o) => {
                 let (Some(&Source::Input(j)), Some(&base)) = (node.from.first(), node.uses.first()) else {
                     return Err(NodeError::Upstream(node.id.clone()));
                 };
-                let file_key = |path: &std::path::Path| self.bound.files.key_of(path);
                 let inputs = &self.bound.recipe.inputs;
-                ops::convert::apply_lora(&inputs[j].path, &inputs[base].path, o, &*self.store, &file_key)?
+                ops::convert::apply_lora(&inputs[j].path, &inputs[base].path, o, &self.pinned_files(), &*self.store)?
             }
             Op::Dequantize(o) => {
                 return quantized(ops::quantize::apply(input()?, &o.quantize_options(), None, &*self.store)?);

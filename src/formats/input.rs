@@ -19,27 +19,17 @@ pub enum InputShape {
     Split(Vec<PathBuf>),
     /// A sharded checkpoint (SafeTensors or PyTorch): the index and its shards.
     CheckpointIndex(CheckpointIndex),
-    /// A checkpoint directory's regular files, sorted by name.
+    /// The files of a checkpoint directory that `convert` reads, sorted.
     Directory(Vec<PathBuf>),
 }
 
 impl InputShape {
-    /// Resolves `path`; a directory is an error unless `directories` (only
-    /// `convert` reads a checkpoint directory).
-    pub fn resolve(path: &Path, directories: bool) -> Result<InputShape> {
+    /// Resolves `path`, a model file or a sharded one. A checkpoint
+    /// directory is `convert`'s alone, which says which of its files it reads.
+    pub fn resolve(path: &Path) -> Result<InputShape> {
         if path.is_dir() {
-            if !directories {
-                let problem = "is a directory; only `convert` reads a checkpoint directory (give a model file)";
-                return Err(FormatError::io(path, std::io::Error::other(problem)));
-            }
-            let path = &hub_snapshot(path);
-            let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(|e| FormatError::io(path, e))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file())
-                .collect();
-            files.sort();
-            return Ok(InputShape::Directory(files));
+            let problem = "is a directory; only `convert` reads a checkpoint directory (give a model file)";
+            return Err(FormatError::io(path, std::io::Error::other(problem)));
         }
         if is_checkpoint_index(path) {
             return Ok(InputShape::CheckpointIndex(read_index(path)?));
@@ -214,29 +204,4 @@ pub fn hub_model_name(dir: &Path) -> Option<String> {
 /// (`model.safetensors.index.json`, `pytorch_model.bin.index.json`, …).
 pub fn is_checkpoint_index(path: &Path) -> bool {
     path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".index.json"))
-}
-
-/// The weight files of a Hugging Face checkpoint directory, in the
-/// converter's order: SafeTensors when it has them, else PyTorch's; of
-/// either, the shards its index (`model.safetensors.index.json`,
-/// `pytorch_model.bin.index.json`) names, else every `model*.safetensors`
-/// (`pytorch_model*.bin`) in it, sorted by name (code points, as Python's
-/// `sorted`) and each once. Empty when it holds none.
-pub fn checkpoint_weights(dir: &Path) -> Result<Vec<PathBuf>> {
-    for (stem, extension) in [("model", ".safetensors"), ("pytorch_model", ".bin")] {
-        let index = dir.join(format!("{stem}{extension}.index.json"));
-        if index.exists() {
-            return Ok(read_index(&index)?.shards());
-        }
-        let entries = std::fs::read_dir(dir).map_err(|e| FormatError::io(dir, e))?;
-        let mut names: Vec<String> = entries
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|n| n.starts_with(stem) && n.ends_with(extension))
-            .collect();
-        if !names.is_empty() {
-            names.sort();
-            return Ok(names.into_iter().map(|n| dir.join(n)).collect());
-        }
-    }
-    Ok(Vec::new())
 }

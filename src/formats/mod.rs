@@ -32,11 +32,11 @@ pub use error::{ErrorKind, FormatError, HexBytes, LoadStage, Result};
 pub use ggml_legacy::LegacyVariant;
 pub use gguf::TensorDataSource;
 pub use input::{
-    InputShape, checkpoint_weights, hub_cache_dir, hub_model_name, hub_repo_snapshot, hub_snapshot,
-    is_checkpoint_index, model_path, parse_shard_path, shard_path, shard_set,
+    InputShape, hub_cache_dir, hub_model_name, hub_repo_snapshot, hub_snapshot, is_checkpoint_index, model_path,
+    parse_shard_path, shard_path, shard_set,
 };
 pub use output::{AtomicOutput, link_into_place, remove_dead_temporaries, scratch_dir};
-pub use safetensors::ElementConversion;
+pub use safetensors::{ElementConversion, parse_index};
 pub use source::{AccessMode, LoadReport, OpenOptions, Source, copy_file_at, human_bytes, parse_size};
 
 use crate::model::{Endian, Metadata, PlacedElements, StoredLayout, TensorInfo, element_count};

@@ -1,15 +1,18 @@
 //! `convert`: a Hugging Face checkpoint directory (a recipe input) as a
 //! tensor set, as `convert_hf_to_gguf.py` would write it, or quantized
-//! straight to a preset. Pure like every op: the tensors are conversions
-//! of the checkpoint's values that the materializer computes a slab at a
-//! time, on the worker pool, when an export needs them.
+//! straight to a preset. It reads the checkpoint through the run's pinned
+//! files alone, and writes only generated tensors' values (as blobs); the
+//! other tensors are conversions of the checkpoint's values that the
+//! materializer computes a slab at a time, on the worker pool, when an
+//! export needs them.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::artifact::{BlobSink, BlobSinkError, CheckpointScale, HeaderEnd, Tensor, TensorSet};
 use crate::convert::{
-    Adapter, Checkpoint, CheckpointPart, ConvertError, MetadataOverride, OutType, ScaleAt, Scope, Values, convert,
-    convert_lora, convert_quantized,
+    Adapter, Checkpoint, CheckpointFiles, CheckpointPart, ConvertError, MetadataOverride, OutType, ScaleAt, Scope,
+    Values, convert, convert_lora, convert_quantized,
 };
 use crate::key::Key;
 use crate::model::Endian;
@@ -152,23 +155,31 @@ fn scale_of(
     Ok(Some(CheckpointScale { file, index: tensor, block }))
 }
 
+/// The files a run hashed before any step ran, each checked unchanged as
+/// it is read: a conversion reads its checkpoint through them, and names
+/// each tensor's source file by the content key the run gave it.
+pub trait PinnedFiles: CheckpointFiles {
+    /// The content key of the file at `path`; `None` when the run did not
+    /// hash it.
+    fn key_of(&self, path: &Path) -> Option<Key>;
+}
+
 /// The converted checkpoint in `dir`: its metadata, and each tensor as a
 /// conversion of the checkpoint tensor's transformed f32 values to the
 /// output type, computed a slab at a time when something needs the bytes.
-/// `file_key` gives a checkpoint file's content hash (the run pinned them).
 /// `metadata` is the converter's `--metadata` file, a recipe input.
 pub fn apply(
     dir: &Path,
     options: &ConvertOptions,
     metadata: Option<&Path>,
+    files: &Arc<dyn PinnedFiles>,
     blobs: &(impl BlobSink + ?Sized),
-    file_key: &dyn Fn(&Path) -> Option<Key>,
 ) -> Result<TensorSet, ConvertOpError> {
     let dir = &crate::formats::hub_snapshot(dir);
-    let mut checkpoint = Checkpoint::open(dir).map_err(ConvertError::from)?;
+    let mut checkpoint = Checkpoint::open(dir, files.clone()).map_err(ConvertError::from)?;
     checkpoint.repository = crate::formats::hub_model_name(dir);
     checkpoint.model_name = options.model_name.clone();
-    checkpoint.metadata_override = metadata.map(MetadataOverride::read).transpose()?;
+    checkpoint.metadata_override = metadata.map(|path| MetadataOverride::read(&**files, path)).transpose()?;
     let pre = options.pre.as_deref();
     let scope = if options.vocab_only { Scope::VocabOnly } else { Scope::Model };
     let (metadata, converted) = match options.target {
@@ -178,7 +189,7 @@ pub fn apply(
         Target::Preset(ftype) => convert_quantized(&checkpoint, ftype, pre)?,
     };
     let header_end = if options.vocab_only { HeaderEnd::AtMetadata } else { HeaderEnd::Aligned };
-    tensor_set(&checkpoint, metadata, converted, header_end, blobs, file_key)
+    tensor_set(&checkpoint, metadata, converted, header_end, blobs, &**files)
 }
 
 /// The converted tensors as a set whose bytes the materializer computes
@@ -189,9 +200,9 @@ fn tensor_set(
     converted: Vec<crate::convert::ConvertedTensor>,
     header_end: HeaderEnd,
     blobs: &(impl BlobSink + ?Sized),
-    file_key: &dyn Fn(&Path) -> Option<Key>,
+    files: &dyn PinnedFiles,
 ) -> Result<TensorSet, ConvertOpError> {
-    let pinned = |path: &Path| file_key(path).ok_or_else(|| ConvertOpError::UnpinnedFile(path.to_owned()));
+    let pinned = |path: &Path| files.key_of(path).ok_or_else(|| ConvertOpError::UnpinnedFile(path.to_owned()));
     let tensors = converted
         .into_iter()
         .map(|t| {
@@ -268,10 +279,11 @@ pub fn apply_lora(
     dir: &Path,
     base_dir: &Path,
     options: &ConvertLoraOptions,
+    files: &Arc<dyn PinnedFiles>,
     blobs: &(impl BlobSink + ?Sized),
-    file_key: &dyn Fn(&Path) -> Option<Key>,
 ) -> Result<TensorSet, ConvertOpError> {
-    let adapter = Adapter::open(&crate::formats::hub_snapshot(dir), &crate::formats::hub_snapshot(base_dir))?;
+    let (dir, base_dir) = (crate::formats::hub_snapshot(dir), crate::formats::hub_snapshot(base_dir));
+    let adapter = Adapter::open(&dir, &base_dir, files.clone())?;
     let (metadata, converted) = convert_lora(&adapter, options.outtype)?;
-    tensor_set(&adapter.checkpoint, metadata, converted, HeaderEnd::Aligned, blobs, file_key)
+    tensor_set(&adapter.checkpoint, metadata, converted, HeaderEnd::Aligned, blobs, &**files)
 }

@@ -72,7 +72,9 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         }
         let (model, outtype) = stem.rsplit_once('-').unwrap();
         let outtype = OutType::from_name(outtype).unwrap();
-        let checkpoint = Checkpoint::open(&data.join("checkpoints").join(model)).unwrap();
+        let checkpoint =
+            Checkpoint::open(&data.join("checkpoints").join(model), std::sync::Arc::new(quantforge::convert::OnDisk))
+                .unwrap();
         let golden: Json = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
@@ -126,7 +128,8 @@ fn pre_tokenizer_check_hashes_equal_the_converters() {
     };
     let mut failures = Vec::new();
     let mut check = |what: &str, dir: &std::path::Path, want: &Json| {
-        let hash = quantforge::convert::check_hash(dir, &config_of(dir)).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let hash = quantforge::convert::check_hash(&quantforge::convert::OnDisk, dir, &config_of(dir))
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
         if hash != want["hash"] {
             failures.push(format!("{what} ({}): {hash}, transformers {}", want["class"], want["hash"]));
         }
@@ -587,6 +590,62 @@ fn the_recipe_op_writes_what_the_command_writes() {
     let statuses: Vec<&str> =
         again["nodes"].as_array().unwrap().iter().map(|n| n["status"].as_str().unwrap()).collect();
     assert!(statuses.iter().all(|s| *s != "ran"), "{statuses:?}");
+}
+
+/// The files a conversion reads below the checkpoint directory (a pooling
+/// module's settings, named chat templates) are in its input's key: editing
+/// one converts again, and writes what the edit says.
+#[test]
+fn files_below_the_checkpoint_directory_are_in_the_key() {
+    let data = common::repo().join("tests/data/convert/checkpoints");
+    let dir = tempfile::tempdir().unwrap();
+    let os = std::ffi::OsStr::new;
+    let cases = [
+        ("bge-tiny-en", "1_Pooling/config.json", r#"{"pooling_mode_cls_token": true}"#),
+        ("tiny-llama-3-chat", "additional_chat_templates/rag.jinja", "{{ documents }}"),
+    ];
+    for (model, file, text) in cases {
+        let checkpoint = dir.path().join(model);
+        copy_dir(&data.join(model), &checkpoint);
+        let recipe = dir.path().join(format!("{model}.toml"));
+        std::fs::write(
+            &recipe,
+            format!(
+                "[recipe]\nname = \"below\"\n\n[input.hf]\npath = {:?}\n\n[step.gguf]\nop = \"convert\"\nfrom = \"hf\"\n\
+                 outtype = \"f16\"\n{pre}\n[step.out]\nop = \"export\"\nfrom = \"gguf\"\npath = \"{model}.gguf\"\n",
+                checkpoint.to_str().unwrap(),
+                pre = common::fixture_pre_name(&checkpoint).map(|name| format!("pre = {name:?}\n")).unwrap_or_default(),
+            ),
+        )
+        .unwrap();
+        let cache = dir.path().join("cache");
+        let run = || {
+            let output = common::quantforge(&[
+                os("run"),
+                recipe.as_os_str(),
+                os("--json"),
+                os("--cache-dir"),
+                cache.as_os_str(),
+            ]);
+            assert!(output.status.success(), "{model}: {}", String::from_utf8_lossy(&output.stderr));
+            let report: Json = serde_json::from_slice(&output.stdout).unwrap();
+            let convert = report["nodes"].as_array().unwrap().iter().find(|n| n["id"] == "gguf").unwrap().clone();
+            (
+                convert["status"].as_str().unwrap().to_owned(),
+                std::fs::read(dir.path().join(format!("{model}.gguf"))).unwrap(),
+            )
+        };
+        let (_, before) = run();
+        let path = checkpoint.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        let (status, after) = run();
+        assert_eq!(status, "ran", "{model}: editing {file} converts again");
+        assert_ne!(before, after, "{model}: editing {file} changes the file");
+        let by_command = dir.path().join(format!("{model}-command.gguf"));
+        run_convert(&checkpoint, &by_command, &[os("--outtype"), os("f16")]);
+        assert!(after == std::fs::read(&by_command).unwrap(), "{model}: the recipe writes what the command writes");
+    }
 }
 
 /// A setting the conversion does not model refuses the checkpoint, naming

@@ -64,12 +64,13 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
 ];
 
 /// Where `std::fs` may be used (a path under `src/`, or a prefix of one):
-/// the containers, the store, the engine and the command line; among the
-/// ops only `verify`, which checks a file against its derivation.
+/// the containers, the store, the engine and the command line; a
+/// checkpoint's files outside a run (a run gives a conversion its pinned
+/// files instead); and `verify`, which checks a file against its derivation.
 const MAY_TOUCH_FILES: &[&str] = &[
     "backend/cuda/libraries.rs",
     "cli/",
-    "convert/",
+    "convert/files.rs",
     "exec/",
     "files",
     "formats/",

@@ -37,6 +37,6 @@ pub const CONVERSION: Conversion = Conversion {
 
 fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
     llama_keys(hp, keys, hp.u64(&["head_dim"]).or_else(|| hp.per_head()))?;
-    hp.put(keys, "pooling_type", super::bert::pooling_type(&hp.ckpt.dir)?);
+    hp.put(keys, "pooling_type", super::bert::pooling_type(hp.ckpt)?);
     Ok(())
 }

@@ -269,7 +269,7 @@ fn no_classifier(config: &serde_json::Map<String, Json>) -> Option<(&'static str
 fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
     text_model_keys(hp, keys, None)?;
     hp.put(keys, "attention.causal", Some(Value::Bool(false)));
-    hp.put(keys, "pooling_type", pooling_type(&hp.ckpt.dir)?);
+    hp.put(keys, "pooling_type", pooling_type(hp.ckpt)?);
     // The pooling before a classification head (ModernBERT's config has one).
     if let Some(pooling) = hp.ckpt.config.get("classifier_pooling").filter(|v| !v.is_null()) {
         let id = match pooling.as_str() {
@@ -329,21 +329,17 @@ pub fn position_offset(ckpt: &crate::convert::Checkpoint) -> Result<Option<u64>,
 
 /// `_try_set_pooling_type`: the first `*Pooling` module of `modules.json`
 /// and its mode (llama.cpp's ids: 1 mean, 2 CLS, 3 last token).
-pub(super) fn pooling_type(dir: &std::path::Path) -> Result<Option<Value>, ConvertError> {
-    let read = |path: std::path::PathBuf| -> Result<Option<Json>, ConvertError> {
-        let Ok(text) = std::fs::read_to_string(&path) else { return Ok(None) };
-        let bad = |e: serde_json::Error| ConvertError::Config(format!("{}: {e}", path.display()));
-        serde_json::from_str(&text).map(Some).map_err(bad)
-    };
-    let Some(modules) = read(dir.join("modules.json"))? else { return Ok(None) };
+pub(super) fn pooling_type(ckpt: &crate::convert::Checkpoint) -> Result<Option<Value>, ConvertError> {
+    let Some(modules) = ckpt.json("modules.json")? else { return Ok(None) };
     let pooling = modules
         .as_array()
         .into_iter()
         .flatten()
         .find(|m| m.get("type").and_then(Json::as_str).is_some_and(|t| t.ends_with("Pooling")));
     let Some(path) = pooling.and_then(|m| m.get("path")).and_then(Json::as_str) else { return Ok(None) };
-    let config_path = dir.join(path).join("config.json");
-    let config = read(config_path.clone())?.ok_or_else(|| {
+    let config_name = std::path::Path::new(path).join("config.json");
+    let config_path = ckpt.dir.join(&config_name);
+    let config = ckpt.json(&config_name)?.ok_or_else(|| {
         ConvertError::Config(format!("{}: the pooling module's config is missing", config_path.display()))
     })?;
     let on = |key: &str| config.get(key).and_then(Json::as_bool).unwrap_or(false);

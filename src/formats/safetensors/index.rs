@@ -36,7 +36,12 @@ impl CheckpointIndex {
 
 pub fn read_index(path: &Path) -> Result<CheckpointIndex> {
     let bytes = std::fs::read(path).map_err(|e| FormatError::io(path, e))?;
-    let text = std::str::from_utf8(&bytes).map_err(|e| {
+    parse_index(path, &bytes)
+}
+
+/// The index at `path`, already read as `bytes`.
+pub fn parse_index(path: &Path, bytes: &[u8]) -> Result<CheckpointIndex> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
         FormatError::at(path, e.valid_up_to() as u64, ErrorKind::InvalidUtf8 { what: "the index".into() })
     })?;
     let dir = path.parent().unwrap_or(Path::new(""));

@@ -30,7 +30,7 @@ mod writer;
 
 pub use crate::model::ElementConversion;
 pub use dtype::Dtype;
-pub use index::{CheckpointIndex, read_index};
+pub use index::{CheckpointIndex, parse_index, read_index};
 pub(crate) use reader::read_header;
 pub use reader::{SafeTensorsHeader, read_header_bytes};
 pub use writer::{
