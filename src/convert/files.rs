@@ -87,7 +87,8 @@ pub fn files_read(dir: &Path) -> crate::formats::Result<Vec<PathBuf>> {
     for entry in std::fs::read_dir(dir).map_err(io)? {
         let sub = entry.map_err(io)?.path();
         let Some(sub_name) = sub.file_name().and_then(|n| n.to_str()).map(str::to_owned) else { continue };
-        if !sub.is_dir() {
+        // Hidden directories (`.git`, the Hub client's `.cache`) are never read.
+        if sub_name.starts_with('.') || !sub.is_dir() {
             continue;
         }
         let wanted =
@@ -98,4 +99,38 @@ pub fn files_read(dir: &Path) -> crate::formats::Result<Vec<PathBuf>> {
     }
     files.sort();
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_hashes_the_directory_and_what_a_conversion_reads_below_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = [
+            "config.json",
+            "model.safetensors",
+            "1_Pooling/config.json",
+            "1_Pooling/notes.txt",
+            "additional_chat_templates/rag.jinja",
+            "additional_chat_templates/README.md",
+            "onnx/model.onnx",
+            ".git/config.json",
+        ];
+        for file in files {
+            let path = dir.path().join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, file).unwrap();
+        }
+        let read: Vec<String> = files_read(dir.path())
+            .unwrap()
+            .iter()
+            .map(|path| path.strip_prefix(dir.path()).unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            read,
+            ["1_Pooling/config.json", "additional_chat_templates/rag.jinja", "config.json", "model.safetensors"]
+        );
+    }
 }
