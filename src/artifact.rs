@@ -154,6 +154,11 @@ pub struct CheckpointScale {
 /// tensor; a transposed slab reads a run of columns of its source rows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RowTransform {
+    /// Every `step`th element of each source row from `start`, taken before
+    /// anything else: gate or up out of a gate-up tensor interleaved element
+    /// by element (GPT-OSS's experts and their biases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elements: Option<ElementStride>,
     /// LLaMA's Q/K row permutation, over this many heads.
     pub permute_heads: Option<usize>,
     /// Gemma's norm +1, in the checkpoint tensor's own dtype.
@@ -171,6 +176,20 @@ pub struct RowTransform {
     /// their run, a column each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transpose: Option<usize>,
+}
+
+/// Elements `start, start + step, …` of a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ElementStride {
+    pub step: usize,
+    pub start: usize,
+}
+
+impl ElementStride {
+    /// The elements the stride takes from a row of `len`.
+    pub fn len_of(&self, len: usize) -> usize {
+        len.saturating_sub(self.start).div_ceil(self.step.max(1))
+    }
 }
 
 /// Rows `start..start + len` of every group of `group` rows, group after
@@ -241,6 +260,9 @@ impl Tensor {
         }
         if let Some(run) = transform.transpose {
             key.str("transpose").u64(run as u64);
+        }
+        if let Some(ElementStride { step, start }) = transform.elements {
+            key.str("elements").u64(step as u64).u64(start as u64);
         }
         if let Some(CheckpointScale { file, index, block }) = scale {
             key.str("scale").key(&file).u64(index as u64);

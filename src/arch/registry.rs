@@ -174,7 +174,7 @@ const SANDWICH_NORMS: &[(&str, &str)] = &[
     ("blk.{N}.ffn_norm", "model.layers.{N}.pre_feedforward_layernorm"),
     ("blk.{N}.post_ffw_norm", "model.layers.{N}.post_feedforward_layernorm"),
 ];
-/// Seed-OSS names the FFN's pre-norm as llama.cpp's post-attention norm.
+/// Seed-OSS and GPT-OSS name the FFN's pre-norm as llama.cpp's post-attention norm.
 const SEED_OSS_NORMS: &[(&str, &str)] = &[("blk.{N}.post_attention_norm", "model.layers.{N}.post_attention_layernorm")];
 const QK_NORMS: &[(&str, &str)] = &[
     ("blk.{N}.attn_q_norm", "model.layers.{N}.self_attn.q_norm"),
@@ -192,6 +192,12 @@ const QWEN_MOE_NAMES: &[(&str, &str)] = &[
     ("blk.{N}.ffn_up_shexp", "model.layers.{N}.mlp.shared_expert.up_proj"),
     ("blk.{N}.ffn_down_shexp", "model.layers.{N}.mlp.shared_expert.down_proj"),
     ("blk.{N}.ffn_gate_inp_shexp", "model.layers.{N}.mlp.shared_expert_gate"),
+];
+/// GPT-OSS: the attention sinks, the router (the stacked experts are split
+/// and transposed: `convert::family::gpt_oss`).
+const GPT_OSS_NAMES: &[(&str, &str)] = &[
+    ("blk.{N}.attn_sinks", "model.layers.{N}.self_attn.sinks"),
+    ("blk.{N}.ffn_gate_inp", "model.layers.{N}.mlp.router"),
 ];
 /// ERNIE 4.5 MoE: the router, the score-correction bias and the shared
 /// experts (the per-expert tensors stack into `*_exps`: `convert::family`).
@@ -467,6 +473,17 @@ pub static FAMILIES: &[Family] = &[
             rope: Rope::Neox,
             output: Output::AlwaysTied,
             hf_names: &[DECODER_NAMES, SANDWICH_NORMS],
+            layers: LayerKinds::SlidingWindow { period: 2, dense_first: false, when: WindowRule::Always },
+            ..COMMON
+        },
+    ),
+    family(
+        "gpt-oss",
+        "GPT-OSS",
+        &["gpt-oss"],
+        Layout {
+            rope: Rope::Neox,
+            hf_names: &[DECODER_NAMES, SEED_OSS_NORMS, GPT_OSS_NAMES],
             layers: LayerKinds::SlidingWindow { period: 2, dense_first: false, when: WindowRule::Always },
             ..COMMON
         },

@@ -136,6 +136,32 @@ pub const YARN: RopeScaling = RopeScaling {
     },
 };
 
+/// GPT-OSS's YaRN, published with `truncate: false` (transformers then
+/// leaves the correction range unrounded, where llama.cpp rounds it for
+/// every model): the converter writes it all the same, and so does this
+/// conversion, or GPT-OSS would not convert at all.
+pub const GPT_OSS_YARN: RopeScaling = RopeScaling {
+    kinds: &["yarn"],
+    reads: &[
+        "rope_type",
+        "type",
+        "factor",
+        "original_max_position_embeddings",
+        "attention_factor",
+        "beta_fast",
+        "beta_slow",
+        "truncate",
+    ],
+    defaults: || {
+        vec![
+            ("mscale", Json::Null),
+            ("mscale_all_dim", Json::Null),
+            ("extrapolation_factor", json!(1.0)),
+            ("attn_factor", Json::Null),
+        ]
+    },
+};
+
 /// DeepSeek's YaRN: the attention scale of `mscale_all_dim` (written as
 /// the log multiplier), which llama.cpp reproduces only while it equals
 /// `mscale` (the rotation then unscaled, as transformers computes it).

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::arch::registry::{FAMILIES, gguf_name};
-use crate::artifact::{RowRange, RowTransform};
+use crate::artifact::{ElementStride, RowRange, RowTransform};
 use crate::backend::{Backend, Slab};
 use crate::codecs::scalar;
 use crate::formats::ModelFile;
@@ -137,11 +137,16 @@ fn whole_tensor_values(
     if let Some(scale) = scale {
         scale.apply(0, &mut values);
     }
+    if let Some(stride) = transform.elements {
+        let row = source.dims.first().map_or(1, |&n| n as usize).max(1);
+        values = values.chunks_exact(row).flat_map(|row| strided(row, stride)).collect();
+    }
+    let row_len = strided_len(row_len_of(source), transform);
     if let Some(map) = row_map(source, transform) {
-        values = reordered_rows(&values, row_len_of(source), selected_rows(source, transform), &map);
+        values = reordered_rows(&values, row_len, selected_rows(source, transform), &map);
     }
     if let Some(run) = transform.transpose {
-        values = transposed(&values, row_len_of(source), run);
+        values = transposed(&values, row_len, run);
     }
     plus_one(&mut values, source, transform);
     if let Some(n) = transform.keep_elements {
@@ -217,6 +222,18 @@ pub fn checkpoint_rows(
     }
     let row_len = source.dims[0] as usize;
     let row_bytes = source.ggml_type.row_size(row_len as u64).unwrap_or(0);
+    if let Some(stride) = transform.elements {
+        let map = row_map(source, transform);
+        let mut row = vec![0f32; row_len];
+        for (r, out_row) in out.chunks_exact_mut(stride.len_of(row_len).max(1)).enumerate() {
+            let from = map.as_ref().map_or(first + r, |map| map(first + r));
+            let bytes = shard.tensor_data_range(source, from as u64 * row_bytes, row_bytes)?;
+            decode(backend, source, row_len, from, &bytes, scale, &mut row)?;
+            out_row.iter_mut().zip(strided(&row, stride)).for_each(|(to, from)| *to = from);
+        }
+        plus_one(out, source, transform);
+        return Ok(());
+    }
     let n_rows = out.len() / row_len.max(1);
     match row_map(source, transform) {
         None => {
@@ -251,38 +268,52 @@ fn transposed_rows(
     backend: &dyn Backend,
     out: &mut [f32],
 ) -> Result<(), ConvertError> {
-    let (cols, run) = (source.dims[0] as usize, run.max(1));
+    let (source_cols, run) = (source.dims[0] as usize, run.max(1));
     if source.ggml_type.block_size() != 1 {
         let values = whole_tensor_values(shard, source, transform, scale, backend)?;
         out.copy_from_slice(&values[first * run..][..out.len()]);
         return Ok(());
     }
+    // Column `c` of the (strided) rows is the source's column `start + c·step`.
+    let ElementStride { step, start } = transform.elements.unwrap_or(ElementStride { step: 1, start: 0 });
+    let (step, cols) = (step.max(1), strided_len(source_cols, transform));
     let map = row_map(source, transform);
     let element = source.ggml_type.type_size();
-    let row_bytes = source.ggml_type.row_size(cols as u64).unwrap_or(0);
+    let row_bytes = source.ggml_type.row_size(source_cols as u64).unwrap_or(0);
     let n_rows = out.len() / run;
-    let mut column_run = vec![0f32; cols.min(n_rows)];
+    let mut column_run = vec![0f32; (cols.min(n_rows).max(1) - 1) * step + 1];
     let mut done = 0;
     while done < n_rows {
         let (block, col) = ((first + done) / cols, (first + done) % cols);
         let width = (cols - col).min(n_rows - done);
-        let piece = &mut column_run[..width];
+        let (source_col, span) = (start + col * step, (width - 1) * step + 1);
+        let piece = &mut column_run[..span];
         for i in 0..run {
             let selected = block * run + i;
             let from = map.as_ref().map_or(selected, |map| map(selected));
-            let offset = from as u64 * row_bytes + col as u64 * element;
-            let bytes = shard.tensor_data_range(source, offset, width as u64 * element)?;
-            decode(backend, source, width, from, &bytes, None, piece)?;
+            let offset = from as u64 * row_bytes + source_col as u64 * element;
+            let bytes = shard.tensor_data_range(source, offset, span as u64 * element)?;
+            decode(backend, source, span, from, &bytes, None, piece)?;
             if let Some(scale) = scale {
-                scale.apply(from * cols + col, piece);
+                scale.apply(from * source_cols + source_col, piece);
             }
-            for (k, &value) in piece.iter().enumerate() {
+            for (k, &value) in piece.iter().step_by(step).enumerate() {
                 out[(done + k) * run + i] = value;
             }
         }
         done += width;
     }
     Ok(())
+}
+
+/// The elements of `row` that `stride` takes.
+fn strided(row: &[f32], stride: ElementStride) -> impl Iterator<Item = f32> + '_ {
+    row.iter().skip(stride.start).step_by(stride.step.max(1)).copied()
+}
+
+/// A row's length after `transform`'s element stride, from `len`.
+fn strided_len(len: usize, transform: &RowTransform) -> usize {
+    transform.elements.map_or(len, |stride| stride.len_of(len))
 }
 
 /// `values`, rows of `cols`, transposed a run of `run` rows at a time.
@@ -309,7 +340,10 @@ pub fn checkpoint_rows_as_stored<'a>(
     first: usize,
     n: usize,
 ) -> Result<Option<std::borrow::Cow<'a, [u8]>>, ConvertError> {
-    let reordered_only = !transform.plus_one && transform.keep_elements.is_none() && transform.transpose.is_none();
+    let reordered_only = !transform.plus_one
+        && transform.keep_elements.is_none()
+        && transform.transpose.is_none()
+        && transform.elements.is_none();
     if !reordered_only || source.dims.len() < 2 {
         return Ok(None);
     }
@@ -527,18 +561,23 @@ pub(super) fn past_the_blocks(hf: &str, blocks: Option<u64>) -> bool {
 }
 
 /// The shape of what `transform` makes of a tensor of shape `dims`: its
-/// range shrinks the rows (`dims[1]`; a 1-D tensor's elements), whose every
-/// group of rows it cuts to a run; its transpose of runs of `b` rows of `c`
-/// makes rows of `b`, `c` a run.
+/// element stride shortens the rows (`dims[0]`); its range shrinks the rows
+/// (`dims[1]`; a 1-D tensor's elements), whose every group of rows it cuts
+/// to a run; its transpose of runs of `b` rows of `c` makes rows of `b`, `c`
+/// a run.
 pub fn selected_dims(dims: &[u64], transform: &RowTransform) -> Vec<u64> {
     let mut dims = dims.to_vec();
+    if let (Some(stride), Some(cols)) = (transform.elements, dims.first_mut()) {
+        *cols = stride.len_of(*cols as usize) as u64;
+    }
     if let Some(range) = transform.rows {
         let rows_dim = usize::from(dims.len() >= 2);
         if let Some(rows) = dims.get_mut(rows_dim) {
             *rows = *rows / range.group.max(1) as u64 * range.len as u64;
         }
     }
-    if let (Some(run), [cols, rows]) = (transform.transpose, dims.as_mut_slice()) {
+    // A 3-D tensor's runs lie within its slices (an expert's rows).
+    if let (Some(run), [cols, rows, ..]) = (transform.transpose, dims.as_mut_slice()) {
         let run = run.max(1) as u64;
         (*cols, *rows) = (run, *rows / run * *cols);
     }
@@ -783,6 +822,25 @@ mod tests {
         assert_eq!(transposed(&values, 3, 2), expected);
         let run = RowTransform { transpose: Some(2), ..RowTransform::default() };
         assert_eq!(selected_dims(&[3, 4], &run), vec![2, 6]);
+    }
+
+    #[test]
+    fn an_element_stride_splits_interleaved_rows_before_the_transpose() {
+        // GPT-OSS's gate_up_proj: rows of [g0 u0 g1 u1 …]; the odd elements are up.
+        let row = [0.0, 100.0, 1.0, 101.0, 2.0, 102.0, 3.0];
+        let up = ElementStride { step: 2, start: 1 };
+        assert_eq!(strided(&row, up).collect::<Vec<_>>(), [100.0, 101.0, 102.0]);
+        assert_eq!(up.len_of(row.len()), 3);
+        assert_eq!(ElementStride { step: 2, start: 0 }.len_of(row.len()), 4);
+        // [2 × ff, hidden, experts] → gate [hidden, ff, experts]: each expert's rows transposed.
+        let gate = RowTransform {
+            elements: Some(ElementStride { step: 2, start: 0 }),
+            transpose: Some(64),
+            ..RowTransform::default()
+        };
+        assert_eq!(selected_dims(&[64, 64, 4], &gate), vec![64, 32, 4]);
+        let bias = RowTransform { elements: gate.elements, ..RowTransform::default() };
+        assert_eq!(selected_dims(&[64, 4], &bias), vec![32, 4]);
     }
 
     #[test]

@@ -44,6 +44,7 @@ next to a tokenizer trained here on generated text (no hub downloads).
     bge-tiny-en               BertModel           f32    1       WordPiece (uncased), mean pooling
     stsb-roberta-tiny         RobertaModel        f32    1       byte-level BPE (RoBERTa's), mean pooling
     distilbert-tiny-uncased   DistilBertModel     f32    1       WordPiece (uncased), mean pooling
+    gpt-oss-tiny              GptOssForCausalLM   bf16   1       byte-level BPE (o200k regex)
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -79,6 +80,8 @@ Deliberate edge cases (see docs/notes/convert-hf-reference.md):
     stored stacked, gate and up side by side (split); olmo: no norm tensors, clip_qkv;
     cohere: model_max_length over max_position_embeddings, Q/K norms; cohere2: 4 layers
     (three sliding, one full) and rotary_pct; phi2, stablelm: biases, partial rotary.
+  * gpt-oss: stacked experts with gate and up interleaved column by column (split by
+    stride), expert biases, attention sinks, alternating sliding/full layers, YaRN.
 """
 from __future__ import annotations
 
@@ -139,6 +142,7 @@ FAMILIES = {
     "arcee": "AFM-Tiny",
     "seed-oss": "Seed-OSS-Tiny-Instruct",
     "ernie-moe": "ERNIE-4.5-Tiny-A3B-PT",
+    "gpt-oss": "gpt-oss-tiny",
 }
 
 # --------------------------------------------------------------------------
@@ -988,6 +992,29 @@ def make_ernie_moe(out: Path) -> None:
     tok.save_pretrained(out)
 
 
+def make_gpt_oss(out: Path) -> None:
+    """GPT-OSS with its experts in BF16 (as the converter's dequantized-MXFP4 path writes them): gate and up
+    interleaved column by column in one stacked gate_up_proj (split by stride), expert biases, attention sinks,
+    a router with a bias, alternating sliding and full attention, YaRN with its truncate flag."""
+    import torch
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    tok, (bos, eos) = train_byte_bpe(400, ["<|startoftext|>", "<|return|>"])
+    config = GptOssConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=32, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+                          num_experts_per_tok=2, sliding_window=128, layer_types=["sliding_attention", "full_attention"],
+                          max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=150000.0,
+                          rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                        "truncate": False, "original_max_position_embeddings": 4096},
+                          tie_word_embeddings=False, bos_token_id=bos, eos_token_id=eos, pad_token_id=eos,
+                          torch_dtype="bfloat16")
+    torch.manual_seed(SEED)
+    model = GptOssForCausalLM(config)
+    randomize(model, SEED + 46)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+
+
 def make_falcon(out: Path) -> None:
     """Falcon-7B's layout: one KV head (multi-query), Q/K/V fused by KV group, a parallel block."""
     import torch
@@ -1388,6 +1415,7 @@ MAKERS = {
     "arcee": make_arcee,
     "seed-oss": make_seed_oss,
     "ernie-moe": make_ernie_moe,
+    "gpt-oss": make_gpt_oss,
 }
 
 

@@ -72,6 +72,7 @@ PRE_BY_ARCH = {
     "Olmo3ForCausalLM": "dbrx",
     "ArceeForCausalLM": "afmoe",
     "SeedOssForCausalLM": "seed-coder",
+    "GptOssForCausalLM": "gpt-4o",        # o200k_harmony, GPT-4o's pre-tokenizer
 }
 
 

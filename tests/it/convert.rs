@@ -1,8 +1,8 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! forty-seven tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! forty-eight tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE,
-//! ERNIE 4.5 MoE;
+//! ERNIE 4.5 MoE, GPT-OSS (stacked experts, gate and up interleaved);
 //! Gemma, Gemma 2, StarCoder 2, OLMo, OLMo 2, Granite, SmolLM3, GPT-NeoX,
 //! Command-R, Cohere 2, Phi-2, StableLM, ERNIE 4.5, Falcon, GPT-2, GLM-4,
 //! LFM2 (short convolutions between attention blocks), EXAONE 4 (64 blocks,
@@ -79,7 +79,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 188);
+    assert_eq!(all.len(), 192);
     all
 }
 
@@ -136,7 +136,7 @@ fn pre_tokenizer_check_hashes_equal_the_converters() {
         assert_eq!(quantforge::convert::known_name(&hash).map(Json::from).unwrap_or(Json::Null), want["pre"], "{what}");
     };
     let checkpoints = expected["checkpoints"].as_object().unwrap();
-    assert_eq!(checkpoints.len(), 34);
+    assert_eq!(checkpoints.len(), 35);
     for (name, want) in checkpoints {
         check(name, &data.join("checkpoints").join(name), want);
     }
@@ -704,7 +704,7 @@ fn unmodelled_settings_are_refused_by_name() {
     let checkpoints = common::repo().join("tests/data/convert/checkpoints");
     let unmodelled = "does not model";
     let not_a_count = "not a whole number below 2^32";
-    let cases: [(&str, &str, Json, &str, &str); 40] = [
+    let cases: [(&str, &str, Json, &str, &str); 44] = [
         (
             "tiny-llama-3-chat",
             "rope_scaling",
@@ -839,6 +839,24 @@ fn unmodelled_settings_are_refused_by_name() {
         ),
         // ModernBERT's GLU runs GELU or SiLU in llama.cpp.
         ("ModernBERT-tiny", "hidden_activation", json!("relu"), "`hidden_activation` (\"relu\")", unmodelled),
+        // GPT-OSS: llama.cpp alternates sliding and full attention from the first block;
+        // OpenAI's repeated settings must agree; MXFP4 experts are not converted yet.
+        (
+            "gpt-oss-tiny",
+            "layer_types",
+            json!(["full_attention", "sliding_attention"]),
+            "`layer_types` ([\"full_attention\",\"sliding_attention\"])",
+            unmodelled,
+        ),
+        ("gpt-oss-tiny", "experts_per_token", json!(4), "`experts_per_token` (4)", unmodelled),
+        ("gpt-oss-tiny", "initial_context_length", json!(8192), "`initial_context_length` (8192)", unmodelled),
+        (
+            "gpt-oss-tiny",
+            "quantization_config",
+            json!({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}),
+            "`quantization_config.quant_method` (\"mxfp4\")",
+            unmodelled,
+        ),
         // Experts the config promises and the checkpoint lacks; a class misspelled.
         ("Mixtral-Tiny-4x8", "num_local_experts", json!(5), "block 0 has 12 expert tensors", "not all of its experts"),
         (
@@ -867,6 +885,27 @@ fn unmodelled_settings_are_refused_by_name() {
         assert!(stderr.contains(named) && stderr.contains(why), "{model}: {stderr}");
         assert!(!out.exists());
     }
+}
+
+/// OpenAI's GPT-OSS releases repeat two settings under their own names
+/// (`experts_per_token`, `initial_context_length`); where they agree with
+/// the ones the converter reads, the file is the fixture's, byte for byte.
+#[test]
+fn gpt_oss_configs_as_released_convert_as_the_fixture() {
+    let fixture = common::repo().join("tests/data/convert/checkpoints/gpt-oss-tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let released = dir.path().join("released").join("gpt-oss-tiny");
+    copy_dir(&fixture, &released);
+    let mut config: Json =
+        serde_json::from_str(&std::fs::read_to_string(released.join("config.json")).unwrap()).unwrap();
+    config["experts_per_token"] = config["num_experts_per_tok"].clone();
+    config["initial_context_length"] = config["rope_scaling"]["original_max_position_embeddings"].clone();
+    std::fs::write(released.join("config.json"), config.to_string()).unwrap();
+    let os = std::ffi::OsStr::new;
+    let (ours, theirs) = (dir.path().join("released.gguf"), dir.path().join("fixture.gguf"));
+    run_convert(&released, &ours, &[os("--outtype"), os("f16")]);
+    run_convert(&fixture, &theirs, &[os("--outtype"), os("f16")]);
+    assert!(std::fs::read(&ours).unwrap() == std::fs::read(&theirs).unwrap());
 }
 
 /// A Hugging Face Hub cache (`models--ORG--NAME` with `refs/main`, and

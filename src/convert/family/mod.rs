@@ -17,6 +17,7 @@ mod gemma;
 mod gemma3;
 mod glm4;
 mod gpt2;
+mod gpt_oss;
 mod gptneox;
 mod granite;
 mod granite_moe;
@@ -273,6 +274,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &bert::MODERN_BERT,
     &arcee::CONVERSION,
     &seed_oss::CONVERSION,
+    &gpt_oss::CONVERSION,
     &ernie::MOE,
 ];
 
