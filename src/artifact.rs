@@ -109,11 +109,23 @@ pub enum TensorData {
     /// One device's slice of `from` (a per-device export): cut from
     /// `from`'s bytes, which are cached by `from`'s key when derived.
     Slice { from: Box<Tensor>, cut: AxisCut },
+    /// An MXFP4 weight repacked from a checkpoint's codes (`blocks`) and
+    /// scales (`scales`), each tensor `index` of a checkpoint file (content
+    /// hash), the rows of each expert `rows` selects: bits moved, computed a
+    /// slab of rows at a time.
+    Mxfp4 { blocks: TensorAt, scales: TensorAt, rows: Option<RowRange> },
     /// `base`'s values with each LoRA delta added (`lora-merge`), in this
     /// tensor's type (F32 or F16), computed a slab of rows at a time as it
     /// is written: a row needs its row of `base` and of each `b`, and all
     /// of each (small) `a`.
     Merged { base: Box<Tensor>, deltas: Vec<LoraDelta> },
+}
+
+/// Tensor `index` of the input file whose content hash is `file`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TensorAt {
+    pub file: Key,
+    pub index: usize,
 }
 
 /// One adapter's low-rank delta on a tensor: `scale · B·A`, `a` of shape
@@ -278,6 +290,25 @@ impl Tensor {
         }
     }
 
+    /// The MXFP4 weight named `name`, of shape `dims`, repacked from the
+    /// checkpoint codes `blocks` and scales `scales`, the rows `rows` selects.
+    pub fn mxfp4(name: &str, dims: Vec<u64>, blocks: TensorAt, scales: TensorAt, rows: Option<RowRange>) -> Tensor {
+        let mut key = KeyBuilder::new("tensor.mxfp4");
+        for TensorAt { file, index } in [blocks, scales] {
+            key.key(&file).u64(index as u64);
+        }
+        if let Some(RowRange { group, start, len }) = rows {
+            key.str("rows").u64(group as u64).u64(start as u64).u64(len as u64);
+        }
+        Tensor {
+            name: name.to_owned(),
+            dims,
+            ggml_type: GgmlType::MXFP4,
+            key: key.finish(),
+            data: TensorData::Mxfp4 { blocks, scales, rows },
+        }
+    }
+
     /// `parts` (each of the row length `dims[0]` and the same type) one after
     /// another, named `name`, of shape `dims`.
     pub fn stacked(name: &str, dims: Vec<u64>, parts: Vec<Tensor>) -> Tensor {
@@ -344,6 +375,7 @@ impl Tensor {
                 files.push(*file);
                 files.extend(scale.map(|s| s.file));
             }
+            TensorData::Mxfp4 { blocks, scales, .. } => files.extend([blocks.file, scales.file]),
             TensorData::Blob { hash } => blobs.push(*hash),
             TensorData::Convert { from, importance, .. } => {
                 blobs.extend(importance.iter().copied());

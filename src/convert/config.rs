@@ -203,6 +203,9 @@ pub const QWEN_WINDOW: &[&str] = &["use_sliding_window", "sliding_window", "max_
 pub fn check_modelled(ckpt: &Checkpoint, conversion: &Conversion) -> Result<(), ConvertError> {
     let (modelled, family) = (&conversion.config, conversion.family);
     super::fp8::Fp8::of(&ckpt.config)?;
+    if super::mxfp4::is_mxfp4(&ckpt.config) && conversion.mxfp4_splits().is_empty() {
+        return Err(unmodelled(family, "quantization_config.quant_method", &json!("mxfp4")));
+    }
     let Some(config) = ckpt.config.as_object() else { return Ok(()) };
     let defaults = (modelled.defaults)();
     // A window the family's conversion does not write: name the key that

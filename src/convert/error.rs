@@ -52,6 +52,14 @@ pub enum ConvertError {
     Format(#[from] crate::formats::FormatError),
     #[error(transparent)]
     Quantize(#[from] crate::quant::plan::QuantizeError),
+    /// A preset that would quantize again a tensor the checkpoint publishes
+    /// quantized, which llama-quantize refuses without `--allow-requantize`.
+    #[error(
+        "tensor `{}` is published {from}, which {preset} would quantize again; convert to MXFP4_MOE or a float type, \
+         then `quantforge quantize --allow-requantize` for another preset",
+        Name(.tensor)
+    )]
+    Requantize { tensor: String, from: crate::types::GgmlType, preset: &'static str },
 }
 
 fn nearest_hint(nearest: &[&str]) -> String {

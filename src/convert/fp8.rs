@@ -29,9 +29,9 @@ pub struct Fp8 {
 }
 
 impl Fp8 {
-    /// The checkpoint's FP8 settings: `None` without a `quantization_config`;
-    /// any other quantization method, or a key the conversion does not read,
-    /// is refused by name.
+    /// The checkpoint's FP8 settings: `None` without a `quantization_config`
+    /// or with an MXFP4 one; any other quantization method, or a key the
+    /// conversion does not read, is refused by name.
     pub fn of(config: &Json) -> Result<Option<Fp8>, ConvertError> {
         let Some(quantization) = config.get("quantization_config") else { return Ok(None) };
         let unmodelled = |key: &str, value: &Json| ConvertError::Unmodelled {
@@ -42,6 +42,10 @@ impl Fp8 {
         let fields = quantization.as_object().ok_or_else(|| unmodelled("", quantization))?;
         match fields.get("quant_method") {
             Some(Json::String(method)) if method == "fp8" => {}
+            // Not dequantized: repacked as it is (`convert::mxfp4`).
+            Some(Json::String(method)) if method == "mxfp4" => {
+                return super::mxfp4::check_config(fields).map(|()| None);
+            }
             Some(other) => return Err(unmodelled("quant_method", other)),
             None => return Err(ConvertError::Config("`quantization_config` has no `quant_method`".to_owned())),
         }

@@ -17,6 +17,7 @@ mod fp8;
 mod hparams;
 mod lora;
 pub mod model_card;
+pub mod mxfp4;
 mod naming;
 mod pre_tokenizer;
 mod rope;
@@ -29,6 +30,7 @@ pub use files::{CheckpointFiles, OnDisk, TEXT_LIMIT, files_read};
 pub use fp8::{Fp8, ScaleAt, WeightScale};
 pub use hparams::architecture_keys;
 pub use lora::{Adapter, AdapterConfig, convert_lora};
+pub use mxfp4::Mxfp4Part;
 pub use naming::MetadataOverride;
 pub use pre_tokenizer::{check_hash, check_hash_of, known_name};
 pub use rope::RopeError;
@@ -91,7 +93,13 @@ pub fn convert_quantized(
     pre: Option<&str>,
 ) -> Result<(Metadata, Vec<ConvertedTensor>), ConvertError> {
     let (metadata, tensors) = convert(ckpt, OutType::F32, pre, Scope::Model)?;
-    let plan = quantize::plan(&metadata, &infos(&tensors), &QuantizeOptions::new(ftype), None)?;
+    let plan =
+        quantize::plan(&metadata, &infos(&tensors), &QuantizeOptions::new(ftype), None).map_err(|e| match e {
+            quantize::QuantizeError::Requantize { tensor, from } => {
+                ConvertError::Requantize { tensor, from, preset: ftype.name() }
+            }
+            other => other.into(),
+        })?;
     let quantized = plan.tensors.iter().map(|planned| tensors[planned.input_idx].stored_as(planned.info.clone()));
     Ok((plan.metadata, quantized.collect()))
 }

@@ -16,6 +16,7 @@ use super::error::ConvertError;
 use super::family::{self, Conversion, Experts, Fused, Generated, Piece, Transform};
 use super::fp8::{Fp8, ScaleAt, WeightScale};
 use super::hparams::BLOCKS;
+use super::mxfp4::{self, Mxfp4Part};
 use super::rope::{RopeParameters, phi3_long_rope};
 
 /// `--outtype`.
@@ -84,6 +85,9 @@ pub enum Values {
     /// expert of a block, stacked expert-major, or the runs of a fused
     /// tensor's rows in a new order.
     Stacked(Vec<CheckpointPart>),
+    /// An MXFP4 weight's codes and scales repacked, bits moved as they are:
+    /// stored MXFP4 whatever the outtype.
+    Mxfp4(Mxfp4Part),
 }
 
 /// Tensor `tensor` of shard `shard` through `transform`, multiplied first
@@ -425,12 +429,19 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
         out.push(generated("rope_factors_long.weight", long_rope.long));
         out.push(generated("rope_factors_short.weight", long_rope.short));
     }
+    let is_mxfp4 = mxfp4::is_mxfp4(&ckpt.config);
+    if is_mxfp4 {
+        out.extend(mxfp4_tensors(ckpt, conversion)?);
+    }
     let fp8 = Fp8::of(&ckpt.config)?;
     let scales = weight_scales(ckpt, fp8)?;
     let mut experts = ExpertBuffer::new("weight");
     for (s, t) in ckpt.tensor_order() {
         let source = &ckpt.shards[s].tensors[t];
         if fp8.is_some() && (Fp8::scaled_weight(&source.name).is_some() || Fp8::is_dropped(&source.name)) {
+            continue;
+        }
+        if is_mxfp4 && mxfp4::weight_of(&source.name).is_some() {
             continue;
         }
         let scale = scales.get(source.name.as_str()).copied();
@@ -515,6 +526,39 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
     Ok(out)
 }
 
+/// An MXFP4 checkpoint's weights repacked, in the converter's order: a
+/// weight's tensors where its scales come, codes and scales checked paired.
+fn mxfp4_tensors(ckpt: &Checkpoint, conversion: &Conversion) -> Result<Vec<ConvertedTensor>, ConvertError> {
+    let order = ckpt.tensor_order();
+    let info = |(s, t): (usize, usize)| &ckpt.shards[s].tensors[t];
+    let at: HashMap<&str, (usize, usize)> = order.iter().map(|&st| (info(st).name.as_str(), st)).collect();
+    let mut out = Vec::new();
+    for &scales in &order {
+        let name = info(scales).name.as_str();
+        let Some((weight, is_codes)) = mxfp4::weight_of(name) else { continue };
+        let pair = format!("{weight}_{}", if is_codes { "scales" } else { "blocks" });
+        let Some(&blocks) = at.get(pair.as_str()) else {
+            return Err(ConvertError::Config(format!("MXFP4 `{name}` has no `{pair}`")));
+        };
+        if is_codes {
+            continue;
+        }
+        let unmapped = || ConvertError::Unmapped { tensor: name.to_owned(), family: conversion.family };
+        let (block, hf) = block_and_name(weight).ok_or_else(unmapped)?;
+        let splits: Vec<_> = conversion.mxfp4_splits().iter().filter(|split| split.hf == hf).collect();
+        if splits.is_empty() {
+            return Err(unmapped());
+        }
+        for split in splits {
+            let dims = mxfp4::repacked_dims(info(blocks), info(scales), split.rows)?;
+            let name = format!("{}.weight", split.name.replace("{N}", block));
+            let values = Values::Mxfp4(Mxfp4Part { blocks, scales, rows: split.rows });
+            out.push(ConvertedTensor { info: TensorInfo::new(&name, dims, GgmlType::MXFP4), values });
+        }
+    }
+    Ok(out)
+}
+
 /// The heads LLaMA's Q/K row permutation groups `hf`'s rows by: Q rows by
 /// head, K rows by KV head; `None` for another tensor or family.
 pub(super) fn permuted_heads(conversion: &Conversion, ckpt: &Checkpoint, hf: &str) -> Option<usize> {
@@ -587,13 +631,17 @@ pub fn selected_dims(dims: &[u64], transform: &RowTransform) -> Vec<u64> {
 /// The fused tensor `hf` is, its block and its suffix (`weight`, `bias`).
 pub(super) fn fused_of<'n>(conversion: &Conversion, hf: &'n str) -> Option<(&'static Fused, String, &'n str)> {
     let (stem, suffix) = hf.rsplit_once('.')?;
-    // `…layers.{N}.NAME` or `…h.{N}.NAME`: the name after the first block number.
-    let mut parts = stem.split('.');
-    parts.by_ref().find(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))?;
-    let block = stem.split('.').find(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))?;
-    let name = parts.collect::<Vec<_>>().join(".");
+    let (block, name) = block_and_name(stem)?;
     let fused = conversion.fused().iter().find(|f| f.hf == name)?;
     Some((fused, block.to_owned(), suffix))
+}
+
+/// `…layers.{N}.NAME` or `…h.{N}.NAME`: the first block number and the
+/// name after it.
+fn block_and_name(stem: &str) -> Option<(&str, String)> {
+    let mut parts = stem.split('.');
+    let block = parts.by_ref().find(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))?;
+    Some((block, parts.collect::<Vec<_>>().join(".")))
 }
 
 /// The config's expert count for `stack`, which `hf` (one expert's tensor) needs.

@@ -9,10 +9,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::artifact::{BlobSink, BlobSinkError, CheckpointScale, HeaderEnd, Tensor, TensorSet};
+use crate::artifact::{BlobSink, BlobSinkError, CheckpointScale, HeaderEnd, Tensor, TensorAt, TensorSet};
 use crate::convert::{
-    Adapter, Checkpoint, CheckpointFiles, CheckpointPart, ConvertError, MetadataOverride, OutType, ScaleAt, Scope,
-    Values, convert, convert_lora, convert_quantized,
+    Adapter, Checkpoint, CheckpointFiles, CheckpointPart, ConvertError, MetadataOverride, Mxfp4Part, OutType, ScaleAt,
+    Scope, Values, convert, convert_lora, convert_quantized,
 };
 use crate::key::Key;
 use crate::model::Endian;
@@ -234,6 +234,17 @@ fn tensor_set(
                         })
                         .collect::<Result<Vec<_>, ConvertOpError>>()?;
                     Tensor::stacked(&info.name, info.dims.clone(), parts)
+                }
+                Values::Mxfp4(Mxfp4Part { blocks, scales, rows }) => {
+                    let at = |(shard, index): (usize, usize)| {
+                        Ok::<_, ConvertOpError>(TensorAt { file: pinned(checkpoint.shards[shard].path())?, index })
+                    };
+                    let repacked = Tensor::mxfp4(&info.name, info.dims.clone(), at(*blocks)?, at(*scales)?, *rows);
+                    // Kept as published unless a preset's mixture asks for another type.
+                    if info.ggml_type == GgmlType::MXFP4 {
+                        return Ok(repacked);
+                    }
+                    repacked
                 }
             };
             Ok(Tensor::convert(values, info.ggml_type, None))

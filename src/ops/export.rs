@@ -505,6 +505,7 @@ fn shards_like_input(tensors: &[Tensor]) -> Vec<Vec<usize>> {
 fn source_file(tensor: &Tensor) -> Option<Key> {
     match &tensor.data {
         TensorData::Input { file, .. } | TensorData::Checkpoint { file, .. } => Some(*file),
+        TensorData::Mxfp4 { blocks, .. } => Some(blocks.file),
         TensorData::Convert { from, .. } | TensorData::Slice { from, .. } => source_file(from),
         TensorData::Merged { base, .. } => source_file(base),
         TensorData::Stacked { parts } => parts.first().and_then(source_file),

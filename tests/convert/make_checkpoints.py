@@ -44,7 +44,8 @@ next to a tokenizer trained here on generated text (no hub downloads).
     bge-tiny-en               BertModel           f32    1       WordPiece (uncased), mean pooling
     stsb-roberta-tiny         RobertaModel        f32    1       byte-level BPE (RoBERTa's), mean pooling
     distilbert-tiny-uncased   DistilBertModel     f32    1       WordPiece (uncased), mean pooling
-    gpt-oss-tiny              GptOssForCausalLM   bf16   1       byte-level BPE (o200k regex)
+    gpt-oss-tiny              GptOssForCausalLM   bf16   1       byte-level BPE (GPT-2 regex)
+    gpt-oss-tiny-mxfp4        GptOssForCausalLM   mxfp4  1       as gpt-oss-tiny (experts MXFP4, the rest bf16)
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -81,7 +82,9 @@ Deliberate edge cases (see docs/notes/convert-hf-reference.md):
     cohere: model_max_length over max_position_embeddings, Q/K norms; cohere2: 4 layers
     (three sliding, one full) and rotary_pct; phi2, stablelm: biases, partial rotary.
   * gpt-oss: stacked experts with gate and up interleaved column by column (split by
-    stride), expert biases, attention sinks, alternating sliding/full layers, YaRN.
+    stride), expert biases, attention sinks, alternating sliding/full layers, YaRN;
+    gpt-oss-mxfp4: the same experts quantized to MXFP4 as OpenAI publishes them
+    (codes and E8M0 scales, gate and up interleaved row by row).
 """
 from __future__ import annotations
 
@@ -143,6 +146,7 @@ FAMILIES = {
     "seed-oss": "Seed-OSS-Tiny-Instruct",
     "ernie-moe": "ERNIE-4.5-Tiny-A3B-PT",
     "gpt-oss": "gpt-oss-tiny",
+    "gpt-oss-mxfp4": "gpt-oss-tiny-mxfp4",
 }
 
 # --------------------------------------------------------------------------
@@ -1015,6 +1019,53 @@ def make_gpt_oss(out: Path) -> None:
     tok.save_pretrained(out)
 
 
+def make_gpt_oss_mxfp4(out: Path) -> None:
+    """GPT-OSS as OpenAI publishes it: the experts' weights in MXFP4 (`*_blocks`: two 4-bit codes a byte, even
+    element low; `*_scales`: one E8M0 exponent per 32 elements), rows by output feature, gate and up interleaved
+    row by row; quantized here from the BF16 fixture's weights."""
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    make_gpt_oss(out)
+    path = out / "model.safetensors"
+    tensors = load_file(path)
+    for name in [n for n in tensors if n.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))]:
+        # [experts, in, out] -> rows of `in` values per output feature.
+        rows = tensors.pop(name).float().transpose(1, 2).contiguous().numpy()
+        blocks, scales = mxfp4(rows)
+        tensors[f"{name}_blocks"] = torch.from_numpy(blocks)
+        tensors[f"{name}_scales"] = torch.from_numpy(scales)
+    save_file(dict(sorted(tensors.items())), path, metadata={"format": "pt"})
+    config_path = out / "config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["quantization_config"] = {
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                                   "lm_head"],
+        "quant_method": "mxfp4",
+    }
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def mxfp4(rows):
+    """OCP MXFP4 of `rows` [..., n] (n a multiple of 32): codes [..., n / 32, 16] uint8, two a byte with the even
+    element low, and E8M0 scales [..., n / 32] uint8, each block's largest magnitude scaled into FP4's range."""
+    import numpy as np
+
+    groups = rows.reshape(*rows.shape[:-1], rows.shape[-1] // 32, 32)
+    largest = np.abs(groups).max(axis=-1)
+    exponent = np.where(largest > 0, np.floor(np.log2(np.maximum(largest, 1e-30))) - 2, -127).clip(-127, 127)
+    scaled = groups / np.exp2(exponent)[..., None]
+    values = np.array(FP4_VALUES, dtype=np.float32)
+    codes = np.abs(np.abs(scaled)[..., None] - values).argmin(axis=-1).astype(np.uint8)
+    codes |= np.where(scaled < 0, 8, 0).astype(np.uint8)
+    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return packed.astype(np.uint8), (exponent + 127).astype(np.uint8)
+
+
 def make_falcon(out: Path) -> None:
     """Falcon-7B's layout: one KV head (multi-query), Q/K/V fused by KV group, a parallel block."""
     import torch
@@ -1416,6 +1467,7 @@ MAKERS = {
     "seed-oss": make_seed_oss,
     "ernie-moe": make_ernie_moe,
     "gpt-oss": make_gpt_oss,
+    "gpt-oss-mxfp4": make_gpt_oss_mxfp4,
 }
 
 

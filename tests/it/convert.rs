@@ -1,8 +1,9 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! forty-eight tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! forty-nine tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE,
-//! ERNIE 4.5 MoE, GPT-OSS (stacked experts, gate and up interleaved);
+//! ERNIE 4.5 MoE, GPT-OSS (stacked experts, gate and up interleaved; as
+//! published, MXFP4 codes and scales repacked);
 //! Gemma, Gemma 2, StarCoder 2, OLMo, OLMo 2, Granite, SmolLM3, GPT-NeoX,
 //! Command-R, Cohere 2, Phi-2, StableLM, ERNIE 4.5, Falcon, GPT-2, GLM-4,
 //! LFM2 (short convolutions between attention blocks), EXAONE 4 (64 blocks,
@@ -79,7 +80,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 192);
+    assert_eq!(all.len(), 196);
     all
 }
 
@@ -136,7 +137,7 @@ fn pre_tokenizer_check_hashes_equal_the_converters() {
         assert_eq!(quantforge::convert::known_name(&hash).map(Json::from).unwrap_or(Json::Null), want["pre"], "{what}");
     };
     let checkpoints = expected["checkpoints"].as_object().unwrap();
-    assert_eq!(checkpoints.len(), 35);
+    assert_eq!(checkpoints.len(), 36);
     for (name, want) in checkpoints {
         check(name, &data.join("checkpoints").join(name), want);
     }
@@ -557,39 +558,76 @@ fn the_command_writes_the_reference_and_quantizes_without_an_f16_file() {
     assert!(std::fs::read(&direct).unwrap() == std::fs::read(&via).unwrap());
 }
 
+/// MXFP4 experts stay as published: the MXFP4_MOE preset writes what
+/// llama-quantize makes of the F16 conversion, and a preset that would
+/// quantize them again is refused as llama-quantize refuses it, with what
+/// to do instead.
+#[test]
+fn mxfp4_experts_are_kept_under_a_preset_and_never_quantized_again() {
+    let Some(llama_quantize) = common::llama_quantize() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = common::repo().join("tests/data/convert/checkpoints/gpt-oss-tiny-mxfp4");
+    let os = std::ffi::OsStr::new;
+    let (direct, f16, theirs) =
+        (dir.path().join("direct.gguf"), dir.path().join("f16.gguf"), dir.path().join("theirs.gguf"));
+    run_convert(&checkpoint, &direct, &[os("--outtype"), os("MXFP4_MOE")]);
+    run_convert(&checkpoint, &f16, &[os("--outtype"), os("f16")]);
+    let status = Command::new(llama_quantize).arg(&f16).arg(&theirs).arg("MXFP4_MOE").output().unwrap().status;
+    assert!(status.success());
+    assert!(std::fs::read(&direct).unwrap() == std::fs::read(&theirs).unwrap());
+
+    let refused = dir.path().join("q4.gguf");
+    let pre = common::fixture_pre(&checkpoint);
+    let mut args = vec![os("convert"), checkpoint.as_os_str(), refused.as_os_str(), os("--outtype"), os("Q4_K_M")];
+    args.extend(pre.iter().map(|a| a.as_os_str()));
+    let stderr = common::quantforge_err(&args);
+    assert!(stderr.contains("`blk.0.ffn_down_exps.weight` is published MXFP4, which Q4_K_M would quantize again"));
+    assert!(stderr.contains("quantforge quantize --allow-requantize"), "{stderr}");
+    assert!(!refused.exists());
+}
+
 #[test]
 fn the_recipe_op_writes_what_the_command_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let checkpoint = common::repo().join("tests/data/convert/checkpoints/gemma-3-tiny-it");
     let os = std::ffi::OsStr::new;
-    let recipe = dir.path().join("convert.toml");
-    std::fs::write(
-        &recipe,
-        format!(
-            "[recipe]\nname = \"convert\"\n\n[input.hf]\npath = {:?}\n\n[step.gguf]\nop = \"convert\"\nfrom = \"hf\"\n\
-             outtype = [\"bf16\", \"Q4_K_M\"]\n\n[step.out]\nop = \"export\"\nfrom = \"gguf\"\npath = \"gemma-{{outtype}}.gguf\"\n",
-            checkpoint.to_str().unwrap()
-        ),
-    )
-    .unwrap();
-    let cache = dir.path().join("cache");
-    let run = || {
-        let output =
-            common::quantforge(&[os("run"), recipe.as_os_str(), os("--json"), os("--cache-dir"), cache.as_os_str()]);
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-        serde_json::from_slice::<Json>(&output.stdout).unwrap()
-    };
-    run();
-    for outtype in ["bf16", "Q4_K_M"] {
-        let by_command = dir.path().join(format!("command-{outtype}.gguf"));
-        run_convert(&checkpoint, &by_command, &[os("--outtype"), os(outtype)]);
-        let by_recipe = std::fs::read(dir.path().join(format!("gemma-{outtype}.gguf"))).unwrap();
-        assert!(by_recipe == std::fs::read(&by_command).unwrap(), "{outtype}");
+    // GPT-OSS's MXFP4 experts are repacked, not encoded: cached all the same.
+    for (model, outtypes) in [("gemma-3-tiny-it", ["bf16", "Q4_K_M"]), ("gpt-oss-tiny-mxfp4", ["f16", "MXFP4_MOE"])] {
+        let checkpoint = common::repo().join("tests/data/convert/checkpoints").join(model);
+        let recipe = dir.path().join(format!("{model}.toml"));
+        std::fs::write(
+            &recipe,
+            format!(
+                "[recipe]\nname = \"convert\"\n\n[input.hf]\npath = {:?}\n\n[step.gguf]\nop = \"convert\"\nfrom = \"hf\"\n\
+                 outtype = {outtypes:?}\n{pre}\n[step.out]\nop = \"export\"\nfrom = \"gguf\"\npath = \"{model}-{{outtype}}.gguf\"\n",
+                checkpoint.to_str().unwrap(),
+                pre = common::fixture_pre_name(&checkpoint).map(|name| format!("pre = {name:?}\n")).unwrap_or_default(),
+            ),
+        )
+        .unwrap();
+        let cache = dir.path().join("cache");
+        let run = || {
+            let output = common::quantforge(&[
+                os("run"),
+                recipe.as_os_str(),
+                os("--json"),
+                os("--cache-dir"),
+                cache.as_os_str(),
+            ]);
+            assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+            serde_json::from_slice::<Json>(&output.stdout).unwrap()
+        };
+        run();
+        for outtype in outtypes {
+            let by_command = dir.path().join(format!("command-{model}-{outtype}.gguf"));
+            run_convert(&checkpoint, &by_command, &[os("--outtype"), os(outtype)]);
+            let by_recipe = std::fs::read(dir.path().join(format!("{model}-{outtype}.gguf"))).unwrap();
+            assert!(by_recipe == std::fs::read(&by_command).unwrap(), "{model} {outtype}");
+        }
+        let again = run();
+        let statuses: Vec<&str> =
+            again["nodes"].as_array().unwrap().iter().map(|n| n["status"].as_str().unwrap()).collect();
+        assert!(statuses.iter().all(|s| *s != "ran"), "{model}: {statuses:?}");
     }
-    let again = run();
-    let statuses: Vec<&str> =
-        again["nodes"].as_array().unwrap().iter().map(|n| n["status"].as_str().unwrap()).collect();
-    assert!(statuses.iter().all(|s| *s != "ran"), "{statuses:?}");
 }
 
 /// The files a conversion reads below the checkpoint directory (a pooling
@@ -704,7 +742,7 @@ fn unmodelled_settings_are_refused_by_name() {
     let checkpoints = common::repo().join("tests/data/convert/checkpoints");
     let unmodelled = "does not model";
     let not_a_count = "not a whole number below 2^32";
-    let cases: [(&str, &str, Json, &str, &str); 44] = [
+    let cases: [(&str, &str, Json, &str, &str); 45] = [
         (
             "tiny-llama-3-chat",
             "rope_scaling",
@@ -840,7 +878,7 @@ fn unmodelled_settings_are_refused_by_name() {
         // ModernBERT's GLU runs GELU or SiLU in llama.cpp.
         ("ModernBERT-tiny", "hidden_activation", json!("relu"), "`hidden_activation` (\"relu\")", unmodelled),
         // GPT-OSS: llama.cpp alternates sliding and full attention from the first block;
-        // OpenAI's repeated settings must agree; MXFP4 experts are not converted yet.
+        // OpenAI's repeated settings must agree; MXFP4 is GPT-OSS's alone, with its two keys.
         (
             "gpt-oss-tiny",
             "layer_types",
@@ -851,10 +889,17 @@ fn unmodelled_settings_are_refused_by_name() {
         ("gpt-oss-tiny", "experts_per_token", json!(4), "`experts_per_token` (4)", unmodelled),
         ("gpt-oss-tiny", "initial_context_length", json!(8192), "`initial_context_length` (8192)", unmodelled),
         (
-            "gpt-oss-tiny",
+            "tiny-llama-3-chat",
             "quantization_config",
             json!({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}),
             "`quantization_config.quant_method` (\"mxfp4\")",
+            unmodelled,
+        ),
+        (
+            "gpt-oss-tiny-mxfp4",
+            "quantization_config",
+            json!({"quant_method": "mxfp4", "block_size": 32}),
+            "`quantization_config.block_size` (32)",
             unmodelled,
         ),
         // Experts the config promises and the checkpoint lacks; a class misspelled.

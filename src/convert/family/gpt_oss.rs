@@ -1,25 +1,41 @@
-//! GPT-OSS: `GptOssModel` in the converter, its experts as published
-//! unquantized: each block's experts stored stacked, `gate_up_proj`
-//! `[experts, hidden, 2 × ff]` with gate and up interleaved element by
-//! element (split and transposed into the gate and up `*_exps`), `down_proj`
-//! `[experts, ff, hidden]` (transposed), each with its bias; attention sinks;
-//! sliding and full attention alternating.
+//! GPT-OSS: `GptOssModel` in the converter. Its experts as OpenAI
+//! publishes them, MXFP4 (`convert::mxfp4`): each block's stacked
+//! `gate_up_proj` codes and scales, a row an output feature, gate and up
+//! interleaved row by row (split), and `down_proj`'s, repacked to ggml's
+//! MXFP4 and written first (the file then says MXFP4_MOE). Or unquantized:
+//! `gate_up_proj` `[experts, hidden, 2 × ff]` with gate and up interleaved
+//! element by element (split and transposed into the gate and up `*_exps`),
+//! `down_proj` `[experts, ff, hidden]` (transposed). Each with its bias;
+//! attention sinks; sliding and full attention alternating.
 
 use std::borrow::Cow;
 
 use serde_json::{Value as Json, json};
 
-use super::{Conversion, Fused, Piece, Transform, Vocab};
-use crate::artifact::{ElementStride, RowTransform};
+use super::{Conversion, Fused, Mxfp4Split, Piece, Transform, Vocab};
+use crate::artifact::{ElementStride, RowRange, RowTransform};
+use crate::convert::OutType;
 use crate::convert::config::{GPT_OSS_YARN, Modelled};
 use crate::convert::error::ConvertError;
 use crate::convert::hparams::{Hparams, text_model_keys};
-use crate::model::Metadata;
+use crate::convert::mxfp4::is_mxfp4;
+use crate::model::{Metadata, Value};
+use crate::types::FileType;
 
 const GATE_UP: Fused = Fused { hf: "mlp.experts.gate_up_proj", pieces: gate_and_up };
 const GATE_UP_BIAS: Fused = Fused { hf: "mlp.experts.gate_up_proj_bias", pieces: gate_and_up_biases };
 const DOWN: Fused = Fused { hf: "mlp.experts.down_proj", pieces: down };
 const DOWN_BIAS: Fused = Fused { hf: "mlp.experts.down_proj_bias", pieces: down_biases };
+
+/// The rows of each expert's MXFP4 gate-up codes that are gate (even) or up (odd).
+const fn every_other_row(start: usize) -> Option<RowRange> {
+    Some(RowRange { group: 2, start, len: 1 })
+}
+const MXFP4: &[Mxfp4Split] = &[
+    Mxfp4Split { hf: "mlp.experts.down_proj", name: "blk.{N}.ffn_down_exps", rows: None },
+    Mxfp4Split { hf: "mlp.experts.gate_up_proj", name: "blk.{N}.ffn_gate_exps", rows: every_other_row(0) },
+    Mxfp4Split { hf: "mlp.experts.gate_up_proj", name: "blk.{N}.ffn_up_exps", rows: every_other_row(1) },
+];
 
 pub const CONVERSION: Conversion = Conversion {
     family: "gpt-oss",
@@ -44,7 +60,11 @@ pub const CONVERSION: Conversion = Conversion {
         rope_scalings: &[GPT_OSS_YARN],
     },
     dropped: &[],
-    transforms: &[Transform::Rename(as_mapped), Transform::Fused(&[GATE_UP, GATE_UP_BIAS, DOWN, DOWN_BIAS])],
+    transforms: &[
+        Transform::Rename(as_mapped),
+        Transform::Fused(&[GATE_UP, GATE_UP_BIAS, DOWN, DOWN_BIAS]),
+        Transform::Mxfp4(MXFP4),
+    ],
     generated: &[],
     keys,
     vocab: Vocab::Bpe,
@@ -128,5 +148,9 @@ fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
     let window = hp.count(&["sliding_window"])?.ok_or_else(|| ConvertError::Config("no `sliding_window`".into()))?;
     hp.put(keys, "attention.sliding_window", Some(window));
     hp.put(keys, "expert_feed_forward_length", hp.count(&["intermediate_size"])?);
+    // A float outtype of MXFP4 experts: the file is mostly MXFP4 (the key keeps its place).
+    if is_mxfp4(&hp.ckpt.config) && hp.outtype != OutType::Q8_0 {
+        keys.set("general.file_type", Value::U32(FileType::MXFP4_MOE.id()));
+    }
     Ok(())
 }

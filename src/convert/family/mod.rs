@@ -101,6 +101,21 @@ pub enum Transform {
     /// RoBERTa's positions, which start past the padding id: the position
     /// embedding's first `pad_token_id + 1` rows dropped.
     PositionsPastPadding,
+    /// Weights an MXFP4 checkpoint publishes as codes and scales
+    /// (`convert::mxfp4`), written MXFP4 before any other tensor, as the
+    /// converter's `generate_extra_tensors` writes them.
+    Mxfp4(&'static [Mxfp4Split]),
+}
+
+/// One tensor written from an MXFP4 weight of a block.
+#[derive(Debug)]
+pub struct Mxfp4Split {
+    /// The weight's name after `model.layers.{N}.`, without `_blocks`/`_scales`.
+    pub hf: &'static str,
+    /// Its GGUF name, `{N}` the block.
+    pub name: &'static str,
+    /// The rows of each expert it takes; all when `None`.
+    pub rows: Option<crate::artifact::RowRange>,
 }
 
 /// A fused checkpoint tensor and what the converter makes of it.
@@ -339,6 +354,17 @@ impl Conversion {
             Some(rename) => rename(hf),
             None => Some(std::borrow::Cow::Borrowed(hf)),
         }
+    }
+
+    /// The tensors it writes from an MXFP4 weight.
+    pub fn mxfp4_splits(&self) -> &'static [Mxfp4Split] {
+        self.transforms
+            .iter()
+            .find_map(|t| match t {
+                Transform::Mxfp4(splits) => Some(*splits),
+                _ => None,
+            })
+            .unwrap_or(&[])
     }
 
     /// How its experts are stored, if it has any.

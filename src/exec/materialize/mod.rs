@@ -140,10 +140,12 @@ impl Materializer<'_> {
             }
             TensorData::Blob { hash } => (*hash, false),
             TensorData::Checkpoint { .. } | TensorData::Stacked { .. } => return Ok(false),
-            TensorData::Convert { .. } | TensorData::Merged { .. } => match self.cached(tensor) {
-                Some(hash) => (hash, true),
-                None => return Ok(false),
-            },
+            TensorData::Convert { .. } | TensorData::Merged { .. } | TensorData::Mxfp4 { .. } => {
+                match self.cached(tensor) {
+                    Some(hash) => (hash, true),
+                    None => return Ok(false),
+                }
+            }
             TensorData::Slice { from, .. } => {
                 self.write_slice(tensor, from, &mut PositionedWriter { file: out, offset })?;
                 return Ok(true);

@@ -221,10 +221,7 @@ impl Materializer<'_> {
                 let model = self.files.model(file)?;
                 // A checkpoint tensor names no node: the run's default backend decodes it.
                 let backend = &*self.backends.fallback;
-                let source = model.tensors.get(*index).ok_or_else(|| MaterializeError::Io {
-                    tensor: tensor.name.clone(),
-                    source: io::Error::other(format!("{} has no tensor {index}", model.path().display())),
-                })?;
+                let source = checkpoint_tensor(tensor, &model, *index)?;
                 let checkpoint_error =
                     |e| MaterializeError::Checkpoint { tensor: tensor.name.clone(), source: Box::new(e) };
                 let scale = match scale {
@@ -299,6 +296,13 @@ impl Materializer<'_> {
                 }
                 let source = self.rows(from, first, n)?;
                 self.convert_rows(tensor, from.ggml_type, producer.as_ref(), &source, first, weights.as_deref())
+            }
+            TensorData::Mxfp4 { blocks, scales, rows } => {
+                let (codes, exponents) = (self.files.model(&blocks.file)?, self.files.model(&scales.file)?);
+                let codes = (&*codes, checkpoint_tensor(tensor, &codes, blocks.index)?);
+                let exponents = (&*exponents, checkpoint_tensor(tensor, &exponents, scales.index)?);
+                crate::convert::mxfp4::repacked_rows(codes, exponents, *rows, first, n)
+                    .map_err(|e| MaterializeError::Checkpoint { tensor: tensor.name.clone(), source: Box::new(e) })
             }
             TensorData::Slice { from, cut } => self.slice_rows(tensor, from, cut, first, n),
             TensorData::Stacked { parts } => self.stacked_rows(tensor, parts, first, n),
@@ -443,10 +447,35 @@ impl Materializer<'_> {
                 self.with_input_rows(base, first, n, with);
                 deltas.iter().for_each(|delta| self.with_input_rows(&delta.b, first, n, with));
             }
+            // Gate or up reads every other row of the codes: no one range to name.
+            TensorData::Mxfp4 { rows: Some(_), .. } => {}
+            TensorData::Mxfp4 { blocks, scales, rows: None } => {
+                let rows: u64 = tensor.dims.iter().skip(1).product();
+                for at in [blocks, scales] {
+                    if let Ok(model) = self.files.model(&at.file)
+                        && let Some(info) = model.tensors.get(at.index)
+                    {
+                        let row = info.n_bytes() / rows.max(1);
+                        with(&model, info, first as u64 * row, n as u64 * row);
+                    }
+                }
+            }
             // A slice's rows are its source's, released as they are cut; a blob is the store's.
             TensorData::Blob { .. } | TensorData::Slice { .. } => {}
         }
     }
+}
+
+/// Tensor `index` of checkpoint file `model`, which `tensor` is computed from.
+fn checkpoint_tensor<'m>(
+    tensor: &Tensor,
+    model: &'m ModelFile,
+    index: usize,
+) -> Result<&'m TensorInfo, MaterializeError> {
+    model.tensors.get(index).ok_or_else(|| MaterializeError::Io {
+        tensor: tensor.name.clone(),
+        source: io::Error::other(format!("{} has no tensor {index}", model.path().display())),
+    })
 }
 
 #[cfg(test)]
