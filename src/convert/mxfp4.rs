@@ -93,7 +93,8 @@ pub fn repacked_dims(
 }
 
 /// Rows `first..first + n` (over every expert) of the MXFP4 tensor
-/// repacked from `blocks` and `scales`, in ggml's `block_mxfp4` layout.
+/// repacked from `blocks` and `scales`, in ggml's `block_mxfp4` layout, each
+/// read row by row (gate or up takes every other one).
 pub fn repacked_rows(
     (blocks_file, blocks): (&ModelFile, &TensorInfo),
     (scales_file, scales): (&ModelFile, &TensorInfo),
@@ -115,6 +116,14 @@ pub fn repacked_rows(
         }
     }
     Ok(out)
+}
+
+/// The span of source rows that rows `first..first + n` of a selection
+/// `rows` come from, first to last (to release once read); `None` for no
+/// rows.
+pub fn source_rows(rows: Option<RowRange>, first: usize, n: usize) -> Option<std::ops::Range<usize>> {
+    let source_row = |row| rows.map_or(row, |range| range.source_row(row));
+    (n > 0).then(|| source_row(first)..source_row(first + n - 1) + 1)
 }
 
 /// The bytes of a `U8` tensor read as 16-bit values.

@@ -447,16 +447,18 @@ impl Materializer<'_> {
                 self.with_input_rows(base, first, n, with);
                 deltas.iter().for_each(|delta| self.with_input_rows(&delta.b, first, n, with));
             }
-            // Gate or up reads every other row of the codes: no one range to name.
-            TensorData::Mxfp4 { rows: Some(_), .. } => {}
-            TensorData::Mxfp4 { blocks, scales, rows: None } => {
-                let rows: u64 = tensor.dims.iter().skip(1).product();
+            // Gate or up reads every other row of the codes: the span they lie in.
+            TensorData::Mxfp4 { blocks, scales, rows } => {
+                let Some(span) = crate::convert::mxfp4::source_rows(*rows, first, n) else { return };
+                let selected: u64 = tensor.dims.iter().skip(1).product();
+                let source_rows =
+                    rows.map_or(selected, |range| selected / range.len.max(1) as u64 * range.group as u64);
                 for at in [blocks, scales] {
                     if let Ok(model) = self.files.model(&at.file)
                         && let Some(info) = model.tensors.get(at.index)
                     {
-                        let row = info.n_bytes() / rows.max(1);
-                        with(&model, info, first as u64 * row, n as u64 * row);
+                        let row = info.n_bytes() / source_rows.max(1);
+                        with(&model, info, span.start as u64 * row, span.len() as u64 * row);
                     }
                 }
             }
