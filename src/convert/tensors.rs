@@ -533,16 +533,17 @@ fn mxfp4_tensors(ckpt: &Checkpoint, conversion: &Conversion) -> Result<Vec<Conve
     let info = |(s, t): (usize, usize)| &ckpt.shards[s].tensors[t];
     let at: HashMap<&str, (usize, usize)> = order.iter().map(|&st| (info(st).name.as_str(), st)).collect();
     let mut out = Vec::new();
-    for &scales in &order {
-        let name = info(scales).name.as_str();
+    for &tensor in &order {
+        let name = info(tensor).name.as_str();
         let Some((weight, is_codes)) = mxfp4::weight_of(name) else { continue };
-        let pair = format!("{weight}_{}", if is_codes { "scales" } else { "blocks" });
-        let Some(&blocks) = at.get(pair.as_str()) else {
-            return Err(ConvertError::Config(format!("MXFP4 `{name}` has no `{pair}`")));
+        let partner = format!("{weight}_{}", if is_codes { "scales" } else { "blocks" });
+        let Some(&other) = at.get(partner.as_str()) else {
+            return Err(ConvertError::Config(format!("MXFP4 `{name}` has no `{partner}`")));
         };
         if is_codes {
             continue;
         }
+        let (blocks, scales) = (other, tensor);
         let unmapped = || ConvertError::Unmapped { tensor: name.to_owned(), family: conversion.family };
         let (block, hf) = block_and_name(weight).ok_or_else(unmapped)?;
         let splits: Vec<_> = conversion.mxfp4_splits().iter().filter(|split| split.hf == hf).collect();
