@@ -21,8 +21,10 @@ dir=${QUANTFORGE_SLURM_DIR:-$repo/target/slurm-cluster}
 conf=$dir/slurm.conf
 marker="# written by quantforge scripts/slurm-cluster.sh"
 
+# Up: the node answers, idle or running jobs or completing them (`comp`,
+# the state a node shows for a moment after a job is cancelled).
 node_up() {
-    timeout 5 sinfo --noheader --format=%t 2>/dev/null | grep -qE '^(idle|mix|alloc)'
+    timeout 5 sinfo --noheader --format=%t 2>/dev/null | grep -qE '^(idle|mix|alloc|comp)'
 }
 
 install_packages() {

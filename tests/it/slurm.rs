@@ -23,12 +23,22 @@ use quantforge::synth::{self, LlamaConfig};
 static CLUSTER: Mutex<()> = Mutex::new(());
 
 /// True when the test cluster answers; otherwise says how to start it.
+/// Asked a few times: a controller busy with the last test's jobs may let
+/// `sinfo` time out once.
 fn slurm_up() -> bool {
-    let up = Command::new("bash")
-        .arg(repo().join("scripts/slurm-cluster.sh"))
-        .arg("status")
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let answers = || {
+        Command::new("bash")
+            .arg(repo().join("scripts/slurm-cluster.sh"))
+            .arg("status")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let up = (0..5).any(|attempt| {
+        if attempt > 0 {
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
+        answers()
+    });
     if !up {
         assert!(std::env::var_os("CI").is_none(), "CI must start the Slurm cluster (scripts/slurm-cluster.sh start)");
         eprintln!("skipped: no Slurm cluster; start one with scripts/slurm-cluster.sh start");
