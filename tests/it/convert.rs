@@ -586,6 +586,50 @@ fn mxfp4_experts_are_kept_under_a_preset_and_never_quantized_again() {
     assert!(!refused.exists());
 }
 
+/// An MXFP4 weight's codes without its scales (or the other way round)
+/// is refused, naming both tensors, before anything is written.
+#[test]
+fn mxfp4_codes_without_their_scales_are_refused_by_name() {
+    let Some(python) = common::python_with("json, struct", "python3") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = dir.path().join("gpt-oss-tiny-mxfp4");
+    copy_dir(&common::repo().join("tests/data/convert/checkpoints/gpt-oss-tiny-mxfp4"), &checkpoint);
+    let weights = checkpoint.join("model.safetensors");
+    // The file rewritten without the tensor: the others' bytes laid out again, in order.
+    let drop = r#"
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header, body = json.loads(data[8:8 + n]), data[8 + n:]
+del header["model.layers.1.mlp.experts.down_proj_scales"]
+out, offset = b"", 0
+for name, entry in header.items():
+    if name == "__metadata__":
+        continue
+    start, end = entry["data_offsets"]
+    entry["data_offsets"] = [offset, offset + end - start]
+    out += body[start:end]
+    offset += end - start
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(text)) + text + out)
+"#;
+    let status = Command::new(&python).args(["-c", drop]).arg(&weights).status().unwrap();
+    assert!(status.success());
+    let out = dir.path().join("out.gguf");
+    let pre = common::fixture_pre(&checkpoint);
+    let mut args = vec![std::ffi::OsStr::new("convert"), checkpoint.as_os_str(), out.as_os_str()];
+    args.extend(pre.iter().map(|a| a.as_os_str()));
+    let stderr = common::quantforge_err(&args);
+    assert!(
+        stderr.contains(
+            "MXFP4 `model.layers.1.mlp.experts.down_proj_blocks` has no `model.layers.1.mlp.experts.down_proj_scales`"
+        ),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+}
+
 #[test]
 fn the_recipe_op_writes_what_the_command_writes() {
     let dir = tempfile::tempdir().unwrap();
