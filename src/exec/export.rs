@@ -243,6 +243,13 @@ impl ExportProgress {
         let streamed = self.streamed.swap(0, Ordering::Relaxed);
         self.bar.inc(bytes.saturating_sub(streamed));
     }
+
+    /// Every byte written: the bar's last frame says so (draws are
+    /// throttled, so the last advance may not have been drawn), then it goes.
+    fn done(&self) {
+        self.bar.finish();
+        self.bar.finish_and_clear();
+    }
 }
 
 /// Puts each tensor's bytes at its offset (increasing), what follows each
@@ -538,7 +545,7 @@ impl Shared {
         let bar = ExportProgress::new(self.progress.add(ProgressBar::new(planned)), &path);
         let layout = gguf_layout(&set, file, set.endian);
         layout.and_then(|layout| write_file(&self.materializer(), layout, &mut out, &bar)).map_err(|e| e.at(&path))?;
-        bar.bar.finish_and_clear();
+        bar.done();
         out.commit().map_err(write_err)?;
         Ok(path)
     }
@@ -601,7 +608,7 @@ impl Shared {
             out.writer().write_all(&index).map_err(|source| NodeError::Write { path: path.clone(), source })?;
             written.push((path, out, index.len() as u64, 0, Vec::new()));
         }
-        bar.bar.finish_and_clear();
+        bar.done();
         // An input that moved under the run may have fed these bytes.
         self.bound.files.check_unchanged()?;
         let count = written.len();
