@@ -125,16 +125,19 @@ pub const YARN: RopeScaling = RopeScaling {
         "beta_fast",
         "beta_slow",
     ],
-    defaults: || {
-        vec![
-            ("mscale", Json::Null),
-            ("mscale_all_dim", Json::Null),
-            ("truncate", json!(true)),
-            ("extrapolation_factor", json!(1.0)),
-            ("attn_factor", Json::Null),
-        ]
-    },
+    defaults: || [yarn_agreeing(), vec![("truncate", json!(true))]].concat(),
 };
+
+/// YaRN keys only one side reads, at the values where the file and the
+/// Hugging Face model agree (`truncate` aside).
+fn yarn_agreeing() -> Vec<(&'static str, Json)> {
+    vec![
+        ("mscale", Json::Null),
+        ("mscale_all_dim", Json::Null),
+        ("extrapolation_factor", json!(1.0)),
+        ("attn_factor", Json::Null),
+    ]
+}
 
 /// GPT-OSS's YaRN, published with `truncate: false` (transformers then
 /// leaves the correction range unrounded, where llama.cpp rounds it for
@@ -152,14 +155,7 @@ pub const GPT_OSS_YARN: RopeScaling = RopeScaling {
         "beta_slow",
         "truncate",
     ],
-    defaults: || {
-        vec![
-            ("mscale", Json::Null),
-            ("mscale_all_dim", Json::Null),
-            ("extrapolation_factor", json!(1.0)),
-            ("attn_factor", Json::Null),
-        ]
-    },
+    defaults: yarn_agreeing,
 };
 
 /// DeepSeek's YaRN: the attention scale of `mscale_all_dim` (written as

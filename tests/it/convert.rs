@@ -463,13 +463,7 @@ fn metadata_it_cannot_write_is_refused_by_name() {
     let os = std::ffi::OsStr::new;
     let out = dir.path().join("out.gguf");
     let convert = |extra: &[&std::ffi::OsStr]| {
-        let pre = common::fixture_pre(&checkpoint);
-        let mut args = vec![os("convert"), checkpoint.as_os_str(), out.as_os_str(), os("--outtype"), os("f16")];
-        args.extend(pre.iter().map(|a| a.as_os_str()));
-        args.extend_from_slice(extra);
-        let output = common::quantforge(&args);
-        assert!(!output.status.success() && !out.exists());
-        String::from_utf8_lossy(&output.stderr).into_owned()
+        convert_refused(&checkpoint, &out, &[&[os("--outtype"), os("f16")], extra].concat())
     };
     let file = dir.path().join("meta.json");
     for (json, needle) in [
@@ -529,6 +523,42 @@ fn run_convert(input: &std::path::Path, out: &std::path::Path, extra: &[&std::ff
     run_quantforge(&args);
 }
 
+/// [`run_convert`] of a conversion that must be refused before it writes
+/// `out`: what it says.
+fn convert_refused(input: &std::path::Path, out: &std::path::Path, extra: &[&std::ffi::OsStr]) -> String {
+    let pre = common::fixture_pre(input);
+    let mut args = vec![std::ffi::OsStr::new("convert"), input.as_os_str(), out.as_os_str()];
+    args.extend(pre.iter().map(|a| a.as_os_str()));
+    args.extend_from_slice(extra);
+    let stderr = common::quantforge_err(&args);
+    assert!(!out.exists(), "a refused conversion wrote {}", out.display());
+    stderr
+}
+
+/// A recipe `NAME.toml` in `dir` converting `checkpoint` (its fixture's
+/// pre-tokenizer named) at `outtype` (TOML: one or a list) and exporting
+/// the result to `path`.
+fn convert_recipe(
+    dir: &std::path::Path,
+    name: &str,
+    checkpoint: &std::path::Path,
+    outtype: &str,
+    path: &str,
+) -> std::path::PathBuf {
+    let recipe = dir.join(format!("{name}.toml"));
+    let pre = common::fixture_pre_name(checkpoint).map(|name| format!("pre = {name:?}\n")).unwrap_or_default();
+    std::fs::write(
+        &recipe,
+        format!(
+            "[recipe]\nname = {name:?}\n\n[input.hf]\npath = {:?}\n\n[step.gguf]\nop = \"convert\"\nfrom = \"hf\"\n\
+             outtype = {outtype}\n{pre}\n[step.out]\nop = \"export\"\nfrom = \"gguf\"\npath = {path:?}\n",
+            checkpoint.to_str().unwrap(),
+        ),
+    )
+    .unwrap();
+    recipe
+}
+
 fn run_quantforge(args: &[&std::ffi::OsStr]) {
     let output = common::quantforge(args);
     assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
@@ -576,14 +606,9 @@ fn mxfp4_experts_are_kept_under_a_preset_and_never_quantized_again() {
     assert!(status.success());
     assert!(std::fs::read(&direct).unwrap() == std::fs::read(&theirs).unwrap());
 
-    let refused = dir.path().join("q4.gguf");
-    let pre = common::fixture_pre(&checkpoint);
-    let mut args = vec![os("convert"), checkpoint.as_os_str(), refused.as_os_str(), os("--outtype"), os("Q4_K_M")];
-    args.extend(pre.iter().map(|a| a.as_os_str()));
-    let stderr = common::quantforge_err(&args);
+    let stderr = convert_refused(&checkpoint, &dir.path().join("q4.gguf"), &[os("--outtype"), os("Q4_K_M")]);
     assert!(stderr.contains("`blk.0.ffn_down_exps.weight` is published MXFP4, which Q4_K_M would quantize again"));
     assert!(stderr.contains("quantforge quantize --allow-requantize"), "{stderr}");
-    assert!(!refused.exists());
 }
 
 /// An MXFP4 weight's codes without its scales (or the other way round)
@@ -616,18 +641,13 @@ open(sys.argv[1], "wb").write(struct.pack("<Q", len(text)) + text + out)
 "#;
     let status = Command::new(&python).args(["-c", drop]).arg(&weights).status().unwrap();
     assert!(status.success());
-    let out = dir.path().join("out.gguf");
-    let pre = common::fixture_pre(&checkpoint);
-    let mut args = vec![std::ffi::OsStr::new("convert"), checkpoint.as_os_str(), out.as_os_str()];
-    args.extend(pre.iter().map(|a| a.as_os_str()));
-    let stderr = common::quantforge_err(&args);
+    let stderr = convert_refused(&checkpoint, &dir.path().join("out.gguf"), &[]);
     assert!(
         stderr.contains(
             "MXFP4 `model.layers.1.mlp.experts.down_proj_blocks` has no `model.layers.1.mlp.experts.down_proj_scales`"
         ),
         "{stderr}"
     );
-    assert!(!out.exists());
 }
 
 #[test]
@@ -637,29 +657,15 @@ fn the_recipe_op_writes_what_the_command_writes() {
     // GPT-OSS's MXFP4 experts are repacked, not encoded: cached all the same.
     for (model, outtypes) in [("gemma-3-tiny-it", ["bf16", "Q4_K_M"]), ("gpt-oss-tiny-mxfp4", ["f16", "MXFP4_MOE"])] {
         let checkpoint = common::repo().join("tests/data/convert/checkpoints").join(model);
-        let recipe = dir.path().join(format!("{model}.toml"));
-        std::fs::write(
-            &recipe,
-            format!(
-                "[recipe]\nname = \"convert\"\n\n[input.hf]\npath = {:?}\n\n[step.gguf]\nop = \"convert\"\nfrom = \"hf\"\n\
-                 outtype = {outtypes:?}\n{pre}\n[step.out]\nop = \"export\"\nfrom = \"gguf\"\npath = \"{model}-{{outtype}}.gguf\"\n",
-                checkpoint.to_str().unwrap(),
-                pre = common::fixture_pre_name(&checkpoint).map(|name| format!("pre = {name:?}\n")).unwrap_or_default(),
-            ),
-        )
-        .unwrap();
+        let recipe = convert_recipe(
+            dir.path(),
+            model,
+            &checkpoint,
+            &format!("{outtypes:?}"),
+            &format!("{model}-{{outtype}}.gguf"),
+        );
         let cache = dir.path().join("cache");
-        let run = || {
-            let output = common::quantforge(&[
-                os("run"),
-                recipe.as_os_str(),
-                os("--json"),
-                os("--cache-dir"),
-                cache.as_os_str(),
-            ]);
-            assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-            serde_json::from_slice::<Json>(&output.stdout).unwrap()
-        };
+        let run = || common::run_json(&recipe, &cache, &[]);
         run();
         for outtype in outtypes {
             let by_command = dir.path().join(format!("command-{model}-{outtype}.gguf"));
@@ -689,28 +695,10 @@ fn files_below_the_checkpoint_directory_are_in_the_key() {
     for (model, file, text) in cases {
         let checkpoint = dir.path().join(model);
         copy_dir(&data.join(model), &checkpoint);
-        let recipe = dir.path().join(format!("{model}.toml"));
-        std::fs::write(
-            &recipe,
-            format!(
-                "[recipe]\nname = \"below\"\n\n[input.hf]\npath = {:?}\n\n[step.gguf]\nop = \"convert\"\nfrom = \"hf\"\n\
-                 outtype = \"f16\"\n{pre}\n[step.out]\nop = \"export\"\nfrom = \"gguf\"\npath = \"{model}.gguf\"\n",
-                checkpoint.to_str().unwrap(),
-                pre = common::fixture_pre_name(&checkpoint).map(|name| format!("pre = {name:?}\n")).unwrap_or_default(),
-            ),
-        )
-        .unwrap();
+        let recipe = convert_recipe(dir.path(), model, &checkpoint, "\"f16\"", &format!("{model}.gguf"));
         let cache = dir.path().join("cache");
         let run = || {
-            let output = common::quantforge(&[
-                os("run"),
-                recipe.as_os_str(),
-                os("--json"),
-                os("--cache-dir"),
-                cache.as_os_str(),
-            ]);
-            assert!(output.status.success(), "{model}: {}", String::from_utf8_lossy(&output.stderr));
-            let report: Json = serde_json::from_slice(&output.stdout).unwrap();
+            let report = common::run_json(&recipe, &cache, &[]);
             let convert = report["nodes"].as_array().unwrap().iter().find(|n| n["id"] == "gguf").unwrap().clone();
             (
                 convert["status"].as_str().unwrap().to_owned(),
@@ -964,15 +952,8 @@ fn unmodelled_settings_are_refused_by_name() {
             serde_json::from_str(&std::fs::read_to_string(copy.join("config.json")).unwrap()).unwrap();
         config[key] = value;
         std::fs::write(copy.join("config.json"), config.to_string()).unwrap();
-        let out = dir.path().join("out.gguf");
-        let pre = common::fixture_pre(&copy);
-        let mut args = vec![std::ffi::OsStr::new("convert"), copy.as_os_str(), out.as_os_str()];
-        args.extend(pre.iter().map(|a| a.as_os_str()));
-        let output = common::quantforge(&args);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{model} with {key}: converted");
-        assert!(stderr.contains(named) && stderr.contains(why), "{model}: {stderr}");
-        assert!(!out.exists());
+        let stderr = convert_refused(&copy, &dir.path().join("out.gguf"), &[]);
+        assert!(stderr.contains(named) && stderr.contains(why), "{model} with {key}: {stderr}");
     }
 }
 
