@@ -10,16 +10,48 @@
 
 use std::fmt;
 
+use super::registry::NamePair;
 use crate::model::{KeyError, Metadata, TensorInfo};
 
 const ARCHITECTURE_KEY: &str = "general.architecture";
 /// The architecture of every mmproj file, whatever model it belongs to.
 const CLIP_ARCHITECTURE: &str = "clip";
-const HAS_VISION_ENCODER_KEY: &str = "clip.has_vision_encoder";
+pub const HAS_VISION_ENCODER_KEY: &str = "clip.has_vision_encoder";
 const HAS_AUDIO_ENCODER_KEY: &str = "clip.has_audio_encoder";
 /// The projector of every encoder in the file; in a file with both encoders
 /// it may be absent and each encoder name its own.
-const PROJECTOR_TYPE_KEY: &str = "clip.projector_type";
+pub const PROJECTOR_TYPE_KEY: &str = "clip.projector_type";
+
+/// The key of a vision encoder's setting `name` (`image_size`,
+/// `attention.head_count`, …).
+pub fn vision_key(name: &str) -> String {
+    format!("clip.vision.{name}")
+}
+
+/// GGUF ↔ Hugging Face names of a SigLIP vision encoder as transformers
+/// stores it inside a multimodal model (`SiglipVisionModel` under
+/// `vision_tower.`), `{N}` the block.
+pub const SIGLIP_NAMES: &[NamePair] = &[
+    ("v.patch_embd", "vision_tower.vision_model.embeddings.patch_embedding"),
+    ("v.position_embd", "vision_tower.vision_model.embeddings.position_embedding"),
+    ("v.blk.{N}.attn_q", "vision_tower.vision_model.encoder.layers.{N}.self_attn.q_proj"),
+    ("v.blk.{N}.attn_k", "vision_tower.vision_model.encoder.layers.{N}.self_attn.k_proj"),
+    ("v.blk.{N}.attn_v", "vision_tower.vision_model.encoder.layers.{N}.self_attn.v_proj"),
+    ("v.blk.{N}.attn_out", "vision_tower.vision_model.encoder.layers.{N}.self_attn.out_proj"),
+    ("v.blk.{N}.ln1", "vision_tower.vision_model.encoder.layers.{N}.layer_norm1"),
+    ("v.blk.{N}.ln2", "vision_tower.vision_model.encoder.layers.{N}.layer_norm2"),
+    ("v.blk.{N}.ffn_up", "vision_tower.vision_model.encoder.layers.{N}.mlp.fc1"),
+    ("v.blk.{N}.ffn_down", "vision_tower.vision_model.encoder.layers.{N}.mlp.fc2"),
+    ("v.post_ln", "vision_tower.vision_model.post_layernorm"),
+];
+
+/// Gemma 3's projector (`Gemma3MultiModalProjector`): a norm, then one
+/// matrix into the language model's width, a bare parameter stored under
+/// its own name (`_weight`, not `.weight`).
+pub const GEMMA3_PROJECTOR_NAMES: &[NamePair] = &[
+    ("mm.input_projection.weight", "multi_modal_projector.mm_input_projection_weight"),
+    ("mm.soft_emb_norm", "multi_modal_projector.mm_soft_emb_norm"),
+];
 
 /// Which part of a multimodal model a file is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -180,7 +212,8 @@ enum WidthRule {
 /// Every projector type whose output width is known, with the tensor it is
 /// read from (clip.cpp's `clip_n_mmproj_embd` and the tensors its loader
 /// binds to the fields that function reads).
-const PROJECTORS: [(&str, WidthRule); 12] = [
+const PROJECTORS: [(&str, WidthRule); 13] = [
+    ("gemma3", WidthRule::Dim(ne("mm.input_projection.weight", 0))),
     ("mlp", WidthRule::Marked { marker: "mm.3.weight", marked: ne("mm.3.bias", 0), plain: ne("mm.2.weight", 1) }),
     ("ldp", WidthRule::Dim(ne("mm.model.mb_block.1.block.2.1.bias", 0))),
     ("ldpv2", WidthRule::Dim(ne("mm.model.peg.0.bias", 0))),
@@ -333,7 +366,8 @@ mod tests {
 
     /// Each projector type with the tensor and dimension clip.cpp reads its
     /// width from, written out apart from the table they check.
-    const WIDTH_TENSORS: [(&str, &str, usize); 12] = [
+    const WIDTH_TENSORS: [(&str, &str, usize); 13] = [
+        ("gemma3", "mm.input_projection.weight", 0),
         ("mlp", "mm.2.weight", 1),
         ("ldp", "mm.model.mb_block.1.block.2.1.bias", 0),
         ("ldpv2", "mm.model.peg.0.bias", 0),
@@ -420,7 +454,7 @@ mod tests {
         let err = projector_output_width(&vision_mmproj("gizmo"), &[], Encoder::Vision).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown projector type `gizmo` (known: mlp, ldp, ldpv2, resampler, minicpmv4_6, qwen2vl_merger, \
+            "unknown projector type `gizmo` (known: gemma3, mlp, ldp, ldpv2, resampler, minicpmv4_6, qwen2vl_merger, \
              qwen2.5vl_merger, qwen3vl_merger, idefics3, ultravox, voxtral, qwen2a)"
         );
         let mut meta = vision_mmproj("");

@@ -941,24 +941,31 @@ pub fn block_of(name: &str) -> Option<u64> {
 
 /// The Hugging Face name of GGUF tensor `name` (`.weight`/`.bias` kept).
 pub fn hf_name(family: &Family, name: &str) -> Option<String> {
-    translate(family, name, |(gguf, hf)| (gguf, hf))
+    translate(family.layout.hf_names, name, |(gguf, hf)| (gguf, hf))
 }
 
 /// The GGUF name of Hugging Face tensor `name`.
 pub fn gguf_name(family: &Family, name: &str) -> Option<String> {
-    translate(family, name, |(gguf, hf)| (hf, gguf))
+    gguf_name_in(family.layout.hf_names, name)
 }
 
-type NamePair = (&'static str, &'static str);
+/// The GGUF name of Hugging Face tensor `name` in `tables` of (GGUF, Hugging
+/// Face) name pairs.
+pub fn gguf_name_in(tables: &[&[NamePair]], name: &str) -> Option<String> {
+    translate(tables, name, |(gguf, hf)| (hf, gguf))
+}
 
-/// Maps `name` through the family's table; later entries win, so a family's
-/// own names override the shared ones.
-fn translate(family: &Family, name: &str, direction: impl Fn(NamePair) -> NamePair) -> Option<String> {
+/// A GGUF name and the Hugging Face name it is written from, `{N}` the block.
+pub type NamePair = (&'static str, &'static str);
+
+/// Maps `name` through the tables; later entries win, so a family's own
+/// names override the shared ones.
+fn translate(tables: &[&[NamePair]], name: &str, direction: impl Fn(NamePair) -> NamePair) -> Option<String> {
     let (stem, suffix) = match name.rsplit_once('.') {
         Some((stem, suffix @ ("weight" | "bias"))) => (stem, Some(suffix)),
         _ => (name, None),
     };
-    let mapped = family.layout.hf_names.iter().flat_map(|table| table.iter()).rev().find_map(|&entry| {
+    let mapped = tables.iter().flat_map(|table| table.iter()).rev().find_map(|&entry| {
         let (from, to) = direction(entry);
         match_pattern(from, stem).map(|block| match block {
             Some(n) => to.replace("{N}", n),

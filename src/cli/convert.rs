@@ -54,6 +54,11 @@ pub struct ConvertArgs {
     /// without a tensor, as convert_hf_to_gguf.py's --vocab-only.
     #[arg(long)]
     vocab_only: bool,
+    /// Write the vision tower of a multimodal checkpoint (Gemma3ForConditionalGeneration, …) as
+    /// llama.cpp's projector file (general.type mmproj), as convert_hf_to_gguf.py's --mmproj;
+    /// the same checkpoint without it gives the language model. `assemble` takes both.
+    #[arg(long, conflicts_with = "vocab_only")]
+    mmproj: bool,
     /// At most N tensors in each shard, as convert_hf_to_gguf.py's --split-max-tensors: shards
     /// STEM-00001-of-0000N.gguf beside OUT (a model that fits one shard is written as OUT).
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -94,7 +99,13 @@ pub fn run(args: ConvertArgs, json: bool) -> anyhow::Result<()> {
         !(args.vocab_only && args.no_tensor_first_split),
         "--vocab-only: splitting the vocabulary is not supported (as convert_hf_to_gguf.py)"
     );
-    let options = ConvertOptions { target, pre: args.pre, model_name: args.model_name, vocab_only: args.vocab_only };
+    let options = ConvertOptions {
+        target,
+        pre: args.pre,
+        model_name: args.model_name,
+        vocab_only: args.vocab_only,
+        mmproj: args.mmproj,
+    };
     let extra: Vec<ExtraInput> =
         args.metadata.iter().map(|path| ExtraInput { name: "metadata", path, as_written: path }).collect();
     let job = OneShot {
@@ -143,6 +154,12 @@ fn print_supported_models() -> anyhow::Result<()> {
     writeln!(out, "TEXT models:")?;
     for (class, arch) in classes {
         writeln!(out, "  - {class} ({arch})")?;
+    }
+    let mut towers: Vec<&str> = crate::convert::mmproj::supported_classes().collect();
+    towers.sort_unstable();
+    writeln!(out, "MMPROJ models:")?;
+    for class in towers {
+        writeln!(out, "  - {class} (clip)")?;
     }
     out.flush()?;
     Ok(())

@@ -41,7 +41,12 @@ pub struct Checkpoint {
     pub model_name: Option<String>,
     /// The converter's `--metadata` file.
     pub metadata_override: Option<super::naming::MetadataOverride>,
+    /// The language model's hyperparameters, as the converter's `TextModel`
+    /// reads them: `config.json` with a multimodal model's `text_config`
+    /// laid over it (its `vision_config` still there for the vision tower).
     pub config: Json,
+    /// `config.json` as written, which the naming reads.
+    pub file_config: Json,
     /// The shards, in the converter's order.
     pub shards: Vec<Arc<ModelFile>>,
 }
@@ -49,7 +54,7 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// The checkpoint in `dir`, its files read through `files`.
     pub fn open(dir: &Path, files: Arc<dyn CheckpointFiles>) -> Result<Checkpoint, CheckpointError> {
-        let config = read_optional_json(&*files, &dir.join("config.json"))?
+        let file_config = read_optional_json(&*files, &dir.join("config.json"))?
             .ok_or_else(|| CheckpointError::NoConfig(dir.to_owned()))?;
         let weights = checkpoint_weights(&*files, dir)?;
         if weights.is_empty() {
@@ -62,7 +67,8 @@ impl Checkpoint {
             repository: None,
             model_name: None,
             metadata_override: None,
-            config,
+            config: text_hparams(&file_config),
+            file_config,
             shards,
         })
     }
@@ -108,6 +114,22 @@ impl Checkpoint {
     }
 }
 
+/// `config` with its `text_config` (a multimodal model's language model)
+/// laid over it, as the converter's `TextModel` lays them; the class stays
+/// the top level's unless `text_config` names one, as the converter picks it.
+pub(super) fn text_hparams(config: &Json) -> Json {
+    let (Some(top), Some(text)) = (config.as_object(), config.get("text_config").and_then(Json::as_object)) else {
+        return config.clone();
+    };
+    let mut merged = top.clone();
+    merged.extend(
+        text.iter()
+            .filter(|(key, value)| *key != "architectures" || !value.is_null())
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    Json::Object(merged)
+}
+
 /// The weight files of the checkpoint in `dir`, in the converter's order:
 /// SafeTensors when it has them, else PyTorch's; of either, the shards its
 /// index (`model.safetensors.index.json`, `pytorch_model.bin.index.json`)
@@ -142,4 +164,34 @@ pub(super) fn read_optional_json(files: &dyn CheckpointFiles, path: &Path) -> Re
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| CheckpointError::Json { path: path.to_owned(), problem: e.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_multimodal_config_is_read_through_its_text_config() {
+        let config = json!({
+            "architectures": ["Gemma3ForConditionalGeneration"],
+            "hidden_size": 8,
+            "mm_tokens_per_image": 256,
+            "text_config": {"architectures": null, "hidden_size": 64, "model_type": "gemma3_text"},
+            "vision_config": {"hidden_size": 32},
+        });
+        let text = text_hparams(&config);
+        assert_eq!(text["hidden_size"], 64, "the language model's width wins");
+        assert_eq!(text["architectures"][0], "Gemma3ForConditionalGeneration", "an unset class is not taken");
+        assert_eq!(
+            (text["model_type"].as_str(), text["mm_tokens_per_image"].as_u64()),
+            (Some("gemma3_text"), Some(256))
+        );
+        assert_eq!(text["vision_config"]["hidden_size"], 32);
+        let named = json!({"architectures": ["A"], "text_config": {"architectures": ["B"]}});
+        assert_eq!(text_hparams(&named)["architectures"][0], "B", "as the converter picks a text model's class");
+        let plain = json!({"architectures": ["LlamaForCausalLM"], "hidden_size": 8});
+        assert_eq!(text_hparams(&plain), plain);
+    }
 }

@@ -195,6 +195,11 @@ pub const LONGROPE: RopeScaling = RopeScaling {
 /// Qwen's sliding-window settings, off unless `use_sliding_window`.
 pub const QWEN_WINDOW: &[&str] = &["use_sliding_window", "sliding_window", "max_window_layers", "layer_types"];
 
+/// Whether `key` is bookkeeping, never changing what a file must say.
+pub(super) fn is_bookkeeping(key: &str) -> bool {
+    BOOKKEEPING.contains(&key)
+}
+
 /// Refuses a checkpoint whose config sets what `conversion` does not model.
 pub fn check_modelled(ckpt: &Checkpoint, conversion: &Conversion) -> Result<(), ConvertError> {
     let (modelled, family) = (&conversion.config, conversion.family);
@@ -213,8 +218,15 @@ pub fn check_modelled(ckpt: &Checkpoint, conversion: &Conversion) -> Result<(), 
     if let Some((key, value)) = modelled.pattern.and_then(|check| check(config)) {
         return Err(unmodelled(family, key, &value));
     }
+    // A multimodal model's tower and its settings are its mmproj conversion's.
+    let class = config.get("architectures").and_then(|a| a.get(0)).and_then(Json::as_str).unwrap_or_default();
+    let tower = super::mmproj::of_class(class);
+    let towers = |key: &str| {
+        tower.is_some_and(|tower| ["text_config", "vision_config"].contains(&key) || tower.top_level.contains(&key))
+    };
     for (key, value) in config {
         let known = BOOKKEEPING.contains(&key.as_str())
+            || towers(key)
             || COMMON.contains(&key.as_str())
             || modelled.reads.contains(&key.as_str())
             || modelled.window.contains(&key.as_str());

@@ -15,6 +15,11 @@ pub enum ConvertError {
     Config(String),
     #[error("`{architecture}` checkpoints are not supported{}", nearest_hint(.nearest))]
     Architecture { architecture: String, nearest: Vec<&'static str> },
+    #[error(
+        "`{class}` has no vision tower this converter writes as an mmproj file (--mmproj takes {})",
+        .supported.join(", ")
+    )]
+    NoVisionTower { class: String, supported: Vec<&'static str> },
     #[error("tensor `{}` has no GGUF name in the {family} conversion", Name(.tensor))]
     Unmapped { tensor: String, family: &'static str },
     #[error(

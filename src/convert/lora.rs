@@ -248,7 +248,8 @@ impl Adapter {
             repository: crate::formats::hub_model_name(dir),
             model_name: None,
             metadata_override: None,
-            config: base_config,
+            config: super::checkpoint::text_hparams(&base_config),
+            file_config: base_config,
             shards: vec![files.model(&weights)?],
             files,
         };

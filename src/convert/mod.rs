@@ -16,6 +16,7 @@ mod files;
 mod fp8;
 mod hparams;
 mod lora;
+pub mod mmproj;
 pub mod model_card;
 pub mod mxfp4;
 mod naming;
@@ -53,6 +54,9 @@ pub enum Scope {
     /// tensors and what it writes only while it makes them (generated
     /// tensors' keys; a size label counted from the tensors).
     VocabOnly,
+    /// The converter's `--mmproj`: a multimodal model's vision tower as
+    /// llama.cpp's projector file ([`mmproj`]).
+    Mmproj,
 }
 
 /// A whole conversion: the metadata in the converter's key order and the
@@ -64,10 +68,13 @@ pub fn convert(
     scope: Scope,
 ) -> Result<(Metadata, Vec<ConvertedTensor>), ConvertError> {
     let (conversion, arch) = conversion_of(ckpt)?;
+    if scope == Scope::Mmproj {
+        return mmproj::convert_mmproj(ckpt, outtype);
+    }
     config::check_modelled(ckpt, conversion)?;
     let tensors = match scope {
-        Scope::Model => convert_tensors(ckpt, outtype)?,
         Scope::VocabOnly => Vec::new(),
+        _ => convert_tensors(ckpt, outtype)?,
     };
     let counts = naming::ParameterCounts::of(tensors.iter().map(|t| &t.info));
     // Keys in the converter's order: writing one again keeps its first

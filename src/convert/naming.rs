@@ -411,7 +411,7 @@ impl NamingSource<'_> {
             None => ckpt.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         };
         NamingSource {
-            config: Some(&ckpt.config),
+            config: Some(&ckpt.file_config),
             fallback_name: dir_name.clone(),
             dir_name,
             total: counts.total as i64,

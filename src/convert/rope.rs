@@ -219,6 +219,7 @@ mod tests {
             repository: None,
             model_name: None,
             metadata_override: None,
+            file_config: config.clone(),
             config,
             shards: Vec::new(),
         }

@@ -16,6 +16,7 @@ use super::error::ConvertError;
 use super::family::{self, Conversion, Experts, Fused, Generated, Piece, Transform};
 use super::fp8::{Fp8, ScaleAt, WeightScale};
 use super::hparams::BLOCKS;
+use super::mmproj;
 use super::mxfp4::{self, Mxfp4Part};
 use super::rope::{RopeParameters, phi3_long_rope};
 
@@ -70,7 +71,7 @@ impl OutType {
 #[derive(Debug, Clone)]
 pub struct ConvertedTensor {
     pub info: TensorInfo,
-    values: Values,
+    pub(super) values: Values,
 }
 
 /// Where a converted tensor's values come from.
@@ -411,6 +412,7 @@ pub fn conversion_of(ckpt: &Checkpoint) -> Result<(&'static Conversion, &'static
 /// Every tensor of the converted file, in file order.
 pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<ConvertedTensor>, ConvertError> {
     let (conversion, _) = conversion_of(ckpt)?;
+    let class = ckpt.config["architectures"][0].as_str().unwrap_or_default();
     let names = FAMILIES
         .iter()
         .find(|f| f.id == conversion.family)
@@ -442,6 +444,9 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
             continue;
         }
         if is_mxfp4 && mxfp4::weight_of(&source.name).is_some() {
+            continue;
+        }
+        if mmproj::is_tower_tensor(class, &source.name) {
             continue;
         }
         let scale = scales.get(source.name.as_str()).copied();

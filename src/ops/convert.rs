@@ -32,6 +32,7 @@ pub const SPEC: OpSpec = OpSpec::new(
         ParamSpec::optional("pre", ParamKind::Str),
         ParamSpec::optional("model_name", ParamKind::Str),
         ParamSpec::optional("vocab_only", ParamKind::Bool),
+        ParamSpec::optional("mmproj", ParamKind::Bool),
         ParamSpec::optional("metadata", ParamKind::InputName),
     ],
 )
@@ -72,6 +73,8 @@ pub struct ConvertOptions {
     pub model_name: Option<String>,
     /// The converter's `--vocab-only`: the metadata without a tensor.
     pub vocab_only: bool,
+    /// The converter's `--mmproj`: the vision tower as llama.cpp's projector file.
+    pub mmproj: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +87,13 @@ pub enum ConvertOpError {
     UnpinnedFile(std::path::PathBuf),
     #[error("a vocabulary alone has no tensors to quantize to {0}: give a float outtype (auto, f32, f16, bf16, q8_0)")]
     QuantizedVocabulary(&'static str),
+    #[error(
+        "a projector file is converted to a float outtype (auto, f32, f16, bf16, q8_0), as convert_hf_to_gguf.py \
+         --mmproj converts it, not to {0}"
+    )]
+    QuantizedProjector(&'static str),
+    #[error("--mmproj and --vocab-only: a projector file has no vocabulary (as convert_hf_to_gguf.py refuses)")]
+    ProjectorVocabulary,
 }
 
 /// Whether the converter writes tensor `index` of `model` as `target` byte
@@ -123,6 +133,7 @@ impl ConvertOptions {
             pre: text("pre"),
             model_name: text("model_name"),
             vocab_only: p.bool("vocab_only"),
+            mmproj: p.bool("mmproj"),
         })
     }
 
@@ -139,6 +150,9 @@ impl ConvertOptions {
         }
         if self.vocab_only {
             params["vocab_only"] = true.into();
+        }
+        if self.mmproj {
+            params["mmproj"] = true.into();
         }
         params
     }
@@ -181,11 +195,17 @@ pub fn apply(
     checkpoint.model_name = options.model_name.clone();
     checkpoint.metadata_override = metadata.map(|path| MetadataOverride::read(&**files, path)).transpose()?;
     let pre = options.pre.as_deref();
-    let scope = if options.vocab_only { Scope::VocabOnly } else { Scope::Model };
+    let scope = match (options.vocab_only, options.mmproj) {
+        (true, true) => return Err(ConvertOpError::ProjectorVocabulary),
+        (true, false) => Scope::VocabOnly,
+        (false, true) => Scope::Mmproj,
+        (false, false) => Scope::Model,
+    };
     let (metadata, converted) = match options.target {
         Target::Auto => convert(&checkpoint, OutType::auto(&checkpoint), pre, scope)?,
         Target::Float(outtype) => convert(&checkpoint, outtype, pre, scope)?,
         Target::Preset(ftype) if options.vocab_only => return Err(ConvertOpError::QuantizedVocabulary(ftype.name())),
+        Target::Preset(ftype) if options.mmproj => return Err(ConvertOpError::QuantizedProjector(ftype.name())),
         Target::Preset(ftype) => convert_quantized(&checkpoint, ftype, pre)?,
     };
     let header_end = if options.vocab_only { HeaderEnd::AtMetadata } else { HeaderEnd::Aligned };

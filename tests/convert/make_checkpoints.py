@@ -46,6 +46,7 @@ next to a tokenizer trained here on generated text (no hub downloads).
     distilbert-tiny-uncased   DistilBertModel     f32    1       WordPiece (uncased), mean pooling
     gpt-oss-tiny              GptOssForCausalLM   bf16   1       byte-level BPE (GPT-2 regex)
     gpt-oss-tiny-mxfp4        GptOssForCausalLM   mxfp4  1       as gpt-oss-tiny (experts MXFP4, the rest bf16)
+    gemma-3-tiny-vl-it        Gemma3ForConditionalGeneration bf16 1 as gemma-3-tiny-it, with image tokens
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -85,6 +86,11 @@ Deliberate edge cases (see docs/notes/convert-hf-reference.md):
     stride), expert biases, attention sinks, alternating sliding/full layers, YaRN;
     gpt-oss-mxfp4: the same experts quantized to MXFP4 as OpenAI publishes them
     (codes and E8M0 scales, gate and up interleaved row by row).
+  * gemma3-vl: a language model in text_config and a SigLIP vision tower (--mmproj):
+    the projector's norm stored as an offset (bf16, one added in f32), its input
+    projection kept F16 and the embeddings F32 at every outtype, an MLP width (80)
+    Q8_0 cannot take, 4 tokens an image (a projector scale other than llama.cpp's 4),
+    CLIP's image mean and std (decimals f32 cannot hold).
 """
 from __future__ import annotations
 
@@ -147,6 +153,7 @@ FAMILIES = {
     "ernie-moe": "ERNIE-4.5-Tiny-A3B-PT",
     "gpt-oss": "gpt-oss-tiny",
     "gpt-oss-mxfp4": "gpt-oss-tiny-mxfp4",
+    "gemma3-vl": "gemma-3-tiny-vl-it",
 }
 
 # --------------------------------------------------------------------------
@@ -494,6 +501,47 @@ def make_gemma3(out: Path) -> None:
     randomize(model, SEED + 5, norm_offset=0.0)
     save_model(model, out, torch.float16)
     tok.save_pretrained(out)
+
+
+def make_gemma3_vl(out: Path) -> None:
+    import torch
+    from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, Gemma3TextConfig,
+                              GemmaTokenizerFast, SiglipVisionConfig)
+
+    sp = out / "tokenizer.model"
+    image_tokens = ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+    train_sentencepiece(sp, 420, gemma_ids=True, add_dummy_prefix=False,
+                        user_defined=["<mask>", "[@BOS@]", "<start_of_turn>", "<end_of_turn>", *image_tokens, "\n\n"])
+    tok = GemmaTokenizerFast(vocab_file=str(sp), add_bos_token=True, add_eos_token=False,
+                             additional_special_tokens=["<start_of_turn>", "<end_of_turn>", *image_tokens],
+                             chat_template=GEMMA_TEMPLATE, from_slow=True)
+    boi, eoi, image = (tok.convert_tokens_to_ids(t) for t in image_tokens)
+    text = Gemma3TextConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=32, max_position_embeddings=32768,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0, sliding_window=512,
+        query_pre_attn_scalar=32, final_logit_softcapping=None, attn_logit_softcapping=None,
+        pad_token_id=0, bos_token_id=2, eos_token_id=[1, tok.convert_tokens_to_ids("<end_of_turn>")],
+    )
+    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=80, num_hidden_layers=2, num_attention_heads=2,
+                                image_size=56, patch_size=14, layer_norm_eps=1e-6, vision_use_head=False)
+    config = Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4,
+                          boi_token_index=boi, eoi_token_index=eoi, image_token_index=image)
+    config.architectures = ["Gemma3ForConditionalGeneration"]
+    torch.manual_seed(SEED)
+    model = Gemma3ForConditionalGeneration(config)
+    randomize(model, SEED + 41, norm_offset=0.0)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+    # What Gemma3ImageProcessor saves (it needs PIL to be built), for 4 tokens an image.
+    processor = {
+        "do_convert_rgb": None, "do_normalize": True, "do_pan_and_scan": None, "do_rescale": True,
+        "do_resize": True, "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "image_processor_type": "Gemma3ImageProcessor", "image_seq_length": 4,
+        "image_std": [0.26862954, 0.26130258, 0.27577711], "processor_class": "Gemma3Processor",
+        "resample": 2, "rescale_factor": 0.00392156862745098, "size": {"height": 56, "width": 56},
+    }
+    (out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
 
 
 PHI3_SHORT = dict(max_position_embeddings=4096, sliding_window=2047, rope_scaling=None)
@@ -1468,6 +1516,7 @@ MAKERS = {
     "ernie-moe": make_ernie_moe,
     "gpt-oss": make_gpt_oss,
     "gpt-oss-mxfp4": make_gpt_oss_mxfp4,
+    "gemma3-vl": make_gemma3_vl,
 }
 
 

@@ -7,7 +7,8 @@
 #   OUTDIR/summaries/<name>-<outtype>.json   tests/convert/summarize.py of each GGUF
 #   OUTDIR/logs/<name>-<outtype>.log    the converter's log
 #
-# for every checkpoint and every outtype in f16 bf16 f32 q8_0; and a few with --vocab-only,
+# for every checkpoint and every outtype in f16 bf16 f32 q8_0; the multimodal ones' vision
+# towers with --mmproj (OUTDIR/summaries/mmproj/); and a few with --vocab-only,
 # a model card and --metadata, and the --split-* flags (OUTDIR/splits/<case>/, every shard);
 # and the real all-MiniLM-L6-v2 (summaries/real/). The fixtures' pre-tokenizer check
 # hashes are tests/convert/pre_hashes.py's (tests/data/convert/pre_tokenizers/check_hashes.json).
@@ -77,6 +78,15 @@ for name in "${vocab_only[@]}"; do
     reference "$name-vocab-only-f16" "$outdir/summaries/vocab-only/$name-f16.json" "$outdir/checkpoints/$name" \
         --outtype f16 --vocab-only
 done
+# --mmproj: the vision tower of each multimodal checkpoint, at every outtype.
+mmproj=(gemma-3-tiny-vl-it)
+mkdir -p "$outdir/summaries/mmproj"
+for name in "${mmproj[@]}"; do
+    for t in "${outtypes[@]}"; do
+        reference "$name-mmproj-$t" "$outdir/summaries/mmproj/$name-$t.json" "$outdir/checkpoints/$name" \
+            --outtype "$t" --mmproj
+    done
+done
 # A model card and the converter's --metadata / --model-name, on SmolLM3-Tiny
 # copied beside tests/data/convert/cards/README.md.
 cards=$repo/tests/data/convert/cards
@@ -141,8 +151,9 @@ status=0
 if $update_golden; then
     mkdir -p "$golden"
     cp "$outdir"/summaries/*.json "$golden"/
-    mkdir -p "$golden/vocab-only" "$golden/cards" "$golden/splits" "$golden/real" "$golden/chat-templates"
+    mkdir -p "$golden/vocab-only" "$golden/mmproj" "$golden/cards" "$golden/splits" "$golden/real" "$golden/chat-templates"
     cp "$outdir"/summaries/vocab-only/*.json "$golden/vocab-only"/
+    cp "$outdir"/summaries/mmproj/*.json "$golden/mmproj"/
     cp "$outdir"/summaries/real/*.json "$golden/real"/
     cp "$outdir"/summaries/chat-templates/*.json "$golden/chat-templates"/
     cp "$outdir"/summaries/cards/*.json "$golden/cards"/
@@ -150,7 +161,7 @@ if $update_golden; then
     echo "updated $golden"
 elif [ -d "$golden" ]; then
     differ=0
-    for s in "$outdir"/summaries/*.json "$outdir"/summaries/{vocab-only,cards,splits,real,chat-templates}/*.json; do
+    for s in "$outdir"/summaries/*.json "$outdir"/summaries/{vocab-only,mmproj,cards,splits,real,chat-templates}/*.json; do
         g=$golden/${s#"$outdir"/summaries/}
         if [ ! -f "$g" ]; then
             echo "no golden summary for $(basename "$s")"

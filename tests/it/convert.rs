@@ -1,5 +1,5 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! forty-nine tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! fifty tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE,
 //! ERNIE 4.5 MoE, GPT-OSS (stacked experts, gate and up interleaved; as
@@ -11,7 +11,8 @@
 //! (OLMo 2's layout, sliding), Arcee (a ReLU² MLP), Seed-OSS, and the
 //! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3 (and the FP8
 //! releases of DeepSeek-V3 and Qwen3: float8 weights with block scales, some
-//! in another shard than their weight), and the embedding
+//! in another shard than their weight), Gemma 3's multimodal class (its
+//! language model, and with `--mmproj` its SigLIP vision tower), and the embedding
 //! models BERT and DistilBERT (WordPiece, mean pooling), RoBERTa
 //! (byte-level BPE, positions past the padding id), XLM-RoBERTa
 //! (SentencePiece Unigram in fairseq's ids, CLS pooling), Nomic BERT
@@ -80,7 +81,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 196);
+    assert_eq!(all.len(), 200);
     all
 }
 
@@ -751,22 +752,131 @@ fn the_default_outtype_is_the_converters_auto() {
 #[test]
 fn the_architectures_page_lists_every_supported_class() {
     let page = std::fs::read_to_string(common::repo().join("docs/ARCHITECTURES.md")).unwrap();
-    let listed: Vec<(String, String)> = page
-        .lines()
-        .filter_map(|line| {
-            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-            let code = |cell: &str| cell.strip_prefix('`')?.strip_suffix('`').map(str::to_owned);
-            Some((code(cells.get(1)?)?, code(cells.get(2)?)?))
-        })
-        .collect();
+    let (text, towers) = page.split_once("\n## Vision towers").expect("a section on vision towers");
+    let table = |section: &str| -> Vec<(String, String)> {
+        section
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let code = |cell: &str| cell.strip_prefix('`')?.strip_suffix('`').map(str::to_owned);
+                Some((code(cells.get(1)?)?, code(cells.get(2)?)?))
+            })
+            .collect()
+    };
     let supported: Vec<(String, String)> = quantforge::convert::family::supported_classes()
         .map(|(class, arch)| (class.to_owned(), arch.to_owned()))
         .collect();
-    assert_eq!(listed, supported, "docs/ARCHITECTURES.md and src/convert/family/ disagree");
+    assert_eq!(table(text), supported, "docs/ARCHITECTURES.md and src/convert/family/ disagree");
+    let with_towers: Vec<(String, String)> = quantforge::convert::mmproj::VISIONS
+        .iter()
+        .flat_map(|vision| vision.classes.iter().map(|class| (class.to_string(), vision.projector.to_owned())))
+        .collect();
+    assert_eq!(table(towers), with_towers, "docs/ARCHITECTURES.md and the vision towers disagree");
     let printed = common::stdout_of_success(common::quantforge_with(&[&"convert", &"--print-supported-models"]));
+    let (text, towers) = printed.split_once("MMPROJ models:\n").expect("an MMPROJ section");
     for (class, arch) in &supported {
-        assert!(printed.contains(&format!("  - {class} ({arch})\n")), "{class} not printed:\n{printed}");
+        assert!(text.contains(&format!("  - {class} ({arch})\n")), "{class} not printed:\n{printed}");
     }
+    for (class, _) in &with_towers {
+        assert!(towers.contains(&format!("  - {class} (clip)\n")), "{class}'s tower not printed:\n{printed}");
+    }
+}
+
+/// Every `--mmproj` reference (`tests/data/convert/mmproj/`): the vision
+/// tower's file, byte for byte.
+#[test]
+fn vision_towers_equal_convert_hf_to_gguf_mmproj() {
+    let Some(python) = common::python_with_gguf() else { return };
+    let data = common::repo().join("tests/data/convert");
+    let dir = tempfile::tempdir().unwrap();
+    let os = std::ffi::OsStr::new;
+    let mut checked = 0;
+    for entry in std::fs::read_dir(data.join("mmproj")).unwrap() {
+        let golden_path = entry.unwrap().path();
+        let stem = golden_path.file_stem().unwrap().to_str().unwrap();
+        let (model, outtype) = stem.rsplit_once('-').unwrap();
+        let out = dir.path().join(format!("{stem}.gguf"));
+        run_convert(&data.join("checkpoints").join(model), &out, &[os("--outtype"), os(outtype), os("--mmproj")]);
+        let golden: Json = serde_json::from_str(&std::fs::read_to_string(&golden_path).unwrap()).unwrap();
+        let ours = summarize(&python, &out);
+        assert_eq!(ours["metadata"], golden["metadata"], "{stem}");
+        assert_eq!(ours["tensors"], golden["tensors"], "{stem}");
+        assert_eq!(ours["file"], golden["file"], "{stem}");
+        checked += 1;
+    }
+    assert_eq!(checked, 4);
+}
+
+/// The two files of one multimodal checkpoint are a pair llama.cpp loads:
+/// `assemble` (which checks the projector's output width against the
+/// language model's input) takes them as they are written; a recipe's
+/// `mmproj = true` writes what `--mmproj` writes.
+#[test]
+fn a_multimodal_checkpoint_converts_to_a_pair_assemble_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = common::repo().join("tests/data/convert/checkpoints/gemma-3-tiny-vl-it");
+    let (lm, mmproj, bundle) = (dir.path().join("lm.gguf"), dir.path().join("mmproj.gguf"), dir.path().join("b.gguf"));
+    run_convert(&input, &lm, &[]);
+    run_convert(&input, &mmproj, &[std::ffi::OsStr::new("--mmproj")]);
+    let recipe = dir.path().join("tower.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "[recipe]\nname = \"tower\"\n\n[input.hf]\npath = {:?}\n\n[step.tower]\nop = \"convert\"\nfrom = \"hf\"\n\
+             mmproj = true\n\n[step.out]\nop = \"export\"\nfrom = \"tower\"\npath = \"by-recipe.gguf\"\n",
+            input.to_str().unwrap(),
+        ),
+    )
+    .unwrap();
+    common::run_json(&recipe, &dir.path().join("cache"), &[]);
+    assert!(std::fs::read(dir.path().join("by-recipe.gguf")).unwrap() == std::fs::read(&mmproj).unwrap());
+    let assembled = common::stdout_of_success(common::quantforge_with(&[&"assemble", &lm, &mmproj, &"-o", &bundle]));
+    assert!(bundle.is_file(), "{assembled}");
+    let shown = common::stdout_of_success(common::quantforge_with(&[&"inspect", &bundle]));
+    assert!(shown.contains("gemma3") && shown.contains("vision"), "{shown}");
+}
+
+/// What `--mmproj` refuses: a class without a tower, a preset, a tower
+/// setting llama.cpp would compute otherwise, an image processor that
+/// disagrees with the model, a missing image processor; and the text
+/// conversion still refuses a top-level key no one models.
+#[test]
+fn vision_towers_are_refused_where_the_file_would_be_wrong() {
+    let checkpoints = common::repo().join("tests/data/convert/checkpoints");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.gguf");
+    let os = std::ffi::OsStr::new;
+    let mmproj = [os("--mmproj")];
+    let err = convert_refused(&checkpoints.join("gemma-3-tiny-it"), &out, &mmproj);
+    assert!(
+        err.contains("`Gemma3ForCausalLM` has no vision tower") && err.contains("Gemma3ForConditionalGeneration"),
+        "{err}"
+    );
+    let vl = checkpoints.join("gemma-3-tiny-vl-it");
+    let err = convert_refused(&vl, &out, &[os("--mmproj"), os("--outtype"), os("Q4_K_M")]);
+    assert!(err.contains("a projector file is converted to a float outtype"), "{err}");
+    let edited = |name: &str, edit: &dyn Fn(&mut Json)| {
+        let copy = dir.path().join(name);
+        copy_dir(&vl, &copy);
+        let mut config: Json =
+            serde_json::from_str(&std::fs::read_to_string(copy.join("config.json")).unwrap()).unwrap();
+        edit(&mut config);
+        std::fs::write(copy.join("config.json"), config.to_string()).unwrap();
+        copy
+    };
+    let gelu = edited("gelu", &|c| c["vision_config"]["hidden_act"] = json!("gelu"));
+    let err = convert_refused(&gelu, &out, &mmproj);
+    assert!(err.contains("`vision_config.hidden_act` (\"gelu\")") && err.contains("does not model"), "{err}");
+    let tokens = edited("tokens", &|c| c["mm_tokens_per_image"] = json!(16));
+    let err = convert_refused(&tokens, &out, &mmproj);
+    assert!(err.contains("`mm_tokens_per_image` (16) is not the image processor's `image_seq_length` (4)"), "{err}");
+    let unknown = edited("unknown", &|c| c["image_crop_mode"] = json!("center"));
+    let err = convert_refused(&unknown, &out, &[]);
+    assert!(err.contains("`image_crop_mode` (\"center\")") && err.contains("does not model"), "{err}");
+    let no_processor = edited("no-processor", &|_| {});
+    std::fs::remove_file(no_processor.join("preprocessor_config.json")).unwrap();
+    let err = convert_refused(&no_processor, &out, &mmproj);
+    assert!(err.contains("has no `image_mean`"), "{err}");
 }
 
 #[test]

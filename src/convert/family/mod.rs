@@ -14,7 +14,7 @@ mod ernie;
 mod exaone4;
 mod falcon;
 mod gemma;
-mod gemma3;
+pub(super) mod gemma3;
 mod glm4;
 mod gpt2;
 mod gpt_oss;

@@ -1,0 +1,291 @@
+//! A multimodal checkpoint's vision tower as llama.cpp's projector file
+//! ("mmproj"), as `convert_hf_to_gguf.py --mmproj` writes it
+//! (`MmprojModel`): `general.type` mmproj, architecture `clip`, the
+//! encoder's and projector's tensors under their `v.`/`mm.` names
+//! (`arch::clip`'s tables), and the `clip.vision.*` keys from
+//! `vision_config` and the image processor's config. What a family does
+//! differently is one [`Vision`] descriptor in that family's module; the
+//! language model of the same checkpoint is its text conversion, which
+//! leaves the tower's tensors and keys to this one.
+
+use serde_json::{Map, Value as Json};
+
+use super::checkpoint::Checkpoint;
+use super::config::{self, shorten};
+use super::error::ConvertError;
+use super::family;
+use super::hparams::file_type;
+use super::naming::{self, NamingSource, ParameterCounts};
+use super::tensors::{CheckpointPart, ConvertedTensor, OutType, Values, output_type};
+use crate::arch::clip::{HAS_VISION_ENCODER_KEY, PROJECTOR_TYPE_KEY, vision_key};
+use crate::arch::registry::{NamePair, gguf_name_in};
+use crate::artifact::RowTransform;
+use crate::model::{Array, Metadata, TensorInfo, Value};
+use crate::quant::plan::QUANTIZATION_VERSION;
+use crate::types::GgmlType;
+
+/// How one family's vision tower converts.
+pub struct Vision {
+    /// The Hugging Face classes whose tower it converts (their language
+    /// model is a text conversion's).
+    pub classes: &'static [&'static str],
+    /// Its `clip.projector_type`.
+    pub projector: &'static str,
+    /// Keys of the multimodal model's own config (beside `text_config` and
+    /// `vision_config`) that belong to the tower: the text conversion takes
+    /// them as this one's, and this one checks or reads them.
+    pub top_level: &'static [&'static str],
+    /// `vision_config` keys it models: read, or right at any value.
+    pub modelled: &'static [&'static str],
+    /// `vision_config` keys it ignores, with the values at which ignoring
+    /// them is right.
+    pub defaults: fn() -> Vec<(&'static str, Json)>,
+    /// Checkpoint tensors of the tower: the names starting so.
+    pub prefixes: &'static [&'static str],
+    /// Of those, left out (a head the projector never reads): names containing these.
+    pub skipped: &'static [&'static str],
+    /// GGUF ↔ Hugging Face name tables of its tensors.
+    pub names: &'static [&'static [NamePair]],
+    /// Tensors stored as offsets from one (one is added): names ending so.
+    pub plus_one: &'static [&'static str],
+    /// The type a tensor is written as whatever the outtype
+    /// (`tensor_force_quant`), from its checkpoint and GGUF names.
+    pub forced: fn(&str, &str, OutType) -> Option<GgmlType>,
+    /// Its keys after `clip.projector_type`.
+    pub keys: fn(&VisionHparams<'_>, &mut Metadata) -> Result<(), ConvertError>,
+}
+
+/// Every family's tower.
+pub static VISIONS: &[&Vision] = &[&family::gemma3::VISION];
+
+/// The tower of Hugging Face class `class`, if it has one this converter writes.
+pub fn of_class(class: &str) -> Option<&'static Vision> {
+    VISIONS.iter().copied().find(|vision| vision.classes.contains(&class))
+}
+
+/// Every class whose tower converts, in listing order.
+pub fn supported_classes() -> impl Iterator<Item = &'static str> {
+    VISIONS.iter().flat_map(|vision| vision.classes.iter().copied())
+}
+
+impl Vision {
+    /// Whether checkpoint tensor `name` is the tower's.
+    pub fn takes(&self, name: &str) -> bool {
+        self.prefixes.iter().any(|prefix| name.starts_with(prefix))
+    }
+}
+
+/// The checkpoint's `architectures` class.
+fn class_of(ckpt: &Checkpoint) -> Result<&str, ConvertError> {
+    ckpt.file_config["architectures"][0].as_str().ok_or_else(|| ConvertError::Config("no `architectures` list".into()))
+}
+
+/// A tower's settings as the converter reads them: `vision_config`, the
+/// language model's width, and the image processor's config.
+pub struct VisionHparams<'a> {
+    vision: &'a Map<String, Json>,
+    /// The multimodal model's own config.
+    top: &'a Json,
+    /// `preprocessor_config.json` with `processor_config.json` laid over it.
+    pub processor: Map<String, Json>,
+}
+
+impl VisionHparams<'_> {
+    /// The first of `names` `vision_config` has (the converter's `find_vparam`).
+    pub fn find(&self, names: &[&str]) -> Result<&Json, ConvertError> {
+        names
+            .iter()
+            .find_map(|k| self.vision.get(*k))
+            .ok_or_else(|| ConvertError::Config(format!("`vision_config` has none of {}", names.join(", "))))
+    }
+
+    /// `vision_config`'s `name`, if set.
+    pub fn get(&self, name: &str) -> Option<&Json> {
+        self.vision.get(name).filter(|v| !v.is_null())
+    }
+
+    /// The multimodal model's own `name`, if set.
+    pub fn top_level(&self, name: &str) -> Option<&Json> {
+        self.top.get(name).filter(|v| !v.is_null())
+    }
+
+    /// A count at the first of `names`, as a u32.
+    pub fn count(&self, names: &[&str]) -> Result<Value, ConvertError> {
+        let value = self.find(names)?;
+        let key = names.iter().find(|k| self.vision.contains_key(**k)).copied().unwrap_or_default();
+        super::hparams::count_of(&format!("vision_config.{key}"), value)
+    }
+}
+
+/// The image processor's config as the converter merges it:
+/// `preprocessor_config.json` (its `media_proc_cfg` laid over it), then
+/// `processor_config.json` (its `image_processor` laid over it) over that.
+fn processor_config(ckpt: &Checkpoint) -> Result<Map<String, Json>, ConvertError> {
+    let mut merged = Map::new();
+    for (file, nested) in [("preprocessor_config.json", "media_proc_cfg"), ("processor_config.json", "image_processor")]
+    {
+        let Some(json) = ckpt.json(file)? else { continue };
+        let Json::Object(mut cfg) = json else {
+            return Err(ConvertError::Config(format!("{file} is not a JSON object")));
+        };
+        if let Some(Json::Object(inner)) = cfg.get(nested).cloned() {
+            cfg.extend(inner);
+        }
+        merged.extend(cfg);
+    }
+    Ok(merged)
+}
+
+/// Refuses a `vision_config` key the tower does not model, by name.
+fn check_modelled(vision: &Vision, family: &str, config: &Map<String, Json>) -> Result<(), ConvertError> {
+    let defaults = (vision.defaults)();
+    for (key, value) in config {
+        if config::is_bookkeeping(key) || vision.modelled.contains(&key.as_str()) {
+            continue;
+        }
+        match defaults.iter().find(|(k, _)| k == key) {
+            Some((_, default)) if default == value || value.is_null() => continue,
+            _ => {}
+        }
+        return Err(ConvertError::Unmodelled {
+            family: format!("{family} vision tower"),
+            key: format!("vision_config.{key}"),
+            value: shorten(value),
+        });
+    }
+    Ok(())
+}
+
+/// The vision tower of a multimodal checkpoint as its mmproj file: the
+/// metadata in the converter's key order and the tensors in its order.
+pub fn convert_mmproj(ckpt: &Checkpoint, outtype: OutType) -> Result<(Metadata, Vec<ConvertedTensor>), ConvertError> {
+    let class = class_of(ckpt)?;
+    let (conversion, _) = super::tensors::conversion_of(ckpt)?;
+    let vision = of_class(class).ok_or_else(|| ConvertError::NoVisionTower {
+        class: class.to_owned(),
+        supported: supported_classes().collect(),
+    })?;
+    let Some(Json::Object(vision_config)) = ckpt.config.get("vision_config") else {
+        return Err(ConvertError::Config(format!("`{class}` has no `vision_config` object")));
+    };
+    check_modelled(vision, conversion.family, vision_config)?;
+    let hp = VisionHparams { vision: vision_config, top: &ckpt.file_config, processor: processor_config(ckpt)? };
+    let tensors = tower_tensors(ckpt, vision, conversion.family, outtype)?;
+    let counts = ParameterCounts::of(tensors.iter().map(|t| &t.info));
+    let mut metadata = Metadata::new();
+    metadata.set("general.architecture", Value::string("clip"));
+    let mut source = NamingSource::of_model(ckpt, &counts);
+    source.gguf_type = "mmproj";
+    naming::general_keys(&source, &counts, ckpt, &mut metadata)?;
+    metadata.set("general.file_type", file_type(outtype));
+    common_keys(ckpt, &hp, &mut metadata)?;
+    metadata.set(PROJECTOR_TYPE_KEY, Value::string(vision.projector));
+    (vision.keys)(&hp, &mut metadata)?;
+    metadata.set("general.quantization_version", Value::U32(QUANTIZATION_VERSION));
+    Ok((metadata, tensors))
+}
+
+/// `MmprojModel.set_gguf_parameters`' vision keys, after `general.file_type`.
+fn common_keys(ckpt: &Checkpoint, hp: &VisionHparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
+    keys.set(HAS_VISION_ENCODER_KEY, Value::Bool(true));
+    // The language model's width: the text hyperparameters' (`text_config` over the top level).
+    let text_width = ckpt.hparam(&["hidden_size", "n_embd"]).filter(|v| v.as_u64().is_some_and(|n| n > 0));
+    let text_width =
+        text_width.ok_or_else(|| ConvertError::Config("no `hidden_size` for the language model".into()))?;
+    keys.set(&vision_key("projection_dim"), super::hparams::count_of("hidden_size", text_width)?);
+    keys.set(&vision_key("image_size"), hp.count(&["image_size"])?);
+    keys.set(&vision_key("patch_size"), hp.count(&["patch_size"])?);
+    keys.set(&vision_key("embedding_length"), hp.count(&["hidden_size", "width", "vt_hidden_size"])?);
+    keys.set(&vision_key("feed_forward_length"), hp.count(&["intermediate_size", "vt_intermediate_size"])?);
+    keys.set(&vision_key("block_count"), hp.count(BLOCKS)?);
+    keys.set(
+        &vision_key("attention.head_count"),
+        hp.count(&["num_attention_heads", "num_heads", "heads", "vt_num_attention_heads"])?,
+    );
+    for name in ["image_mean", "image_std"] {
+        let value = hp.processor.get(name).ok_or_else(|| {
+            ConvertError::Config(format!("the image processor's config (preprocessor_config.json) has no `{name}`"))
+        })?;
+        keys.set(&vision_key(name), number_array(name, value)?);
+    }
+    Ok(())
+}
+
+/// The converter's `n_block_keys`.
+const BLOCKS: &[&str] = &[
+    "n_layers",
+    "num_hidden_layers",
+    "n_layer",
+    "num_layers",
+    "depth",
+    "layers",
+    "encoder_layers",
+    "vt_num_hidden_layers",
+];
+
+/// A list of numbers as gguf-py writes it: typed by its first element (an
+/// integer makes an i32 array, a decimal an f32 one).
+fn number_array(name: &str, value: &Json) -> Result<Value, ConvertError> {
+    let invalid = || {
+        ConvertError::Config(format!("the image processor's `{name}` ({}) is not a list of numbers", shorten(value)))
+    };
+    let items = value.as_array().filter(|items| !items.is_empty()).ok_or_else(invalid)?;
+    let array = if items[0].is_i64() || items[0].is_u64() {
+        let ints: Option<Vec<i32>> = items.iter().map(|v| v.as_i64().and_then(|n| i32::try_from(n).ok())).collect();
+        Array::I32(ints.ok_or_else(invalid)?)
+    } else {
+        let floats: Option<Vec<f32>> = items.iter().map(|v| v.as_f64().map(|x| x as f32)).collect();
+        Array::F32(floats.ok_or_else(invalid)?)
+    };
+    Ok(Value::Array(array))
+}
+
+/// The tower's tensors in the converter's order, each with the type the
+/// converter writes it as.
+fn tower_tensors(
+    ckpt: &Checkpoint,
+    vision: &Vision,
+    family: &'static str,
+    outtype: OutType,
+) -> Result<Vec<ConvertedTensor>, ConvertError> {
+    let mut out = Vec::new();
+    for (s, t) in ckpt.tensor_order() {
+        let source = &ckpt.shards[s].tensors[t];
+        let hf = source.name.as_str();
+        if !vision.takes(hf) || vision.skipped.iter().any(|part| hf.contains(part)) {
+            continue;
+        }
+        let name =
+            gguf_name_in(vision.names, hf).ok_or_else(|| ConvertError::Unmapped { tensor: hf.to_owned(), family })?;
+        let dims = source.dims.clone();
+        let ty = if dims.len() <= 1 || name.ends_with("_norm.weight") {
+            GgmlType::F32
+        } else {
+            (vision.forced)(hf, &name, outtype).unwrap_or_else(|| output_type(&name, &dims, outtype))
+        };
+        let transform =
+            RowTransform { plus_one: vision.plus_one.iter().any(|end| hf.ends_with(end)), ..Default::default() };
+        let values = Values::Checkpoint(CheckpointPart { shard: s, tensor: t, transform, scale: None });
+        out.push(ConvertedTensor { info: TensorInfo::new(&name, dims, ty), values });
+    }
+    if out.is_empty() {
+        return Err(ConvertError::Config(format!(
+            "no vision tower tensors (names starting {})",
+            vision.prefixes.join(", ")
+        )));
+    }
+    Ok(out)
+}
+
+/// `MmprojModel.tensor_force_quant`: the patch embedding F16 in an F16
+/// file, else F32.
+pub fn patch_embedding_type(gguf: &str, outtype: OutType) -> Option<GgmlType> {
+    (gguf.contains(".patch_embd.weight") || gguf.contains(".patch_merger.weight"))
+        .then_some(if outtype == OutType::F16 { GgmlType::F16 } else { GgmlType::F32 })
+}
+
+/// Whether checkpoint tensor `name` of class `class` belongs to its vision
+/// tower (the text conversion leaves those out).
+pub fn is_tower_tensor(class: &str, name: &str) -> bool {
+    of_class(class).is_some_and(|vision| vision.takes(name))
+}
