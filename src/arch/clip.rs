@@ -45,6 +45,30 @@ pub const SIGLIP_NAMES: &[NamePair] = &[
     ("v.post_ln", "vision_tower.vision_model.post_layernorm"),
 ];
 
+/// GGUF ↔ Hugging Face names of Pixtral's vision encoder
+/// (`PixtralVisionModel` under `vision_tower.`), `{N}` the block.
+pub const PIXTRAL_NAMES: &[NamePair] = &[
+    ("v.patch_embd", "vision_tower.patch_conv"),
+    ("v.pre_ln", "vision_tower.ln_pre"),
+    ("v.blk.{N}.attn_q", "vision_tower.transformer.layers.{N}.attention.q_proj"),
+    ("v.blk.{N}.attn_k", "vision_tower.transformer.layers.{N}.attention.k_proj"),
+    ("v.blk.{N}.attn_v", "vision_tower.transformer.layers.{N}.attention.v_proj"),
+    ("v.blk.{N}.attn_out", "vision_tower.transformer.layers.{N}.attention.o_proj"),
+    ("v.blk.{N}.ln1", "vision_tower.transformer.layers.{N}.attention_norm"),
+    ("v.blk.{N}.ln2", "vision_tower.transformer.layers.{N}.ffn_norm"),
+    ("v.blk.{N}.ffn_gate", "vision_tower.transformer.layers.{N}.feed_forward.gate_proj"),
+    ("v.blk.{N}.ffn_up", "vision_tower.transformer.layers.{N}.feed_forward.up_proj"),
+    ("v.blk.{N}.ffn_down", "vision_tower.transformer.layers.{N}.feed_forward.down_proj"),
+];
+
+/// LLaVA's projector (`LlavaMultiModalProjector`): two linear layers.
+pub const LLAVA_PROJECTOR_NAMES: &[NamePair] =
+    &[("mm.1", "multi_modal_projector.linear_1"), ("mm.2", "multi_modal_projector.linear_2")];
+
+/// Pixtral's row break: the language model's embedding of `[IMG_BREAK]`,
+/// which the projector file carries.
+pub const IMAGE_BREAK_EMBEDDING: &str = "v.token_embd.img_break";
+
 /// Gemma 3's projector (`Gemma3MultiModalProjector`): a norm, then one
 /// matrix into the language model's width, a bare parameter stored under
 /// its own name (`_weight`, not `.weight`).
@@ -212,8 +236,9 @@ enum WidthRule {
 /// Every projector type whose output width is known, with the tensor it is
 /// read from (clip.cpp's `clip_n_mmproj_embd` and the tensors its loader
 /// binds to the fields that function reads).
-const PROJECTORS: [(&str, WidthRule); 13] = [
+const PROJECTORS: [(&str, WidthRule); 14] = [
     ("gemma3", WidthRule::Dim(ne("mm.input_projection.weight", 0))),
+    ("pixtral", WidthRule::Dim(ne("mm.2.weight", 1))),
     ("mlp", WidthRule::Marked { marker: "mm.3.weight", marked: ne("mm.3.bias", 0), plain: ne("mm.2.weight", 1) }),
     ("ldp", WidthRule::Dim(ne("mm.model.mb_block.1.block.2.1.bias", 0))),
     ("ldpv2", WidthRule::Dim(ne("mm.model.peg.0.bias", 0))),
@@ -366,8 +391,9 @@ mod tests {
 
     /// Each projector type with the tensor and dimension clip.cpp reads its
     /// width from, written out apart from the table they check.
-    const WIDTH_TENSORS: [(&str, &str, usize); 13] = [
+    const WIDTH_TENSORS: [(&str, &str, usize); 14] = [
         ("gemma3", "mm.input_projection.weight", 0),
+        ("pixtral", "mm.2.weight", 1),
         ("mlp", "mm.2.weight", 1),
         ("ldp", "mm.model.mb_block.1.block.2.1.bias", 0),
         ("ldpv2", "mm.model.peg.0.bias", 0),
@@ -454,7 +480,7 @@ mod tests {
         let err = projector_output_width(&vision_mmproj("gizmo"), &[], Encoder::Vision).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown projector type `gizmo` (known: gemma3, mlp, ldp, ldpv2, resampler, minicpmv4_6, qwen2vl_merger, \
+            "unknown projector type `gizmo` (known: gemma3, pixtral, mlp, ldp, ldpv2, resampler, minicpmv4_6, qwen2vl_merger, \
              qwen2.5vl_merger, qwen3vl_merger, idefics3, ultravox, voxtral, qwen2a)"
         );
         let mut meta = vision_mmproj("");

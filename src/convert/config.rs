@@ -263,7 +263,7 @@ fn check_rope_scaling(family: &str, modelled: &Modelled, scaling: &Json) -> Resu
 }
 
 /// Equal JSON values, numbers by value (`1` is `1.0`).
-fn same_value(a: &Json, b: &Json) -> bool {
+pub(super) fn same_value(a: &Json, b: &Json) -> bool {
     a == b || a.as_f64().is_some_and(|x| b.as_f64() == Some(x))
 }
 

@@ -19,7 +19,7 @@ use super::naming::{self, NamingSource, ParameterCounts};
 use super::tensors::{CheckpointPart, ConvertedTensor, OutType, Values, output_type};
 use crate::arch::clip::{HAS_VISION_ENCODER_KEY, PROJECTOR_TYPE_KEY, vision_key};
 use crate::arch::registry::{NamePair, gguf_name_in};
-use crate::artifact::RowTransform;
+use crate::artifact::{RowRange, RowTransform};
 use crate::model::{Array, Metadata, TensorInfo, Value};
 use crate::quant::plan::QUANTIZATION_VERSION;
 use crate::types::GgmlType;
@@ -48,6 +48,12 @@ pub struct Vision {
     pub names: &'static [&'static [NamePair]],
     /// Tensors stored as offsets from one (one is added): names ending so.
     pub plus_one: &'static [&'static str],
+    /// Tensors whose rows are permuted as LLaMA's Q and K are, over the
+    /// tower's heads: names ending so.
+    pub permuted: &'static [&'static str],
+    /// Rows of the language model's token embedding the tower reads, each
+    /// written as a tensor of its own.
+    pub embedding_rows: &'static [EmbeddingRow],
     /// The type a tensor is written as whatever the outtype
     /// (`tensor_force_quant`), from its checkpoint and GGUF names.
     pub forced: fn(&str, &str, OutType) -> Option<GgmlType>,
@@ -55,8 +61,16 @@ pub struct Vision {
     pub keys: fn(&VisionHparams<'_>, &mut Metadata) -> Result<(), ConvertError>,
 }
 
+/// A token's row of the language model's embedding, written into the tower's file.
+pub struct EmbeddingRow {
+    /// The token, as the tokenizer's added tokens spell it.
+    pub token: &'static str,
+    /// The tensor it is written as.
+    pub name: &'static str,
+}
+
 /// Every family's tower.
-pub static VISIONS: &[&Vision] = &[&family::gemma3::VISION];
+pub static VISIONS: &[&Vision] = &[&family::gemma3::VISION, &family::pixtral::LLAVA];
 
 /// The tower of Hugging Face class `class`, if it has one this converter writes.
 pub fn of_class(class: &str) -> Option<&'static Vision> {
@@ -109,6 +123,14 @@ impl VisionHparams<'_> {
         self.top.get(name).filter(|v| !v.is_null())
     }
 
+    /// A whole number at the first of `names`.
+    pub fn u64(&self, names: &[&str]) -> Result<u64, ConvertError> {
+        let value = self.find(names)?;
+        value
+            .as_u64()
+            .ok_or_else(|| ConvertError::Config(format!("`vision_config`'s {} ({value}) is not a count", names[0])))
+    }
+
     /// A count at the first of `names`, as a u32.
     pub fn count(&self, names: &[&str]) -> Result<Value, ConvertError> {
         let value = self.find(names)?;
@@ -144,7 +166,7 @@ fn check_modelled(vision: &Vision, family: &str, config: &Map<String, Json>) -> 
             continue;
         }
         match defaults.iter().find(|(k, _)| k == key) {
-            Some((_, default)) if default == value || value.is_null() => continue,
+            Some((_, default)) if config::same_value(default, value) || value.is_null() => continue,
             _ => {}
         }
         return Err(ConvertError::Unmodelled {
@@ -170,7 +192,7 @@ pub fn convert_mmproj(ckpt: &Checkpoint, outtype: OutType) -> Result<(Metadata, 
     };
     check_modelled(vision, conversion.family, vision_config)?;
     let hp = VisionHparams { vision: vision_config, top: &ckpt.file_config, processor: processor_config(ckpt)? };
-    let tensors = tower_tensors(ckpt, vision, conversion.family, outtype)?;
+    let tensors = tower_tensors(ckpt, vision, &hp, conversion.family, outtype)?;
     let counts = ParameterCounts::of(tensors.iter().map(|t| &t.info));
     let mut metadata = Metadata::new();
     metadata.set("general.architecture", Value::string("clip"));
@@ -245,14 +267,25 @@ fn number_array(name: &str, value: &Json) -> Result<Value, ConvertError> {
 fn tower_tensors(
     ckpt: &Checkpoint,
     vision: &Vision,
+    hp: &VisionHparams<'_>,
     family: &'static str,
     outtype: OutType,
 ) -> Result<Vec<ConvertedTensor>, ConvertError> {
+    let heads = match vision.permuted {
+        [] => None,
+        _ => Some(hp.u64(&["num_attention_heads"])? as usize),
+    };
     let mut out = Vec::new();
     for (s, t) in ckpt.tensor_order() {
         let source = &ckpt.shards[s].tensors[t];
         let hf = source.name.as_str();
-        if !vision.takes(hf) || vision.skipped.iter().any(|part| hf.contains(part)) {
+        if !vision.takes(hf) {
+            if hf.ends_with("embed_tokens.weight") {
+                out.extend(embedding_rows(ckpt, vision, (s, t))?);
+            }
+            continue;
+        }
+        if vision.skipped.iter().any(|part| hf.contains(part)) {
             continue;
         }
         let name =
@@ -263,8 +296,11 @@ fn tower_tensors(
         } else {
             (vision.forced)(hf, &name, outtype).unwrap_or_else(|| output_type(&name, &dims, outtype))
         };
-        let transform =
-            RowTransform { plus_one: vision.plus_one.iter().any(|end| hf.ends_with(end)), ..Default::default() };
+        let transform = RowTransform {
+            plus_one: vision.plus_one.iter().any(|end| hf.ends_with(end)),
+            permute_heads: heads.filter(|_| vision.permuted.iter().any(|end| hf.ends_with(end))),
+            ..Default::default()
+        };
         let values = Values::Checkpoint(CheckpointPart { shard: s, tensor: t, transform, scale: None });
         out.push(ConvertedTensor { info: TensorInfo::new(&name, dims, ty), values });
     }
@@ -275,6 +311,59 @@ fn tower_tensors(
         )));
     }
     Ok(out)
+}
+
+/// The rows of the token embedding at `(shard, tensor)` the tower reads,
+/// each a tensor of one row.
+fn embedding_rows(
+    ckpt: &Checkpoint,
+    vision: &Vision,
+    (shard, tensor): (usize, usize),
+) -> Result<Vec<ConvertedTensor>, ConvertError> {
+    let embedding = &ckpt.shards[shard].tensors[tensor];
+    let &[width, rows] = embedding.dims.as_slice() else {
+        return Err(ConvertError::Config(format!("`{}` is not a matrix", embedding.name)));
+    };
+    vision
+        .embedding_rows
+        .iter()
+        .map(|row| {
+            let id = added_token_id(ckpt, row.token)?;
+            if id >= rows {
+                return Err(ConvertError::Config(format!(
+                    "`{}` (id {id}) is past the {rows} rows of `{}`",
+                    row.token, embedding.name
+                )));
+            }
+            let range = RowRange { group: rows as usize, start: id as usize, len: 1 };
+            let transform = RowTransform { rows: Some(range), ..Default::default() };
+            Ok(ConvertedTensor {
+                info: TensorInfo::new(row.name, vec![width], GgmlType::F32),
+                values: Values::Checkpoint(CheckpointPart { shard, tensor, transform, scale: None }),
+            })
+        })
+        .collect()
+}
+
+/// The id of added token `token`, as the converter's `get_token_id` finds
+/// it: `tokenizer_config.json`'s `added_tokens_decoder`, then
+/// `tokenizer.json`'s `added_tokens`.
+fn added_token_id(ckpt: &Checkpoint, token: &str) -> Result<u64, ConvertError> {
+    if let Some(config) = ckpt.json("tokenizer_config.json")?
+        && let Some(Json::Object(decoder)) = config.get("added_tokens_decoder")
+        && let Some((id, _)) =
+            decoder.iter().find(|(_, entry)| entry.get("content").and_then(Json::as_str) == Some(token))
+    {
+        return id.parse().map_err(|_| ConvertError::Config(format!("tokenizer_config.json: token id `{id}`")));
+    }
+    let tokenizer = ckpt.json("tokenizer.json")?;
+    let added = tokenizer.as_ref().and_then(|t| t.get("added_tokens")).and_then(Json::as_array);
+    added
+        .into_iter()
+        .flatten()
+        .find(|entry| entry.get("content").and_then(Json::as_str) == Some(token))
+        .and_then(|entry| entry.get("id").and_then(Json::as_u64))
+        .ok_or_else(|| ConvertError::Config(format!("no added token `{token}` in the tokenizer's files")))
 }
 
 /// `MmprojModel.tensor_force_quant`: the patch embedding F16 in an F16

@@ -47,6 +47,7 @@ next to a tokenizer trained here on generated text (no hub downloads).
     gpt-oss-tiny              GptOssForCausalLM   bf16   1       byte-level BPE (GPT-2 regex)
     gpt-oss-tiny-mxfp4        GptOssForCausalLM   mxfp4  1       as gpt-oss-tiny (experts MXFP4, the rest bf16)
     gemma-3-tiny-vl-it        Gemma3ForConditionalGeneration bf16 1 as gemma-3-tiny-it, with image tokens
+    pixtral-tiny              LlavaForConditionalGeneration  bf16 1 byte-level BPE with Pixtral's image tokens
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -91,6 +92,9 @@ Deliberate edge cases (see docs/notes/convert-hf-reference.md):
     projection kept F16 and the embeddings F32 at every outtype, an MLP width (80)
     Q8_0 cannot take, 4 tokens an image (a projector scale other than llama.cpp's 4),
     CLIP's image mean and std (decimals f32 cannot hold).
+  * pixtral: LLaVA with a Pixtral vision tower (--mmproj) and a Mistral language model: the
+    tower's Q/K rows permuted as LLaMA's, a gated SiLU feed-forward, a two-layer projector
+    with biases, the fixed layer-norm epsilon Pixtral's config leaves out; [IMG_BREAK].
 """
 from __future__ import annotations
 
@@ -154,6 +158,7 @@ FAMILIES = {
     "gpt-oss": "gpt-oss-tiny",
     "gpt-oss-mxfp4": "gpt-oss-tiny-mxfp4",
     "gemma3-vl": "gemma-3-tiny-vl-it",
+    "pixtral": "pixtral-tiny",
 }
 
 # --------------------------------------------------------------------------
@@ -540,6 +545,37 @@ def make_gemma3_vl(out: Path) -> None:
         "image_processor_type": "Gemma3ImageProcessor", "image_seq_length": 4,
         "image_std": [0.26862954, 0.26130258, 0.27577711], "processor_class": "Gemma3Processor",
         "resample": 2, "rescale_factor": 0.00392156862745098, "size": {"height": 56, "width": 56},
+    }
+    (out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
+
+
+def make_pixtral(out: Path) -> None:
+    import torch
+    from transformers import LlavaConfig, LlavaForConditionalGeneration, MistralConfig, PixtralVisionConfig
+
+    tok, ids = train_byte_bpe(400, ["<s>", "[IMG]", "[IMG_BREAK]", "[IMG_END]", "</s>"])
+    bos, image, _, _, eos = ids
+    text = MistralConfig(vocab_size=len(tok), intermediate_size=128, head_dim=16, max_position_embeddings=131072,
+                         rms_norm_eps=1e-5, rope_theta=1000000000.0, sliding_window=None, tie_word_embeddings=False,
+                         bos_token_id=bos, eos_token_id=eos, **TINY)
+    vision = PixtralVisionConfig(hidden_size=32, intermediate_size=96, num_hidden_layers=3, num_attention_heads=2,
+                                 head_dim=16, image_size=64, patch_size=16, hidden_act="silu", rope_theta=10000.0)
+    config = LlavaConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), image_token_index=image,
+                         projector_hidden_act="gelu", vision_feature_layer=-1, vision_feature_select_strategy="full",
+                         image_seq_length=1)
+    config.architectures = ["LlavaForConditionalGeneration"]
+    torch.manual_seed(SEED)
+    model = LlavaForConditionalGeneration(config)
+    randomize(model, SEED + 42)
+    save_model(model, out, torch.bfloat16)
+    tok.save_pretrained(out)
+    # What PixtralImageProcessor saves (it needs PIL to be built).
+    processor = {
+        "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_processor_type": "PixtralImageProcessor",
+        "image_std": [0.26862954, 0.26130258, 0.27577711], "patch_size": {"height": 16, "width": 16},
+        "processor_class": "PixtralProcessor", "resample": 3, "rescale_factor": 0.00392156862745098,
+        "size": {"longest_edge": 64},
     }
     (out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
 
@@ -1517,6 +1553,7 @@ MAKERS = {
     "gpt-oss": make_gpt_oss,
     "gpt-oss-mxfp4": make_gpt_oss_mxfp4,
     "gemma3-vl": make_gemma3_vl,
+    "pixtral": make_pixtral,
 }
 
 

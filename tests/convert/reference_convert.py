@@ -73,6 +73,7 @@ PRE_BY_ARCH = {
     "ArceeForCausalLM": "afmoe",
     "SeedOssForCausalLM": "seed-coder",
     "GptOssForCausalLM": "gpt-4o",        # o200k_harmony, GPT-4o's pre-tokenizer
+    "LlavaForConditionalGeneration": "pixtral",   # Pixtral 12B's tekken vocabulary
 }
 
 

@@ -1,5 +1,5 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! fifty tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! fifty-one tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE,
 //! ERNIE 4.5 MoE, GPT-OSS (stacked experts, gate and up interleaved; as
@@ -11,8 +11,9 @@
 //! (OLMo 2's layout, sliding), Arcee (a ReLU² MLP), Seed-OSS, and the
 //! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3 (and the FP8
 //! releases of DeepSeek-V3 and Qwen3: float8 weights with block scales, some
-//! in another shard than their weight), Gemma 3's multimodal class (its
-//! language model, and with `--mmproj` its SigLIP vision tower), and the embedding
+//! in another shard than their weight), Gemma 3's multimodal class and
+//! LLaVA with Pixtral's encoder (their language models, and with `--mmproj`
+//! their vision towers), and the embedding
 //! models BERT and DistilBERT (WordPiece, mean pooling), RoBERTa
 //! (byte-level BPE, positions past the padding id), XLM-RoBERTa
 //! (SentencePiece Unigram in fairseq's ids, CLS pooling), Nomic BERT
@@ -81,7 +82,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 200);
+    assert_eq!(all.len(), 204);
     all
 }
 
@@ -138,7 +139,7 @@ fn pre_tokenizer_check_hashes_equal_the_converters() {
         assert_eq!(quantforge::convert::known_name(&hash).map(Json::from).unwrap_or(Json::Null), want["pre"], "{what}");
     };
     let checkpoints = expected["checkpoints"].as_object().unwrap();
-    assert_eq!(checkpoints.len(), 36);
+    assert_eq!(checkpoints.len(), 37);
     for (name, want) in checkpoints {
         check(name, &data.join("checkpoints").join(name), want);
     }
@@ -782,8 +783,16 @@ fn the_architectures_page_lists_every_supported_class() {
     }
 }
 
+/// Tensors the converter means to write into a projector file and drops
+/// (`src/convert/family/pixtral.rs` says why): by fixture, each written
+/// first, from the language model's embedding row of a token.
+const BEYOND_THE_CONVERTER: &[(&str, &str, u64)] = &[("pixtral-tiny", "v.token_embd.img_break", 402)];
+
 /// Every `--mmproj` reference (`tests/data/convert/mmproj/`): the vision
-/// tower's file, byte for byte.
+/// tower's file, byte for byte; where the converter drops a tensor it means
+/// to write, every other tensor and key byte for byte, and that tensor the
+/// language model's embedding row, as the (byte-identical) text conversion
+/// writes it at f32.
 #[test]
 fn vision_towers_equal_convert_hf_to_gguf_mmproj() {
     let Some(python) = common::python_with_gguf() else { return };
@@ -795,16 +804,37 @@ fn vision_towers_equal_convert_hf_to_gguf_mmproj() {
         let golden_path = entry.unwrap().path();
         let stem = golden_path.file_stem().unwrap().to_str().unwrap();
         let (model, outtype) = stem.rsplit_once('-').unwrap();
+        let input = data.join("checkpoints").join(model);
         let out = dir.path().join(format!("{stem}.gguf"));
-        run_convert(&data.join("checkpoints").join(model), &out, &[os("--outtype"), os(outtype), os("--mmproj")]);
+        run_convert(&input, &out, &[os("--outtype"), os(outtype), os("--mmproj")]);
         let golden: Json = serde_json::from_str(&std::fs::read_to_string(&golden_path).unwrap()).unwrap();
         let ours = summarize(&python, &out);
         assert_eq!(ours["metadata"], golden["metadata"], "{stem}");
-        assert_eq!(ours["tensors"], golden["tensors"], "{stem}");
-        assert_eq!(ours["file"], golden["file"], "{stem}");
         checked += 1;
+        let Some(&(_, extra, token)) = BEYOND_THE_CONVERTER.iter().find(|(fixture, _, _)| *fixture == model) else {
+            assert_eq!(ours["tensors"], golden["tensors"], "{stem}");
+            assert_eq!(ours["file"], golden["file"], "{stem}");
+            continue;
+        };
+        let placeless = |tensors: &[Json]| -> Vec<Json> {
+            tensors.iter().map(|t| json!([t["name"], t["type"], t["shape"], t["sha256"]])).collect()
+        };
+        let (first, rest) = ours["tensors"].as_array().unwrap().split_first().unwrap();
+        assert_eq!(placeless(rest), placeless(golden["tensors"].as_array().unwrap()), "{stem}");
+        assert_eq!((first["name"].as_str(), first["type"].as_str()), (Some(extra), Some("F32")), "{stem}");
+        let text = dir.path().join(format!("{model}-text-f32.gguf"));
+        if !text.exists() {
+            run_convert(&input, &text, &[os("--outtype"), os("f32")]);
+        }
+        let row_of = |path: &std::path::Path, name: &str, row: u64| {
+            let file = quantforge::formats::ModelFile::open(path, Default::default()).unwrap();
+            let info = file.tensors.iter().find(|t| t.name == name).unwrap();
+            let width = info.dims[0] as usize * 4;
+            file.tensor_data(info).unwrap()[width * row as usize..][..width].to_vec()
+        };
+        assert!(row_of(&out, extra, 0) == row_of(&text, "token_embd.weight", token), "{stem}: not row {token}");
     }
-    assert_eq!(checked, 4);
+    assert_eq!(checked, 8);
 }
 
 /// The two files of one multimodal checkpoint are a pair llama.cpp loads:
@@ -837,8 +867,9 @@ fn a_multimodal_checkpoint_converts_to_a_pair_assemble_takes() {
 }
 
 /// What `--mmproj` refuses: a class without a tower, a preset, a tower
-/// setting llama.cpp would compute otherwise, an image processor that
-/// disagrees with the model, a missing image processor; and the text
+/// setting llama.cpp would compute otherwise (an activation, the features
+/// LLaVA takes), an image processor that disagrees with the model, a
+/// missing image processor; and the text
 /// conversion still refuses a top-level key no one models.
 #[test]
 fn vision_towers_are_refused_where_the_file_would_be_wrong() {
@@ -873,6 +904,14 @@ fn vision_towers_are_refused_where_the_file_would_be_wrong() {
     let unknown = edited("unknown", &|c| c["image_crop_mode"] = json!("center"));
     let err = convert_refused(&unknown, &out, &[]);
     assert!(err.contains("`image_crop_mode` (\"center\")") && err.contains("does not model"), "{err}");
+    let pixtral = checkpoints.join("pixtral-tiny");
+    let copy = dir.path().join("layer");
+    copy_dir(&pixtral, &copy);
+    let mut config: Json = serde_json::from_str(&std::fs::read_to_string(copy.join("config.json")).unwrap()).unwrap();
+    config["vision_feature_layer"] = json!(-2);
+    std::fs::write(copy.join("config.json"), config.to_string()).unwrap();
+    let err = convert_refused(&copy, &out, &[os("--mmproj"), os("--pre"), os("pixtral")]);
+    assert!(err.contains("`vision_feature_layer` (-2)") && err.contains("does not model"), "{err}");
     let no_processor = edited("no-processor", &|_| {});
     std::fs::remove_file(no_processor.join("preprocessor_config.json")).unwrap();
     let err = convert_refused(&no_processor, &out, &mmproj);

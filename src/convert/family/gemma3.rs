@@ -83,6 +83,8 @@ pub const VISION: Vision = Vision {
     skipped: &["vision_model.head."],
     names: &[SIGLIP_NAMES, GEMMA3_PROJECTOR_NAMES],
     plus_one: &["soft_emb_norm.weight"],
+    permuted: &[],
+    embedding_rows: &[],
     forced: vision_type,
     keys: vision_keys,
 };
@@ -123,10 +125,10 @@ fn vision_keys(hp: &VisionHparams<'_>, keys: &mut Metadata) -> Result<(), Conver
         )));
     }
     let per_side = (seq_length as f64).sqrt() as u64;
-    let patches_per_side = match (hp.find(&["image_size"])?.as_u64(), hp.find(&["patch_size"])?.as_u64()) {
-        (Some(image), Some(patch)) if patch > 0 => image / patch,
-        _ => return Err(ConvertError::Config("`vision_config`'s `image_size` or `patch_size` is not a count".into())),
-    };
+    let patches_per_side = hp
+        .u64(&["image_size"])?
+        .checked_div(hp.u64(&["patch_size"])?)
+        .ok_or_else(|| ConvertError::Config("`vision_config`'s `patch_size` is 0".into()))?;
     let scale = patches_per_side.checked_div(per_side).ok_or_else(|| {
         ConvertError::Config(format!("the image processor's `image_seq_length` ({seq_length}) is below one token"))
     })?;

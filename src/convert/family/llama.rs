@@ -19,6 +19,8 @@ pub const CONVERSION: Conversion = Conversion {
         ("LlamaModel", "llama"),
         // Mistral's checkpoints convert as LLaMA (no sliding window is kept).
         ("MistralForCausalLM", "llama"),
+        // LLaVA's language model (Pixtral's is Mistral's), inside its `text_config`.
+        ("LlavaForConditionalGeneration", "llama"),
     ],
     config: Modelled {
         reads: &[],

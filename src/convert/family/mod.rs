@@ -30,6 +30,7 @@ mod olmo2;
 mod olmoe;
 mod phi2;
 mod phi3;
+pub(super) mod pixtral;
 mod qwen2;
 mod qwen3;
 mod qwen_moe;

@@ -1,0 +1,111 @@
+//! Pixtral's vision tower in LLaVA (`LlavaForConditionalGeneration` with a
+//! Pixtral encoder, as Pixtral 12B is published): `LlavaVisionModel` in the
+//! converter (`--mmproj`). A Pixtral encoder (2-D rope, a gated
+//! feed-forward) whose Q/K rows are permuted as LLaMA's, LLaVA's two-layer
+//! projector, and the language model's embedding of `[IMG_BREAK]`, which
+//! llama.cpp reads from the projector file. The language model is LLaMA's
+//! conversion (`family::llama`).
+//!
+//! One difference from the converter, on purpose: it drops every tensor of
+//! the language model before its Pixtral code can take the `[IMG_BREAK]`
+//! row (`MmprojModel.filter_tensors`), so its file lacks
+//! `v.token_embd.img_break` and llama.cpp refuses to load it (llama.cpp
+//! issue 24235). This one writes the row, where the converter's
+//! `LlavaVisionModel` means it to be: first, where the embedding comes in
+//! the checkpoint's order. Every other byte is the converter's.
+
+use serde_json::{Value as Json, json};
+
+use crate::arch::clip::{IMAGE_BREAK_EMBEDDING, LLAVA_PROJECTOR_NAMES, PIXTRAL_NAMES, vision_key};
+use crate::convert::error::ConvertError;
+use crate::convert::mmproj::{EmbeddingRow, Vision, VisionHparams, patch_embedding_type};
+use crate::convert::tensors::OutType;
+use crate::model::{Metadata, Value};
+use crate::types::GgmlType;
+
+pub const LLAVA: Vision = Vision {
+    classes: &["LlavaForConditionalGeneration"],
+    projector: "pixtral",
+    top_level: &[
+        "image_token_index",
+        "image_seq_length",
+        "projector_hidden_act",
+        "multimodal_projector_bias",
+        "vision_feature_layer",
+        "vision_feature_select_strategy",
+    ],
+    modelled: &[
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "image_size",
+        "patch_size",
+        "hidden_act",
+        "head_dim",
+        "layer_norm_eps",
+    ],
+    // llama.cpp's Pixtral graph rotates with a base of 10000 whatever the file says.
+    defaults: || vec![("rope_theta", json!(10000.0)), ("num_channels", json!(3))],
+    prefixes: &[
+        "multi_modal_projector.",
+        "vision_tower.",
+        "vision_encoder.",
+        "vision_language_adapter.",
+        "patch_merger.",
+        "pre_mm_projector_norm",
+    ],
+    skipped: &[],
+    names: &[PIXTRAL_NAMES, LLAVA_PROJECTOR_NAMES],
+    plus_one: &[],
+    permuted: &["q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias"],
+    embedding_rows: &[EmbeddingRow { token: "[IMG_BREAK]", name: IMAGE_BREAK_EMBEDDING }],
+    forced: vision_type,
+    keys: vision_keys,
+};
+
+fn vision_type(_hf: &str, gguf: &str, outtype: OutType) -> Option<GgmlType> {
+    patch_embedding_type(gguf, outtype)
+}
+
+/// Pixtral's keys; LLaVA's own settings held to what llama.cpp computes
+/// (every patch of the last layer, through a GELU projector).
+fn vision_keys(hp: &VisionHparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
+    // Each with `LlavaConfig`'s default, then the value llama.cpp computes.
+    for (key, default, computed) in [
+        ("projector_hidden_act", json!("gelu"), json!("gelu")),
+        ("vision_feature_layer", json!(-2), json!(-1)),
+        ("vision_feature_select_strategy", json!("default"), json!("full")),
+    ] {
+        let value = hp.top_level(key).cloned().unwrap_or(default);
+        if value != computed {
+            return Err(ConvertError::Unmodelled {
+                family: "pixtral vision tower".into(),
+                key: key.into(),
+                value: value.to_string(),
+            });
+        }
+    }
+    let (width, heads) = (hp.u64(&["hidden_size"])?, hp.u64(&["num_attention_heads"])?);
+    if let Some(head_dim) = hp.get("head_dim")
+        && Some(head_dim) != width.checked_div(heads).map(Json::from).as_ref()
+    {
+        return Err(ConvertError::Config(format!(
+            "`vision_config.head_dim` ({head_dim}) is not `hidden_size` / `num_attention_heads`, which llama.cpp uses"
+        )));
+    }
+    // Pixtral's config leaves it out; transformers' Pixtral code has it fixed.
+    let eps = hp.get("layer_norm_eps").and_then(Json::as_f64).unwrap_or(1e-5);
+    keys.set(&vision_key("attention.layer_norm_epsilon"), Value::F32(eps as f32));
+    match hp.get("hidden_act").and_then(Json::as_str) {
+        Some("silu") => keys.set("clip.use_silu", Value::Bool(true)),
+        Some("gelu") => keys.set("clip.use_gelu", Value::Bool(true)),
+        other => {
+            return Err(ConvertError::Config(format!(
+                "`vision_config.hidden_act` ({}) is neither silu nor gelu, the two llama.cpp's Pixtral runs",
+                other.unwrap_or("unset")
+            )));
+        }
+    }
+    Ok(())
+}
