@@ -69,6 +69,26 @@ pub const LLAVA_PROJECTOR_NAMES: &[NamePair] =
 /// which the projector file carries.
 pub const IMAGE_BREAK_EMBEDDING: &str = "v.token_embd.img_break";
 
+/// GGUF ↔ Hugging Face names of Qwen2-VL's and Qwen2.5-VL's vision
+/// encoder and merger (under `visual.`), `{N}` the block; the fused Q/K/V
+/// under the names of its parts.
+pub const QWEN2VL_NAMES: &[NamePair] = &[
+    ("v.blk.{N}.attn_q", "visual.blocks.{N}.attn.q"),
+    ("v.blk.{N}.attn_k", "visual.blocks.{N}.attn.k"),
+    ("v.blk.{N}.attn_v", "visual.blocks.{N}.attn.v"),
+    ("v.blk.{N}.attn_out", "visual.blocks.{N}.attn.proj"),
+    ("v.blk.{N}.ln1", "visual.blocks.{N}.norm1"),
+    ("v.blk.{N}.ln2", "visual.blocks.{N}.norm2"),
+    ("v.blk.{N}.ffn_up", "visual.blocks.{N}.mlp.fc1"),
+    ("v.blk.{N}.ffn_down", "visual.blocks.{N}.mlp.fc2"),
+    ("v.blk.{N}.ffn_gate", "visual.blocks.{N}.mlp.gate_proj"),
+    ("v.blk.{N}.ffn_up", "visual.blocks.{N}.mlp.up_proj"),
+    ("v.blk.{N}.ffn_down", "visual.blocks.{N}.mlp.down_proj"),
+    ("v.post_ln", "visual.merger.ln_q"),
+    ("mm.0", "visual.merger.mlp.0"),
+    ("mm.2", "visual.merger.mlp.2"),
+];
+
 /// Gemma 3's projector (`Gemma3MultiModalProjector`): a norm, then one
 /// matrix into the language model's width, a bare parameter stored under
 /// its own name (`_weight`, not `.weight`).

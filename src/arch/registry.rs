@@ -115,6 +115,8 @@ impl NormEpsilon {
 pub enum Rope {
     Norm,
     Neox,
+    /// Multi-section RoPE (`rope.dimension_sections`), the sections side by side.
+    Mrope,
     /// Interleaved multi-section RoPE (`rope.dimension_sections`).
     Imrope,
     None,
@@ -451,7 +453,8 @@ pub static FAMILIES: &[Family] = &[
     },
     Family {
         refines: &["llama"],
-        name_hints: &["mistral", "ministral", "codestral", "devstral", "magistral", "mathstral"],
+        projectors: &["pixtral"],
+        name_hints: &["mistral", "ministral", "codestral", "devstral", "magistral", "mathstral", "pixtral"],
         ..family("mistral", "Mistral", &["mistral3"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON })
     },
     family("llama", "LLaMA 1/2/3", &["llama"], Layout { hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON }),
@@ -488,17 +491,20 @@ pub static FAMILIES: &[Family] = &[
             ..COMMON
         },
     ),
-    family(
-        "gemma3",
-        "Gemma 3",
-        &["gemma3"],
-        Layout {
-            rope: Rope::Neox,
-            hf_names: &[DECODER_NAMES, SANDWICH_NORMS, QK_NORMS],
-            layers: LayerKinds::SlidingWindow { period: 6, dense_first: false, when: WindowRule::Positive },
-            ..COMMON
-        },
-    ),
+    Family {
+        projectors: &["gemma3"],
+        ..family(
+            "gemma3",
+            "Gemma 3",
+            &["gemma3"],
+            Layout {
+                rope: Rope::Neox,
+                hf_names: &[DECODER_NAMES, SANDWICH_NORMS, QK_NORMS],
+                layers: LayerKinds::SlidingWindow { period: 6, dense_first: false, when: WindowRule::Positive },
+                ..COMMON
+            },
+        )
+    },
     Family {
         signatures: &["rope_factors_long.weight"],
         ..family(
@@ -597,6 +603,15 @@ pub static FAMILIES: &[Family] = &[
         &["qwen2"],
         Layout { rope: Rope::Neox, hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON },
     ),
+    Family {
+        projectors: &["qwen2vl_merger", "qwen2.5vl_merger"],
+        ..family(
+            "qwen2vl",
+            "Qwen2-VL",
+            &["qwen2vl"],
+            Layout { rope: Rope::Mrope, hf_names: &[DECODER_NAMES, PRE_FFN_NORM], ..COMMON },
+        )
+    },
     family(
         "qwen2moe",
         "Qwen2-MoE",

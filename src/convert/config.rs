@@ -183,6 +183,12 @@ pub const DEEPSEEK_YARN: RopeScaling = RopeScaling {
     },
 };
 
+/// Qwen2-VL's multi-section rope: no scaling (`mrope`, which transformers
+/// rewrites to `default`), the rotary dimensions in sections for time,
+/// height and width.
+pub const MROPE: RopeScaling =
+    RopeScaling { kinds: &["mrope", "default"], reads: &["type", "rope_type", "mrope_section"], defaults: Vec::new };
+
 /// Phi-3's LongRoPE in the one shape `Phi3Config` accepts: exactly `type`
 /// (`su` and `yarn` are old names it rewrites to `longrope`), `long_factor`
 /// and `short_factor`.

@@ -112,6 +112,23 @@ impl<'a> Hparams<'a> {
     }
 }
 
+/// Multi-section rope's sections (time, height, width, extra), as the
+/// converter writes them: padded with zeros to four, cut at four.
+fn dimension_sections(sections: &Json) -> Result<Value, ConvertError> {
+    let invalid = || {
+        ConvertError::Config(format!("`mrope_section` ({}) is not a list of counts", super::config::shorten(sections)))
+    };
+    let counts = sections.as_array().ok_or_else(invalid)?;
+    let mut four: Vec<i32> = counts
+        .iter()
+        .map(|v| v.as_i64().and_then(|n| i32::try_from(n).ok()))
+        .collect::<Option<_>>()
+        .ok_or_else(invalid)?;
+    four.resize(4.max(four.len()), 0);
+    four.truncate(4);
+    Ok(Value::Array(crate::model::Array::I32(four)))
+}
+
 /// `v` as a u32 count, or an error naming `name`.
 pub fn count_of(name: &str, v: &Json) -> Result<Value, ConvertError> {
     v.as_u64().and_then(|n| u32::try_from(n).ok()).map(Value::U32).ok_or_else(|| {
@@ -194,6 +211,9 @@ pub fn text_model_keys(hp: &Hparams<'_>, keys: &mut Metadata, head_dim: Option<u
     }
     for (name, value) in rope_scaling_keys(&hp.rope)? {
         keys.set(&hp.key(name), value);
+    }
+    if let Some(sections) = hp.rope.get("mrope_section") {
+        keys.set(&hp.key("rope.dimension_sections"), dimension_sections(sections)?);
     }
     hp.put(keys, "rope.freq_base", hp.rope.get("rope_theta").and_then(f32_of));
     hp.put(keys, "rope.freq_base_swa", hp.f32(LOCAL_ROPE_BASE));

@@ -40,6 +40,10 @@ pub struct Vision {
     /// `vision_config` keys it ignores, with the values at which ignoring
     /// them is right.
     pub defaults: fn() -> Vec<(&'static str, Json)>,
+    /// `vision_config` as the converter reads it, once checked: the
+    /// settings a family names its own way under the names the common keys
+    /// read.
+    pub read_config: fn(&mut Map<String, Json>),
     /// Checkpoint tensors of the tower: the names starting so.
     pub prefixes: &'static [&'static str],
     /// Of those, left out (a head the projector never reads): names containing these.
@@ -54,11 +58,23 @@ pub struct Vision {
     /// Rows of the language model's token embedding the tower reads, each
     /// written as a tensor of its own.
     pub embedding_rows: &'static [EmbeddingRow],
+    /// Tensors written as several.
+    pub splits: &'static [Split],
     /// The type a tensor is written as whatever the outtype
     /// (`tensor_force_quant`), from its checkpoint and GGUF names.
     pub forced: fn(&str, &str, OutType) -> Option<GgmlType>,
     /// Its keys after `clip.projector_type`.
     pub keys: fn(&VisionHparams<'_>, &mut Metadata) -> Result<(), ConvertError>,
+}
+
+/// A checkpoint tensor the converter writes as several.
+pub enum Split {
+    /// Rows stacked in equal parts (a fused Q/K/V): each part under the
+    /// stored name with `fused` replaced by the part's.
+    Rows { fused: &'static str, parts: &'static [&'static str] },
+    /// A 3-D convolution's kernel `[out, in, frames, h, w]` (checkpoint
+    /// name `hf`) as one 2-D kernel a frame, `names` in frame order.
+    Frames { hf: &'static str, names: &'static [&'static str] },
 }
 
 /// A token's row of the language model's embedding, written into the tower's file.
@@ -70,7 +86,8 @@ pub struct EmbeddingRow {
 }
 
 /// Every family's tower.
-pub static VISIONS: &[&Vision] = &[&family::gemma3::VISION, &family::pixtral::LLAVA];
+pub static VISIONS: &[&Vision] =
+    &[&family::gemma3::VISION, &family::pixtral::LLAVA, &family::qwen2vl::QWEN2_VL, &family::qwen2vl::QWEN2_5_VL];
 
 /// The tower of Hugging Face class `class`, if it has one this converter writes.
 pub fn of_class(class: &str) -> Option<&'static Vision> {
@@ -191,7 +208,9 @@ pub fn convert_mmproj(ckpt: &Checkpoint, outtype: OutType) -> Result<(Metadata, 
         return Err(ConvertError::Config(format!("`{class}` has no `vision_config` object")));
     };
     check_modelled(vision, conversion.family, vision_config)?;
-    let hp = VisionHparams { vision: vision_config, top: &ckpt.file_config, processor: processor_config(ckpt)? };
+    let mut vision_config = vision_config.clone();
+    (vision.read_config)(&mut vision_config);
+    let hp = VisionHparams { vision: &vision_config, top: &ckpt.file_config, processor: processor_config(ckpt)? };
     let tensors = tower_tensors(ckpt, vision, &hp, conversion.family, outtype)?;
     let counts = ParameterCounts::of(tensors.iter().map(|t| &t.info));
     let mut metadata = Metadata::new();
@@ -288,21 +307,20 @@ fn tower_tensors(
         if vision.skipped.iter().any(|part| hf.contains(part)) {
             continue;
         }
-        let name =
-            gguf_name_in(vision.names, hf).ok_or_else(|| ConvertError::Unmapped { tensor: hf.to_owned(), family })?;
-        let dims = source.dims.clone();
-        let ty = if dims.len() <= 1 || name.ends_with("_norm.weight") {
-            GgmlType::F32
-        } else {
-            (vision.forced)(hf, &name, outtype).unwrap_or_else(|| output_type(&name, &dims, outtype))
-        };
         let transform = RowTransform {
             plus_one: vision.plus_one.iter().any(|end| hf.ends_with(end)),
             permute_heads: heads.filter(|_| vision.permuted.iter().any(|end| hf.ends_with(end))),
             ..Default::default()
         };
-        let values = Values::Checkpoint(CheckpointPart { shard: s, tensor: t, transform, scale: None });
-        out.push(ConvertedTensor { info: TensorInfo::new(&name, dims, ty), values });
+        for (name, dims, transform) in written_as(vision, source, transform, family)? {
+            let ty = if dims.len() <= 1 || name.ends_with("_norm.weight") {
+                GgmlType::F32
+            } else {
+                (vision.forced)(hf, &name, outtype).unwrap_or_else(|| output_type(&name, &dims, outtype))
+            };
+            let values = Values::Checkpoint(CheckpointPart { shard: s, tensor: t, transform, scale: None });
+            out.push(ConvertedTensor { info: TensorInfo::new(&name, dims, ty), values });
+        }
     }
     if out.is_empty() {
         return Err(ConvertError::Config(format!(
@@ -311,6 +329,67 @@ fn tower_tensors(
         )));
     }
     Ok(out)
+}
+
+/// A tower tensor as the tensors it is written as: each one's GGUF name,
+/// shape and the rows of `source` it takes (with `transform`'s other edits).
+fn written_as(
+    vision: &Vision,
+    source: &TensorInfo,
+    transform: RowTransform,
+    family: &'static str,
+) -> Result<Vec<(String, Vec<u64>, RowTransform)>, ConvertError> {
+    let hf = source.name.as_str();
+    let unmapped = |name: &str| ConvertError::Unmapped { tensor: name.to_owned(), family };
+    let split = vision.splits.iter().find(|split| match split {
+        Split::Rows { fused, .. } => hf.contains(fused),
+        Split::Frames { hf: stored, .. } => hf == *stored,
+    });
+    let rows_dim = usize::from(source.dims.len() >= 2);
+    match split {
+        None => Ok(vec![(gguf_name_in(vision.names, hf).ok_or_else(|| unmapped(hf))?, source.dims.clone(), transform)]),
+        Some(Split::Rows { fused, parts }) => {
+            let rows = source.dims[rows_dim] as usize;
+            let share = rows / parts.len();
+            if share * parts.len() != rows {
+                return Err(ConvertError::Config(format!(
+                    "`{hf}`'s {rows} rows do not split in {} parts",
+                    parts.len()
+                )));
+            }
+            parts
+                .iter()
+                .enumerate()
+                .map(|(i, part)| {
+                    let stored = hf.replace(fused, part);
+                    let name = gguf_name_in(vision.names, &stored).ok_or_else(|| unmapped(&stored))?;
+                    let mut dims = source.dims.clone();
+                    dims[rows_dim] = share as u64;
+                    let range = RowRange { group: rows, start: i * share, len: share };
+                    Ok((name, dims, RowTransform { rows: Some(range), ..transform }))
+                })
+                .collect()
+        }
+        Some(Split::Frames { names, .. }) => {
+            // ggml's order: [w, h, frames, in, out]; rows of `w`, a frame's `h` rows in a run.
+            let &[w, h, frames, input, output] = source.dims.as_slice() else {
+                return Err(ConvertError::Config(format!("`{hf}` is not a 3-D convolution's kernel")));
+            };
+            if frames as usize != names.len() {
+                return Err(ConvertError::Config(format!(
+                    "`{hf}` has {frames} frames, where llama.cpp takes {}",
+                    names.len()
+                )));
+            }
+            let (h, group) = (h as usize, (h * frames) as usize);
+            let frame = |i: usize| RowTransform { rows: Some(RowRange { group, start: i * h, len: h }), ..transform };
+            Ok(names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| (name.to_string(), vec![w, h as u64, input, output], frame(i)))
+                .collect())
+        }
+    }
 }
 
 /// The rows of the token embedding at `(shard, tensor)` the tower reads,

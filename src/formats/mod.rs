@@ -27,6 +27,12 @@ use std::path::Path;
 use std::time::Instant;
 
 pub use crate::model::LegacyBlockLayout;
+
+/// The most dimensions a checkpoint's tensor (SafeTensors, PyTorch) may
+/// have: more than ggml's four (a 3-D convolution's kernel has five, which
+/// a conversion writes as 4-D ones); what reaches a GGUF file is held to
+/// four by its writer.
+pub const MAX_CHECKPOINT_DIMS: u64 = 8;
 pub use detect::{DetectedFormat, detect, detect_bytes};
 pub use error::{ErrorKind, FormatError, HexBytes, LoadStage, Result};
 pub use ggml_legacy::LegacyVariant;

@@ -48,6 +48,8 @@ next to a tokenizer trained here on generated text (no hub downloads).
     gpt-oss-tiny-mxfp4        GptOssForCausalLM   mxfp4  1       as gpt-oss-tiny (experts MXFP4, the rest bf16)
     gemma-3-tiny-vl-it        Gemma3ForConditionalGeneration bf16 1 as gemma-3-tiny-it, with image tokens
     pixtral-tiny              LlavaForConditionalGeneration  bf16 1 byte-level BPE with Pixtral's image tokens
+    Qwen2-VL-Tiny-Instruct    Qwen2VLForConditionalGeneration bf16 1 Qwen2's BPE with its vision tokens; config.json flat, as Qwen publishes it
+    Qwen2.5-VL-Tiny-Instruct  Qwen2_5_VLForConditionalGeneration f16 1 as Qwen2-VL
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -95,6 +97,9 @@ Deliberate edge cases (see docs/notes/convert-hf-reference.md):
   * pixtral: LLaVA with a Pixtral vision tower (--mmproj) and a Mistral language model: the
     tower's Q/K rows permuted as LLaMA's, a gated SiLU feed-forward, a two-layer projector
     with biases, the fixed layer-norm epsilon Pixtral's config leaves out; [IMG_BREAK].
+  * qwen2vl, qwen25vl: multi-section rope (mrope_section), a tower whose fused Q/K/V is split
+    and whose Conv3D patch embedding becomes two Conv2D ones; Qwen2-VL's feed-forward of
+    fc1/fc2 (quick GELU), Qwen2.5-VL's gated SiLU one and its window-attention pattern.
 """
 from __future__ import annotations
 
@@ -159,6 +164,8 @@ FAMILIES = {
     "gpt-oss-mxfp4": "gpt-oss-tiny-mxfp4",
     "gemma3-vl": "gemma-3-tiny-vl-it",
     "pixtral": "pixtral-tiny",
+    "qwen2vl": "Qwen2-VL-Tiny-Instruct",
+    "qwen25vl": "Qwen2.5-VL-Tiny-Instruct",
 }
 
 # --------------------------------------------------------------------------
@@ -578,6 +585,67 @@ def make_pixtral(out: Path) -> None:
         "size": {"longest_edge": 64},
     }
     (out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
+
+
+QWEN_VL_TOKENS = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
+                  ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
+                  ("<|image_pad|>", True), ("<|video_pad|>", True)]
+# Qwen2VLImageProcessor's saved config (it needs PIL to be built).
+QWEN_VL_PROCESSOR = {
+    "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_processor_type": "Qwen2VLImageProcessor",
+    "image_std": [0.26862954, 0.26130258, 0.27577711], "max_pixels": 12845056, "merge_size": 2,
+    "min_pixels": 3136, "patch_size": 14, "processor_class": "Qwen2VLProcessor", "resample": 3,
+    "rescale_factor": 0.00392156862745098, "temporal_patch_size": 2,
+}
+
+
+def make_qwen_vl(out: Path, which: str) -> None:
+    import torch
+    from transformers import Qwen2TokenizerFast
+
+    bpe = train_qwen_bpe(420, QWEN_VL_TOKENS)
+    with tempfile.TemporaryDirectory() as tmp:
+        bpe.save(os.path.join(tmp, "tokenizer.json"))
+        tok = Qwen2TokenizerFast(tokenizer_file=os.path.join(tmp, "tokenizer.json"),
+                                 unk_token=None, bos_token=None, eos_token="<|im_end|>",
+                                 pad_token="<|endoftext|>", add_prefix_space=False, errors="replace",
+                                 chat_template=CHATML_TEMPLATE, model_max_length=32768)
+    ids = {t: tok.convert_tokens_to_ids(t) for t, _ in QWEN_VL_TOKENS}
+    text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768,
+                rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+                use_sliding_window=False, sliding_window=32768, max_window_layers=2,
+                rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+                bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"])
+    tokens = dict(image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+                  vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+    torch.manual_seed(SEED)
+    if which == "qwen2vl":
+        from transformers import Qwen2VLConfig as Config, Qwen2VLForConditionalGeneration as Model
+        vision = dict(depth=3, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, in_chans=3, patch_size=14,
+                      spatial_merge_size=2, temporal_patch_size=2)
+        model_type, dtype, seed = "qwen2_vl", torch.bfloat16, SEED + 43
+    else:
+        from transformers import Qwen2_5_VLConfig as Config, Qwen2_5_VLForConditionalGeneration as Model
+        vision = dict(depth=4, hidden_size=32, intermediate_size=96, out_hidden_size=64, num_heads=2, in_chans=3,
+                      patch_size=14, spatial_merge_size=2, spatial_patch_size=14, temporal_patch_size=2,
+                      fullatt_block_indexes=[1, 3], window_size=112, hidden_act="silu", tokens_per_second=2)
+        model_type, dtype, seed = "qwen2_5_vl", torch.float16, SEED + 44
+    model = Model(Config(text_config=text, vision_config=vision, **tokens))
+    randomize(model, seed)
+    save_model(model, out, dtype)
+    # As Qwen publishes both: the language model's settings at the top level, the rope
+    # scaling in its old spelling, the tower's settings as its own code names them
+    # (transformers 4.57 saves another layout, which the converter cannot read for --mmproj).
+    flat = {"architectures": [type(model).__name__], "attention_dropout": 0.0,
+            **{k: v for k, v in text.items() if k != "rope_scaling"}, "hidden_act": "silu",
+            "initializer_range": 0.02, "model_type": model_type, "torch_dtype": str(dtype).removeprefix("torch."),
+            "transformers_version": "4.41.2", "use_cache": True, "vision_token_id": ids["<|vision_pad|>"],
+            **tokens, "vision_config": vision, "rope_scaling": text["rope_scaling"]}
+    (out / "config.json").write_text(json.dumps(flat, indent=2) + "\n")
+    tok.save_pretrained(out)
+    (out / "preprocessor_config.json").write_text(json.dumps(QWEN_VL_PROCESSOR, indent=2) + "\n")
 
 
 PHI3_SHORT = dict(max_position_embeddings=4096, sliding_window=2047, rope_scaling=None)
@@ -1554,6 +1622,8 @@ MAKERS = {
     "gpt-oss-mxfp4": make_gpt_oss_mxfp4,
     "gemma3-vl": make_gemma3_vl,
     "pixtral": make_pixtral,
+    "qwen2vl": lambda out: make_qwen_vl(out, "qwen2vl"),
+    "qwen25vl": lambda out: make_qwen_vl(out, "qwen25vl"),
 }
 
 

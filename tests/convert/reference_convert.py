@@ -73,7 +73,9 @@ PRE_BY_ARCH = {
     "ArceeForCausalLM": "afmoe",
     "SeedOssForCausalLM": "seed-coder",
     "GptOssForCausalLM": "gpt-4o",        # o200k_harmony, GPT-4o's pre-tokenizer
-    "LlavaForConditionalGeneration": "pixtral",   # Pixtral 12B's tekken vocabulary
+    "LlavaForConditionalGeneration": "pixtral",
+    "Qwen2VLForConditionalGeneration": "qwen2",
+    "Qwen2_5_VLForConditionalGeneration": "qwen2",   # Pixtral 12B's tekken vocabulary
 }
 
 

@@ -1,5 +1,5 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! fifty-one tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! fifty-three tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE,
 //! ERNIE 4.5 MoE, GPT-OSS (stacked experts, gate and up interleaved; as
@@ -11,9 +11,9 @@
 //! (OLMo 2's layout, sliding), Arcee (a ReLU² MLP), Seed-OSS, and the
 //! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3 (and the FP8
 //! releases of DeepSeek-V3 and Qwen3: float8 weights with block scales, some
-//! in another shard than their weight), Gemma 3's multimodal class and
-//! LLaVA with Pixtral's encoder (their language models, and with `--mmproj`
-//! their vision towers), and the embedding
+//! in another shard than their weight), the multimodal Gemma 3, LLaVA with
+//! Pixtral's encoder, Qwen2-VL and Qwen2.5-VL (their language models, and
+//! with `--mmproj` their vision towers), and the embedding
 //! models BERT and DistilBERT (WordPiece, mean pooling), RoBERTa
 //! (byte-level BPE, positions past the padding id), XLM-RoBERTa
 //! (SentencePiece Unigram in fairseq's ids, CLS pooling), Nomic BERT
@@ -82,7 +82,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 204);
+    assert_eq!(all.len(), 212);
     all
 }
 
@@ -139,7 +139,7 @@ fn pre_tokenizer_check_hashes_equal_the_converters() {
         assert_eq!(quantforge::convert::known_name(&hash).map(Json::from).unwrap_or(Json::Null), want["pre"], "{what}");
     };
     let checkpoints = expected["checkpoints"].as_object().unwrap();
-    assert_eq!(checkpoints.len(), 37);
+    assert_eq!(checkpoints.len(), 39);
     for (name, want) in checkpoints {
         check(name, &data.join("checkpoints").join(name), want);
     }
@@ -834,7 +834,7 @@ fn vision_towers_equal_convert_hf_to_gguf_mmproj() {
         };
         assert!(row_of(&out, extra, 0) == row_of(&text, "token_embd.weight", token), "{stem}: not row {token}");
     }
-    assert_eq!(checked, 8);
+    assert_eq!(checked, 16);
 }
 
 /// The two files of one multimodal checkpoint are a pair llama.cpp loads:
@@ -912,6 +912,19 @@ fn vision_towers_are_refused_where_the_file_would_be_wrong() {
     std::fs::write(copy.join("config.json"), config.to_string()).unwrap();
     let err = convert_refused(&copy, &out, &[os("--mmproj"), os("--pre"), os("pixtral")]);
     assert!(err.contains("`vision_feature_layer` (-2)") && err.contains("does not model"), "{err}");
+    let qwen = checkpoints.join("Qwen2.5-VL-Tiny-Instruct");
+    for (name, key, value, says) in [
+        ("periods", "fullatt_block_indexes", json!([1]), "is not a period of blocks"),
+        ("windows", "window_size", json!(64), "`vision_config.window_size` (64)"),
+    ] {
+        let copy = dir.path().join(name);
+        copy_dir(&qwen, &copy);
+        let mut config: Json = serde_json::from_str(&std::fs::read_to_string(copy.join("config.json")).unwrap()).unwrap();
+        config["vision_config"][key] = value;
+        std::fs::write(copy.join("config.json"), config.to_string()).unwrap();
+        let err = convert_refused(&copy, &out, &mmproj);
+        assert!(err.contains(says), "{err}");
+    }
     let no_processor = edited("no-processor", &|_| {});
     std::fs::remove_file(no_processor.join("preprocessor_config.json")).unwrap();
     let err = convert_refused(&no_processor, &out, &mmproj);

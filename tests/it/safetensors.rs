@@ -288,9 +288,9 @@ fn shapes() {
         ],
     );
     check_entry(
-        r#"{"dtype":"U8","shape":[1,1,1,1,1],"data_offsets":[0,1]}"#,
+        r#"{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}"#,
         &[0],
-        expect!["FILE: at byte 44: tensor `t` has more than 4 dimensions, the most ggml allows"],
+        expect!["FILE: at byte 52: tensor `t` has more than 8 dimensions"],
     );
     let json = r#"{"scalar":{"dtype":"F32","shape":[],"data_offsets":[0,4]},"empty":{"dtype":"F32","shape":[0,3],"data_offsets":[4,4]},"b":{"dtype":"U8","shape":[2,1,3,1],"data_offsets":[4,10]}}"#;
     open_both(&file(json, &[0, 0, 128, 63, 1, 2, 3, 4, 5, 6]), |model| {

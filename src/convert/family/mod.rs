@@ -32,6 +32,7 @@ mod phi2;
 mod phi3;
 pub(super) mod pixtral;
 mod qwen2;
+pub(super) mod qwen2vl;
 mod qwen3;
 mod qwen_moe;
 mod seed_oss;
@@ -253,6 +254,7 @@ pub static CONVERSIONS: &[&Conversion] = &[
     &llama::CONVERSION,
     &mixtral::CONVERSION,
     &qwen2::CONVERSION,
+    &qwen2vl::CONVERSION,
     &qwen_moe::QWEN2_MOE,
     &qwen3::CONVERSION,
     &qwen_moe::QWEN3_MOE,

@@ -47,6 +47,7 @@ pub const LLAVA: Vision = Vision {
     ],
     // llama.cpp's Pixtral graph rotates with a base of 10000 whatever the file says.
     defaults: || vec![("rope_theta", json!(10000.0)), ("num_channels", json!(3))],
+    read_config: |_| {},
     prefixes: &[
         "multi_modal_projector.",
         "vision_tower.",
@@ -59,6 +60,7 @@ pub const LLAVA: Vision = Vision {
     names: &[PIXTRAL_NAMES, LLAVA_PROJECTOR_NAMES],
     plus_one: &[],
     permuted: &["q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias"],
+    splits: &[],
     embedding_rows: &[EmbeddingRow { token: "[IMG_BREAK]", name: IMAGE_BREAK_EMBEDDING }],
     forced: vision_type,
     keys: vision_keys,

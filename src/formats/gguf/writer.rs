@@ -9,7 +9,7 @@ use crate::formats::output::CountingWriter;
 
 use crate::model::{Array, Endian, Metadata, TensorInfo, Value};
 
-use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_TENSOR_NAME_BYTES, WRITE_VERSION, align_up};
+use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, MAX_TENSOR_NAME_BYTES, WRITE_VERSION, align_up};
 use crate::text::Name;
 
 /// Where every byte of the output goes, known before any tensor is written.
@@ -79,6 +79,16 @@ pub fn layout(metadata: &Metadata, tensors: &[TensorInfo]) -> io::Result<GgufLay
                  bytes (llama.cpp's GGML_MAX_NAME less its NUL)",
                 Name(&start),
                 tensor.name.len(),
+            ),
+        ));
+    }
+    if let Some(tensor) = tensors.iter().find(|t| t.dims.is_empty() || t.dims.len() as u64 > MAX_DIMS) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "tensor `{}` has {} dimensions; a GGUF tensor has 1 to {MAX_DIMS}",
+                Name(&tensor.name),
+                tensor.dims.len()
             ),
         ));
     }
@@ -286,6 +296,13 @@ mod tests {
         m.set("tokenizer.ggml.scores", Value::Array(Array::F32(vec![0.0, -1.5, 2.25])));
         m.set("nested", Value::Array(Array::Array(vec![Array::Bool(vec![true, false]), Array::U16(vec![7])])));
         m
+    }
+
+    #[test]
+    fn a_tensor_of_more_dimensions_than_ggml_holds_is_refused_by_name() {
+        let five = [TensorInfo::new("v.patch_embd.weight", vec![14, 14, 2, 3, 32], GgmlType::F16)];
+        let err = layout(&metadata(), &five).unwrap_err();
+        assert_eq!(err.to_string(), "tensor `v.patch_embd.weight` has 5 dimensions; a GGUF tensor has 1 to 4");
     }
 
     #[test]

@@ -4,9 +4,9 @@
 
 use std::collections::HashSet;
 
+use super::super::MAX_CHECKPOINT_DIMS;
 use super::super::bytes::{ByteReader, Field};
 use super::super::error::{ErrorKind, FormatError, Result};
-use super::super::gguf::MAX_DIMS;
 use super::dtype::Dtype;
 use super::json::{ParseError, Parsed, Parser};
 use super::{LENGTH_BYTES, MAX_HEADER_LEN, METADATA_KEY, METADATA_PREFIX};
@@ -141,13 +141,10 @@ fn parse_entry(p: &mut Parser<'_>, name: String, at: usize) -> Parsed<Entry> {
             "shape" => {
                 let mut dims = Vec::new();
                 p.array(&format_args!("the shape of tensor `{}`", Name(&name)), |p, i| {
-                    if i as u64 == MAX_DIMS {
+                    if i as u64 == MAX_CHECKPOINT_DIMS {
                         return Err(invalid(
                             p.offset(),
-                            format!(
-                                "tensor `{}` has more than {MAX_DIMS} dimensions, the most ggml allows",
-                                Name(&name)
-                            ),
+                            format!("tensor `{}` has more than {MAX_CHECKPOINT_DIMS} dimensions", Name(&name)),
                         ));
                     }
                     dims.push(p.u64(&format_args!("dimension {i} of tensor `{}`", Name(&name)))?);

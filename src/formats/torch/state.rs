@@ -12,8 +12,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
+use super::super::MAX_CHECKPOINT_DIMS;
 use super::super::error::{ErrorKind, FormatError, Result};
-use super::super::gguf::MAX_DIMS;
 use super::super::safetensors::Dtype;
 use super::METADATA_PREFIX;
 use super::archive::{Archive, StorageRecord};
@@ -376,9 +376,9 @@ impl<'a> Walk<'a> {
             }
             _ => self.tuple(id)?,
         };
-        if items.len() as u64 > MAX_DIMS {
+        if items.len() as u64 > MAX_CHECKPOINT_DIMS {
             return Err(
-                self.error(id, format!("`{name}` has {} dimensions; ggml holds at most {MAX_DIMS}", items.len()))
+                self.error(id, format!("`{name}` has {} dimensions, more than {MAX_CHECKPOINT_DIMS}", items.len()))
             );
         }
         items.into_iter().map(|item| self.int(item, what, name)).collect()
