@@ -65,6 +65,15 @@ pub const PIXTRAL_NAMES: &[NamePair] = &[
 pub const LLAVA_PROJECTOR_NAMES: &[NamePair] =
     &[("mm.1", "multi_modal_projector.linear_1"), ("mm.2", "multi_modal_projector.linear_2")];
 
+/// Mistral 3's projector (`Mistral3MultiModalProjector`): an RMS norm, a
+/// merger of each 2×2 (`spatial_merge_size`) patches, then LLaVA's two layers.
+pub const MISTRAL3_PROJECTOR_NAMES: &[NamePair] = &[
+    ("mm.input_norm", "multi_modal_projector.norm"),
+    ("mm.patch_merger", "multi_modal_projector.patch_merger.merging_layer"),
+    ("mm.1", "multi_modal_projector.linear_1"),
+    ("mm.2", "multi_modal_projector.linear_2"),
+];
+
 /// Pixtral's row break: the language model's embedding of `[IMG_BREAK]`,
 /// which the projector file carries.
 pub const IMAGE_BREAK_EMBEDDING: &str = "v.token_embd.img_break";

@@ -86,8 +86,13 @@ pub struct EmbeddingRow {
 }
 
 /// Every family's tower.
-pub static VISIONS: &[&Vision] =
-    &[&family::gemma3::VISION, &family::pixtral::LLAVA, &family::qwen2vl::QWEN2_VL, &family::qwen2vl::QWEN2_5_VL];
+pub static VISIONS: &[&Vision] = &[
+    &family::gemma3::VISION,
+    &family::pixtral::LLAVA,
+    &family::pixtral::MISTRAL3,
+    &family::qwen2vl::QWEN2_VL,
+    &family::qwen2vl::QWEN2_5_VL,
+];
 
 /// The tower of Hugging Face class `class`, if it has one this converter writes.
 pub fn of_class(class: &str) -> Option<&'static Vision> {

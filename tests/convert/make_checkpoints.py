@@ -50,6 +50,7 @@ next to a tokenizer trained here on generated text (no hub downloads).
     pixtral-tiny              LlavaForConditionalGeneration  bf16 1 byte-level BPE with Pixtral's image tokens
     Qwen2-VL-Tiny-Instruct    Qwen2VLForConditionalGeneration bf16 1 Qwen2's BPE with its vision tokens; config.json flat, as Qwen publishes it
     Qwen2.5-VL-Tiny-Instruct  Qwen2_5_VLForConditionalGeneration f16 1 as Qwen2-VL
+    Mistral-Small-3.1-Tiny-Instruct Mistral3ForConditionalGeneration bf16 1 as pixtral-tiny
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -100,6 +101,8 @@ Deliberate edge cases (see docs/notes/convert-hf-reference.md):
   * qwen2vl, qwen25vl: multi-section rope (mrope_section), a tower whose fused Q/K/V is split
     and whose Conv3D patch embedding becomes two Conv2D ones; Qwen2-VL's feed-forward of
     fc1/fc2 (quick GELU), Qwen2.5-VL's gated SiLU one and its window-attention pattern.
+  * mistral3: Pixtral's tower with Mistral 3's projector (an RMS norm, a 2x2 patch merger,
+    no biases) and a Mistral language model under the mistral3 architecture.
 """
 from __future__ import annotations
 
@@ -166,6 +169,7 @@ FAMILIES = {
     "pixtral": "pixtral-tiny",
     "qwen2vl": "Qwen2-VL-Tiny-Instruct",
     "qwen25vl": "Qwen2.5-VL-Tiny-Instruct",
+    "mistral3": "Mistral-Small-3.1-Tiny-Instruct",
 }
 
 # --------------------------------------------------------------------------
@@ -556,9 +560,9 @@ def make_gemma3_vl(out: Path) -> None:
     (out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
 
 
-def make_pixtral(out: Path) -> None:
+def make_pixtral(out: Path, which: str = "llava") -> None:
     import torch
-    from transformers import LlavaConfig, LlavaForConditionalGeneration, MistralConfig, PixtralVisionConfig
+    from transformers import MistralConfig, PixtralVisionConfig
 
     tok, ids = train_byte_bpe(400, ["<s>", "[IMG]", "[IMG_BREAK]", "[IMG_END]", "</s>"])
     bos, image, _, _, eos = ids
@@ -567,13 +571,20 @@ def make_pixtral(out: Path) -> None:
                          bos_token_id=bos, eos_token_id=eos, **TINY)
     vision = PixtralVisionConfig(hidden_size=32, intermediate_size=96, num_hidden_layers=3, num_attention_heads=2,
                                  head_dim=16, image_size=64, patch_size=16, hidden_act="silu", rope_theta=10000.0)
-    config = LlavaConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), image_token_index=image,
-                         projector_hidden_act="gelu", vision_feature_layer=-1, vision_feature_select_strategy="full",
-                         image_seq_length=1)
-    config.architectures = ["LlavaForConditionalGeneration"]
+    if which == "llava":
+        from transformers import LlavaConfig as Config, LlavaForConditionalGeneration as Model
+        config = Config(text_config=text.to_dict(), vision_config=vision.to_dict(), image_token_index=image,
+                        projector_hidden_act="gelu", vision_feature_layer=-1, vision_feature_select_strategy="full",
+                        image_seq_length=1)
+    else:
+        from transformers import Mistral3Config as Config, Mistral3ForConditionalGeneration as Model
+        config = Config(text_config=text.to_dict(), vision_config=vision.to_dict(), image_token_index=image,
+                        projector_hidden_act="gelu", vision_feature_layer=-1, multimodal_projector_bias=False,
+                        spatial_merge_size=2)
+    config.architectures = [Model.__name__]
     torch.manual_seed(SEED)
-    model = LlavaForConditionalGeneration(config)
-    randomize(model, SEED + 42)
+    model = Model(config)
+    randomize(model, SEED + (42 if which == "llava" else 45))
     save_model(model, out, torch.bfloat16)
     tok.save_pretrained(out)
     # What PixtralImageProcessor saves (it needs PIL to be built).
@@ -1622,6 +1633,7 @@ MAKERS = {
     "gpt-oss-mxfp4": make_gpt_oss_mxfp4,
     "gemma3-vl": make_gemma3_vl,
     "pixtral": make_pixtral,
+    "mistral3": lambda out: make_pixtral(out, "mistral3"),
     "qwen2vl": lambda out: make_qwen_vl(out, "qwen2vl"),
     "qwen25vl": lambda out: make_qwen_vl(out, "qwen25vl"),
 }

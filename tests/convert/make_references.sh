@@ -79,7 +79,7 @@ for name in "${vocab_only[@]}"; do
         --outtype f16 --vocab-only
 done
 # --mmproj: the vision tower of each multimodal checkpoint, at every outtype.
-mmproj=(gemma-3-tiny-vl-it pixtral-tiny Qwen2-VL-Tiny-Instruct Qwen2.5-VL-Tiny-Instruct)
+mmproj=(gemma-3-tiny-vl-it pixtral-tiny Mistral-Small-3.1-Tiny-Instruct Qwen2-VL-Tiny-Instruct Qwen2.5-VL-Tiny-Instruct)
 mkdir -p "$outdir/summaries/mmproj"
 for name in "${mmproj[@]}"; do
     for t in "${outtypes[@]}"; do

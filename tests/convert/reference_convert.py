@@ -74,6 +74,7 @@ PRE_BY_ARCH = {
     "SeedOssForCausalLM": "seed-coder",
     "GptOssForCausalLM": "gpt-4o",        # o200k_harmony, GPT-4o's pre-tokenizer
     "LlavaForConditionalGeneration": "pixtral",
+    "Mistral3ForConditionalGeneration": "tekken",   # Mistral Small 3.1's
     "Qwen2VLForConditionalGeneration": "qwen2",
     "Qwen2_5_VLForConditionalGeneration": "qwen2",   # Pixtral 12B's tekken vocabulary
 }

@@ -1,5 +1,5 @@
 //! HF → GGUF conversion against llama.cpp's `convert_hf_to_gguf.py` on
-//! fifty-three tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
+//! fifty-four tiny checkpoints (LLaMA 3, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3,
 //! the rope-scaling ones: Phi-3 LongRoPE, LLaMA YaRN, Qwen3 YaRN; the
 //! mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE,
 //! ERNIE 4.5 MoE, GPT-OSS (stacked experts, gate and up interleaved; as
@@ -12,7 +12,7 @@
 //! latent-attention mixtures DeepSeek-V2 and DeepSeek-V3 (and the FP8
 //! releases of DeepSeek-V3 and Qwen3: float8 weights with block scales, some
 //! in another shard than their weight), the multimodal Gemma 3, LLaVA with
-//! Pixtral's encoder, Qwen2-VL and Qwen2.5-VL (their language models, and
+//! Pixtral's encoder, Mistral 3, Qwen2-VL and Qwen2.5-VL (their language models, and
 //! with `--mmproj` their vision towers), and the embedding
 //! models BERT and DistilBERT (WordPiece, mean pooling), RoBERTa
 //! (byte-level BPE, positions past the padding id), XLM-RoBERTa
@@ -82,7 +82,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 212);
+    assert_eq!(all.len(), 216);
     all
 }
 
@@ -139,7 +139,7 @@ fn pre_tokenizer_check_hashes_equal_the_converters() {
         assert_eq!(quantforge::convert::known_name(&hash).map(Json::from).unwrap_or(Json::Null), want["pre"], "{what}");
     };
     let checkpoints = expected["checkpoints"].as_object().unwrap();
-    assert_eq!(checkpoints.len(), 39);
+    assert_eq!(checkpoints.len(), 40);
     for (name, want) in checkpoints {
         check(name, &data.join("checkpoints").join(name), want);
     }
@@ -786,7 +786,10 @@ fn the_architectures_page_lists_every_supported_class() {
 /// Tensors the converter means to write into a projector file and drops
 /// (`src/convert/family/pixtral.rs` says why): by fixture, each written
 /// first, from the language model's embedding row of a token.
-const BEYOND_THE_CONVERTER: &[(&str, &str, u64)] = &[("pixtral-tiny", "v.token_embd.img_break", 402)];
+const BEYOND_THE_CONVERTER: &[(&str, &str, u64)] = &[
+    ("pixtral-tiny", "v.token_embd.img_break", 402),
+    ("Mistral-Small-3.1-Tiny-Instruct", "v.token_embd.img_break", 402),
+];
 
 /// Every `--mmproj` reference (`tests/data/convert/mmproj/`): the vision
 /// tower's file, byte for byte; where the converter drops a tensor it means
@@ -834,7 +837,7 @@ fn vision_towers_equal_convert_hf_to_gguf_mmproj() {
         };
         assert!(row_of(&out, extra, 0) == row_of(&text, "token_embd.weight", token), "{stem}: not row {token}");
     }
-    assert_eq!(checked, 16);
+    assert_eq!(checked, 20);
 }
 
 /// The two files of one multimodal checkpoint are a pair llama.cpp loads:
@@ -919,7 +922,8 @@ fn vision_towers_are_refused_where_the_file_would_be_wrong() {
     ] {
         let copy = dir.path().join(name);
         copy_dir(&qwen, &copy);
-        let mut config: Json = serde_json::from_str(&std::fs::read_to_string(copy.join("config.json")).unwrap()).unwrap();
+        let mut config: Json =
+            serde_json::from_str(&std::fs::read_to_string(copy.join("config.json")).unwrap()).unwrap();
         config["vision_config"][key] = value;
         std::fs::write(copy.join("config.json"), config.to_string()).unwrap();
         let err = convert_refused(&copy, &out, &mmproj);

@@ -21,6 +21,8 @@ pub const CONVERSION: Conversion = Conversion {
         ("MistralForCausalLM", "llama"),
         // LLaVA's language model (Pixtral's is Mistral's), inside its `text_config`.
         ("LlavaForConditionalGeneration", "llama"),
+        // Mistral Small 3.1's (`Mistral3Model`), LLaMA's under an architecture of its own.
+        ("Mistral3ForConditionalGeneration", "mistral3"),
     ],
     config: Modelled {
         reads: &[],

@@ -1,10 +1,12 @@
-//! Pixtral's vision tower in LLaVA (`LlavaForConditionalGeneration` with a
-//! Pixtral encoder, as Pixtral 12B is published): `LlavaVisionModel` in the
-//! converter (`--mmproj`). A Pixtral encoder (2-D rope, a gated
-//! feed-forward) whose Q/K rows are permuted as LLaMA's, LLaVA's two-layer
-//! projector, and the language model's embedding of `[IMG_BREAK]`, which
-//! llama.cpp reads from the projector file. The language model is LLaMA's
-//! conversion (`family::llama`).
+//! Pixtral's vision tower, in LLaVA (`LlavaForConditionalGeneration` with a
+//! Pixtral encoder, as Pixtral 12B is published) and in Mistral 3
+//! (`Mistral3ForConditionalGeneration`, Mistral Small 3.1):
+//! `LlavaVisionModel` in the converter (`--mmproj`). A Pixtral encoder (2-D
+//! rope, a gated feed-forward) whose Q/K rows are permuted as LLaMA's,
+//! LLaVA's two-layer projector (Mistral 3's after an RMS norm and a merger
+//! of neighbouring patches), and the language model's embedding of
+//! `[IMG_BREAK]`, which llama.cpp reads from the projector file. The
+//! language models are LLaMA's conversion (`family::llama`).
 //!
 //! One difference from the converter, on purpose: it drops every tensor of
 //! the language model before its Pixtral code can take the `[IMG_BREAK]`
@@ -16,8 +18,11 @@
 
 use serde_json::{Value as Json, json};
 
-use crate::arch::clip::{IMAGE_BREAK_EMBEDDING, LLAVA_PROJECTOR_NAMES, PIXTRAL_NAMES, vision_key};
+use crate::arch::clip::{
+    IMAGE_BREAK_EMBEDDING, LLAVA_PROJECTOR_NAMES, MISTRAL3_PROJECTOR_NAMES, PIXTRAL_NAMES, vision_key,
+};
 use crate::convert::error::ConvertError;
+use crate::convert::hparams::count_of;
 use crate::convert::mmproj::{EmbeddingRow, Vision, VisionHparams, patch_embedding_type};
 use crate::convert::tensors::OutType;
 use crate::model::{Metadata, Value};
@@ -25,7 +30,6 @@ use crate::types::GgmlType;
 
 pub const LLAVA: Vision = Vision {
     classes: &["LlavaForConditionalGeneration"],
-    projector: "pixtral",
     top_level: &[
         "image_token_index",
         "image_seq_length",
@@ -34,6 +38,30 @@ pub const LLAVA: Vision = Vision {
         "vision_feature_layer",
         "vision_feature_select_strategy",
     ],
+    names: &[PIXTRAL_NAMES, LLAVA_PROJECTOR_NAMES],
+    keys: llava_keys,
+    ..PIXTRAL
+};
+
+pub const MISTRAL3: Vision = Vision {
+    classes: &["Mistral3ForConditionalGeneration"],
+    top_level: &[
+        "image_token_index",
+        "projector_hidden_act",
+        "multimodal_projector_bias",
+        "vision_feature_layer",
+        "spatial_merge_size",
+    ],
+    names: &[PIXTRAL_NAMES, MISTRAL3_PROJECTOR_NAMES],
+    keys: mistral3_keys,
+    ..PIXTRAL
+};
+
+/// What both take from Pixtral's encoder.
+const PIXTRAL: Vision = Vision {
+    classes: &[],
+    projector: "pixtral",
+    top_level: &[],
     modelled: &[
         "hidden_size",
         "intermediate_size",
@@ -57,29 +85,51 @@ pub const LLAVA: Vision = Vision {
         "pre_mm_projector_norm",
     ],
     skipped: &[],
-    names: &[PIXTRAL_NAMES, LLAVA_PROJECTOR_NAMES],
+    names: &[],
     plus_one: &[],
     permuted: &["q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias"],
     splits: &[],
     embedding_rows: &[EmbeddingRow { token: "[IMG_BREAK]", name: IMAGE_BREAK_EMBEDDING }],
     forced: vision_type,
-    keys: vision_keys,
+    keys: |_, _| Ok(()),
 };
 
 fn vision_type(_hf: &str, gguf: &str, outtype: OutType) -> Option<GgmlType> {
     patch_embedding_type(gguf, outtype)
 }
 
-/// Pixtral's keys; LLaVA's own settings held to what llama.cpp computes
-/// (every patch of the last layer, through a GELU projector).
-fn vision_keys(hp: &VisionHparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
-    // Each with `LlavaConfig`'s default, then the value llama.cpp computes.
-    for (key, default, computed) in [
+/// LLaVA's settings held to what llama.cpp computes (every patch of the
+/// last layer, through a GELU projector), each with `LlavaConfig`'s default.
+fn llava_keys(hp: &VisionHparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
+    let computed = [
         ("projector_hidden_act", json!("gelu"), json!("gelu")),
         ("vision_feature_layer", json!(-2), json!(-1)),
         ("vision_feature_select_strategy", json!("default"), json!("full")),
-    ] {
-        let value = hp.top_level(key).cloned().unwrap_or(default);
+    ];
+    pixtral_keys(hp, keys, &computed)
+}
+
+/// Mistral 3's, with `Mistral3Config`'s defaults; the merger's size written.
+fn mistral3_keys(hp: &VisionHparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
+    let computed =
+        [("projector_hidden_act", json!("gelu"), json!("gelu")), ("vision_feature_layer", json!(-1), json!(-1))];
+    pixtral_keys(hp, keys, &computed)?;
+    let merge =
+        hp.top_level("spatial_merge_size").map_or(Ok(Value::U32(2)), |size| count_of("spatial_merge_size", size))?;
+    keys.set(&vision_key("spatial_merge_size"), merge);
+    Ok(())
+}
+
+/// Pixtral's keys, once each `(key, default, computed)` of the model's
+/// config is found at the value llama.cpp computes with.
+fn pixtral_keys(
+    hp: &VisionHparams<'_>,
+    keys: &mut Metadata,
+    computed: &[(&'static str, Json, Json)],
+) -> Result<(), ConvertError> {
+    for (key, default, computed) in computed {
+        let key = *key;
+        let value = hp.top_level(key).unwrap_or(default);
         if value != computed {
             return Err(ConvertError::Unmodelled {
                 family: "pixtral vision tower".into(),
