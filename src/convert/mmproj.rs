@@ -31,6 +31,11 @@ pub struct Vision {
     pub classes: &'static [&'static str],
     /// Its `clip.projector_type`.
     pub projector: &'static str,
+    /// The encoders it converts, by `vision_config.model_type` (LLaVA's
+    /// class also holds CLIP encoders, which the converter refuses).
+    pub encoders: &'static [&'static str],
+    /// The encoder the class's config takes for one that names none.
+    pub unnamed_encoder: &'static str,
     /// Keys of the multimodal model's own config (beside `text_config` and
     /// `vision_config`) that belong to the tower: the text conversion takes
     /// them as this one's, and this one checks or reads them.
@@ -212,6 +217,14 @@ pub fn convert_mmproj(ckpt: &Checkpoint, outtype: OutType) -> Result<(Metadata, 
     let Some(Json::Object(vision_config)) = ckpt.config.get("vision_config") else {
         return Err(ConvertError::Config(format!("`{class}` has no `vision_config` object")));
     };
+    let encoder = vision_config.get("model_type").and_then(Json::as_str).unwrap_or(vision.unnamed_encoder);
+    if !vision.encoders.contains(&encoder) {
+        return Err(ConvertError::Config(format!(
+            "`{class}` with a `{encoder}` vision encoder: its tower converts with {} encoders only, as \
+             convert_hf_to_gguf.py converts it",
+            vision.encoders.join(", ")
+        )));
+    }
     check_modelled(vision, conversion.family, vision_config)?;
     let mut vision_config = vision_config.clone();
     (vision.read_config)(&mut vision_config);

@@ -840,17 +840,34 @@ fn vision_towers_equal_convert_hf_to_gguf_mmproj() {
     assert_eq!(checked, 20);
 }
 
-/// The two files of one multimodal checkpoint are a pair llama.cpp loads:
+/// The two files of each multimodal checkpoint are a pair llama.cpp loads:
 /// `assemble` (which checks the projector's output width against the
 /// language model's input) takes them as they are written; a recipe's
 /// `mmproj = true` writes what `--mmproj` writes.
 #[test]
 fn a_multimodal_checkpoint_converts_to_a_pair_assemble_takes() {
     let dir = tempfile::tempdir().unwrap();
-    let input = common::repo().join("tests/data/convert/checkpoints/gemma-3-tiny-vl-it");
-    let (lm, mmproj, bundle) = (dir.path().join("lm.gguf"), dir.path().join("mmproj.gguf"), dir.path().join("b.gguf"));
-    run_convert(&input, &lm, &[]);
-    run_convert(&input, &mmproj, &[std::ffi::OsStr::new("--mmproj")]);
+    let checkpoints = common::repo().join("tests/data/convert/checkpoints");
+    let multimodal = [
+        ("gemma-3-tiny-vl-it", "gemma3"),
+        ("pixtral-tiny", "llama"),
+        ("Mistral-Small-3.1-Tiny-Instruct", "mistral3"),
+        ("Qwen2-VL-Tiny-Instruct", "qwen2vl"),
+        ("Qwen2.5-VL-Tiny-Instruct", "qwen2vl"),
+    ];
+    for (model, architecture) in multimodal {
+        let input = checkpoints.join(model);
+        let at = |name: &str| dir.path().join(format!("{model}-{name}.gguf"));
+        let (lm, mmproj, bundle) = (at("lm"), at("mmproj"), at("bundle"));
+        run_convert(&input, &lm, &[]);
+        run_convert(&input, &mmproj, &[std::ffi::OsStr::new("--mmproj")]);
+        let assembled =
+            common::stdout_of_success(common::quantforge_with(&[&"assemble", &lm, &mmproj, &"-o", &bundle]));
+        assert!(bundle.is_file(), "{model}: {assembled}");
+        let shown = common::stdout_of_success(common::quantforge_with(&[&"inspect", &bundle]));
+        assert!(shown.contains(architecture) && shown.contains("vision"), "{model}: {shown}");
+    }
+    let input = checkpoints.join("gemma-3-tiny-vl-it");
     let recipe = dir.path().join("tower.toml");
     std::fs::write(
         &recipe,
@@ -862,11 +879,8 @@ fn a_multimodal_checkpoint_converts_to_a_pair_assemble_takes() {
     )
     .unwrap();
     common::run_json(&recipe, &dir.path().join("cache"), &[]);
-    assert!(std::fs::read(dir.path().join("by-recipe.gguf")).unwrap() == std::fs::read(&mmproj).unwrap());
-    let assembled = common::stdout_of_success(common::quantforge_with(&[&"assemble", &lm, &mmproj, &"-o", &bundle]));
-    assert!(bundle.is_file(), "{assembled}");
-    let shown = common::stdout_of_success(common::quantforge_with(&[&"inspect", &bundle]));
-    assert!(shown.contains("gemma3") && shown.contains("vision"), "{shown}");
+    let by_command = std::fs::read(dir.path().join("gemma-3-tiny-vl-it-mmproj.gguf")).unwrap();
+    assert!(std::fs::read(dir.path().join("by-recipe.gguf")).unwrap() == by_command);
 }
 
 /// What `--mmproj` refuses: a class without a tower, a preset, a tower
@@ -915,6 +929,14 @@ fn vision_towers_are_refused_where_the_file_would_be_wrong() {
     std::fs::write(copy.join("config.json"), config.to_string()).unwrap();
     let err = convert_refused(&copy, &out, &[os("--mmproj"), os("--pre"), os("pixtral")]);
     assert!(err.contains("`vision_feature_layer` (-2)") && err.contains("does not model"), "{err}");
+    // llava-1.5's CLIP tower, which the converter refuses too (llama.cpp converts it with other scripts).
+    config["vision_config"] = json!({"hidden_size": 32, "image_size": 64, "patch_size": 16});
+    std::fs::write(copy.join("config.json"), config.to_string()).unwrap();
+    let err = convert_refused(&copy, &out, &mmproj);
+    assert!(
+        err.contains("with a `clip_vision_model` vision encoder") && err.contains("pixtral encoders only"),
+        "{err}"
+    );
     let qwen = checkpoints.join("Qwen2.5-VL-Tiny-Instruct");
     for (name, key, value, says) in [
         ("periods", "fullatt_block_indexes", json!([1]), "is not a period of blocks"),

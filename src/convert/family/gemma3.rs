@@ -64,6 +64,8 @@ fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
 pub const VISION: Vision = Vision {
     classes: &["Gemma3ForConditionalGeneration"],
     projector: "gemma3",
+    encoders: &["siglip_vision_model"],
+    unnamed_encoder: "siglip_vision_model",
     // The image tokens' ids are the tokenizer's too; the tokens an image
     // becomes are checked against the image processor's.
     top_level: &["mm_tokens_per_image", "boi_token_index", "eoi_token_index", "image_token_index"],

@@ -61,6 +61,8 @@ pub const MISTRAL3: Vision = Vision {
 const PIXTRAL: Vision = Vision {
     classes: &[],
     projector: "pixtral",
+    encoders: &["pixtral"],
+    unnamed_encoder: "clip_vision_model",
     top_level: &[],
     modelled: &[
         "hidden_size",

@@ -54,6 +54,8 @@ const SPLITS: &[Split] = &[
 pub const QWEN2_VL: Vision = Vision {
     classes: &["Qwen2VLForConditionalGeneration"],
     projector: "qwen2vl_merger",
+    encoders: &["qwen2_vl"],
+    unnamed_encoder: "qwen2_vl",
     top_level: TOKEN_IDS,
     modelled: &["depth", "embed_dim", "hidden_size", "num_heads", "mlp_ratio", "patch_size", "image_size"],
     defaults: || {
@@ -76,6 +78,8 @@ pub const QWEN2_VL: Vision = Vision {
 pub const QWEN2_5_VL: Vision = Vision {
     classes: &["Qwen2_5_VLForConditionalGeneration"],
     projector: "qwen2.5vl_merger",
+    encoders: &["qwen2_5_vl"],
+    unnamed_encoder: "qwen2_5_vl",
     top_level: TOKEN_IDS,
     modelled: &[
         "depth",
