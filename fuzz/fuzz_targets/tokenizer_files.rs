@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
+
+#[path = "../shared/split_files.rs"]
+mod split_files;
+use split_files::split_files;
 use quantforge::convert::family::Vocab;
 use quantforge::convert::{Checkpoint, CheckpointError, CheckpointFiles, tokenizer_keys};
 use quantforge::formats::ModelFile;
@@ -67,27 +71,10 @@ fuzz_target!(|data: &[u8]| {
         repository: None,
         model_name: None,
         metadata_override: None,
+        file_config: config.clone(),
         config,
         shards: Vec::new(),
     };
     let mut keys = Metadata::new();
     let _ = tokenizer_keys(&checkpoint, vocab, Some("default"), &mut keys);
 });
-
-/// `bytes` cut at each `\0\0`.
-fn split_files(bytes: &[u8]) -> Vec<&[u8]> {
-    let mut parts = Vec::new();
-    let mut start = 0;
-    let mut at = 0;
-    while at + 1 < bytes.len() {
-        if bytes[at] == 0 && bytes[at + 1] == 0 {
-            parts.push(&bytes[start..at]);
-            start = at + 2;
-            at = start;
-        } else {
-            at += 1;
-        }
-    }
-    parts.push(&bytes[start..]);
-    parts
-}
