@@ -16,9 +16,9 @@ use super::error::ConvertError;
 use super::family::{self, Conversion, Experts, Fused, Generated, Piece, Transform};
 use super::fp8::{Fp8, ScaleAt, WeightScale};
 use super::hparams::BLOCKS;
-use super::mmproj;
 use super::mxfp4::{self, Mxfp4Part};
 use super::rope::{RopeParameters, phi3_long_rope};
+use super::{Scope, mmproj};
 
 /// `--outtype`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,12 +42,17 @@ impl OutType {
 
     /// `--outtype auto`: the first 2-D checkpoint tensor stored as bf16 or
     /// f16 (in the converter's tensor order, f32 and float8 ones passed over) decides;
-    /// f16 when there is none.
-    pub fn auto(ckpt: &Checkpoint) -> OutType {
+    /// f16 when there is none. Of a multimodal checkpoint, only the tensors
+    /// the conversion writes from count: the vision tower's for `--mmproj`,
+    /// the others for the language model.
+    pub fn auto(ckpt: &Checkpoint, scope: Scope) -> OutType {
+        let class = ckpt.config["architectures"][0].as_str().unwrap_or_default();
+        let written = |name: &str| mmproj::is_tower_tensor(class, name) == (scope == Scope::Mmproj);
         let decisive = ckpt.tensor_order().into_iter().map(|(s, t)| &ckpt.shards[s].tensors[t]).find(|tensor| {
             // Stored so, not read so: float8 reads as f16, and the converter passes it over.
             let stored = matches!(tensor.layout, StoredLayout::Native);
-            tensor.dims.len() >= 2 && stored && matches!(tensor.ggml_type, GgmlType::BF16 | GgmlType::F16)
+            let float = matches!(tensor.ggml_type, GgmlType::BF16 | GgmlType::F16);
+            tensor.dims.len() >= 2 && stored && float && written(&tensor.name)
         });
         match decisive.map(|tensor| tensor.ggml_type) {
             Some(GgmlType::BF16) => OutType::BF16,

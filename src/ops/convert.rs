@@ -202,7 +202,7 @@ pub fn apply(
         (false, false) => Scope::Model,
     };
     let (metadata, converted) = match options.target {
-        Target::Auto => convert(&checkpoint, OutType::auto(&checkpoint), pre, scope)?,
+        Target::Auto => convert(&checkpoint, OutType::auto(&checkpoint, scope), pre, scope)?,
         Target::Float(outtype) => convert(&checkpoint, outtype, pre, scope)?,
         Target::Preset(ftype) if options.vocab_only => return Err(ConvertOpError::QuantizedVocabulary(ftype.name())),
         Target::Preset(ftype) if options.mmproj => return Err(ConvertOpError::QuantizedProjector(ftype.name())),

@@ -748,6 +748,60 @@ fn the_default_outtype_is_the_converters_auto() {
     }
 }
 
+/// `--outtype auto` of a multimodal checkpoint counts only the tensors the
+/// file is written from, as the converter (which sees its class's tensors
+/// alone) does: a tower stored f32 beside a bf16 language model is written
+/// F16 with `--mmproj`, the language model bf16.
+#[test]
+fn auto_counts_only_the_tensors_a_multimodal_conversion_writes() {
+    let data = common::repo().join("tests/data/convert");
+    let dir = tempfile::tempdir().unwrap();
+    let mixed = dir.path().join("gemma-3-tiny-vl-it");
+    copy_dir(&data.join("checkpoints/gemma-3-tiny-vl-it"), &mixed);
+    widen_to_f32(&mixed.join("model.safetensors"), |name| !name.starts_with("language_model."));
+    for (extra, golden) in
+        [(&["--mmproj"][..], "mmproj/gemma-3-tiny-vl-it-f16.json"), (&[], "gemma-3-tiny-vl-it-bf16.json")]
+    {
+        let out = dir.path().join("out.gguf");
+        let extra: Vec<&std::ffi::OsStr> = extra.iter().map(std::ffi::OsStr::new).collect();
+        run_convert(&mixed, &out, &extra);
+        let golden: Json = serde_json::from_str(&std::fs::read_to_string(data.join(golden)).unwrap()).unwrap();
+        let sha256 = common::sha256_hex(&std::fs::read(&out).unwrap());
+        assert_eq!(sha256, golden["file"]["sha256"].as_str().unwrap(), "{extra:?}");
+    }
+}
+
+/// Rewrites the bf16 tensors of SafeTensors file `path` that `widened`
+/// names as f32 (the same values).
+fn widen_to_f32(path: &std::path::Path, widened: impl Fn(&str) -> bool) {
+    let bytes = std::fs::read(path).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, Json> = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    let body = &bytes[8 + header_len..];
+    let mut entries: Vec<(String, Json)> = header.into_iter().filter(|(name, _)| name != "__metadata__").collect();
+    entries.sort_by_key(|(_, entry)| entry["data_offsets"][0].as_u64().unwrap());
+    let (mut new_header, mut new_body) = (serde_json::Map::new(), Vec::new());
+    for (name, mut entry) in entries {
+        let [begin, end] = [0, 1].map(|i| entry["data_offsets"][i].as_u64().unwrap() as usize);
+        let start = new_body.len();
+        if entry["dtype"] == "BF16" && widened(&name) {
+            for pair in body[begin..end].chunks_exact(2) {
+                new_body.extend_from_slice(&[0, 0, pair[0], pair[1]]);
+            }
+            entry["dtype"] = json!("F32");
+        } else {
+            new_body.extend_from_slice(&body[begin..end]);
+        }
+        entry["data_offsets"] = json!([start, new_body.len()]);
+        new_header.insert(name, entry);
+    }
+    let header = serde_json::to_vec(&new_header).unwrap();
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(&header);
+    file.extend_from_slice(&new_body);
+    std::fs::write(path, file).unwrap();
+}
+
 /// docs/ARCHITECTURES.md's table lists exactly the classes the converter
 /// takes, with the architecture each is written as, in the registry's order.
 #[test]
