@@ -122,7 +122,7 @@ fn class_of(ckpt: &Checkpoint) -> Result<&str, ConvertError> {
 }
 
 /// A tower's settings as the converter reads them: `vision_config`, the
-/// language model's width, and the image processor's config.
+/// multimodal model's own config, and the image processor's config.
 pub struct VisionHparams<'a> {
     vision: &'a Map<String, Json>,
     /// The multimodal model's own config.
