@@ -201,9 +201,18 @@ pub const LONGROPE: RopeScaling = RopeScaling {
 /// Qwen's sliding-window settings, off unless `use_sliding_window`.
 pub const QWEN_WINDOW: &[&str] = &["use_sliding_window", "sliding_window", "max_window_layers", "layer_types"];
 
-/// Whether `key` is bookkeeping, never changing what a file must say.
-pub(super) fn is_bookkeeping(key: &str) -> bool {
-    BOOKKEEPING.contains(&key)
+/// The first key of `config` that is neither bookkeeping nor `modelled`,
+/// nor unset or at its value in `defaults`: what the conversion would lose.
+pub(super) fn first_unmodelled<'c>(
+    config: &'c serde_json::Map<String, Json>,
+    modelled: impl Fn(&str) -> bool,
+    defaults: &[(&str, Json)],
+) -> Option<(&'c str, &'c Json)> {
+    config.iter().map(|(key, value)| (key.as_str(), value)).find(|&(key, value)| {
+        let at_default =
+            || defaults.iter().any(|(k, default)| *k == key && (same_value(default, value) || value.is_null()));
+        !(BOOKKEEPING.contains(&key) || modelled(key) || at_default())
+    })
 }
 
 /// Refuses a checkpoint whose config sets what `conversion` does not model.
@@ -225,24 +234,14 @@ pub fn check_modelled(ckpt: &Checkpoint, conversion: &Conversion) -> Result<(), 
         return Err(unmodelled(family, key, &value));
     }
     // A multimodal model's tower and its settings are its mmproj conversion's.
-    let class = config.get("architectures").and_then(|a| a.get(0)).and_then(Json::as_str).unwrap_or_default();
-    let tower = super::mmproj::of_class(class);
+    let tower = super::mmproj::tower_of(ckpt);
     let towers = |key: &str| {
         tower.is_some_and(|tower| ["text_config", "vision_config"].contains(&key) || tower.top_level.contains(&key))
     };
-    for (key, value) in config {
-        let known = BOOKKEEPING.contains(&key.as_str())
-            || towers(key)
-            || COMMON.contains(&key.as_str())
-            || modelled.reads.contains(&key.as_str())
-            || modelled.window.contains(&key.as_str());
-        if known {
-            continue;
-        }
-        match defaults.iter().find(|(k, _)| k == key) {
-            Some((_, default)) if default == value || value.is_null() => continue,
-            _ => {}
-        }
+    let known = |key: &str| {
+        towers(key) || COMMON.contains(&key) || modelled.reads.contains(&key) || modelled.window.contains(&key)
+    };
+    if let Some((key, value)) = first_unmodelled(config, known, &defaults) {
         return Err(unmodelled(family, key, value));
     }
     match config.get("rope_scaling").filter(|v| !v.is_null()) {
@@ -269,7 +268,7 @@ fn check_rope_scaling(family: &str, modelled: &Modelled, scaling: &Json) -> Resu
 }
 
 /// Equal JSON values, numbers by value (`1` is `1.0`).
-pub(super) fn same_value(a: &Json, b: &Json) -> bool {
+fn same_value(a: &Json, b: &Json) -> bool {
     a == b || a.as_f64().is_some_and(|x| b.as_f64() == Some(x))
 }
 

@@ -104,6 +104,12 @@ pub fn of_class(class: &str) -> Option<&'static Vision> {
     VISIONS.iter().copied().find(|vision| vision.classes.contains(&class))
 }
 
+/// The tower of `ckpt`'s class, if it has one this converter writes (the
+/// text conversion leaves its tensors out).
+pub fn tower_of(ckpt: &Checkpoint) -> Option<&'static Vision> {
+    of_class(ckpt.config["architectures"][0].as_str()?)
+}
+
 /// Every class whose tower converts, in listing order.
 pub fn supported_classes() -> impl Iterator<Item = &'static str> {
     VISIONS.iter().flat_map(|vision| vision.classes.iter().copied())
@@ -134,9 +140,14 @@ pub struct VisionHparams<'a> {
 impl VisionHparams<'_> {
     /// The first of `names` `vision_config` has (the converter's `find_vparam`).
     pub fn find(&self, names: &[&str]) -> Result<&Json, ConvertError> {
+        self.found(names).map(|(_, value)| value)
+    }
+
+    /// [`Self::find`], with the key it was found under.
+    fn found<'n>(&self, names: &[&'n str]) -> Result<(&'n str, &Json), ConvertError> {
         names
             .iter()
-            .find_map(|k| self.vision.get(*k))
+            .find_map(|k| self.vision.get(*k).map(|value| (*k, value)))
             .ok_or_else(|| ConvertError::Config(format!("`vision_config` has none of {}", names.join(", "))))
     }
 
@@ -152,16 +163,13 @@ impl VisionHparams<'_> {
 
     /// A whole number at the first of `names`.
     pub fn u64(&self, names: &[&str]) -> Result<u64, ConvertError> {
-        let value = self.find(names)?;
-        value
-            .as_u64()
-            .ok_or_else(|| ConvertError::Config(format!("`vision_config`'s {} ({value}) is not a count", names[0])))
+        let (key, value) = self.found(names)?;
+        value.as_u64().ok_or_else(|| ConvertError::Config(format!("`vision_config`'s {key} ({value}) is not a count")))
     }
 
     /// A count at the first of `names`, as a u32.
     pub fn count(&self, names: &[&str]) -> Result<Value, ConvertError> {
-        let value = self.find(names)?;
-        let key = names.iter().find(|k| self.vision.contains_key(**k)).copied().unwrap_or_default();
+        let (key, value) = self.found(names)?;
         super::hparams::count_of(&format!("vision_config.{key}"), value)
     }
 }
@@ -187,22 +195,14 @@ fn processor_config(ckpt: &Checkpoint) -> Result<Map<String, Json>, ConvertError
 
 /// Refuses a `vision_config` key the tower does not model, by name.
 fn check_modelled(vision: &Vision, family: &str, config: &Map<String, Json>) -> Result<(), ConvertError> {
-    let defaults = (vision.defaults)();
-    for (key, value) in config {
-        if config::is_bookkeeping(key) || vision.modelled.contains(&key.as_str()) {
-            continue;
-        }
-        match defaults.iter().find(|(k, _)| k == key) {
-            Some((_, default)) if config::same_value(default, value) || value.is_null() => continue,
-            _ => {}
-        }
-        return Err(ConvertError::Unmodelled {
+    match config::first_unmodelled(config, |key| vision.modelled.contains(&key), &(vision.defaults)()) {
+        Some((key, value)) => Err(ConvertError::Unmodelled {
             family: format!("{family} vision tower"),
             key: format!("vision_config.{key}"),
             value: shorten(value),
-        });
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The vision tower of a multimodal checkpoint as its mmproj file: the
@@ -463,15 +463,9 @@ fn added_token_id(ckpt: &Checkpoint, token: &str) -> Result<u64, ConvertError> {
         .ok_or_else(|| ConvertError::Config(format!("no added token `{token}` in the tokenizer's files")))
 }
 
-/// `MmprojModel.tensor_force_quant`: the patch embedding F16 in an F16
-/// file, else F32.
-pub fn patch_embedding_type(gguf: &str, outtype: OutType) -> Option<GgmlType> {
+/// `MmprojModel.tensor_force_quant`: the patch embedding (and merger) F16
+/// in an F16 file, else F32.
+pub fn patch_embedding_type(_hf: &str, gguf: &str, outtype: OutType) -> Option<GgmlType> {
     (gguf.contains(".patch_embd.weight") || gguf.contains(".patch_merger.weight"))
         .then_some(if outtype == OutType::F16 { GgmlType::F16 } else { GgmlType::F32 })
-}
-
-/// Whether checkpoint tensor `name` of class `class` belongs to its vision
-/// tower (the text conversion leaves those out).
-pub fn is_tower_tensor(class: &str, name: &str) -> bool {
-    of_class(class).is_some_and(|vision| vision.takes(name))
 }

@@ -46,8 +46,8 @@ impl OutType {
     /// the conversion writes from count: the vision tower's for `--mmproj`,
     /// the others for the language model.
     pub fn auto(ckpt: &Checkpoint, scope: Scope) -> OutType {
-        let class = ckpt.config["architectures"][0].as_str().unwrap_or_default();
-        let written = |name: &str| mmproj::is_tower_tensor(class, name) == (scope == Scope::Mmproj);
+        let tower = mmproj::tower_of(ckpt);
+        let written = |name: &str| tower.is_some_and(|tower| tower.takes(name)) == (scope == Scope::Mmproj);
         let decisive = ckpt.tensor_order().into_iter().map(|(s, t)| &ckpt.shards[s].tensors[t]).find(|tensor| {
             // Stored so, not read so: float8 reads as f16, and the converter passes it over.
             let stored = matches!(tensor.layout, StoredLayout::Native);
@@ -417,7 +417,7 @@ pub fn conversion_of(ckpt: &Checkpoint) -> Result<(&'static Conversion, &'static
 /// Every tensor of the converted file, in file order.
 pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<ConvertedTensor>, ConvertError> {
     let (conversion, _) = conversion_of(ckpt)?;
-    let class = ckpt.config["architectures"][0].as_str().unwrap_or_default();
+    let tower = mmproj::tower_of(ckpt);
     let names = FAMILIES
         .iter()
         .find(|f| f.id == conversion.family)
@@ -451,7 +451,7 @@ pub fn convert_tensors(ckpt: &Checkpoint, outtype: OutType) -> Result<Vec<Conver
         if is_mxfp4 && mxfp4::weight_of(&source.name).is_some() {
             continue;
         }
-        if mmproj::is_tower_tensor(class, &source.name) {
+        if tower.is_some_and(|tower| tower.takes(&source.name)) {
             continue;
         }
         let scale = scales.get(source.name.as_str()).copied();

@@ -491,25 +491,39 @@ def make_qwen(out: Path, which: str, rope_scaling: dict | None = None, *, seed: 
             encoding="utf-8")
 
 
-def make_gemma3(out: Path) -> None:
-    import torch
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, GemmaTokenizerFast
+def gemma3_tokenizer(out: Path, user_defined: list[str], special: list[str]):
+    """Gemma 3's SentencePiece vocabulary (Gemma ids) with these pieces, saved in `out`
+    as tokenizer.model; returns the fast tokenizer, not yet saved."""
+    from transformers import GemmaTokenizerFast
 
     sp = out / "tokenizer.model"
     train_sentencepiece(sp, 420, gemma_ids=True, add_dummy_prefix=False,
-                        user_defined=["<mask>", "[@BOS@]", "<start_of_turn>", "<end_of_turn>", "<unused0>", "\n\n"])
-    tok = GemmaTokenizerFast(vocab_file=str(sp), add_bos_token=True, add_eos_token=False,
-                             additional_special_tokens=["<start_of_turn>", "<end_of_turn>"],
-                             chat_template=GEMMA_TEMPLATE, from_slow=True)
+                        user_defined=["<mask>", "[@BOS@]", "<start_of_turn>", "<end_of_turn>", *user_defined, "\n\n"])
+    return GemmaTokenizerFast(vocab_file=str(sp), add_bos_token=True, add_eos_token=False,
+                              additional_special_tokens=["<start_of_turn>", "<end_of_turn>", *special],
+                              chat_template=GEMMA_TEMPLATE, from_slow=True)
+
+
+# The tiny Gemma 3 language model's shape and settings.
+GEMMA3_TEXT = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+    head_dim=32, max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1000000.0,
+    rope_local_base_freq=10000.0, sliding_window=512, query_pre_attn_scalar=32, final_logit_softcapping=None,
+    attn_logit_softcapping=None, pad_token_id=0, bos_token_id=2,
+)
+# OpenAI CLIP's image normalization, which most vision towers publish (decimals f32 cannot hold).
+CLIP_MEAN_STD = {"image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}
+
+
+def make_gemma3(out: Path) -> None:
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    tok = gemma3_tokenizer(out, ["<unused0>"], [])
     end_of_turn = tok.convert_tokens_to_ids("<end_of_turn>")
-    n_vocab = len(tok)
     config = Gemma3TextConfig(
-        vocab_size=n_vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=1, head_dim=32, max_position_embeddings=32768,
-        rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0, sliding_window=512,
-        query_pre_attn_scalar=32, rope_scaling={"rope_type": "linear", "factor": 8.0},
-        final_logit_softcapping=None, attn_logit_softcapping=None, tie_word_embeddings=True,
-        pad_token_id=0, bos_token_id=2, eos_token_id=[1, end_of_turn], torch_dtype="float16",
+        vocab_size=len(tok), rope_scaling={"rope_type": "linear", "factor": 8.0}, tie_word_embeddings=True,
+        eos_token_id=[1, end_of_turn], torch_dtype="float16", **GEMMA3_TEXT,
     )
     config.architectures = ["Gemma3ForCausalLM"]
     torch.manual_seed(SEED)
@@ -521,24 +535,13 @@ def make_gemma3(out: Path) -> None:
 
 def make_gemma3_vl(out: Path) -> None:
     import torch
-    from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, Gemma3TextConfig,
-                              GemmaTokenizerFast, SiglipVisionConfig)
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3TextConfig, SiglipVisionConfig
 
-    sp = out / "tokenizer.model"
     image_tokens = ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
-    train_sentencepiece(sp, 420, gemma_ids=True, add_dummy_prefix=False,
-                        user_defined=["<mask>", "[@BOS@]", "<start_of_turn>", "<end_of_turn>", *image_tokens, "\n\n"])
-    tok = GemmaTokenizerFast(vocab_file=str(sp), add_bos_token=True, add_eos_token=False,
-                             additional_special_tokens=["<start_of_turn>", "<end_of_turn>", *image_tokens],
-                             chat_template=GEMMA_TEMPLATE, from_slow=True)
+    tok = gemma3_tokenizer(out, image_tokens, image_tokens)
     boi, eoi, image = (tok.convert_tokens_to_ids(t) for t in image_tokens)
-    text = Gemma3TextConfig(
-        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=1, head_dim=32, max_position_embeddings=32768,
-        rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0, sliding_window=512,
-        query_pre_attn_scalar=32, final_logit_softcapping=None, attn_logit_softcapping=None,
-        pad_token_id=0, bos_token_id=2, eos_token_id=[1, tok.convert_tokens_to_ids("<end_of_turn>")],
-    )
+    text = Gemma3TextConfig(vocab_size=len(tok), eos_token_id=[1, tok.convert_tokens_to_ids("<end_of_turn>")],
+                            **GEMMA3_TEXT)
     vision = SiglipVisionConfig(hidden_size=32, intermediate_size=80, num_hidden_layers=2, num_attention_heads=2,
                                 image_size=56, patch_size=14, layer_norm_eps=1e-6, vision_use_head=False)
     config = Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4,
@@ -552,12 +555,12 @@ def make_gemma3_vl(out: Path) -> None:
     # What Gemma3ImageProcessor saves (it needs PIL to be built), for 4 tokens an image.
     processor = {
         "do_convert_rgb": None, "do_normalize": True, "do_pan_and_scan": None, "do_rescale": True,
-        "do_resize": True, "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "do_resize": True, **CLIP_MEAN_STD,
         "image_processor_type": "Gemma3ImageProcessor", "image_seq_length": 4,
-        "image_std": [0.26862954, 0.26130258, 0.27577711], "processor_class": "Gemma3Processor",
+        "processor_class": "Gemma3Processor",
         "resample": 2, "rescale_factor": 0.00392156862745098, "size": {"height": 56, "width": 56},
     }
-    (out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
+    (out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2, sort_keys=True) + "\n")
 
 
 def make_pixtral(out: Path, which: str = "llava") -> None:
@@ -590,12 +593,12 @@ def make_pixtral(out: Path, which: str = "llava") -> None:
     # What PixtralImageProcessor saves (it needs PIL to be built).
     processor = {
         "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
-        "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_processor_type": "PixtralImageProcessor",
-        "image_std": [0.26862954, 0.26130258, 0.27577711], "patch_size": {"height": 16, "width": 16},
+        **CLIP_MEAN_STD, "image_processor_type": "PixtralImageProcessor",
+        "patch_size": {"height": 16, "width": 16},
         "processor_class": "PixtralProcessor", "resample": 3, "rescale_factor": 0.00392156862745098,
         "size": {"longest_edge": 64},
     }
-    (out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
+    (out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2, sort_keys=True) + "\n")
 
 
 QWEN_VL_TOKENS = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
@@ -604,8 +607,8 @@ QWEN_VL_TOKENS = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>"
 # Qwen2VLImageProcessor's saved config (it needs PIL to be built).
 QWEN_VL_PROCESSOR = {
     "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
-    "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_processor_type": "Qwen2VLImageProcessor",
-    "image_std": [0.26862954, 0.26130258, 0.27577711], "max_pixels": 12845056, "merge_size": 2,
+    **CLIP_MEAN_STD, "image_processor_type": "Qwen2VLImageProcessor",
+    "max_pixels": 12845056, "merge_size": 2,
     "min_pixels": 3136, "patch_size": 14, "processor_class": "Qwen2VLProcessor", "resample": 3,
     "rescale_factor": 0.00392156862745098, "temporal_patch_size": 2,
 }
@@ -656,7 +659,7 @@ def make_qwen_vl(out: Path, which: str) -> None:
             **tokens, "vision_config": vision, "rope_scaling": text["rope_scaling"]}
     (out / "config.json").write_text(json.dumps(flat, indent=2) + "\n")
     tok.save_pretrained(out)
-    (out / "preprocessor_config.json").write_text(json.dumps(QWEN_VL_PROCESSOR, indent=2) + "\n")
+    (out / "preprocessor_config.json").write_text(json.dumps(QWEN_VL_PROCESSOR, indent=2, sort_keys=True) + "\n")
 
 
 PHI3_SHORT = dict(max_position_embeddings=4096, sliding_window=2047, rope_scaling=None)

@@ -957,55 +957,47 @@ fn vision_towers_are_refused_where_the_file_would_be_wrong() {
     let vl = checkpoints.join("gemma-3-tiny-vl-it");
     let err = convert_refused(&vl, &out, &[os("--mmproj"), os("--outtype"), os("Q4_K_M")]);
     assert!(err.contains("a projector file is converted to a float outtype"), "{err}");
-    let edited = |name: &str, edit: &dyn Fn(&mut Json)| {
+    // A copy `name` of fixture `from` with its config edited.
+    let edited = |from: &str, name: &str, edit: &dyn Fn(&mut Json)| {
         let copy = dir.path().join(name);
-        copy_dir(&vl, &copy);
+        copy_dir(&checkpoints.join(from), &copy);
         let mut config: Json =
             serde_json::from_str(&std::fs::read_to_string(copy.join("config.json")).unwrap()).unwrap();
         edit(&mut config);
         std::fs::write(copy.join("config.json"), config.to_string()).unwrap();
         copy
     };
-    let gelu = edited("gelu", &|c| c["vision_config"]["hidden_act"] = json!("gelu"));
+    let gemma = "gemma-3-tiny-vl-it";
+    let gelu = edited(gemma, "gelu", &|c| c["vision_config"]["hidden_act"] = json!("gelu"));
     let err = convert_refused(&gelu, &out, &mmproj);
     assert!(err.contains("`vision_config.hidden_act` (\"gelu\")") && err.contains("does not model"), "{err}");
-    let tokens = edited("tokens", &|c| c["mm_tokens_per_image"] = json!(16));
+    let tokens = edited(gemma, "tokens", &|c| c["mm_tokens_per_image"] = json!(16));
     let err = convert_refused(&tokens, &out, &mmproj);
     assert!(err.contains("`mm_tokens_per_image` (16) is not the image processor's `image_seq_length` (4)"), "{err}");
-    let unknown = edited("unknown", &|c| c["image_crop_mode"] = json!("center"));
+    let unknown = edited(gemma, "unknown", &|c| c["image_crop_mode"] = json!("center"));
     let err = convert_refused(&unknown, &out, &[]);
     assert!(err.contains("`image_crop_mode` (\"center\")") && err.contains("does not model"), "{err}");
-    let pixtral = checkpoints.join("pixtral-tiny");
-    let copy = dir.path().join("layer");
-    copy_dir(&pixtral, &copy);
-    let mut config: Json = serde_json::from_str(&std::fs::read_to_string(copy.join("config.json")).unwrap()).unwrap();
-    config["vision_feature_layer"] = json!(-2);
-    std::fs::write(copy.join("config.json"), config.to_string()).unwrap();
-    let err = convert_refused(&copy, &out, &[os("--mmproj"), os("--pre"), os("pixtral")]);
+    let layer = edited("pixtral-tiny", "layer", &|c| c["vision_feature_layer"] = json!(-2));
+    let err = convert_refused(&layer, &out, &mmproj);
     assert!(err.contains("`vision_feature_layer` (-2)") && err.contains("does not model"), "{err}");
     // llava-1.5's CLIP tower, which the converter refuses too (llama.cpp converts it with other scripts).
-    config["vision_config"] = json!({"hidden_size": 32, "image_size": 64, "patch_size": 16});
-    std::fs::write(copy.join("config.json"), config.to_string()).unwrap();
-    let err = convert_refused(&copy, &out, &mmproj);
+    let clip = edited("pixtral-tiny", "clip", &|c| {
+        c["vision_config"] = json!({"hidden_size": 32, "image_size": 64, "patch_size": 16});
+    });
+    let err = convert_refused(&clip, &out, &mmproj);
     assert!(
         err.contains("with a `clip_vision_model` vision encoder") && err.contains("pixtral encoders only"),
         "{err}"
     );
-    let qwen = checkpoints.join("Qwen2.5-VL-Tiny-Instruct");
     for (name, key, value, says) in [
         ("periods", "fullatt_block_indexes", json!([1]), "is not a period of blocks"),
         ("windows", "window_size", json!(64), "`vision_config.window_size` (64)"),
     ] {
-        let copy = dir.path().join(name);
-        copy_dir(&qwen, &copy);
-        let mut config: Json =
-            serde_json::from_str(&std::fs::read_to_string(copy.join("config.json")).unwrap()).unwrap();
-        config["vision_config"][key] = value;
-        std::fs::write(copy.join("config.json"), config.to_string()).unwrap();
+        let copy = edited("Qwen2.5-VL-Tiny-Instruct", name, &|c| c["vision_config"][key] = value.clone());
         let err = convert_refused(&copy, &out, &mmproj);
         assert!(err.contains(says), "{err}");
     }
-    let no_processor = edited("no-processor", &|_| {});
+    let no_processor = edited(gemma, "no-processor", &|_| {});
     std::fs::remove_file(no_processor.join("preprocessor_config.json")).unwrap();
     let err = convert_refused(&no_processor, &out, &mmproj);
     assert!(err.contains("has no `image_mean`"), "{err}");

@@ -101,7 +101,7 @@ fn vision_type(hf: &str, gguf: &str, outtype: OutType) -> Option<GgmlType> {
     } else if hf.contains(".embeddings.") {
         Some(GgmlType::F32)
     } else {
-        patch_embedding_type(gguf, outtype)
+        patch_embedding_type(hf, gguf, outtype)
     }
 }
 

@@ -24,9 +24,7 @@ use crate::arch::clip::{
 use crate::convert::error::ConvertError;
 use crate::convert::hparams::count_of;
 use crate::convert::mmproj::{EmbeddingRow, Vision, VisionHparams, patch_embedding_type};
-use crate::convert::tensors::OutType;
 use crate::model::{Metadata, Value};
-use crate::types::GgmlType;
 
 pub const LLAVA: Vision = Vision {
     classes: &["LlavaForConditionalGeneration"],
@@ -92,13 +90,9 @@ const PIXTRAL: Vision = Vision {
     permuted: &["q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias"],
     splits: &[],
     embedding_rows: &[EmbeddingRow { token: "[IMG_BREAK]", name: IMAGE_BREAK_EMBEDDING }],
-    forced: vision_type,
+    forced: patch_embedding_type,
     keys: |_, _| Ok(()),
 };
-
-fn vision_type(_hf: &str, gguf: &str, outtype: OutType) -> Option<GgmlType> {
-    patch_embedding_type(gguf, outtype)
-}
 
 /// LLaVA's settings held to what llama.cpp computes (every patch of the
 /// last layer, through a GELU projector), each with `LlavaConfig`'s default.

@@ -10,36 +10,20 @@
 
 use serde_json::{Map, Value as Json, json};
 
-use super::{Conversion, Vocab};
+use super::{Conversion, qwen2};
 use crate::arch::clip::{QWEN2VL_NAMES, vision_key};
-use crate::convert::config::{MROPE, Modelled, QWEN_WINDOW};
+use crate::convert::config::{MROPE, Modelled};
 use crate::convert::error::ConvertError;
-use crate::convert::hparams::{Hparams, text_model_keys};
 use crate::convert::mmproj::{Split, Vision, VisionHparams, patch_embedding_type};
-use crate::convert::tensors::OutType;
 use crate::model::{Metadata, Value};
-use crate::types::GgmlType;
 
+/// Qwen2's conversion, its rope in sections.
 pub const CONVERSION: Conversion = Conversion {
     family: "qwen2vl",
     classes: &[("Qwen2VLForConditionalGeneration", "qwen2vl"), ("Qwen2_5_VLForConditionalGeneration", "qwen2vl")],
-    config: Modelled {
-        reads: &[],
-        defaults: || vec![("hidden_act", json!("silu"))],
-        window: QWEN_WINDOW,
-        pattern: None,
-        rope_scalings: &[MROPE],
-    },
-    dropped: &[],
-    transforms: &[],
-    generated: &[],
-    keys,
-    vocab: Vocab::SentencePieceOrBpe,
+    config: Modelled { rope_scalings: &[MROPE], ..qwen2::CONVERSION.config },
+    ..qwen2::CONVERSION
 };
-
-fn keys(hp: &Hparams<'_>, keys: &mut Metadata) -> Result<(), ConvertError> {
-    text_model_keys(hp, keys, hp.u64(&["head_dim"]))
-}
 
 /// The vision tokens' ids, which the tokenizer holds too.
 const TOKEN_IDS: &[&str] =
@@ -71,7 +55,7 @@ pub const QWEN2_VL: Vision = Vision {
     permuted: &[],
     embedding_rows: &[],
     splits: SPLITS,
-    forced: vision_type,
+    forced: patch_embedding_type,
     keys: qwen2_vl_keys,
 };
 
@@ -80,7 +64,6 @@ pub const QWEN2_5_VL: Vision = Vision {
     projector: "qwen2.5vl_merger",
     encoders: &["qwen2_5_vl"],
     unnamed_encoder: "qwen2_5_vl",
-    top_level: TOKEN_IDS,
     modelled: &[
         "depth",
         "hidden_size",
@@ -101,16 +84,8 @@ pub const QWEN2_5_VL: Vision = Vision {
         defaults.extend([("hidden_act", json!("silu")), ("window_size", json!(112))]);
         defaults
     },
-    read_config,
-    prefixes: &["visual."],
-    skipped: &[],
-    names: &[QWEN2VL_NAMES],
-    plus_one: &[],
-    permuted: &[],
-    embedding_rows: &[],
-    splits: SPLITS,
-    forced: vision_type,
     keys: qwen2_5_vl_keys,
+    ..QWEN2_VL
 };
 
 /// Settings llama.cpp's Qwen-VL graphs assume, at the values they assume.
@@ -138,13 +113,6 @@ fn read_config(config: &mut Map<String, Json>) {
         config.insert("intermediate_size".into(), merged);
         config.insert("hidden_size".into(), embed_dim);
     }
-}
-
-fn vision_type(_hf: &str, gguf: &str, outtype: OutType) -> Option<GgmlType> {
-    if gguf.contains(".position_embd.") {
-        return Some(GgmlType::F32);
-    }
-    patch_embedding_type(gguf, outtype)
 }
 
 /// The class's projector belongs to its `model_type`, as the converter picks it.
