@@ -4,7 +4,8 @@
 //! `preprocessor_config.json` and `processor_config.json`, and the added
 //! tokens of `tokenizer_config.json` and `tokenizer.json` (Pixtral's
 //! `[IMG_BREAK]`), read from memory beside the weights of one of the
-//! multimodal fixtures. The first byte picks the fixture and the outtype;
+//! multimodal fixtures (LLaVA-1.5's written as llama.cpp's legacy scripts
+//! write it). The first byte picks the fixture and the outtype;
 //! the rest is the files, split at `\0\0`. Any bytes give a projector file's
 //! metadata and tensors or an error, never a panic.
 
@@ -24,12 +25,13 @@ use quantforge::formats::{ModelFile, OpenOptions};
 const NAMES: [&str; 5] =
     ["config.json", "preprocessor_config.json", "processor_config.json", "tokenizer_config.json", "tokenizer.json"];
 
-const FIXTURES: [&str; 5] = [
+const FIXTURES: [&str; 6] = [
     "gemma-3-tiny-vl-it",
     "pixtral-tiny",
     "Mistral-Small-3.1-Tiny-Instruct",
     "Qwen2-VL-Tiny-Instruct",
     "Qwen2.5-VL-Tiny-Instruct",
+    "llava-1.5-tiny-hf",
 ];
 
 const OUTTYPES: [OutType; 4] = [OutType::F32, OutType::F16, OutType::BF16, OutType::Q8_0];

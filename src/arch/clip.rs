@@ -17,6 +17,9 @@ const ARCHITECTURE_KEY: &str = "general.architecture";
 /// The architecture of every mmproj file, whatever model it belongs to.
 const CLIP_ARCHITECTURE: &str = "clip";
 pub const HAS_VISION_ENCODER_KEY: &str = "clip.has_vision_encoder";
+/// Written by llama.cpp's legacy LLaVA converter beside the vision key.
+pub const HAS_TEXT_ENCODER_KEY: &str = "clip.has_text_encoder";
+pub const HAS_LLAVA_PROJECTOR_KEY: &str = "clip.has_llava_projector";
 const HAS_AUDIO_ENCODER_KEY: &str = "clip.has_audio_encoder";
 /// The projector of every encoder in the file; in a file with both encoders
 /// it may be absent and each encoder name its own.
@@ -73,6 +76,34 @@ pub const MISTRAL3_PROJECTOR_NAMES: &[NamePair] = &[
     ("mm.1", "multi_modal_projector.linear_1"),
     ("mm.2", "multi_modal_projector.linear_2"),
 ];
+
+/// GGUF ↔ Hugging Face names of a CLIP vision encoder inside LLaVA
+/// (`CLIPVisionModel` under `vision_tower.`) as llama.cpp's legacy LLaVA
+/// converter names it (`convert_image_encoder_to_gguf.py`), `{N}` the block,
+/// in the order `CLIPVisionModel` holds its parameters, which is the order
+/// that converter writes them. Its feed-forward names are the other way
+/// round from every other encoder's (`fc1` is `ffn_down`); clip.cpp swaps
+/// them back on loading.
+pub const CLIP_NAMES: &[NamePair] = &[
+    ("v.class_embd", "vision_tower.vision_model.embeddings.class_embedding"),
+    ("v.patch_embd", "vision_tower.vision_model.embeddings.patch_embedding"),
+    ("v.position_embd", "vision_tower.vision_model.embeddings.position_embedding"),
+    ("v.pre_ln", "vision_tower.vision_model.pre_layrnorm"),
+    ("v.blk.{N}.attn_k", "vision_tower.vision_model.encoder.layers.{N}.self_attn.k_proj"),
+    ("v.blk.{N}.attn_v", "vision_tower.vision_model.encoder.layers.{N}.self_attn.v_proj"),
+    ("v.blk.{N}.attn_q", "vision_tower.vision_model.encoder.layers.{N}.self_attn.q_proj"),
+    ("v.blk.{N}.attn_out", "vision_tower.vision_model.encoder.layers.{N}.self_attn.out_proj"),
+    ("v.blk.{N}.ln1", "vision_tower.vision_model.encoder.layers.{N}.layer_norm1"),
+    ("v.blk.{N}.ffn_down", "vision_tower.vision_model.encoder.layers.{N}.mlp.fc1"),
+    ("v.blk.{N}.ffn_up", "vision_tower.vision_model.encoder.layers.{N}.mlp.fc2"),
+    ("v.blk.{N}.ln2", "vision_tower.vision_model.encoder.layers.{N}.layer_norm2"),
+];
+
+/// LLaVA-1.5's projector (`LlavaMultiModalProjector`) as the legacy
+/// converter names it: the layers of the original `mm_projector`
+/// `Sequential` (a GELU between them is module 1).
+pub const LLAVA_MLP_PROJECTOR_NAMES: &[NamePair] =
+    &[("mm.0", "multi_modal_projector.linear_1"), ("mm.2", "multi_modal_projector.linear_2")];
 
 /// Pixtral's row break: the language model's embedding of `[IMG_BREAK]`,
 /// which the projector file carries.

@@ -6,7 +6,9 @@
 //! `vision_config` and the image processor's config. What a family does
 //! differently is one [`Vision`] descriptor in that family's module; the
 //! language model of the same checkpoint is its text conversion, which
-//! leaves the tower's tensors and keys to this one.
+//! leaves the tower's tensors and keys to this one. A tower the converter
+//! does not write, but another of llama.cpp's converters does, is that
+//! converter's file ([`Layout::Own`]).
 
 use serde_json::{Map, Value as Json};
 
@@ -70,7 +72,22 @@ pub struct Vision {
     pub forced: fn(&str, &str, OutType) -> Option<GgmlType>,
     /// Its keys after `clip.projector_type`.
     pub keys: fn(&VisionHparams<'_>, &mut Metadata) -> Result<(), ConvertError>,
+    /// Which converter's file it is written as.
+    pub layout: Layout,
 }
+
+/// Which of llama.cpp's converters a tower's file is written as.
+pub enum Layout {
+    /// `convert_hf_to_gguf.py --mmproj`'s (`MmprojModel`), from the descriptor.
+    Mmproj,
+    /// Another converter's, which writes only `outtypes` (the first its
+    /// default), by `write` once the tower's config is checked.
+    Own { write: OwnLayout, outtypes: &'static [OutType] },
+}
+
+/// Writes a tower's whole file: its metadata and its tensors in order.
+pub type OwnLayout =
+    fn(&Checkpoint, &Vision, &VisionHparams<'_>, OutType) -> Result<(Metadata, Vec<ConvertedTensor>), ConvertError>;
 
 /// A checkpoint tensor the converter writes as several.
 pub enum Split {
@@ -94,31 +111,55 @@ pub struct EmbeddingRow {
 pub static VISIONS: &[&Vision] = &[
     &family::gemma3::VISION,
     &family::pixtral::LLAVA,
+    &family::llava::CLIP,
     &family::pixtral::MISTRAL3,
     &family::qwen2vl::QWEN2_VL,
     &family::qwen2vl::QWEN2_5_VL,
 ];
 
-/// The tower of Hugging Face class `class`, if it has one this converter writes.
-pub fn of_class(class: &str) -> Option<&'static Vision> {
-    VISIONS.iter().copied().find(|vision| vision.classes.contains(&class))
-}
-
 /// The tower of `ckpt`'s class, if it has one this converter writes (the
-/// text conversion leaves its tensors out).
+/// text conversion leaves its tensors out): of a class with several, the
+/// one of the checkpoint's encoder, else the first.
 pub fn tower_of(ckpt: &Checkpoint) -> Option<&'static Vision> {
-    of_class(ckpt.config["architectures"][0].as_str()?)
+    let class = ckpt.config["architectures"][0].as_str()?;
+    let mut towers = VISIONS.iter().copied().filter(|vision| vision.classes.contains(&class));
+    let first = towers.next()?;
+    Some(std::iter::once(first).chain(towers).find(|vision| vision.takes_encoder_of(ckpt)).unwrap_or(first))
 }
 
-/// Every class whose tower converts, in listing order.
+/// Every class whose tower converts, in listing order, each once.
 pub fn supported_classes() -> impl Iterator<Item = &'static str> {
-    VISIONS.iter().flat_map(|vision| vision.classes.iter().copied())
+    let mut seen = Vec::new();
+    VISIONS.iter().flat_map(|vision| vision.classes.iter().copied()).filter(move |class| {
+        let new = !seen.contains(class);
+        seen.push(class);
+        new
+    })
 }
 
 impl Vision {
     /// Whether checkpoint tensor `name` is the tower's.
     pub fn takes(&self, name: &str) -> bool {
         self.prefixes.iter().any(|prefix| name.starts_with(prefix))
+    }
+
+    /// The encoder `ckpt`'s `vision_config` names (`model_type`), or the
+    /// one its class takes for none.
+    fn encoder_of<'c>(&self, ckpt: &'c Checkpoint) -> &'c str {
+        ckpt.config["vision_config"]["model_type"].as_str().unwrap_or(self.unnamed_encoder)
+    }
+
+    /// Whether it converts `ckpt`'s encoder.
+    fn takes_encoder_of(&self, ckpt: &Checkpoint) -> bool {
+        self.encoders.contains(&self.encoder_of(ckpt))
+    }
+
+    /// The outtype `--outtype auto` means for it, if its converter has a default of its own.
+    pub fn own_default(&self) -> Option<OutType> {
+        match self.layout {
+            Layout::Mmproj => None,
+            Layout::Own { outtypes, .. } => outtypes.first().copied(),
+        }
     }
 }
 
@@ -167,6 +208,23 @@ impl VisionHparams<'_> {
         value.as_u64().ok_or_else(|| ConvertError::Config(format!("`vision_config`'s {key} ({value}) is not a count")))
     }
 
+    /// Refuses a setting of the multimodal model's own config that is not
+    /// at the value llama.cpp computes with: each `(key, default,
+    /// computed)`, the default standing for an unset key.
+    pub fn hold(&self, tower: &str, settings: &[(&'static str, Json, Json)]) -> Result<(), ConvertError> {
+        for (key, default, computed) in settings {
+            let value = self.top_level(key).unwrap_or(default);
+            if value != computed {
+                return Err(ConvertError::Unmodelled {
+                    family: tower.into(),
+                    key: key.to_string(),
+                    value: value.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// A count at the first of `names`, as a u32.
     pub fn count(&self, names: &[&str]) -> Result<Value, ConvertError> {
         let (key, value) = self.found(names)?;
@@ -210,25 +268,41 @@ fn check_modelled(vision: &Vision, family: &str, config: &Map<String, Json>) -> 
 pub fn convert_mmproj(ckpt: &Checkpoint, outtype: OutType) -> Result<(Metadata, Vec<ConvertedTensor>), ConvertError> {
     let class = class_of(ckpt)?;
     let (conversion, _) = super::tensors::conversion_of(ckpt)?;
-    let vision = of_class(class).ok_or_else(|| ConvertError::NoVisionTower {
+    let vision = tower_of(ckpt).ok_or_else(|| ConvertError::NoVisionTower {
         class: class.to_owned(),
         supported: supported_classes().collect(),
     })?;
     let Some(Json::Object(vision_config)) = ckpt.config.get("vision_config") else {
         return Err(ConvertError::Config(format!("`{class}` has no `vision_config` object")));
     };
-    let encoder = vision_config.get("model_type").and_then(Json::as_str).unwrap_or(vision.unnamed_encoder);
-    if !vision.encoders.contains(&encoder) {
+    if !vision.takes_encoder_of(ckpt) {
+        let encoders: Vec<&str> =
+            VISIONS.iter().filter(|v| v.classes.contains(&class)).flat_map(|v| v.encoders.iter().copied()).collect();
         return Err(ConvertError::Config(format!(
-            "`{class}` with a `{encoder}` vision encoder: its tower converts with {} encoders only, as \
-             convert_hf_to_gguf.py converts it",
-            vision.encoders.join(", ")
+            "`{class}` with a `{}` vision encoder: its tower converts with {} encoders only, as llama.cpp's \
+             converters convert it",
+            vision.encoder_of(ckpt),
+            encoders.join(", ")
+        )));
+    }
+    if let Layout::Own { outtypes, .. } = vision.layout
+        && !outtypes.contains(&outtype)
+    {
+        let names: Vec<&str> = outtypes.iter().map(|t| t.name()).collect();
+        return Err(ConvertError::Config(format!(
+            "`{class}`'s `{}` tower is written as llama.cpp's converter for it writes it, which takes --outtype {} \
+             only",
+            vision.projector,
+            names.join(" or ")
         )));
     }
     check_modelled(vision, conversion.family, vision_config)?;
     let mut vision_config = vision_config.clone();
     (vision.read_config)(&mut vision_config);
     let hp = VisionHparams { vision: &vision_config, top: &ckpt.file_config, processor: processor_config(ckpt)? };
+    if let Layout::Own { write, .. } = vision.layout {
+        return write(ckpt, vision, &hp, outtype);
+    }
     let tensors = tower_tensors(ckpt, vision, &hp, conversion.family, outtype)?;
     let counts = ParameterCounts::of(tensors.iter().map(|t| &t.info));
     let mut metadata = Metadata::new();

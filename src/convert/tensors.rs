@@ -40,13 +40,27 @@ impl OutType {
         })
     }
 
+    /// The `--outtype` spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            OutType::F32 => "f32",
+            OutType::F16 => "f16",
+            OutType::BF16 => "bf16",
+            OutType::Q8_0 => "q8_0",
+        }
+    }
+
     /// `--outtype auto`: the first 2-D checkpoint tensor stored as bf16 or
     /// f16 (in the converter's tensor order, f32 and float8 ones passed over) decides;
     /// f16 when there is none. Of a multimodal checkpoint, only the tensors
     /// the conversion writes from count: the vision tower's for `--mmproj`,
-    /// the others for the language model.
+    /// the others for the language model. A tower another converter
+    /// writes takes that converter's default.
     pub fn auto(ckpt: &Checkpoint, scope: Scope) -> OutType {
         let tower = mmproj::tower_of(ckpt);
+        if let Some(default) = tower.and_then(|tower| tower.own_default()).filter(|_| scope == Scope::Mmproj) {
+            return default;
+        }
         let written = |name: &str| tower.is_some_and(|tower| tower.takes(name)) == (scope == Scope::Mmproj);
         let decisive = ckpt.tensor_order().into_iter().map(|(s, t)| &ckpt.shards[s].tensors[t]).find(|tensor| {
             // Stored so, not read so: float8 reads as f16, and the converter passes it over.

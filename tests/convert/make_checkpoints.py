@@ -51,6 +51,7 @@ next to a tokenizer trained here on generated text (no hub downloads).
     Qwen2-VL-Tiny-Instruct    Qwen2VLForConditionalGeneration bf16 1 Qwen2's BPE with its vision tokens; config.json flat, as Qwen publishes it
     Qwen2.5-VL-Tiny-Instruct  Qwen2_5_VLForConditionalGeneration f16 1 as Qwen2-VL
     Mistral-Small-3.1-Tiny-Instruct Mistral3ForConditionalGeneration bf16 1 as pixtral-tiny
+    llava-1.5-tiny-hf         LlavaForConditionalGeneration  bf16 1 SentencePiece (LLaMA) with <image> and <pad> added
 
 The directory names are part of the fixture: convert_hf_to_gguf.py derives
 general.name / basename / finetune / version / size_label from them.
@@ -101,6 +102,11 @@ Deliberate edge cases (see docs/notes/convert-hf-reference.md):
   * qwen2vl, qwen25vl: multi-section rope (mrope_section), a tower whose fused Q/K/V is split
     and whose Conv3D patch embedding becomes two Conv2D ones; Qwen2-VL's feed-forward of
     fc1/fc2 (quick GELU), Qwen2.5-VL's gated SiLU one and its window-attention pattern.
+  * llava: LLaVA-1.5 as llava-hf publishes it: a CLIP tower (quick GELU, a class embedding,
+    vision_config saved as a difference from CLIPVisionConfig's defaults with the vocab_size
+    llava-hf's configs carry), written by llama.cpp's legacy LLaVA scripts: its last block and
+    final norm dropped, the projector's matrices f16 at every outtype; f16-edge rows in the
+    projector's second layer.
   * mistral3: Pixtral's tower with Mistral 3's projector (an RMS norm, a 2x2 patch merger,
     no biases) and a Mistral language model under the mistral3 architecture.
 """
@@ -170,6 +176,7 @@ FAMILIES = {
     "qwen2vl": "Qwen2-VL-Tiny-Instruct",
     "qwen25vl": "Qwen2.5-VL-Tiny-Instruct",
     "mistral3": "Mistral-Small-3.1-Tiny-Instruct",
+    "llava": "llava-1.5-tiny-hf",
 }
 
 # --------------------------------------------------------------------------
@@ -597,6 +604,46 @@ def make_pixtral(out: Path, which: str = "llava") -> None:
         "patch_size": {"height": 16, "width": 16},
         "processor_class": "PixtralProcessor", "resample": 3, "rescale_factor": 0.00392156862745098,
         "size": {"longest_edge": 64},
+    }
+    (out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2, sort_keys=True) + "\n")
+
+
+def make_llava(out: Path) -> None:
+    import torch
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    tok = sentencepiece_llama(out, 400)
+    tok.add_tokens(["<image>"], special_tokens=True)
+    tok.add_special_tokens({"pad_token": "<pad>"})
+    image, pad = tok.convert_tokens_to_ids(["<image>", "<pad>"])
+    text = LlamaConfig(vocab_size=len(tok), intermediate_size=128, max_position_embeddings=4096, rms_norm_eps=1e-5,
+                       rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                       pad_token_id=pad, **TINY)
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=80, num_hidden_layers=3, num_attention_heads=2,
+                              image_size=28, patch_size=14, projection_dim=48)
+    config = LlavaConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), image_token_index=image,
+                         image_seq_length=4, pad_token_id=pad)
+    config.architectures = ["LlavaForConditionalGeneration"]
+    torch.manual_seed(SEED)
+    model = LlavaForConditionalGeneration(config)
+    randomize(model, SEED + 47)
+    with torch.no_grad():
+        model.model.multi_modal_projector.linear_2.weight[:4] = torch.from_numpy(edge_rows(64))
+    save_model(model, out, torch.bfloat16)
+    # llava-hf's vision_config: what differs from CLIPVisionConfig's defaults, and a vocab_size.
+    saved = json.loads((out / "config.json").read_text())
+    defaults = CLIPVisionConfig().to_dict()
+    saved["vision_config"] = {key: value for key, value in saved["vision_config"].items()
+                              if key == "model_type" or defaults.get(key) != value}
+    saved["vision_config"]["vocab_size"] = 32000
+    (out / "config.json").write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
+    tok.save_pretrained(out)
+    # What CLIPImageProcessor saves for llava-1.5 (it needs PIL to be built), at 28 pixels.
+    processor = {
+        "crop_size": {"height": 28, "width": 28}, "do_center_crop": True, "do_convert_rgb": True,
+        "do_normalize": True, "do_rescale": True, "do_resize": True, **CLIP_MEAN_STD,
+        "image_processor_type": "CLIPImageProcessor", "processor_class": "LlavaProcessor", "resample": 3,
+        "rescale_factor": 0.00392156862745098, "size": {"shortest_edge": 28},
     }
     (out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2, sort_keys=True) + "\n")
 
@@ -1637,6 +1684,7 @@ MAKERS = {
     "gemma3-vl": make_gemma3_vl,
     "pixtral": make_pixtral,
     "mistral3": lambda out: make_pixtral(out, "mistral3"),
+    "llava": make_llava,
     "qwen2vl": lambda out: make_qwen_vl(out, "qwen2vl"),
     "qwen25vl": lambda out: make_qwen_vl(out, "qwen25vl"),
 }

@@ -8,7 +8,8 @@
 #   OUTDIR/logs/<name>-<outtype>.log    the converter's log
 #
 # for every checkpoint and every outtype in f16 bf16 f32 q8_0; the multimodal ones' vision
-# towers with --mmproj (OUTDIR/summaries/mmproj/); and a few with --vocab-only,
+# towers with --mmproj (OUTDIR/summaries/mmproj/; LLaVA-1.5's with llama.cpp's legacy
+# scripts, tests/convert/reference_llava_legacy.py); and a few with --vocab-only,
 # a model card and --metadata, and the --split-* flags (OUTDIR/splits/<case>/, every shard);
 # and the real all-MiniLM-L6-v2 (summaries/real/). The fixtures' pre-tokenizer check
 # hashes are tests/convert/pre_hashes.py's (tests/data/convert/pre_tokenizers/check_hashes.json).
@@ -50,13 +51,14 @@ mkdir -p "$outdir"/{checkpoints,gguf,summaries,logs}
 failed=()
 n=0
 # reference LABEL SUMMARY CHECKPOINT CONVERTER-ARGS...: the converter's output
-# into gguf/LABEL.gguf (its log in logs/LABEL.log), summarized into SUMMARY.
+# into gguf/LABEL.gguf (its log in logs/LABEL.log), summarized into SUMMARY. The
+# converter is $converter (reference_convert.py unless set for the call).
 reference() {
     local label=$1 summary=$2 ckpt=$3
     shift 3
     local out=$outdir/gguf/$label.gguf log=$outdir/logs/$label.log
     rm -f "$out"
-    if "$python" "$here/reference_convert.py" "$ckpt" "$@" --outfile "$out" >"$log" 2>&1 && [ -s "$out" ]; then
+    if "$python" "$here/${converter:-reference_convert.py}" "$ckpt" "$@" --outfile "$out" >"$log" 2>&1 && [ -s "$out" ]; then
         "$python" "$here/summarize.py" "$out" "$summary"
         n=$((n + 1))
         echo "ok   $label ($(stat -c %s "$out") bytes)"
@@ -86,6 +88,12 @@ for name in "${mmproj[@]}"; do
         reference "$name-mmproj-$t" "$outdir/summaries/mmproj/$name-$t.json" "$outdir/checkpoints/$name" \
             --outtype "$t" --mmproj
     done
+done
+# --mmproj of LLaVA-1.5 (a CLIP tower), which convert_hf_to_gguf.py does not convert:
+# llama.cpp's legacy LLaVA scripts (reference_llava_legacy.py), at the two outtypes they write.
+for t in f16 f32; do
+    converter=reference_llava_legacy.py reference "llava-1.5-tiny-hf-mmproj-$t" \
+        "$outdir/summaries/mmproj/llava-1.5-tiny-hf-$t.json" "$outdir/checkpoints/llava-1.5-tiny-hf" --outtype "$t"
 done
 # A model card and the converter's --metadata / --model-name, on SmolLM3-Tiny
 # copied beside tests/data/convert/cards/README.md.

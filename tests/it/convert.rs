@@ -82,7 +82,7 @@ fn references() -> Vec<(String, Checkpoint, OutType, Json)> {
         all.push((stem.to_owned(), checkpoint, outtype, golden));
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(all.len(), 216);
+    assert_eq!(all.len(), 220);
     all
 }
 
@@ -751,7 +751,9 @@ fn the_default_outtype_is_the_converters_auto() {
 /// `--outtype auto` of a multimodal checkpoint counts only the tensors the
 /// file is written from, as the converter (which sees its class's tensors
 /// alone) does: a tower stored f32 beside a bf16 language model is written
-/// F16 with `--mmproj`, the language model bf16.
+/// F16 with `--mmproj`, the language model bf16. A tower written as
+/// another converter writes it takes that converter's default: LLaVA-1.5's
+/// bf16 CLIP tower is written f16, as llama.cpp's legacy scripts write it.
 #[test]
 fn auto_counts_only_the_tensors_a_multimodal_conversion_writes() {
     let data = common::repo().join("tests/data/convert");
@@ -769,6 +771,12 @@ fn auto_counts_only_the_tensors_a_multimodal_conversion_writes() {
         let sha256 = common::sha256_hex(&std::fs::read(&out).unwrap());
         assert_eq!(sha256, golden["file"]["sha256"].as_str().unwrap(), "{extra:?}");
     }
+    let out = dir.path().join("llava.gguf");
+    run_convert(&data.join("checkpoints/llava-1.5-tiny-hf"), &out, &[std::ffi::OsStr::new("--mmproj")]);
+    let golden: Json =
+        serde_json::from_str(&std::fs::read_to_string(data.join("mmproj/llava-1.5-tiny-hf-f16.json")).unwrap())
+            .unwrap();
+    assert_eq!(common::sha256_hex(&std::fs::read(&out).unwrap()), golden["file"]["sha256"].as_str().unwrap());
 }
 
 /// Rewrites the bf16 tensors of SafeTensors file `path` that `widened`
@@ -891,7 +899,7 @@ fn vision_towers_equal_convert_hf_to_gguf_mmproj() {
         };
         assert!(row_of(&out, extra, 0) == row_of(&text, "token_embd.weight", token), "{stem}: not row {token}");
     }
-    assert_eq!(checked, 20);
+    assert_eq!(checked, 22);
 }
 
 /// The two files of each multimodal checkpoint are a pair llama.cpp loads:
@@ -908,6 +916,7 @@ fn a_multimodal_checkpoint_converts_to_a_pair_assemble_takes() {
         ("Mistral-Small-3.1-Tiny-Instruct", "mistral3"),
         ("Qwen2-VL-Tiny-Instruct", "qwen2vl"),
         ("Qwen2.5-VL-Tiny-Instruct", "qwen2vl"),
+        ("llava-1.5-tiny-hf", "llama"),
     ];
     for (model, architecture) in multimodal {
         let input = checkpoints.join(model);
@@ -980,15 +989,33 @@ fn vision_towers_are_refused_where_the_file_would_be_wrong() {
     let layer = edited("pixtral-tiny", "layer", &|c| c["vision_feature_layer"] = json!(-2));
     let err = convert_refused(&layer, &out, &mmproj);
     assert!(err.contains("`vision_feature_layer` (-2)") && err.contains("does not model"), "{err}");
-    // llava-1.5's CLIP tower, which the converter refuses too (llama.cpp converts it with other scripts).
-    let clip = edited("pixtral-tiny", "clip", &|c| {
-        c["vision_config"] = json!({"hidden_size": 32, "image_size": 64, "patch_size": 16});
-    });
-    let err = convert_refused(&clip, &out, &mmproj);
+    // An encoder neither of LLaVA's towers is.
+    let siglip = edited("pixtral-tiny", "siglip", &|c| c["vision_config"]["model_type"] = json!("siglip_vision_model"));
+    let err = convert_refused(&siglip, &out, &mmproj);
     assert!(
-        err.contains("with a `clip_vision_model` vision encoder") && err.contains("pixtral encoders only"),
+        err.contains("with a `siglip_vision_model` vision encoder")
+            && err.contains("pixtral, clip_vision_model encoders only"),
         "{err}"
     );
+    // LLaVA-1.5's CLIP tower: what llama.cpp's `mlp` projector computes, and
+    // the outtypes the legacy converter writes.
+    let llava = "llava-1.5-tiny-hf";
+    for (name, key, value) in [
+        ("last-layer", "vision_feature_layer", json!(-1)),
+        ("full", "vision_feature_select_strategy", json!("full")),
+        ("no-bias", "multimodal_projector_bias", json!(false)),
+    ] {
+        let copy = edited(llava, name, &|c| c[key] = value.clone());
+        let err = convert_refused(&copy, &out, &mmproj);
+        assert!(err.contains(&format!("`{key}` ({value})")) && err.contains("llava vision tower"), "{err}");
+    }
+    let one_block = edited(llava, "one-block", &|c| c["vision_config"]["num_hidden_layers"] = json!(1));
+    let err = convert_refused(&one_block, &out, &mmproj);
+    assert!(err.contains("LLaVA reads the block before the last"), "{err}");
+    for outtype in ["bf16", "q8_0"] {
+        let err = convert_refused(&checkpoints.join(llava), &out, &[os("--mmproj"), os("--outtype"), os(outtype)]);
+        assert!(err.contains("takes --outtype f16 or f32 only"), "{err}");
+    }
     for (name, key, value, says) in [
         ("periods", "fullatt_block_indexes", json!([1]), "is not a period of blocks"),
         ("windows", "window_size", json!(64), "`vision_config.window_size` (64)"),

@@ -14,7 +14,7 @@ use crate::arch::clip::{GEMMA3_PROJECTOR_NAMES, SIGLIP_NAMES, vision_key};
 use crate::convert::config::{LINEAR, Modelled};
 use crate::convert::error::ConvertError;
 use crate::convert::hparams::{Hparams, text_model_keys};
-use crate::convert::mmproj::{Vision, VisionHparams, patch_embedding_type};
+use crate::convert::mmproj::{Layout, Vision, VisionHparams, patch_embedding_type};
 use crate::convert::tensors::OutType;
 use crate::model::{Metadata, Value};
 use crate::types::GgmlType;
@@ -91,6 +91,7 @@ pub const VISION: Vision = Vision {
     embedding_rows: &[],
     forced: vision_type,
     keys: vision_keys,
+    layout: Layout::Mmproj,
 };
 
 /// `Gemma3VisionModel.tensor_force_quant`: the input projection F16, the

@@ -24,6 +24,7 @@ mod granite_moe;
 mod internlm2;
 mod lfm2;
 mod llama;
+pub(super) mod llava;
 mod mixtral;
 mod olmo;
 mod olmo2;

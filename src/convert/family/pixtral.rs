@@ -23,19 +23,12 @@ use crate::arch::clip::{
 };
 use crate::convert::error::ConvertError;
 use crate::convert::hparams::count_of;
-use crate::convert::mmproj::{EmbeddingRow, Vision, VisionHparams, patch_embedding_type};
+use crate::convert::mmproj::{EmbeddingRow, Layout, Vision, VisionHparams, patch_embedding_type};
 use crate::model::{Metadata, Value};
 
 pub const LLAVA: Vision = Vision {
     classes: &["LlavaForConditionalGeneration"],
-    top_level: &[
-        "image_token_index",
-        "image_seq_length",
-        "projector_hidden_act",
-        "multimodal_projector_bias",
-        "vision_feature_layer",
-        "vision_feature_select_strategy",
-    ],
+    top_level: super::llava::LLAVA_SETTINGS,
     names: &[PIXTRAL_NAMES, LLAVA_PROJECTOR_NAMES],
     keys: llava_keys,
     ..PIXTRAL
@@ -92,6 +85,7 @@ const PIXTRAL: Vision = Vision {
     embedding_rows: &[EmbeddingRow { token: "[IMG_BREAK]", name: IMAGE_BREAK_EMBEDDING }],
     forced: patch_embedding_type,
     keys: |_, _| Ok(()),
+    layout: Layout::Mmproj,
 };
 
 /// LLaVA's settings held to what llama.cpp computes (every patch of the
@@ -123,17 +117,7 @@ fn pixtral_keys(
     keys: &mut Metadata,
     computed: &[(&'static str, Json, Json)],
 ) -> Result<(), ConvertError> {
-    for (key, default, computed) in computed {
-        let key = *key;
-        let value = hp.top_level(key).unwrap_or(default);
-        if value != computed {
-            return Err(ConvertError::Unmodelled {
-                family: "pixtral vision tower".into(),
-                key: key.into(),
-                value: value.to_string(),
-            });
-        }
-    }
+    hp.hold("pixtral vision tower", computed)?;
     let (width, heads) = (hp.u64(&["hidden_size"])?, hp.u64(&["num_attention_heads"])?);
     if let Some(head_dim) = hp.get("head_dim")
         && Some(head_dim) != width.checked_div(heads).map(Json::from).as_ref()

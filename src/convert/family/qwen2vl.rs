@@ -14,7 +14,7 @@ use super::{Conversion, qwen2};
 use crate::arch::clip::{QWEN2VL_NAMES, vision_key};
 use crate::convert::config::{MROPE, Modelled};
 use crate::convert::error::ConvertError;
-use crate::convert::mmproj::{Split, Vision, VisionHparams, patch_embedding_type};
+use crate::convert::mmproj::{Layout, Split, Vision, VisionHparams, patch_embedding_type};
 use crate::model::{Metadata, Value};
 
 /// Qwen2's conversion, its rope in sections.
@@ -57,6 +57,7 @@ pub const QWEN2_VL: Vision = Vision {
     splits: SPLITS,
     forced: patch_embedding_type,
     keys: qwen2_vl_keys,
+    layout: Layout::Mmproj,
 };
 
 pub const QWEN2_5_VL: Vision = Vision {
