@@ -11,7 +11,7 @@
 //! norm (LLaVA reads the block before the last), f16 or f32 as that script
 //! writes them. The language model is LLaMA's conversion (`family::llama`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value as Json, json};
 
@@ -66,8 +66,9 @@ pub const CLIP: Vision = Vision {
     defaults: || vec![("num_channels", json!(3))],
     read_config: clip_vision_defaults,
     prefixes: &["multi_modal_projector.", "vision_tower."],
-    // LLaVA reads the encoder before its final norm; the legacy script drops it.
-    skipped: &[".post_layernorm."],
+    // LLaVA reads the encoder before its final norm; the legacy script drops
+    // it, and the position ids older checkpoints saved (a buffer, not a weight).
+    skipped: &[".post_layernorm.", ".embeddings.position_ids"],
     names: &[CLIP_NAMES, LLAVA_MLP_PROJECTOR_NAMES],
     plus_one: &[],
     permuted: &[],
@@ -197,6 +198,7 @@ fn legacy_tensors(
     let tower: Vec<(usize, usize)> =
         ckpt.tensor_order().into_iter().filter(|&(s, t)| vision.takes(&ckpt.shards[s].tensors[t].name)).collect();
     let info = |(s, t): (usize, usize)| &ckpt.shards[s].tensors[t];
+    let by_name: HashMap<&str, (usize, usize)> = tower.iter().map(|&at| (info(at).name.as_str(), at)).collect();
     let unmapped = |name: &str| ConvertError::Unmapped { tensor: name.to_owned(), family: "llava vision tower" };
     let mut written = HashSet::new();
     let mut out = Vec::new();
@@ -221,7 +223,7 @@ fn legacy_tensors(
     for (gguf, hf) in encoder_parameters(kept) {
         let mut found = false;
         for suffix in [".weight", ".bias", ""] {
-            let Some(&at) = tower.iter().find(|&&at| info(at).name == format!("{hf}{suffix}")) else { continue };
+            let Some(&at) = by_name.get(format!("{hf}{suffix}").as_str()) else { continue };
             let name = format!("{gguf}{suffix}");
             let ty = encoder_type(&name, squeezed(&info(at).dims).len(), outtype);
             write(at, name, ty);
