@@ -193,7 +193,8 @@ pub(super) fn run(args: RunArgs, json: bool, verbose: bool) -> anyhow::Result<()
     let engine = Engine::new(store, super::workers(args.jobs.or(recipe.jobs)))?
         .with_pins(args.pins.pins()?)
         .with_force(args.force)
-        .with_link(args.link.link.0.clone());
+        .with_link(args.link.link.0.clone())
+        .with_sha256_of_files(args.targets.is_empty());
     if let Some(page) = &args.report {
         check_page(&engine, &recipe, page)?;
     }

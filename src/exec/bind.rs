@@ -192,9 +192,10 @@ impl Engine {
             let content = match self.pins.get(file).and_then(|pin| pin.check(file)) {
                 Some(pinned) => Ok(pinned),
                 // A store that keeps nothing needs keys unique to this run only.
-                None if self.store.keeps_results() || decl.pin.is_some() => {
-                    fingerprint::content_hash(&*self.store, file)
-                }
+                None if self.store.keeps_results() || decl.pin.is_some() => match self.sha256_of_files {
+                    true => fingerprint::content_hash_and_sha256(&*self.store, file),
+                    false => fingerprint::content_hash(&*self.store, file),
+                },
                 None => fingerprint::stat_identity(file),
             };
             let content = content.map_err(input_err)?;

@@ -80,6 +80,8 @@ pub(super) struct Shared {
     pub(super) rebuild: bool,
     pub(super) buffer_limit: Option<u64>,
     pub(super) link: Vec<LinkMode>,
+    /// Exports hash their files by sha256 too (`Engine::with_sha256_of_files`).
+    pub(super) sha256_of_files: bool,
     /// Conversions being encoded by some node, so no other encodes them again.
     pub(super) in_flight: InFlight,
     /// Every conversion of the sets produced so far, for encoding siblings together.

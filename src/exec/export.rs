@@ -439,6 +439,21 @@ impl Engine {
 }
 
 impl Shared {
+    /// The blake3 of the output file at `path` (`len` bytes), from one read
+    /// that also gives the cache its sha256 when the run's lock will ask
+    /// (`Engine::with_sha256_of_files`).
+    fn hash_output(&self, path: &Path, len: u64) -> io::Result<Key> {
+        if !self.sha256_of_files {
+            return hash_file(path);
+        }
+        let (sha256, blake3, read) = crate::files::sha256_and_blake3_file(path)?;
+        if read != len {
+            return Err(io::Error::other(format!("{len} bytes were written, {read} read back")));
+        }
+        crate::store::fingerprint::remember_sha256(&*self.store, &blake3, len, &sha256);
+        Key::from_hex(&blake3).ok_or_else(|| io::Error::other("a blake3 that is not 32 bytes of hex"))
+    }
+
     /// Keeps the store's copies of the tensors `placed` in a file as ranges
     /// of it (`host`), so their bytes lie on disk once. Best effort: a blob
     /// that cannot be replaced by its range stays whole.
@@ -620,7 +635,7 @@ impl Shared {
             report.bytes_out += len;
             let mut file_report = report::FileReport::new(path.clone(), len, tensors);
             if self.store.keeps_results() {
-                let file_hash = hash_file(&path).map_err(write_err)?;
+                let file_hash = self.hash_output(&path, len).map_err(write_err)?;
                 let mode = match self.link.is_empty() {
                     // Scratch: nothing of the cache may depend on this file.
                     true => LinkMode::Whole,

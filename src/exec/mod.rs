@@ -75,6 +75,9 @@ pub struct Engine {
     buffer_limit: Option<u64>,
     /// How the cache takes in what exports write (`--link`), in the order tried.
     link: Vec<LinkMode>,
+    /// Every file read or written is hashed by sha256 too, in the read that
+    /// hashes its blake3.
+    sha256_of_files: bool,
 }
 
 /// Tensors this process encoded and kept in a lasting store: what an
@@ -100,6 +103,7 @@ impl Engine {
             force: false,
             buffer_limit: None,
             link: LinkMode::DEFAULT_MODES.to_vec(),
+            sha256_of_files: false,
         })
     }
 
@@ -138,6 +142,15 @@ impl Engine {
     /// whose tensors the cache then keeps whole.
     pub fn with_link(mut self, modes: Vec<LinkMode>) -> Engine {
         self.link = modes;
+        self
+    }
+
+    /// Every input file the run hashes and every file its exports write is
+    /// hashed by sha256 too, in the one read that hashes its blake3, and
+    /// the cache remembers it: for `run`, whose lock lists the sha256 of
+    /// each and then reads none of them again.
+    pub fn with_sha256_of_files(mut self, sha256: bool) -> Engine {
+        self.sha256_of_files = sha256;
         self
     }
 
@@ -421,6 +434,7 @@ impl Engine {
             rebuild: self.force,
             buffer_limit: self.buffer_limit,
             link: self.link.clone(),
+            sha256_of_files: self.sha256_of_files,
             in_flight: InFlight::default(),
             fanout: Fanout::default(),
             tool_runs: std::sync::RwLock::new(()),

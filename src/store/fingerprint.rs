@@ -1,4 +1,5 @@
-//! Content hashes of input files, remembered by stat fingerprint.
+//! Content hashes of input files, remembered by stat fingerprint, and the
+//! sha256 of a content (a lock's digest), remembered by its blake3.
 //!
 //! Like git's index: a file whose device, inode, size, mtime and ctime are
 //! unchanged is taken to hold the bytes it held when it was hashed, so an
@@ -82,12 +83,21 @@ pub fn stat_identity(path: &Path) -> io::Result<ContentHash> {
 /// Errors are the file's: remembering the hash is best effort (a read-only
 /// cache hashes again next time).
 pub fn content_hash(store: &dyn Store, path: &Path) -> io::Result<ContentHash> {
+    content_hash_by(store, path, hash_file)
+}
+
+/// [`content_hash`], the file hashed by `hash` when it is read.
+fn content_hash_by(
+    store: &dyn Store,
+    path: &Path,
+    hash: impl FnOnce(&Path) -> io::Result<Key>,
+) -> io::Result<ContentHash> {
     let meta = input_metadata(path)?;
     let stat = stat_key(&meta);
     if let Some(hash) = store.get_action(ActionKind::Stat, &stat).as_deref().and_then(parse_hex) {
         return Ok(ContentHash { hash, rehashed: false, len: meta.size(), stat });
     }
-    let hash = hash_file(path)?;
+    let hash = hash(path)?;
     // The file may have changed while it was read: the hash is of its bytes
     // only if its stat is still the one looked up.
     if input_metadata(path).map(|m| stat_key(&m)).ok() != Some(stat) {
@@ -98,6 +108,34 @@ pub fn content_hash(store: &dyn Store, path: &Path) -> io::Result<ContentHash> {
         let _ = store.put_action(ActionKind::Stat, &stat, hash.hex().as_bytes());
     }
     Ok(ContentHash { hash, rehashed: true, len: meta.size(), stat })
+}
+
+/// [`content_hash`], the file's sha256 computed in the same read when it
+/// is read at all (and remembered, for a lock to find without reading it).
+pub fn content_hash_and_sha256(store: &dyn Store, path: &Path) -> io::Result<ContentHash> {
+    content_hash_by(store, path, |path| {
+        let (sha256, blake3, len) = crate::files::sha256_and_blake3_file(path)?;
+        remember_sha256(store, &blake3, len, &sha256);
+        Key::from_hex(&blake3).ok_or_else(|| io::Error::other("a blake3 that is not 32 bytes of hex"))
+    })
+}
+
+fn sha256_key(blake3: &str, size: u64) -> Key {
+    KeyBuilder::new("sha256-of-content").str(blake3).u64(size).finish()
+}
+
+/// The sha256 of the content of `size` bytes with blake3 `blake3` (hex), if remembered.
+pub fn remembered_sha256(store: &dyn Store, blake3: &str, size: u64) -> Option<String> {
+    let bytes = store.get_action(ActionKind::Sha256, &sha256_key(blake3, size))?;
+    let text = String::from_utf8(bytes).ok()?;
+    Key::from_hex(&text).map(|_| text)
+}
+
+/// Remembers the sha256 of the content `(blake3, size)`, for a lock to
+/// find without reading the file.
+pub fn remember_sha256(store: &dyn Store, blake3: &str, size: u64, sha256: &str) {
+    // Best effort: without the entry the next lock reads the file again.
+    let _ = store.put_action(ActionKind::Sha256, &sha256_key(blake3, size), sha256.as_bytes());
 }
 
 /// A file's content hash with the parts of its stat that every machine

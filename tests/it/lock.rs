@@ -10,6 +10,36 @@ fn sha256(path: &Path) -> String {
     common::sha256_hex(&std::fs::read(path).unwrap())
 }
 
+/// With the engine's sha256 on, as `run` sets it, the read that hashes a
+/// file's blake3 (an input's, an output's) also leaves its sha256 in the
+/// cache, so the lock reads no file again; off (commands that write no
+/// lock), no sha256 is computed.
+#[test]
+fn a_run_hashes_each_file_for_its_lock_in_one_read() {
+    use quantforge::store::fingerprint::remembered_sha256;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(common::tiny_model(), dir.path().join("tiny.gguf")).unwrap();
+    std::fs::write(dir.path().join("ladder.toml"), common::LADDER).unwrap();
+    let recipe = quantforge::recipe::Recipe::load(&dir.path().join("ladder.toml")).unwrap();
+    for sha256_on in [false, true] {
+        std::fs::remove_dir_all(dir.path().join("out")).ok();
+        let store = std::sync::Arc::new(quantforge::store::MemoryStore::new());
+        let engine = quantforge::exec::Engine::new(store.clone(), 1).unwrap().with_sha256_of_files(sha256_on);
+        let report = engine.run(&recipe, false).unwrap();
+        let mut files: Vec<std::path::PathBuf> =
+            report.inputs.iter().flat_map(|i| &i.files).map(|f| f.path.clone()).collect();
+        files.extend(std::fs::read_dir(dir.path().join("out")).unwrap().map(|e| e.unwrap().path()));
+        assert_eq!(files.len(), 4, "{files:?}");
+        for path in files {
+            let bytes = std::fs::read(&path).unwrap();
+            let blake3 = blake3::hash(&bytes).to_hex().to_string();
+            let remembered = remembered_sha256(&*store, &blake3, bytes.len() as u64);
+            let expected = sha256_on.then(|| common::sha256_hex(&bytes));
+            assert_eq!(remembered, expected, "{path:?}");
+        }
+    }
+}
+
 #[test]
 fn a_run_writes_the_lock_and_a_second_leaves_it_unchanged() {
     let (dir, recipe) = common::quickstart_project();

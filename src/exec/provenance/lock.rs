@@ -24,10 +24,11 @@ use crate::exec::Engine;
 use crate::exec::report::{InputReport, RunReport};
 use crate::files::OutputPath;
 use crate::formats::AtomicOutput;
-use crate::key::{KEY_SCHEME_VERSION, Key, KeyBuilder};
+use crate::key::{KEY_SCHEME_VERSION, Key};
 use crate::ops::Op;
 use crate::recipe::Recipe;
-use crate::store::{ActionKind, Store};
+use crate::store::Store;
+use crate::store::fingerprint::{remember_sha256, remembered_sha256};
 
 /// The version of the lock file's own layout.
 const LOCK_VERSION: u32 = 1;
@@ -361,21 +362,6 @@ pub fn input_sha256s(engine: &Engine, inputs: &[InputReport]) -> Result<Sha256s,
 pub fn known_sha256s(store: &dyn Store, inputs: &[InputReport]) -> Sha256s {
     let files = inputs.iter().flat_map(|i| &i.files);
     files.filter_map(|f| Some(((f.blake3.clone(), f.bytes), remembered_sha256(store, &f.blake3, f.bytes)?))).collect()
-}
-
-fn sha256_key(blake3: &str, size: u64) -> Key {
-    KeyBuilder::new("sha256-of-content").str(blake3).u64(size).finish()
-}
-
-fn remembered_sha256(store: &dyn Store, blake3: &str, size: u64) -> Option<String> {
-    let bytes = store.get_action(ActionKind::Sha256, &sha256_key(blake3, size))?;
-    let text = String::from_utf8(bytes).ok()?;
-    Key::from_hex(&text).map(|_| text)
-}
-
-fn remember_sha256(store: &dyn Store, blake3: &str, size: u64, sha256: &str) {
-    // Best effort: without the entry the next lock reads the file again.
-    let _ = store.put_action(ActionKind::Sha256, &sha256_key(blake3, size), sha256.as_bytes());
 }
 
 /// The sha256 of the file at `path`, which must still be the content the
