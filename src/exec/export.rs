@@ -446,12 +446,11 @@ impl Shared {
         if !self.sha256_of_files {
             return hash_file(path);
         }
-        let (sha256, blake3, read) = crate::files::sha256_and_blake3_file(path)?;
+        let (hash, read) = crate::store::fingerprint::hash_file_and_sha256(&*self.store, path)?;
         if read != len {
             return Err(io::Error::other(format!("{len} bytes were written, {read} read back")));
         }
-        crate::store::fingerprint::remember_sha256(&*self.store, &blake3, len, &sha256);
-        Key::from_hex(&blake3).ok_or_else(|| io::Error::other("a blake3 that is not 32 bytes of hex"))
+        Ok(hash)
     }
 
     /// Keeps the store's copies of the tensors `placed` in a file as ranges

@@ -113,11 +113,16 @@ fn content_hash_by(
 /// [`content_hash`], the file's sha256 computed in the same read when it
 /// is read at all (and remembered, for a lock to find without reading it).
 pub fn content_hash_and_sha256(store: &dyn Store, path: &Path) -> io::Result<ContentHash> {
-    content_hash_by(store, path, |path| {
-        let (sha256, blake3, len) = crate::files::sha256_and_blake3_file(path)?;
-        remember_sha256(store, &blake3, len, &sha256);
-        Key::from_hex(&blake3).ok_or_else(|| io::Error::other("a blake3 that is not 32 bytes of hex"))
-    })
+    content_hash_by(store, path, |path| hash_file_and_sha256(store, path).map(|(hash, _)| hash))
+}
+
+/// [`hash_file`] and the file's length, its sha256 computed in the same
+/// read and remembered in `store` (for a lock to find without reading it).
+pub fn hash_file_and_sha256(store: &dyn Store, path: &Path) -> io::Result<(Key, u64)> {
+    let (sha256, blake3, len) = crate::files::sha256_and_blake3_file(path)?;
+    remember_sha256(store, &blake3, len, &sha256);
+    let hash = Key::from_hex(&blake3).ok_or_else(|| io::Error::other("a blake3 that is not 32 bytes of hex"))?;
+    Ok((hash, len))
 }
 
 fn sha256_key(blake3: &str, size: u64) -> Key {
