@@ -121,10 +121,14 @@ pub static VISIONS: &[&Vision] = &[
 /// text conversion leaves its tensors out): of a class with several, the
 /// one of the checkpoint's encoder, else the first.
 pub fn tower_of(ckpt: &Checkpoint) -> Option<&'static Vision> {
-    let class = ckpt.config["architectures"][0].as_str()?;
-    let mut towers = VISIONS.iter().copied().filter(|vision| vision.classes.contains(&class));
-    let first = towers.next()?;
-    Some(std::iter::once(first).chain(towers).find(|vision| vision.takes_encoder_of(ckpt)).unwrap_or(first))
+    let mut towers = towers_of(ckpt.config["architectures"][0].as_str()?);
+    let first = towers.clone().next()?;
+    Some(towers.find(|vision| vision.takes_encoder_of(ckpt)).unwrap_or(first))
+}
+
+/// The towers of Hugging Face class `class`, in listing order.
+fn towers_of(class: &str) -> impl Iterator<Item = &'static Vision> + Clone + '_ {
+    VISIONS.iter().copied().filter(move |vision| vision.classes.contains(&class))
 }
 
 /// Every class whose tower converts, in listing order, each once.
@@ -276,8 +280,7 @@ pub fn convert_mmproj(ckpt: &Checkpoint, outtype: OutType) -> Result<(Metadata, 
         return Err(ConvertError::Config(format!("`{class}` has no `vision_config` object")));
     };
     if !vision.takes_encoder_of(ckpt) {
-        let encoders: Vec<&str> =
-            VISIONS.iter().filter(|v| v.classes.contains(&class)).flat_map(|v| v.encoders.iter().copied()).collect();
+        let encoders: Vec<&str> = towers_of(class).flat_map(|v| v.encoders.iter().copied()).collect();
         return Err(ConvertError::Config(format!(
             "`{class}` with a `{}` vision encoder: its tower converts with {} encoders only, as llama.cpp's \
              converters convert it",
