@@ -145,24 +145,46 @@ pub fn sha256_file(path: &Path) -> io::Result<String> {
     }
 }
 
-/// sha256 and blake3 (hex) of a file and its length, from one read.
+/// sha256 and blake3 (hex) of a file and its length, from one read: the
+/// two digests of a chunk on two cores side by side, the next chunk read
+/// meanwhile (sha256 runs at half blake3's speed, so the read and blake3
+/// together take about as long as sha256 alone).
 pub fn sha256_and_blake3_file(path: &Path) -> io::Result<(String, String, u64)> {
     use sha2::Digest;
-    use std::io::Read;
+    const CHUNK: usize = 4 << 20;
     let mut file = open_regular(path, Symlinks::Follow)?;
     let (mut sha256, mut blake3) = (sha2::Sha256::new(), blake3::Hasher::new());
-    let mut buf = vec![0u8; 1 << 20];
+    let (mut chunk, mut next) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
+    let mut filled = read_full(&mut file, &mut chunk)?;
     let mut len = 0u64;
-    loop {
-        match file.read(&mut buf)? {
-            0 => return Ok((hex(&sha256.finalize()), blake3.finalize().to_hex().to_string(), len)),
-            n => {
-                sha256.update(&buf[..n]);
-                blake3.update(&buf[..n]);
-                len += n as u64;
-            }
+    while filled > 0 {
+        let bytes = &chunk[..filled];
+        let (_, read) = rayon::join(
+            || sha256.update(bytes),
+            || {
+                blake3.update(bytes);
+                read_full(&mut file, &mut next)
+            },
+        );
+        len += filled as u64;
+        filled = read?;
+        std::mem::swap(&mut chunk, &mut next);
+    }
+    Ok((hex(&sha256.finalize()), blake3.finalize().to_hex().to_string(), len))
+}
+
+/// Reads until `buf` is full or the file ends; how many bytes it holds.
+pub fn read_full(file: &mut impl io::Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
+    Ok(filled)
 }
 
 /// Whether process `pid` of this machine still runs.

@@ -48,20 +48,11 @@ const HASH_CHUNK: usize = 4 << 20;
 /// blake3 of a whole file, read a chunk at a time, each chunk hashed on all
 /// cores.
 pub fn hash_file(path: &Path) -> std::io::Result<Key> {
-    use std::io::Read;
     let mut file = crate::files::open_regular(path, crate::files::Symlinks::Follow)?;
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; HASH_CHUNK];
     loop {
-        let mut filled = 0;
-        while filled < buf.len() {
-            match file.read(&mut buf[filled..]) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let filled = crate::files::read_full(&mut file, &mut buf)?;
         if filled == 0 {
             break;
         }

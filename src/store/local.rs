@@ -22,7 +22,7 @@ use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use tempfile::NamedTempFile;
@@ -41,7 +41,7 @@ pub struct LocalStore {
     pub(super) incidents: Incidents,
     /// Blobs hashed whole in this process, by the identity of the file then
     /// and where in it they lie.
-    checked: Mutex<HashMap<Key, (FileIdentity, u64)>>,
+    checked: Arc<Mutex<HashMap<Key, (FileIdentity, u64)>>>,
 }
 
 /// A blob's bytes found: its own file, or a range of a span's host.
@@ -148,7 +148,7 @@ impl LocalStore {
             root: root.to_owned(),
             _lock: lock,
             incidents: Incidents::default(),
-            checked: Mutex::new(HashMap::new()),
+            checked: Default::default(),
         })
     }
 
@@ -257,6 +257,16 @@ impl LocalStore {
 }
 
 impl LocalStore {
+    /// Carries this process's check of blob `hash` over to `located`: the
+    /// same bytes, placed there by this process (an export's range), so
+    /// reading them from there needs no second check either.
+    pub(super) fn carry_check(&self, hash: &Key, located: &Located) {
+        let mut checked = lock(&self.checked);
+        if checked.contains_key(hash) {
+            checked.insert(*hash, (located.identity, located.base));
+        }
+    }
+
     /// The file holding the blob, where in it the blob starts, and its
     /// length, for a reader that checks it itself.
     pub(super) fn blob_file(&self, hash: &Key) -> Result<(File, u64, u64)> {
@@ -385,6 +395,7 @@ impl BlobStore for LocalStore {
             hasher: blake3::Hasher::new(),
             len: 0,
             blobs: self.root.join("blobs"),
+            checked: Arc::clone(&self.checked),
         })))
     }
 }
@@ -485,6 +496,9 @@ struct LocalBlobWriter {
     hasher: blake3::Hasher,
     len: u64,
     blobs: PathBuf,
+    /// The store's blobs checked in this process: this one is, by the hash
+    /// taken as it was written.
+    checked: Arc<Mutex<HashMap<Key, (FileIdentity, u64)>>>,
 }
 
 impl Write for LocalBlobWriter {
@@ -502,12 +516,17 @@ impl Write for LocalBlobWriter {
 
 impl BlobWriter for LocalBlobWriter {
     fn commit(self: Box<Self>) -> Result<(Key, u64)> {
-        let LocalBlobWriter { file, hasher, len, blobs } = *self;
+        let LocalBlobWriter { file, hasher, len, blobs, checked } = *self;
         let hash = Key(*hasher.finalize().as_bytes());
         let path = sharded(&blobs, &hash);
         let file = file.into_inner().map_err(|e| StoreError::io(&blobs, e.into_error()))?;
         create_parent(&path)?;
-        file.persist(&path).map_err(|e| StoreError::io(&path, e.error))?;
+        let file = file.persist(&path).map_err(|e| StoreError::io(&path, e.error))?;
+        // Hashed as it was written, as an imported blob is: its first copy
+        // out is a kernel copy, not a second read and hash.
+        if let Ok(meta) = file.metadata() {
+            lock(&checked).insert(hash, (FileIdentity::of(&meta), 0));
+        }
         Ok((hash, len))
     }
 }

@@ -111,11 +111,15 @@ impl LocalStore {
         if span.host == SpanHost::Blob(*hash) {
             return Ok(false);
         }
+        let host = self.open_host(&span);
         let mut spans = self.spans(hash);
         spans.spans.retain(|s| s.host != span.host);
         spans.spans.insert(0, span);
         spans.spans.truncate(MAX_SPANS);
         self.put_spans(hash, &spans)?;
+        if let Some(host) = &host {
+            self.carry_check(hash, host);
+        }
         match fs::remove_file(self.blob_path(hash)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(StoreError::io(self.blob_path(hash), e)),
             _ => Ok(true),
