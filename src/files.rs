@@ -145,16 +145,18 @@ pub fn sha256_file(path: &Path) -> io::Result<String> {
     }
 }
 
+/// Bytes of a file [`sha256_and_blake3_file`] digests per step.
+const DIGEST_CHUNK: usize = 4 << 20;
+
 /// sha256 and blake3 (hex) of a file and its length, from one read: the
 /// two digests of a chunk on two cores side by side, the next chunk read
 /// meanwhile (sha256 runs at half blake3's speed, so the read and blake3
 /// together take about as long as sha256 alone).
 pub fn sha256_and_blake3_file(path: &Path) -> io::Result<(String, String, u64)> {
     use sha2::Digest;
-    const CHUNK: usize = 4 << 20;
     let mut file = open_regular(path, Symlinks::Follow)?;
     let (mut sha256, mut blake3) = (sha2::Sha256::new(), blake3::Hasher::new());
-    let (mut chunk, mut next) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
+    let (mut chunk, mut next) = (vec![0u8; DIGEST_CHUNK], vec![0u8; DIGEST_CHUNK]);
     let mut filled = read_full(&mut file, &mut chunk)?;
     let mut len = 0u64;
     while filled > 0 {
@@ -230,6 +232,21 @@ pub fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_digests_of_a_file_read_in_chunks_are_its_bytes_digests() {
+        use sha2::Digest;
+        let dir = tempfile::tempdir().unwrap();
+        for len in [0, 1, DIGEST_CHUNK - 1, DIGEST_CHUNK, DIGEST_CHUNK + 1, 2 * DIGEST_CHUNK + 123] {
+            let bytes: Vec<u8> = (0..len as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+            let path = dir.path().join(format!("{len}.bin"));
+            std::fs::write(&path, &bytes).unwrap();
+            let (sha256, blake3, read) = sha256_and_blake3_file(&path).unwrap();
+            assert_eq!(sha256, hex(&sha2::Sha256::digest(&bytes)), "{len} bytes");
+            assert_eq!(blake3, blake3::hash(&bytes).to_hex().as_str(), "{len} bytes");
+            assert_eq!(read, len as u64);
+        }
+    }
 
     #[test]
     fn special_files_are_refused_without_blocking() {

@@ -33,6 +33,10 @@ fn corrupt_file_under(root: std::path::PathBuf) -> Box<dyn Fn(&Key)> {
         file.read_exact(&mut first).unwrap();
         file.seek(SeekFrom::Start(0)).unwrap();
         file.write_all(&[first[0] ^ 0xff]).unwrap();
+        // As any later write does; within one tick of the kernel's coarse
+        // clock the write alone may leave the mtime where it was.
+        let later = file.metadata().unwrap().modified().unwrap() + std::time::Duration::from_secs(1);
+        file.set_modified(later).unwrap();
     })
 }
 
@@ -156,6 +160,29 @@ fn missing_and_corrupt_blobs_are_recoverable_errors() {
         // A damaged blob is put again whole under its name.
         s.store.put_blob(b"a blob to damage").unwrap();
         assert_eq!(s.store.read_blob(&hash).unwrap(), b"a blob to damage", "{}", s.name);
+    });
+}
+
+#[test]
+fn a_blob_this_process_wrote_is_checked_again_once_its_file_changes() {
+    for_each_store(|s| {
+        let bytes = b"written here".repeat(100);
+        let Some(mut writer) = s.store.blob_writer().unwrap() else { panic!("{}: keeps encoded tensors", s.name) };
+        writer.write_all(&bytes).unwrap();
+        let (hash, len) = writer.commit().unwrap();
+        let out = tempfile::tempfile().unwrap();
+        s.store.copy_blob_into(&hash, len, &out, 0).unwrap();
+
+        (s.corrupt)(&hash);
+        let out = tempfile::tempfile().unwrap();
+        match s.store.copy_blob_into(&hash, len, &out, 0) {
+            Ok(()) => {
+                let mut copied = Vec::new();
+                (&out).read_to_end(&mut copied).unwrap();
+                assert!(s.second_copy && copied == bytes, "{}: copied damaged bytes", s.name);
+            }
+            Err(err) => assert!(matches!(err, StoreError::Corrupt { .. }) && err.is_recoverable(), "{}: {err}", s.name),
+        }
     });
 }
 
