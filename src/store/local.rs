@@ -39,10 +39,13 @@ pub struct LocalStore {
     root: PathBuf,
     _lock: File,
     pub(super) incidents: Incidents,
-    /// Blobs hashed whole in this process, by the identity of the file then
-    /// and where in it they lie.
-    checked: Arc<Mutex<HashMap<Key, (FileIdentity, u64)>>>,
+    checked: Checked,
 }
+
+/// Blobs hashed whole in this process (or as they were written), by the
+/// identity of their file then and where in it they lie; shared with the
+/// store's blob writers.
+type Checked = Arc<Mutex<HashMap<Key, (FileIdentity, u64)>>>;
 
 /// A blob's bytes found: its own file, or a range of a span's host.
 pub(super) struct Located {
@@ -496,9 +499,9 @@ struct LocalBlobWriter {
     hasher: blake3::Hasher,
     len: u64,
     blobs: PathBuf,
-    /// The store's blobs checked in this process: this one is, by the hash
-    /// taken as it was written.
-    checked: Arc<Mutex<HashMap<Key, (FileIdentity, u64)>>>,
+    /// The store's checked blobs: this one is, by the hash taken as it was
+    /// written.
+    checked: Checked,
 }
 
 impl Write for LocalBlobWriter {

@@ -106,7 +106,8 @@ impl LocalStore {
 
     /// Serves blob `hash` from `span` from now on and removes the blob's own
     /// file: the bytes already lie there. The span is recorded before the
-    /// file goes, so a reader never finds neither.
+    /// file goes, so a reader never finds neither; a check this process
+    /// made of the blob holds for the span.
     pub(super) fn keep_span(&self, hash: &Key, span: Span) -> Result<bool> {
         if span.host == SpanHost::Blob(*hash) {
             return Ok(false);
