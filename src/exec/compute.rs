@@ -68,6 +68,9 @@ pub(super) fn total_bytes(set: &TensorSet) -> u64 {
     set.tensors.iter().map(Tensor::n_bytes).sum()
 }
 
+/// A worker slot: one of the `jobs` nodes that may compute at once.
+pub(super) type Slot = tokio::sync::OwnedSemaphorePermit;
+
 /// What the node tasks share.
 pub(super) struct Shared {
     pub(super) bound: Bound,
@@ -86,6 +89,12 @@ pub(super) struct Shared {
     pub(super) in_flight: InFlight,
     /// Every conversion of the sets produced so far, for encoding siblings together.
     pub(super) fanout: Fanout,
+    /// Where the prepared exports want each conversion.
+    pub(super) destinations: Destinations,
+    /// The export nodes this run writes, prepared as soon as their input is.
+    pub(super) writes: Vec<bool>,
+    /// The files of exports prepared before their turn, by node.
+    pub(super) prepared: Mutex<HashMap<usize, Vec<AtomicOutput>>>,
     pub(super) progress: MultiProgress,
     /// Written while an external tool runs, read by every other node while
     /// it works: a tool runs alone. Each takes every core, and llama.cpp's
@@ -143,8 +152,16 @@ impl Shared {
         }
     }
 
-    /// Computes (or loads) node `i` on a blocking thread.
-    pub(super) fn execute(&self, i: usize, inputs: Vec<Arc<TensorSet>>, run: bool) -> (Outcome, NodeReport) {
+    /// Computes (or loads) node `i` on a blocking thread, in worker `slot`
+    /// (given back when it returns, or by an export once its files are
+    /// written).
+    pub(super) fn execute(
+        &self,
+        i: usize,
+        inputs: Vec<Arc<TensorSet>>,
+        run: bool,
+        slot: Option<Slot>,
+    ) -> (Outcome, NodeReport) {
         let _no_tool_running = match self.bound.recipe.nodes[i].op.tool() {
             None => Some(self.tool_runs.read().unwrap_or_else(|e| e.into_inner())),
             Some(_) => None,
@@ -153,8 +170,15 @@ impl Shared {
         let mut report = self.report(i, if run { Status::Ran } else { Status::Hit });
         report.bytes_in = inputs.iter().map(|s| total_bytes(s)).sum();
         let result = match &self.bound.recipe.nodes[i].op {
-            Op::Export(o) => self.export(i, &inputs, o, &mut report).map(|()| Outcome::Written),
+            Op::Export(o) => {
+                let written = self.export(i, &inputs, o, &mut report, slot);
+                self.destinations.close(i);
+                written.map(|()| Outcome::Written)
+            }
             _ => self.manifest(i, inputs, false).and_then(|(set, fallbacks)| {
+                // The exports of this set prepared before its conversions are
+                // known to any encoder: none of them is written anywhere else.
+                self.prepare_exports_of(i, &set);
                 self.fanout.register(&set.tensors);
                 report.bytes_out = total_bytes(&set);
                 if matches!(self.bound.recipe.nodes[i].op, Op::Evaluate(_)) {
@@ -376,6 +400,7 @@ impl Shared {
             rebuild: self.rebuild,
             in_flight: &self.in_flight,
             fanout: &self.fanout,
+            destinations: &self.destinations,
             counters: Default::default(),
             buffer_limit: self.buffer_limit,
             on_written: None,

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::materialize::{MaterializeError, Materializer};
+use super::materialize::{MaterializeError, Materializer, Place};
 use super::report::{self, NodeReport};
 use super::{Engine, NodeError, Shared};
 use crate::artifact::{HeaderEnd, Tensor, TensorSet};
@@ -176,6 +176,16 @@ fn safetensors_layout<'s>(set: &'s TensorSet, file: &ops::export::OutputFile) ->
 /// Each tensor of a written file with its offset there.
 type Placed<'s> = Vec<(&'s Tensor, u64)>;
 
+/// A file of an export written, not yet committed.
+struct Written<'s> {
+    path: PathBuf,
+    out: AtomicOutput,
+    len: u64,
+    /// How many tensors it holds.
+    tensors: usize,
+    placed: Placed<'s>,
+}
+
 /// Writes one output file; returns its length, and where each tensor lies
 /// in it as the store holds its bytes (none when they were swapped). The
 /// layout is known, so the file's blocks are reserved first and every
@@ -291,10 +301,11 @@ fn place_all(
     Ok(())
 }
 
-/// Puts one tensor's bytes (little-endian) at `offset`: copied if they
-/// exist, encoded if not.
+/// Puts one tensor's bytes (little-endian) at `offset`: nothing to do if
+/// another export's encode put them there, copied if they exist, encoded
+/// if not.
 fn place(m: &Materializer<'_>, tensor: &Tensor, offset: u64, output: &std::fs::File) -> Result<(), WriteFailure> {
-    if !m.copy_at(tensor, output, offset)? {
+    if !m.placed_by_another(tensor, Place::of(output, offset)) && !m.copy_at(tensor, output, offset)? {
         m.encode_at(tensor, output, offset)?;
     }
     Ok(())
@@ -453,17 +464,93 @@ impl Shared {
         Ok(hash)
     }
 
-    /// Keeps the store's copies of the tensors `placed` in a file as ranges
-    /// of it (`host`), so their bytes lie on disk once. Best effort: a blob
-    /// that cannot be replaced by its range stays whole.
-    fn keep_as_spans(&self, m: &Materializer<'_>, placed: &[(&Tensor, u64)], host: &SpanHost) {
+    /// Keeps the tensors `placed` in the committed `file` as ranges of it
+    /// (`host`, none where the store keeps blobs whole), so their bytes lie
+    /// on disk once: the store's copies give way to the ranges, and the
+    /// tensors other encoders wrote straight into the file are recorded so
+    /// (or, without a host, stored as blobs read back from it). Best
+    /// effort: what cannot be kept so stays as it was, or is encoded again
+    /// by a later run.
+    fn keep_placed(
+        &self,
+        m: &Materializer<'_>,
+        placed: &[(&Tensor, u64)],
+        file: &std::fs::File,
+        host: Option<&SpanHost>,
+    ) {
         for &(tensor, offset) in placed {
-            let Some(blob) = m.stored_blob(tensor) else { continue };
-            let span = Span { host: host.clone(), offset, len: tensor.n_bytes() };
-            if let Err(e) = self.store.keep_as_span(&blob, span) {
-                tracing::debug!("cache: blob {} kept whole: {e}", blob.short());
+            let span = |host: &SpanHost| Span { host: host.clone(), offset, len: tensor.n_bytes() };
+            let kept = match (m.placed_hash(tensor, Place::of(file, offset)), host) {
+                (Some(hash), Some(host)) => match self.store.keep_as_span(&hash, span(host)) {
+                    Ok(true) => m.record_entry(tensor, hash, tensor.n_bytes()),
+                    Ok(false) => m.store_from_file(tensor, file, offset, hash),
+                    Err(e) => Err(e.into()),
+                },
+                (Some(hash), None) => m.store_from_file(tensor, file, offset, hash),
+                (None, Some(host)) => match m.stored_blob(tensor) {
+                    Some(blob) => self.store.keep_as_span(&blob, span(host)).map(drop).map_err(Into::into),
+                    None => Ok(()),
+                },
+                (None, None) => Ok(()),
+            };
+            if let Err(e) = kept {
+                tracing::debug!("cache: tensor `{}` not kept as a range of its export: {e}", tensor.name);
             }
         }
+    }
+
+    /// Prepares the exports this run writes from node `producer`'s `set`
+    /// ([`Self::prepare_export`]).
+    pub(super) fn prepare_exports_of(&self, producer: usize, set: &Arc<TensorSet>) {
+        let nodes = &self.bound.recipe.nodes;
+        for (i, node) in nodes.iter().enumerate() {
+            if self.writes.get(i) == Some(&true) && node.from == [crate::recipe::Source::Node(producer)] {
+                self.prepare_export(i, set);
+            }
+        }
+    }
+
+    /// Prepares export `i`'s files as soon as its input `set` is known,
+    /// long before its turn: each made (temporary, its length reserved)
+    /// and each encoded tensor's place in it registered, so that another
+    /// export encoding one of them writes it there as well
+    /// ([`Destinations`]). Only an export that will write its files (none
+    /// recorded to put back), little-endian, into a store that keeps
+    /// results; best effort: one not prepared makes its files when its
+    /// turn comes, and any error is met there.
+    ///
+    /// [`Destinations`]: super::materialize::Destinations
+    fn prepare_export(&self, i: usize, set: &TensorSet) {
+        let ops::Op::Export(options) = &self.bound.recipe.nodes[i].op else { return };
+        let recorded = !self.rebuild && self.store.get_action(ActionKind::Export, &self.bound.keys[i]).is_some();
+        let big_endian = options.byte_order.unwrap_or(set.endian) == Endian::Big;
+        if !self.store.keeps_results() || self.link.is_empty() || recorded || big_endian {
+            return;
+        }
+        let Ok(ops::export::Output { set, files }) = ops::export::output_files(set, options) else { return };
+        let mut outputs = Vec::with_capacity(files.len());
+        let mut places = Vec::with_capacity(files.len());
+        for file in &files {
+            let layout = match options.format {
+                ExportFormat::Gguf => gguf_layout(&set, file, Endian::Little),
+                ExportFormat::SafeTensors => safetensors_layout(&set, file),
+                ExportFormat::Ggjt => ggjt_layout(&set, file),
+            };
+            let Ok(layout) = layout else { return };
+            let Ok(mut out) = self.create_output(i, &file.path) else { return };
+            let handle = out.preallocate(layout.file_len).and_then(|()| out.file()?.try_clone());
+            let Ok(handle) = handle else { return };
+            let encoded: Vec<(Key, u64)> = (layout.tensors.iter().zip(&layout.offsets))
+                .filter(|(t, _)| t.is_derived())
+                .map(|(t, &offset)| (t.key, offset))
+                .collect();
+            places.push((Arc::new(handle), encoded));
+            outputs.push(out);
+        }
+        for (file, encoded) in places {
+            self.destinations.register(i, &file, encoded);
+        }
+        self.prepared.lock().unwrap_or_else(|e| e.into_inner()).insert(i, outputs);
     }
 
     /// Puts back the files export `i` last wrote from the cache, when it
@@ -572,14 +659,85 @@ impl Shared {
         AtomicOutput::create(&checked).map_err(|source| NodeError::Write { path: path.to_owned(), source })
     }
 
-    /// Writes node `i`'s input as the export's file (or shards) and records
-    /// what was written. Every file appears only once all are complete.
+    /// Commits the files export `i` wrote (`data_files` of them hold
+    /// tensors) and, where the store keeps results, hashes each, takes it
+    /// into the cache by the run's link mode, keeps its tensors as ranges of
+    /// it and records the export.
+    fn commit_files(
+        &self,
+        i: usize,
+        m: &Materializer<'_>,
+        options: &ExportOptions,
+        data_files: usize,
+        written: Vec<Written<'_>>,
+        report: &mut NodeReport,
+    ) -> Result<(), NodeError> {
+        // An input that moved under the run may have fed these bytes.
+        self.bound.files.check_unchanged()?;
+        let mut records = Vec::with_capacity(written.len());
+        let (mut linked, mut link) = (Vec::new(), None);
+        for Written { path, out, len, tensors, placed } in written {
+            let write_err = |source| NodeError::Write { path: path.clone(), source };
+            let committed = out.commit().map_err(write_err)?;
+            report.bytes_out += len;
+            let mut file_report = report::FileReport::new(path.clone(), len, tensors);
+            if self.store.keeps_results() {
+                let file_hash = self.hash_output(&path, len).map_err(write_err)?;
+                let mode = match self.link.is_empty() {
+                    // Scratch: nothing of the cache may depend on this file.
+                    true => LinkMode::Whole,
+                    false => self.store.adopt_file(&path, &file_hash, &self.link)?,
+                };
+                let host = match mode {
+                    LinkMode::Whole => None,
+                    LinkMode::Copy => Some(SpanHost::File(crate::files::resolve(&path))),
+                    LinkMode::Reflink | LinkMode::Hardlink => {
+                        linked.push(file_hash);
+                        Some(SpanHost::Blob(file_hash))
+                    }
+                };
+                self.keep_placed(m, &placed, &committed, host.as_ref());
+                // After the link: a hard link made the file read-only.
+                let meta = std::fs::metadata(&path).map_err(write_err)?;
+                records.push(ExportedFile { file_hash, len, fingerprints: vec![stat_key(&meta)] });
+                file_report.link = Some(mode);
+                link = Some(mode);
+            }
+            report.files.push(file_report);
+        }
+        if !self.store.keeps_results() {
+            return Ok(());
+        }
+        // Linked only when every file is: a restore puts back all or none.
+        let whole = linked.len() == records.len();
+        let entry = ExportEntry {
+            blobs: if whole { linked } else { Vec::new() },
+            link: link.filter(|_| whole),
+            recipe: self.bound.recipe.name.clone(),
+            recipe_file: self.bound.recipe.source.as_deref().map(crate::files::resolve),
+            id: self.bound.recipe.nodes[i].id.clone(),
+            // Resolved: `attest` may ask from any directory.
+            path: crate::files::resolve(&options.path),
+            bytes: report.bytes_out,
+            data_files,
+            files: records,
+        };
+        let json = serde_json::to_vec(&entry)
+            .map_err(|e| NodeError::Write { path: options.path.clone(), source: e.into() })?;
+        self.store.put_action(ActionKind::Export, &self.bound.keys[i], &json)?;
+        Ok(())
+    }
+
+    /// Writes node `i`'s input as the export's file (or shards) in worker
+    /// `slot`, given back once they are written, and records what was
+    /// written. Every file appears only once all are complete.
     pub(super) fn export(
         &self,
         i: usize,
         inputs: &[Arc<TensorSet>],
         options: &ExportOptions,
         report: &mut NodeReport,
+        slot: Option<super::compute::Slot>,
     ) -> Result<(), NodeError> {
         let set = inputs.first().ok_or_else(|| NodeError::Upstream(self.bound.recipe.nodes[i].id.clone()))?;
         let ops::export::Output { set, files } = ops::export::output_files(set, options)?;
@@ -603,10 +761,15 @@ impl Shared {
         let bar = ExportProgress::new(self.progress.add(ProgressBar::new(planned)), &options.path);
         let stream = |len| bar.stream(len);
         let m = Materializer { on_written: Some(&stream), ..m };
+        let prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner()).remove(&i);
+        let mut prepared = prepared.filter(|outs| outs.len() == files.len()).into_iter().flatten();
         let mut written = Vec::with_capacity(files.len() + 1);
         for file in &files {
             let path = &file.path;
-            let mut out = self.create_output(i, path)?;
+            let mut out = match prepared.next() {
+                Some(out) => out,
+                None => self.create_output(i, path)?,
+            };
             let layout = match options.format {
                 ExportFormat::Gguf => gguf_layout(set, file, order),
                 ExportFormat::SafeTensors => safetensors_layout(set, file),
@@ -614,70 +777,19 @@ impl Shared {
             };
             let (len, placed) =
                 layout.and_then(|layout| write_file(&m, layout, &mut out, &bar)).map_err(|e| e.at(path))?;
-            written.push((path.clone(), out, len, file.plan.tensors.len(), placed));
+            written.push(Written { path: path.clone(), out, len, tensors: file.plan.tensors.len(), placed });
         }
         if let Some(path) = ops::export::index_path(options) {
             let mut out = self.create_output(i, &path)?;
             let index = ops::export::safetensors_index(set, &files);
             out.writer().write_all(&index).map_err(|source| NodeError::Write { path: path.clone(), source })?;
-            written.push((path, out, index.len() as u64, 0, Vec::new()));
+            written.push(Written { path, out, len: index.len() as u64, tensors: 0, placed: Vec::new() });
         }
         bar.done();
-        // An input that moved under the run may have fed these bytes.
-        self.bound.files.check_unchanged()?;
-        let count = written.len();
-        let mut records = Vec::with_capacity(count);
-        let (mut linked, mut link) = (Vec::new(), None);
-        for (path, out, len, tensors, placed) in written {
-            let write_err = |source| NodeError::Write { path: path.clone(), source };
-            out.commit().map_err(write_err)?;
-            report.bytes_out += len;
-            let mut file_report = report::FileReport::new(path.clone(), len, tensors);
-            if self.store.keeps_results() {
-                let file_hash = self.hash_output(&path, len).map_err(write_err)?;
-                let mode = match self.link.is_empty() {
-                    // Scratch: nothing of the cache may depend on this file.
-                    true => LinkMode::Whole,
-                    false => self.store.adopt_file(&path, &file_hash, &self.link)?,
-                };
-                let host = match mode {
-                    LinkMode::Whole => None,
-                    LinkMode::Copy => Some(SpanHost::File(crate::files::resolve(&path))),
-                    LinkMode::Reflink | LinkMode::Hardlink => {
-                        linked.push(file_hash);
-                        Some(SpanHost::Blob(file_hash))
-                    }
-                };
-                if let Some(host) = host {
-                    self.keep_as_spans(&m, &placed, &host);
-                }
-                // After the link: a hard link made the file read-only.
-                let meta = std::fs::metadata(&path).map_err(write_err)?;
-                records.push(ExportedFile { file_hash, len, fingerprints: vec![stat_key(&meta)] });
-                file_report.link = Some(mode);
-                link = Some(mode);
-            }
-            report.files.push(file_report);
-        }
-        if self.store.keeps_results() {
-            // Linked only when every file is: a restore puts back all or none.
-            let whole = linked.len() == records.len();
-            let entry = ExportEntry {
-                blobs: if whole { linked } else { Vec::new() },
-                link: link.filter(|_| whole),
-                recipe: self.bound.recipe.name.clone(),
-                recipe_file: self.bound.recipe.source.as_deref().map(crate::files::resolve),
-                id: self.bound.recipe.nodes[i].id.clone(),
-                // Resolved: `attest` may ask from any directory.
-                path: crate::files::resolve(&options.path),
-                bytes: report.bytes_out,
-                data_files: files.len(),
-                files: records,
-            };
-            let json = serde_json::to_vec(&entry)
-                .map_err(|e| NodeError::Write { path: options.path.clone(), source: e.into() })?;
-            self.store.put_action(ActionKind::Export, &self.bound.keys[i], &json)?;
-        }
+        // Hashing and recording the files is no worker's work: the next
+        // export encodes meanwhile, rather than a core waiting on a digest.
+        drop(slot);
+        self.commit_files(i, &m, options, files.len(), written, report)?;
         report.tensors_encoded = m.counters.encoded.load(Ordering::Relaxed);
         report.tensors_shared = m.counters.shared.load(Ordering::Relaxed);
         report.tensors_reused = m.counters.reused.load(Ordering::Relaxed);

@@ -29,8 +29,8 @@ pub mod units;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use indicatif::{MultiProgress, ProgressDrawTarget};
@@ -39,7 +39,7 @@ use crate::artifact::{Tensor, TensorData, TensorSet};
 use crate::codecs::CODEC_VERSION;
 use crate::files::link::LinkMode;
 use crate::formats::safetensors::CheckpointIndex;
-use crate::formats::{FormatError, InputShape, OpenOptions, gguf};
+use crate::formats::{AtomicOutput, FormatError, InputShape, OpenOptions, gguf};
 use crate::key::{Key, KeyBuilder};
 use crate::ops::split::SplitError;
 use crate::ops::{self, Op};
@@ -47,7 +47,9 @@ use crate::quant::budget;
 use crate::quant::plan::Fallbacks;
 use crate::recipe::{NodeDecl, Recipe, Source};
 use crate::store::{ActionKind, Store, StoreError, fingerprint};
-use materialize::{Backends, Fanout, InFlight, InputFiles, MaterializeError, Materializer, PinnedFile, SetRows};
+use materialize::{
+    Backends, Destinations, Fanout, InFlight, InputFiles, MaterializeError, Materializer, PinnedFile, SetRows,
+};
 use report::{InputFileReport, InputReport, NodeReport, RunReport, Status};
 use schedule::Outcome;
 
@@ -223,7 +225,10 @@ impl Engine {
             }
         };
         let prefetch = self.prefetch_exports(&bound, &loaded, &must_run);
-        let shared = Arc::new(self.shared(bound, loaded, progress)?);
+        let writes = (0..n).map(|i| needed[i] && must_run[i] && is_export(i)).collect();
+        let mut shared = self.shared(bound, loaded, progress)?;
+        shared.writes = writes;
+        let shared = Arc::new(shared);
         // Why each node that will run must: said now, before running
         // changes what the cache and the outputs hold.
         let reasons: Vec<Vec<String>> = (0..n)
@@ -437,6 +442,9 @@ impl Engine {
             sha256_of_files: self.sha256_of_files,
             in_flight: InFlight::default(),
             fanout: Fanout::default(),
+            destinations: Destinations::default(),
+            writes: Vec::new(),
+            prepared: Default::default(),
             tool_runs: std::sync::RwLock::new(()),
             progress: MultiProgress::with_draw_target(if progress {
                 ProgressDrawTarget::stderr()

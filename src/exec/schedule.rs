@@ -57,12 +57,12 @@ pub(super) async fn schedule(
                     (Outcome::Failed, report)
                 }
                 None => {
-                    let _slot = slots.acquire().await;
+                    let slot = Arc::clone(&slots).acquire_owned().await.ok();
                     if run {
                         tracing::debug!("{}: started", node.id);
                     }
                     let worker = Arc::clone(&shared);
-                    match tokio::task::spawn_blocking(move || worker.execute(i, inputs, run)).await {
+                    match tokio::task::spawn_blocking(move || worker.execute(i, inputs, run, slot)).await {
                         Ok(done) => done,
                         Err(e) => {
                             let mut report = shared.report(i, Status::Failed);

@@ -1,4 +1,5 @@
-//! Exports that do not double the disk (issue 44, item 6): `--link
+//! Exports that do not double the disk (issue 44, item 6): a cold ladder
+//! writes each encoded byte once, into the exports that hold it; `--link
 //! reflink,hardlink,copy`. With `copy` the cache keeps no second copy of an
 //! export's encoded tensors and finds them in the export, checked; with
 //! `reflink` (a loop-mounted XFS, as root) the cache holds a clone sharing
@@ -134,6 +135,29 @@ fn with_copy_the_cache_keeps_no_second_copy_and_checks_what_it_finds_in_the_expo
     assert!(!verified.contains("broken") && !verified.contains("corrupt"), "{verified}");
     let after_gc = run(dir.path(), "copy");
     assert_eq!(totals(&after_gc, "hit"), totals(&after_gc, "nodes"), "{after_gc:#}");
+}
+
+#[test]
+fn a_cold_ladder_writes_each_encoded_byte_once() {
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    // The kernel's count of the bytes the run handed to write calls (file
+    // to file copies included), added to the shell's when it reaps the run.
+    let script = format!("{} run ladder.toml -q --link copy && cat /proc/$$/io", env!("CARGO_BIN_EXE_quantforge"));
+    let out = Command::new("sh").args(["-c", &script]).current_dir(dir.path()).output().unwrap();
+    let io = common::stdout_of_success(out);
+    let written: u64 = io
+        .lines()
+        .find_map(|l| l.strip_prefix("wchar: "))
+        .unwrap_or_else(|| panic!("no wchar in {io}"))
+        .parse()
+        .unwrap();
+    let exported: u64 = outputs(dir.path()).iter().map(|b| b.len() as u64).sum();
+    assert!(written >= exported, "the kernel counts what was written here ({written} bytes, {exported} exported)");
+    // Each tensor went straight into the exports that hold it, no blob on
+    // the way: what else was written (the cache's entries, the lock) is
+    // small beside them.
+    assert!(written - exported < exported / 10, "{written} bytes written for {exported} exported");
 }
 
 /// A loop-mounted XFS (reflinks), unmounted and removed when dropped.

@@ -75,16 +75,92 @@ fn tensor_entries(cache: &Path) -> usize {
         .sum()
 }
 
+/// Two slow exports of different sources (IQ2_XS of the tiny model, and of
+/// a Q8_0 file made from it), one at a time: the first is complete, its
+/// tensors kept, while the second still encodes. (A ladder's exports fill
+/// each other as they encode, so they finish together.)
+const TWO_SLOW_EXPORTS: &str = r#"
+[recipe]
+name = "slow"
+jobs = 1
+
+[input.tiny]
+path = "TINY"
+
+[input.q8]
+path = "Q8"
+
+[input.matrix]
+path = "MATRIX"
+
+[step.direct]
+op = "quantize"
+from = "tiny"
+preset = "IQ2_XS"
+imatrix = "matrix"
+
+[step.requantized]
+op = "quantize"
+from = "q8"
+preset = "IQ2_XS"
+imatrix = "matrix"
+allow_requantize = true
+
+[step.a]
+op = "export"
+from = "direct"
+path = "out-a.gguf"
+
+[step.b]
+op = "export"
+from = "requantized"
+path = "out-b.gguf"
+"#;
+
 #[test]
 fn ctrl_c_says_what_was_kept_and_the_rerun_resumes() {
     let dir = tempfile::tempdir().unwrap();
-    // A ladder of six IQ types: over a second of work, interrupted within
-    // milliseconds of its first tensor kept.
-    let mut args = slow_quantize(dir.path());
-    args[2] = dir.path().join("out-{preset}.gguf").display().to_string();
-    args[3] = "IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ1_S,IQ1_M".into();
+    let matrix = common::repo().join("tests/data/imatrix/tiny-llama.imatrix.gguf");
+    let q8 = dir.path().join("q8.gguf");
+    let os = std::ffi::OsStr::new;
+    common::stdout_of_success(common::quantforge(&[
+        os("quantize"),
+        common::tiny_model().as_os_str(),
+        q8.as_os_str(),
+        os("Q8_0"),
+    ]));
+    let text = TWO_SLOW_EXPORTS
+        .replace("TINY", &common::tiny_model().display().to_string())
+        .replace("Q8", &q8.display().to_string())
+        .replace("MATRIX", &matrix.display().to_string());
+    let recipe = dir.path().join("slow.toml");
+    std::fs::write(&recipe, text).unwrap();
+    let run = |cache: &str| -> serde_json::Value {
+        let cache = dir.path().join(cache);
+        let args = [os("run"), os("--json"), recipe.as_os_str(), os("--cache-dir"), cache.as_os_str()];
+        serde_json::from_str(&common::stdout_of_success(common::quantforge(&args))).unwrap()
+    };
+    let outputs = || -> Vec<(PathBuf, Vec<u8>)> {
+        let mut found: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("out-"))
+            .map(|e| (e.path(), std::fs::read(e.path()).unwrap()))
+            .collect();
+        found.sort();
+        found
+    };
+    let encoded_cold = run("cold-cache")["totals"]["tensors_encoded"].as_u64().unwrap();
+    let made = outputs();
+    assert_eq!(made.len(), 2);
+    for (path, _) in &made {
+        std::fs::remove_file(path).unwrap();
+    }
+
     let child = Command::new(env!("CARGO_BIN_EXE_quantforge"))
-        .args(&args)
+        .args([std::ffi::OsStr::new("run"), recipe.as_os_str()])
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -104,17 +180,13 @@ fn ctrl_c_says_what_was_kept_and_the_rerun_resumes() {
     let kept: u64 = said.captures(&stderr).unwrap_or_else(|| panic!("{stderr}"))[1].parse().unwrap();
     assert!(kept >= 1, "{stderr}");
     assert!(stderr.contains("run the same command again to resume"), "{stderr}");
-    let outputs = std::fs::read_dir(dir.path())
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("out-"));
-    assert_eq!(outputs.count(), 0, "no output half-written");
-
-    let mut json = vec!["--json".to_owned()];
-    json.extend(args);
-    let json: Vec<&std::ffi::OsStr> = json.iter().map(std::ffi::OsStr::new).collect();
-    let report: serde_json::Value =
-        serde_json::from_str(&common::stdout_of_success(common::quantforge(&json))).unwrap();
-    let reused = report["totals"]["tensors_reused"].as_u64().unwrap();
-    assert!(reused >= kept, "the rerun took the {kept} kept tensors from the cache: {report:#}");
+    // What is there is whole (nothing half-written); the rest comes with
+    // the rerun, which encodes none of what was kept.
+    let interrupted = outputs();
+    assert!(interrupted.len() < made.len(), "interrupted before the last output: {stderr}");
+    assert!(interrupted.iter().all(|file| made.contains(file)), "an output was half-written");
+    let resumed = run("cache");
+    assert_eq!(outputs(), made);
+    let encoded = resumed["totals"]["tensors_encoded"].as_u64().unwrap();
+    assert!(encoded + kept <= encoded_cold, "the rerun took the {kept} kept tensors from the cache: {resumed:#}");
 }

@@ -1,36 +1,126 @@
 //! Encoding a tensor a slab at a time: pipelined on the pool, teed into
-//! a blob under its key, with the siblings claimed for it.
+//! the prepared exports that hold it too (or a blob under its key), with
+//! the siblings claimed for it.
 
+use super::destinations::{Open, Place};
 use super::*;
 
+/// Who keeps a tensor's encoded bytes for the rest of the run and later runs.
+#[derive(Clone, Copy)]
+pub(super) enum Holder {
+    /// A blob under its key, whatever else is written: a step that keeps
+    /// its result, a conversion sliced after it is stored.
+    Blob,
+    /// The prepared exports it is written into (the encoder's own output
+    /// at `own` among them, if prepared), each recording it when it
+    /// commits; a blob only when no prepared export holds it.
+    Exports { own: Option<Place> },
+}
+
+/// Where one tensor's encoded bytes go besides the encoder's own writer.
+struct Copies {
+    /// The other prepared exports' places for it.
+    places: Vec<Open>,
+    /// Every prepared place these bytes fill.
+    filled: Vec<Place>,
+    keep: Keep,
+}
+
+enum Keep {
+    Blob(Box<dyn BlobWriter>),
+    /// Hashed as written, for the exports that hold the bytes to record.
+    InExports(Box<blake3::Hasher>),
+    /// The store keeps no results.
+    Nothing,
+}
+
+impl Copies {
+    fn of(m: &Materializer<'_>, tensor: &Tensor, holder: Holder) -> Result<Copies, MaterializeError> {
+        let own = match holder {
+            Holder::Exports { own } => own,
+            Holder::Blob => None,
+        };
+        let (places, mine) = m.destinations.open(&tensor.key, own);
+        let mut filled: Vec<Place> = places.iter().map(|p| p.place).collect();
+        filled.extend(own.filter(|_| mine));
+        let keep = match (holder, m.store.blob_writer()?) {
+            (Holder::Exports { .. }, _) if !filled.is_empty() => Keep::InExports(Box::default()),
+            (_, Some(blob)) => Keep::Blob(blob),
+            (_, None) => Keep::Nothing,
+        };
+        Ok(Copies { places, filled, keep })
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        for place in &mut self.places {
+            place.file.write_all_at(bytes, place.offset)?;
+            place.offset += bytes.len() as u64;
+        }
+        match &mut self.keep {
+            Keep::Blob(blob) => blob.write_all(bytes),
+            Keep::InExports(hasher) => {
+                hasher.update(bytes);
+                Ok(())
+            }
+            Keep::Nothing => Ok(()),
+        }
+    }
+
+    /// Commits the blob (recorded under the tensor's key) and tells the
+    /// prepared exports their places hold the bytes.
+    fn finish(self, m: &Materializer<'_>, tensor: &Tensor) -> Result<(), MaterializeError> {
+        let hash = match self.keep {
+            Keep::Blob(blob) => m.record(tensor, blob)?,
+            Keep::InExports(hasher) => {
+                // As for a blob: nothing computed from a moved input is kept.
+                m.files.check_unchanged()?;
+                Key(*hasher.finalize().as_bytes())
+            }
+            Keep::Nothing => return Ok(()),
+        };
+        m.destinations.mark_written(&tensor.key, &self.filled, hash);
+        Ok(())
+    }
+}
+
 impl Materializer<'_> {
-    /// Encodes `tensor` into `out` at `offset` (and a blob), or, when
-    /// another node encodes it meanwhile, copies that node's blob.
+    /// Encodes `tensor` into `out` at `offset` (and the other prepared
+    /// exports that hold it, or a blob), or, when another node encodes it
+    /// meanwhile, takes what that node put here, or copies what it put in
+    /// another export or a blob.
     pub fn encode_at(&self, tensor: &Tensor, out: &File, offset: u64) -> Result<(), MaterializeError> {
+        let place = Place::of(out, offset);
         let mut claim = match self.claim(tensor) {
-            Claim::Encoded if self.copy_at(tensor, out, offset)? => return Ok(()),
+            Claim::Encoded
+                if self.placed_by_another(tensor, place)
+                    || self.copy_placed(tensor, out, place)?
+                    || self.copy_at(tensor, out, offset)? =>
+            {
+                return Ok(());
+            }
             Claim::Mine(guard) => Some(guard),
             Claim::Encoded | Claim::Alone => None,
         };
-        self.encode(tensor, &mut PositionedWriter { file: out, offset })?;
+        let holder = Holder::Exports { own: place };
+        self.encode(tensor, &mut PositionedWriter { file: out, offset }, holder)?;
         if let Some(guard) = &mut claim {
             guard.done = true;
         }
         Ok(())
     }
 
-    /// Computes a conversion slab by slab into `out` (and a blob), with
-    /// its unclaimed siblings.
-    pub(super) fn encode(&self, tensor: &Tensor, out: &mut dyn Write) -> Result<(), MaterializeError> {
+    /// Computes a conversion slab by slab into `out` (and where `holder`
+    /// says), with its unclaimed siblings.
+    pub(super) fn encode(&self, tensor: &Tensor, out: &mut dyn Write, holder: Holder) -> Result<(), MaterializeError> {
         let siblings = self.claim_siblings(tensor);
         if !siblings.is_empty() {
-            return self.encode_with_siblings(tensor, siblings, out);
+            return self.encode_with_siblings(tensor, holder, siblings, out);
         }
         self.counters
             .decoded
             .fetch_add(u64::from(matches!(tensor.data, TensorData::Convert { .. })), Ordering::Relaxed);
         let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
-        let mut blob = self.store.blob_writer()?;
+        let mut copies = Copies::of(self, tensor, holder)?;
         self.pipelined(
             tensor,
             tensor,
@@ -42,17 +132,12 @@ impl Materializer<'_> {
             |bytes| {
                 out.write_all(&bytes).map_err(io_err)?;
                 self.written(bytes.len());
-                if let Some(blob) = &mut blob {
-                    blob.write_all(&bytes).map_err(io_err)?;
-                }
-                Ok(())
+                copies.write(&bytes).map_err(io_err)
             },
         )?;
-        if let Some(blob) = blob {
-            // Credited to this node before others can find it stored.
-            self.in_flight.credit(tensor.key);
-            self.record(tensor, blob)?;
-        }
+        // Credited to this node before others can find it stored.
+        self.in_flight.credit(tensor.key);
+        copies.finish(self, tensor)?;
         self.count_encoded(tensor);
         Ok(())
     }
@@ -100,19 +185,25 @@ impl Materializer<'_> {
         Ok(())
     }
 
-    /// Commits a derived tensor's blob and records it under the tensor's key.
-    pub(super) fn record(&self, tensor: &Tensor, blob: Box<dyn BlobWriter>) -> Result<(), MaterializeError> {
+    /// Commits a derived tensor's blob and records it under the tensor's
+    /// key; returns the blob's hash.
+    pub(super) fn record(&self, tensor: &Tensor, blob: Box<dyn BlobWriter>) -> Result<Key, MaterializeError> {
         let (hash, len) = blob.commit()?;
         // Bytes computed from an input that moved under the run are never
         // recorded under a key derived from its old content.
         self.files.check_unchanged()?;
+        self.record_entry(tensor, hash, len)?;
+        Ok(hash)
+    }
+
+    /// Records that blob `hash` (`len` bytes, in the store) holds `tensor`.
+    pub fn record_entry(&self, tensor: &Tensor, hash: Key, len: u64) -> Result<(), MaterializeError> {
         let entry = TensorEntry { blob: hash, len, blobs: vec![hash] };
         let json = serde_json::to_vec(&entry)
             .map_err(|e| MaterializeError::Io { tensor: tensor.name.clone(), source: e.into() })?;
         // An entry already there names these same bytes (a key names its
         // bytes by derivation): the first writer's stands.
-        self.store.put_action_if_absent(ActionKind::Tensor, &tensor.key, &json)?;
-        if self.store.keeps_results() {
+        if self.store.put_action_if_absent(ActionKind::Tensor, &tensor.key, &json)? && self.store.keeps_results() {
             crate::exec::TENSORS_KEPT.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
@@ -120,10 +211,12 @@ impl Materializer<'_> {
 
     /// [`Self::encode`] of `tensor` and the siblings claimed for it: each
     /// slab of their source read and decoded once, then encoded to every
-    /// one's type, each into its blob (and `tensor`'s into `out` too).
+    /// one's type, each into the prepared exports that hold it or its blob
+    /// (and `tensor`'s into `out` too).
     pub(super) fn encode_with_siblings(
         &self,
         tensor: &Tensor,
+        holder: Holder,
         siblings: Vec<(Tensor, ClaimGuard<'_>)>,
         out: &mut dyn Write,
     ) -> Result<(), MaterializeError> {
@@ -132,18 +225,16 @@ impl Materializer<'_> {
         };
         let (siblings, mut guards): (Vec<Tensor>, Vec<ClaimGuard<'_>>) = siblings.into_iter().unzip();
         let targets: Vec<&Tensor> = std::iter::once(tensor).chain(&siblings).collect();
-        let mut blobs = Vec::with_capacity(targets.len());
+        let mut copies = Vec::with_capacity(targets.len());
         let mut importances = Vec::with_capacity(targets.len());
-        for t in &targets {
+        for (k, t) in targets.iter().enumerate() {
             let TensorData::Convert { importance, .. } = &t.data else { unreachable!("a sibling is a conversion") };
             importances.push(match importance {
                 Some(hash) => Some(importance_from_blob(&self.store.read_blob(hash)?)),
                 None => None,
             });
-            blobs.push(self.store.blob_writer()?.ok_or_else(|| MaterializeError::Io {
-                tensor: t.name.clone(),
-                source: io::Error::other("the store keeps no results"),
-            })?);
+            let holder = if k == 0 { holder } else { Holder::Exports { own: None } };
+            copies.push(Copies::of(self, t, holder)?);
         }
         self.pipelined(
             tensor,
@@ -174,13 +265,13 @@ impl Materializer<'_> {
                 })
             },
             |encoded| {
-                for (k, ((target, blob), bytes)) in targets.iter().zip(&mut blobs).zip(encoded).enumerate() {
+                for (k, ((target, copies), bytes)) in targets.iter().zip(&mut copies).zip(encoded).enumerate() {
                     let io_err = |source| MaterializeError::Io { tensor: target.name.clone(), source };
                     if k == 0 {
                         out.write_all(&bytes).map_err(io_err)?;
                         self.written(bytes.len());
                     }
-                    blob.write_all(&bytes).map_err(io_err)?;
+                    copies.write(&bytes).map_err(io_err)?;
                 }
                 Ok(())
             },
@@ -188,8 +279,8 @@ impl Materializer<'_> {
         // `tensor` is credited to this node before others can find it stored;
         // the siblings count for the nodes that copy them.
         self.in_flight.credit(tensor.key);
-        for (target, blob) in targets.iter().zip(blobs) {
-            self.record(target, blob)?;
+        for (target, copies) in targets.iter().zip(copies) {
+            copies.finish(self, target)?;
         }
         for guard in &mut guards {
             guard.done = true;

@@ -3,9 +3,11 @@
 //!
 //! A conversion whose result is in the store is copied from its blob. One
 //! that is not is computed, written where it is wanted and, when the store
-//! keeps tensors, teed into a new blob under its key, so the next run reuses
-//! it. A chain of conversions is computed slab by slab through every link;
-//! only the last link's bytes are written anywhere.
+//! keeps tensors, teed into every prepared export that holds it too (which
+//! records it as a range of its file when it commits) or, where none does,
+//! into a new blob under its key, so the next run reuses it. A chain of
+//! conversions is computed slab by slab through every link; only the last
+//! link's bytes are written anywhere.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -31,12 +33,15 @@ use crate::text::Name;
 use crate::types::GgmlType;
 
 mod claims;
+mod destinations;
 mod encode;
 mod inputs;
 mod rows;
 
 use claims::{Claim, ClaimGuard};
 pub use claims::{Fanout, InFlight};
+pub use destinations::{Destinations, Place};
+use encode::Holder;
 pub use inputs::{InputFiles, PinnedFile};
 pub use rows::SetRows;
 use rows::{row_bytes, rows_of, slab_rows};
@@ -113,6 +118,7 @@ pub struct Materializer<'a> {
     pub rebuild: bool,
     pub in_flight: &'a InFlight,
     pub fanout: &'a Fanout,
+    pub destinations: &'a Destinations,
     pub counters: Counters,
     /// The most bytes of one tensor's rows held at once (`--max-buffer-size`):
     /// slabs shrink to fit it, down to one row.
@@ -239,8 +245,71 @@ impl Materializer<'_> {
                 self.count_stored(tensor);
                 Ok(())
             }
-            None => self.encode(tensor, &mut io::sink()),
+            None => self.encode(tensor, &mut io::sink(), Holder::Blob),
         }
+    }
+
+    /// Whether another export's encode already put `tensor`'s bytes at
+    /// `place` of a prepared file (counted as found stored).
+    pub fn placed_by_another(&self, tensor: &Tensor, place: Option<Place>) -> bool {
+        let placed = self.placed_hash(tensor, place).is_some();
+        if placed {
+            self.count_stored(tensor);
+        }
+        placed
+    }
+
+    /// Copies `tensor`'s bytes into `out` at `place` from a prepared export
+    /// that an encoder of this run filled with them and that has not
+    /// committed yet (so the store has no blob of them); false when none
+    /// holds them. `place`, if prepared, then holds them as written there.
+    pub(super) fn copy_placed(
+        &self,
+        tensor: &Tensor,
+        out: &File,
+        place: Option<Place>,
+    ) -> Result<bool, MaterializeError> {
+        let (Some(place), Some((from, offset, hash))) = (place, self.destinations.any_written(&tensor.key)) else {
+            return Ok(false);
+        };
+        let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
+        crate::formats::copy_file_at(&from, offset, out, place.offset, tensor.n_bytes()).map_err(io_err)?;
+        self.destinations.mark_written(&tensor.key, &[place], hash);
+        self.count_stored(tensor);
+        Ok(true)
+    }
+
+    /// Stores the `tensor`'s bytes at `offset` of `file` as a blob under its
+    /// key, if they still hash to `expected` (what was written there).
+    pub fn store_from_file(
+        &self,
+        tensor: &Tensor,
+        file: &File,
+        offset: u64,
+        expected: Key,
+    ) -> Result<(), MaterializeError> {
+        let io_err = |source| MaterializeError::Io { tensor: tensor.name.clone(), source };
+        let Some(mut blob) = self.store.blob_writer()? else { return Ok(()) };
+        let len = tensor.n_bytes();
+        let mut buf = vec![0u8; len.min(1 << 20) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = buf.len().min((len - done) as usize);
+            file.read_exact_at(&mut buf[..n], offset + done).map_err(io_err)?;
+            blob.write_all(&buf[..n]).map_err(io_err)?;
+            done += n as u64;
+        }
+        let (hash, len) = blob.commit()?;
+        if hash != expected {
+            return Err(io_err(io::Error::other("its bytes changed in the export after they were written")));
+        }
+        self.record_entry(tensor, hash, len)
+    }
+
+    /// The blake3 of `tensor`'s bytes an encoder put at `place` of a
+    /// prepared file.
+    pub fn placed_hash(&self, tensor: &Tensor, place: Option<Place>) -> Option<Key> {
+        self.destinations.written(&tensor.key, place?)
     }
 
     /// Counts a tensor whose bytes were found stored: encoded in this run

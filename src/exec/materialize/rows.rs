@@ -111,10 +111,10 @@ impl Materializer<'_> {
             match self.claim(from) {
                 Claim::Encoded => {}
                 Claim::Mine(mut guard) => {
-                    self.encode(from, &mut io::sink())?;
+                    self.encode(from, &mut io::sink(), Holder::Blob)?;
                     guard.done = true;
                 }
-                Claim::Alone => self.encode(from, &mut io::sink())?,
+                Claim::Alone => self.encode(from, &mut io::sink(), Holder::Blob)?,
             }
         }
         for (first, rows) in self.slabs(tensor, from) {
