@@ -43,10 +43,9 @@ impl Copies {
         let (places, mine) = m.destinations.open(&tensor.key, own);
         let mut filled: Vec<Place> = places.iter().map(|p| p.place).collect();
         filled.extend(own.filter(|_| mine));
-        let keep = match (holder, m.store.blob_writer()?) {
-            (Holder::Exports { .. }, _) if !filled.is_empty() => Keep::InExports(Box::default()),
-            (_, Some(blob)) => Keep::Blob(blob),
-            (_, None) => Keep::Nothing,
+        let keep = match holder {
+            Holder::Exports { .. } if !filled.is_empty() => Keep::InExports(Box::default()),
+            _ => m.store.blob_writer()?.map_or(Keep::Nothing, Keep::Blob),
         };
         Ok(Copies { places, filled, keep })
     }
