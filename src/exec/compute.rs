@@ -172,7 +172,7 @@ impl Shared {
         let result = match &self.bound.recipe.nodes[i].op {
             Op::Export(o) => {
                 let written = self.export(i, &inputs, o, &mut report, slot);
-                self.destinations.close(i);
+                self.destinations.forget(i);
                 written.map(|()| Outcome::Written)
             }
             _ => self.manifest(i, inputs, false).and_then(|(set, fallbacks)| {

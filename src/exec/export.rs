@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::materialize::{MaterializeError, Materializer, Place};
+use super::materialize::{Filled, MaterializeError, Materializer, Place};
 use super::report::{self, NodeReport};
 use super::{Engine, NodeError, Shared};
 use crate::artifact::{HeaderEnd, Tensor, TensorSet};
@@ -171,6 +171,20 @@ fn safetensors_layout<'s>(set: &'s TensorSet, file: &ops::export::OutputFile) ->
         between: Between::Padding(1),
         big_endian: false,
     })
+}
+
+/// The layout of one file of an export in `format`, GGUF's in byte `order`.
+fn layout_of<'s>(
+    set: &'s TensorSet,
+    file: &'s ops::export::OutputFile,
+    format: ExportFormat,
+    order: Endian,
+) -> Result<FileLayout<'s>, WriteFailure> {
+    match format {
+        ExportFormat::Gguf => gguf_layout(set, file, order),
+        ExportFormat::SafeTensors => safetensors_layout(set, file),
+        ExportFormat::Ggjt => ggjt_layout(set, file),
+    }
 }
 
 /// Each tensor of a written file with its offset there.
@@ -467,7 +481,7 @@ impl Shared {
     /// Keeps the tensors `placed` in the committed `file` as ranges of it
     /// (`host`, none where the store keeps blobs whole), so their bytes lie
     /// on disk once: the store's copies give way to the ranges, and the
-    /// tensors other encoders wrote straight into the file are recorded so
+    /// tensors encoders wrote straight into the file (`filled`) are recorded so
     /// (or, without a host, stored as blobs read back from it). Best
     /// effort: what cannot be kept so stays as it was, or is encoded again
     /// by a later run.
@@ -475,12 +489,13 @@ impl Shared {
         &self,
         m: &Materializer<'_>,
         placed: &[(&Tensor, u64)],
-        file: &std::fs::File,
+        (file, filled): (&std::fs::File, &Filled),
         host: Option<&SpanHost>,
     ) {
         for &(tensor, offset) in placed {
             let span = |host: &SpanHost| Span { host: host.clone(), offset, len: tensor.n_bytes() };
-            let kept = match (m.placed_hash(tensor, Place::of(file, offset)), host) {
+            let filled_with = Place::of(file, offset).and_then(|place| filled.get(&(tensor.key, place)).copied());
+            let kept = match (filled_with, host) {
                 (Some(hash), Some(host)) => match self.store.keep_as_span(&hash, span(host)) {
                     Ok(true) => m.record_entry(tensor, hash, tensor.n_bytes()),
                     Ok(false) => m.store_from_file(tensor, file, offset, hash),
@@ -531,12 +546,7 @@ impl Shared {
         let mut outputs = Vec::with_capacity(files.len());
         let mut places = Vec::with_capacity(files.len());
         for file in &files {
-            let layout = match options.format {
-                ExportFormat::Gguf => gguf_layout(&set, file, Endian::Little),
-                ExportFormat::SafeTensors => safetensors_layout(&set, file),
-                ExportFormat::Ggjt => ggjt_layout(&set, file),
-            };
-            let Ok(layout) = layout else { return };
+            let Ok(layout) = layout_of(&set, file, options.format, Endian::Little) else { return };
             let Ok(mut out) = self.create_output(i, &file.path) else { return };
             let handle = out.preallocate(layout.file_len).and_then(|()| out.file()?.try_clone());
             let Ok(handle) = handle else { return };
@@ -660,16 +670,17 @@ impl Shared {
     }
 
     /// Commits the files export `i` wrote (`data_files` of them hold
-    /// tensors) and, where the store keeps results, hashes each, takes it
-    /// into the cache by the run's link mode, keeps its tensors as ranges of
-    /// it and records the export.
+    /// tensors; encoders `filled` some of their places) and, where the
+    /// store keeps results, hashes each, takes it into the cache by the
+    /// run's link mode, keeps its tensors as ranges of it and records the
+    /// export.
     fn commit_files(
         &self,
         i: usize,
         m: &Materializer<'_>,
         options: &ExportOptions,
-        data_files: usize,
-        written: Vec<Written<'_>>,
+        (data_files, written): (usize, Vec<Written<'_>>),
+        filled: &Filled,
         report: &mut NodeReport,
     ) -> Result<(), NodeError> {
         // An input that moved under the run may have fed these bytes.
@@ -696,7 +707,7 @@ impl Shared {
                         Some(SpanHost::Blob(file_hash))
                     }
                 };
-                self.keep_placed(m, &placed, &committed, host.as_ref());
+                self.keep_placed(m, &placed, (&committed, filled), host.as_ref());
                 // After the link: a hard link made the file read-only.
                 let meta = std::fs::metadata(&path).map_err(write_err)?;
                 records.push(ExportedFile { file_hash, len, fingerprints: vec![stat_key(&meta)] });
@@ -770,13 +781,9 @@ impl Shared {
                 Some(out) => out,
                 None => self.create_output(i, path)?,
             };
-            let layout = match options.format {
-                ExportFormat::Gguf => gguf_layout(set, file, order),
-                ExportFormat::SafeTensors => safetensors_layout(set, file),
-                ExportFormat::Ggjt => ggjt_layout(set, file),
-            };
-            let (len, placed) =
-                layout.and_then(|layout| write_file(&m, layout, &mut out, &bar)).map_err(|e| e.at(path))?;
+            let (len, placed) = layout_of(set, file, options.format, order)
+                .and_then(|layout| write_file(&m, layout, &mut out, &bar))
+                .map_err(|e| e.at(path))?;
             written.push(Written { path: path.clone(), out, len, tensors: file.plan.tensors.len(), placed });
         }
         if let Some(path) = ops::export::index_path(options) {
@@ -786,10 +793,11 @@ impl Shared {
             written.push(Written { path, out, len: index.len() as u64, tensors: 0, placed: Vec::new() });
         }
         bar.done();
+        let filled = self.destinations.complete(i);
         // Hashing and recording the files is no worker's work: the next
         // export encodes meanwhile, rather than a core waiting on a digest.
         drop(slot);
-        self.commit_files(i, &m, options, files.len(), written, report)?;
+        self.commit_files(i, &m, options, (files.len(), written), &filled, report)?;
         report.tensors_encoded = m.counters.encoded.load(Ordering::Relaxed);
         report.tensors_shared = m.counters.shared.load(Ordering::Relaxed);
         report.tensors_reused = m.counters.reused.load(Ordering::Relaxed);

@@ -20,7 +20,7 @@ use crate::key::Key;
 
 /// A place in an output file: the file (device and inode, which a rename
 /// keeps) and an offset in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Place {
     file: (u64, u64),
     pub offset: u64,
@@ -33,6 +33,10 @@ impl Place {
         Some(Place { file: (meta.dev(), meta.ino()), offset })
     }
 }
+
+/// The blake3 of each tensor encoders put into an export's files, by the
+/// tensor's key and its place.
+pub type Filled = HashMap<(Key, Place), Key>;
 
 /// The places of the run's prepared exports, by tensor key.
 #[derive(Default)]
@@ -107,8 +111,29 @@ impl Destinations {
         Some((Arc::clone(&d.file), d.place.offset, d.written?))
     }
 
-    /// Forgets export `export`'s places: it committed, or failed.
-    pub fn close(&self, export: usize) {
+    /// Export `export`'s files are complete: no encoder writes into them
+    /// from now on (its places none filled are forgotten). Returns the
+    /// places encoders filled, which stay for [`Self::any_written`] to copy
+    /// from until the export has recorded them ([`Self::forget`]).
+    pub fn complete(&self, export: usize) -> Filled {
+        let mut by_key = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        let mut filled = Filled::new();
+        by_key.retain(|key, places| {
+            places.retain(|d| match (d.export == export, d.written) {
+                (true, Some(hash)) => {
+                    filled.insert((*key, d.place), hash);
+                    true
+                }
+                (true, None) => false,
+                (false, _) => true,
+            });
+            !places.is_empty()
+        });
+        filled
+    }
+
+    /// Forgets export `export`'s places: it recorded them, or failed.
+    pub fn forget(&self, export: usize) {
         let mut by_key = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
         by_key.retain(|_, places| {
             places.retain(|d| d.export != export);
@@ -147,7 +172,12 @@ mod tests {
         assert!(!mine);
         assert_eq!(open.iter().map(|o| o.place).collect::<Vec<_>>(), [place(&b, 64), place(&a, 0)]);
 
-        destinations.close(0);
+        let filled = destinations.complete(0);
+        assert_eq!(filled, Filled::from([((key, place(&a, 64)), Key([9; 32]))]));
+        // Its unfilled place is gone, its filled one stays to copy from.
+        assert_eq!(destinations.open(&key, None).0.iter().map(|o| o.place).collect::<Vec<_>>(), [place(&a, 0)]);
+        assert_eq!(destinations.written(&key, place(&a, 64)), Some(Key([9; 32])));
+        destinations.forget(0);
         assert_eq!(destinations.written(&key, place(&a, 64)), None);
         let (file, offset, hash) = destinations.any_written(&key).unwrap();
         assert_eq!((place(&file, offset), hash), (place(&b, 4096), Key([9; 32])));

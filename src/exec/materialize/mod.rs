@@ -40,7 +40,7 @@ mod rows;
 
 use claims::{Claim, ClaimGuard};
 pub use claims::{Fanout, InFlight};
-pub use destinations::{Destinations, Place};
+pub use destinations::{Destinations, Filled, Place};
 use encode::Holder;
 pub use inputs::{InputFiles, PinnedFile};
 pub use rows::SetRows;
@@ -252,7 +252,7 @@ impl Materializer<'_> {
     /// Whether another export's encode already put `tensor`'s bytes at
     /// `place` of a prepared file (counted as found stored).
     pub fn placed_by_another(&self, tensor: &Tensor, place: Option<Place>) -> bool {
-        let placed = self.placed_hash(tensor, place).is_some();
+        let placed = place.and_then(|place| self.destinations.written(&tensor.key, place)).is_some();
         if placed {
             self.count_stored(tensor);
         }
@@ -304,12 +304,6 @@ impl Materializer<'_> {
             return Err(io_err(io::Error::other("its bytes changed in the export after they were written")));
         }
         self.record_entry(tensor, hash, len)
-    }
-
-    /// The blake3 of `tensor`'s bytes an encoder put at `place` of a
-    /// prepared file.
-    pub fn placed_hash(&self, tensor: &Tensor, place: Option<Place>) -> Option<Key> {
-        self.destinations.written(&tensor.key, place?)
     }
 
     /// Counts a tensor whose bytes were found stored: encoded in this run
