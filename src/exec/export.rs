@@ -398,6 +398,11 @@ fn usable<T>(result: Result<T, StoreError>) -> Result<Option<T>, NodeError> {
     }
 }
 
+/// The most output files prepared at once: each holds two descriptors
+/// open until its export commits, and a ladder of split exports must not
+/// run the process out of them (an export not prepared writes as before).
+const MAX_PREPARED_FILES: usize = 128;
+
 /// Fingerprints kept per export entry (one per place the file was written).
 const MAX_FINGERPRINTS: usize = 16;
 
@@ -543,6 +548,10 @@ impl Shared {
             return;
         }
         let Ok(ops::export::Output { set, files }) = ops::export::output_files(set, options) else { return };
+        let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+        if prepared.values().map(Vec::len).sum::<usize>() + files.len() > MAX_PREPARED_FILES {
+            return;
+        }
         let mut outputs = Vec::with_capacity(files.len());
         let mut places = Vec::with_capacity(files.len());
         for file in &files {
@@ -560,7 +569,7 @@ impl Shared {
         for (file, encoded) in places {
             self.destinations.register(i, &file, encoded);
         }
-        self.prepared.lock().unwrap_or_else(|e| e.into_inner()).insert(i, outputs);
+        prepared.insert(i, outputs);
     }
 
     /// Puts back the files export `i` last wrote from the cache, when it
