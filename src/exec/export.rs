@@ -497,9 +497,10 @@ impl Shared {
         (file, filled): (&std::fs::File, &Filled),
         host: Option<&SpanHost>,
     ) {
+        let origin = Place::of(file, 0);
         for &(tensor, offset) in placed {
             let span = |host: &SpanHost| Span { host: host.clone(), offset, len: tensor.n_bytes() };
-            let filled_with = Place::of(file, offset).and_then(|place| filled.get(&(tensor.key, place)).copied());
+            let filled_with = origin.and_then(|origin| filled.get(&(tensor.key, origin.at(offset))).copied());
             let kept = match (filled_with, host) {
                 (Some(hash), Some(host)) => match self.store.keep_as_span(&hash, span(host)) {
                     Ok(true) => m.record_entry(tensor, hash, tensor.n_bytes()),

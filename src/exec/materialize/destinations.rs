@@ -32,6 +32,11 @@ impl Place {
         let meta = file.metadata().ok()?;
         Some(Place { file: (meta.dev(), meta.ino()), offset })
     }
+
+    /// `offset` in the same file.
+    pub fn at(self, offset: u64) -> Place {
+        Place { offset, ..self }
+    }
 }
 
 /// The blake3 of each tensor encoders put into an export's files, by the
@@ -65,10 +70,10 @@ impl Destinations {
     /// Registers export `export`'s `file` as where the tensors keyed
     /// `placed` go, each at its offset.
     pub fn register(&self, export: usize, file: &Arc<File>, placed: impl IntoIterator<Item = (Key, u64)>) {
+        let Some(origin) = Place::of(file, 0) else { return };
         let mut by_key = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
         for (key, offset) in placed {
-            let Some(place) = Place::of(file, offset) else { continue };
-            let file = Arc::clone(file);
+            let (file, place) = (Arc::clone(file), origin.at(offset));
             by_key.entry(key).or_default().push(Destination { export, file, place, written: None });
         }
     }
